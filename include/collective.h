@@ -1,0 +1,183 @@
+/* libcollective: ring all-reduce, reduce-scatter, all-gather, broadcast, barrier and
+ * tagged point-to-point over pluggable transports (tcp on libuv, in-process loop).
+ *
+ * Every function returns COLL_OK (0) or a negative COLL_E* code unless shown otherwise.
+ * The first failure on a communicator sticks: later calls return COLL_ESTATE and only
+ * coll_abort / coll_destroy remain valid. coll_last_error() explains the failure.
+ * Thread safety: any thread may call any function on a communicator; operations are
+ * executed in the order they were issued. */
+#ifndef COLLECTIVE_H
+#define COLLECTIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COLL_API __attribute__((visibility("default")))
+#else
+#define COLL_API
+#endif
+
+#define COLL_VERSION_MAJOR 0
+#define COLL_VERSION_MINOR 1
+#define COLL_VERSION_PATCH 0
+
+typedef struct coll_comm coll_comm; /* opaque communicator */
+typedef struct coll_req coll_req;   /* opaque non-blocking request */
+
+enum {
+    COLL_OK = 0,
+    COLL_INPROGRESS = 1,
+    COLL_EINVAL = -1,     /* bad argument */
+    COLL_ENOMEM = -2,
+    COLL_ENOTSUP = -3,    /* dtype/op/codec/transport not supported here */
+    COLL_ESYS = -4,       /* an OS or library call failed */
+    COLL_ETIMEDOUT = -5,
+    COLL_EPEER = -6,      /* a peer closed, reset or could not be reached */
+    COLL_EMISMATCH = -7,  /* ranks disagree on op, count, dtype, codec, tag or sequence */
+    COLL_EABORTED = -8,
+    COLL_ESTATE = -9,     /* communicator already failed: only abort/destroy are valid */
+    COLL_EPROTO = -10,    /* bad magic, version or secret on the wire */
+};
+
+typedef enum { COLL_F32, COLL_F64, COLL_F16, COLL_BF16,
+               COLL_I8, COLL_U8, COLL_I32, COLL_I64 } coll_dtype;
+typedef enum { COLL_SUM, COLL_PROD, COLL_MIN, COLL_MAX, COLL_AVG } coll_op;
+typedef enum { COLL_CODEC_NONE, COLL_CODEC_FP16, COLL_CODEC_BF16,
+               COLL_CODEC_INT8 } coll_codec;
+
+typedef struct coll_config {
+    size_t size;           /* sizeof(coll_config): keeps the ABI extensible */
+    const char *transport; /* "tcp", "loop"; NULL: $COLL_TRANSPORT or "tcp" */
+    const char *device;    /* interface; NULL: $COLL_SOCKET_IFNAME or auto */
+    int timeout_ms;        /* every wait; 0: $COLL_TIMEOUT_MS or 30000 */
+    coll_codec codec;      /* default wire codec for f32 sum/avg */
+    size_t segment_bytes;  /* ring segment; 0: library default (512 KiB) */
+} coll_config;
+#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0 }
+
+/* A short English description of a status code; never NULL. */
+COLL_API const char *coll_strerror(int status);
+
+/* The sentence describing the communicator's first failure (rank, peer, operation and
+ * sequence number), or "" when there was none. Never NULL; comm may be NULL, then it
+ * describes the last coll_init failure of the calling thread. */
+COLL_API const char *coll_last_error(const coll_comm *comm);
+
+/* Creates a communicator of `size` ranks; collective over all of them.
+ * url: "env://"           RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else
+ *                         OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else
+ *                         SLURM_PROCID/SLURM_NTASKS (with MASTER_ADDR/MASTER_PORT)
+ *      "tcp://host:port"  rank 0 binds it and serves the rendezvous store; the others
+ *                         retry with backoff until the timeout
+ *      "file:///dir"      a directory every rank can reach (use a fresh one per job)
+ *      "mem://name"       in-process store, for ranks that are threads of one process
+ * rank, size < 0: taken from the environment. cfg may be NULL (all defaults).
+ * A rendezvous timeout says how many ranks joined and which are missing. */
+COLL_API int coll_init(coll_comm **out, const char *url, int rank, int size,
+                       const coll_config *cfg);
+
+/* Collective over comm: ranks passing the same color form a new communicator ordered by
+ * (key, old rank). color < 0 joins none and sets *out = NULL. */
+COLL_API int coll_split(coll_comm *comm, int color, int key, coll_comm **out);
+
+/* Any thread: pending and later operations fail with COLL_EABORTED and every link of the
+ * communicator is closed, so peers fail promptly too. */
+COLL_API int coll_abort(coll_comm *comm);
+
+/* Releases the communicator; bounded by the timeout. NULL is a no-op. Pending
+ * operations are aborted. */
+COLL_API int coll_destroy(coll_comm *comm);
+
+/* This rank's index in comm, or COLL_EINVAL for NULL. */
+COLL_API int coll_rank(const coll_comm *comm);
+
+/* The number of ranks in comm, or COLL_EINVAL for NULL. */
+COLL_API int coll_size(const coll_comm *comm);
+
+/* Collective: sets the wire codec for later f32 sum/avg operations. All ranks must pass
+ * the same codec. Codecs other than COLL_CODEC_NONE are not available in this version
+ * and return COLL_ENOTSUP. */
+COLL_API int coll_set_codec(coll_comm *comm, coll_codec codec);
+
+/* sendbuf == recvbuf means in place. Element-wise reduction of every rank's `count`
+ * elements, result on every rank, bit-identical everywhere. f16/bf16 reduce in f32. */
+COLL_API int coll_allreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            coll_dtype dtype, coll_op op);
+
+/* sendbuf holds size*recvcount elements; rank r receives the reduction of block r. */
+COLL_API int coll_reduce_scatter(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, coll_dtype dtype, coll_op op);
+
+/* recvbuf holds size*sendcount elements; block r comes from rank r. */
+COLL_API int coll_allgather(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                            size_t sendcount, coll_dtype dtype);
+
+/* Copies root's buf to every rank's buf. */
+COLL_API int coll_broadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype,
+                            int root);
+
+/* Returns once every rank has entered the barrier. */
+COLL_API int coll_barrier(coll_comm *comm);
+
+/* Tagged point-to-point. Messages between two ranks match in the order they were posted
+ * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
+ * get COLL_EMISMATCH. A send never waits for sends to other peers. */
+COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
+                       int peer, uint32_t tag);
+COLL_API int coll_recv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
+                       uint32_t tag);
+
+/* Non-blocking forms: the same arguments, then coll_req **req. They make progress
+ * without any call to test or wait; buffers must stay valid until the request is done. */
+COLL_API int coll_iallreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             coll_dtype dtype, coll_op op, coll_req **req);
+COLL_API int coll_ireduce_scatter(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, coll_dtype dtype, coll_op op,
+                                  coll_req **req);
+COLL_API int coll_iallgather(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                             size_t sendcount, coll_dtype dtype, coll_req **req);
+COLL_API int coll_ibroadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype,
+                             int root, coll_req **req);
+COLL_API int coll_isend(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
+                        int peer, uint32_t tag, coll_req **req);
+COLL_API int coll_irecv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
+                        uint32_t tag, coll_req **req);
+
+/* Never blocks: *done = 1 once the request finished (its status is then returned and
+ * coll_wait must still be called to free it), else 0 and COLL_INPROGRESS. */
+COLL_API int coll_test(coll_req *req, int *done);
+
+/* Waits for the request, bounded by the timeout; frees req; returns the op's status. */
+COLL_API int coll_wait(coll_req *req);
+
+typedef struct coll_stats {
+    uint64_t ops;      /* operations completed */
+    uint64_t bytes_in; /* logical bytes handed to the library */
+    uint64_t wire_tx;  /* bytes this rank put on the wire, payload plus headers */
+    uint64_t wire_rx;  /* bytes this rank took off the wire */
+    uint64_t errors;
+} coll_stats;
+
+/* Copies the communicator's counters into *out. */
+COLL_API int coll_get_stats(const coll_comm *comm, coll_stats *out);
+
+/* Sets every counter to zero. */
+COLL_API void coll_reset_stats(coll_comm *comm);
+
+typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,
+               COLL_LOG_TRACE } coll_log_level;
+typedef void (*coll_log_fn)(coll_log_level level, const char *msg, void *arg);
+
+/* Routes the library's log lines at `level` and above in importance to fn (NULL: stderr).
+ * Default: stderr, level from $COLL_DEBUG (error|warn|info|debug|trace; default warn). */
+COLL_API void coll_set_log(coll_log_fn fn, void *arg, coll_log_level level);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

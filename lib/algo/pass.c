@@ -1,0 +1,257 @@
+/* The segmented ring pipeline every collective runs on. A bounded window of receives and
+ * sends is in flight, so the reduction of one segment overlaps the transfer of the next
+ * and memory stays bounded (window x segment of staging for reduce-scatter). Every
+ * received header is checked against what this rank expects: a disagreement between
+ * ranks is COLL_EMISMATCH with both sides named, never garbage or a hang. */
+#include "algo.h"
+
+#include "../core/log.h"
+#include "../core/util.h"
+#include "../kernels/reduce.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { WINDOW = 4, SPIN_US = 30 };
+
+typedef struct {
+    pass *p;
+    cl_tr_req *rq[WINDOW], *sq[WINDOW];
+    cl_msg_hdr rh[WINDOW];
+    char *slots;
+    size_t r_posted, r_done, s_posted, s_done;
+} flight;
+
+static size_t chunk_of(const pass *p, size_t u, int recv)
+{
+    int n = p->comm->size, r = p->comm->rank;
+    if (p->mode == PASS_BCAST)
+        return 0;
+    long step = (long)(u / p->segs_per_chunk), shift = p->mode == PASS_RS ? 1 : 0;
+    return (size_t)((((r - step - shift - recv) % n) + n) % n);
+}
+
+/* The element range [*off, *off + return) of unit u, seen by the sender or receiver. */
+static size_t unit_range(const pass *p, size_t u, int recv, size_t *off)
+{
+    size_t c = chunk_of(p, u, recv), k = u % p->segs_per_chunk;
+    size_t cstart = c * p->chunk_base + CL_MIN(c, p->chunk_rem);
+    size_t clen = p->chunk_base + (c < p->chunk_rem);
+    size_t lo = CL_MIN(k * p->seg_elems, clen), hi = CL_MIN(lo + p->seg_elems, clen);
+    *off = cstart + lo;
+    return hi - lo;
+}
+
+static cl_msg_hdr header_for(const pass *p, size_t u, size_t nelems)
+{
+    coll_req *q = p->req;
+    return (cl_msg_hdr){ .magic = CL_MSG_MAGIC, .coll = (uint8_t)q->kind,
+                         .dtype = (uint8_t)q->dtype, .op = (uint8_t)q->op,
+                         .codec = (uint8_t)p->comm->codec, .len = (uint32_t)(nelems * p->esize),
+                         .seq = q->seq, .unit = (uint32_t)u, .tag = (uint32_t)q->root,
+                         .count = q->count };
+}
+
+static int post_send(flight *f)
+{
+    pass *p = f->p;
+    size_t u = f->s_posted, off;
+    size_t n = unit_range(p, u, 0, &off);
+    const char *base = p->mode == PASS_RS && u < p->segs_per_chunk ? p->src : p->acc;
+    cl_msg_hdr h = header_for(p, u, n);
+    int rc = p->comm->tr->isend(p->comm->conns[CL_CH_COLL][0][p->to], &h, base + off * p->esize,
+                                &f->sq[u % WINDOW]);
+    if (rc == COLL_OK) {
+        f->s_posted++;
+        atomic_fetch_add(&p->comm->wire_tx, sizeof(h) + h.len);
+    }
+    return rc;
+}
+
+static int post_recv(flight *f)
+{
+    pass *p = f->p;
+    size_t u = f->r_posted, off, slot = u % WINDOW;
+    size_t n = unit_range(p, u, 1, &off);
+    void *dst = p->mode == PASS_RS ? f->slots + slot * p->seg_elems * p->esize
+                                   : p->acc + off * p->esize;
+    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][p->from], &f->rh[slot], dst,
+                                n * p->esize, &f->rq[slot]);
+    if (rc == COLL_OK)
+        f->r_posted++;
+    return rc;
+}
+
+static int mismatch(pass *p, const cl_msg_hdr *got, const cl_msg_hdr *want)
+{
+    cl_comm_fail(p->comm, COLL_EMISMATCH,
+                 "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u; "
+                 "this rank expects %s #%u count %llu %s %s root %u segment %u",
+                 p->comm->rank, cl_kind_name(want->coll), want->seq, p->from,
+                 cl_kind_name(got->coll), got->seq, (unsigned long long)got->count,
+                 cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit,
+                 cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
+                 cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit);
+    return COLL_EMISMATCH;
+}
+
+static int link_error(pass *p, int rc, int peer, const char *dir);
+
+/* A received unit: check its header, then reduce (reduce-scatter) or leave it in place.
+ * rc is the transport's status: a message longer than expected is a mismatch too. */
+static int finish_recv(flight *f, int rc, size_t nbytes)
+{
+    pass *p = f->p;
+    size_t u = f->r_done, off, slot = u % WINDOW;
+    size_t n = unit_range(p, u, 1, &off);
+    cl_msg_hdr want = header_for(p, u, n), *got = &f->rh[slot];
+    if (rc != COLL_OK && rc != COLL_EMISMATCH)
+        return link_error(p, rc, p->from, "from");
+    if (rc == COLL_EMISMATCH || memcmp(got, &want, sizeof(want)) != 0 || nbytes != n * p->esize)
+        return mismatch(p, got, &want);
+    atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
+    if (p->mode == PASS_RS) {
+        char *dst = p->acc + off * p->esize;
+        cl_reduce(dst, p->src + off * p->esize, f->slots + slot * p->seg_elems * p->esize, n,
+                  p->req->dtype, p->req->op);
+        if (p->divide_last && u / p->segs_per_chunk == (size_t)p->comm->size - 2)
+            cl_divide(dst, n, p->req->dtype, p->comm->size);
+    }
+    f->r_done++;
+    return COLL_OK;
+}
+
+static int link_error(pass *p, int rc, int peer, const char *dir)
+{
+    coll_comm *c = p->comm;
+    const char *what = rc == COLL_EPEER ? "closed the connection or could not be reached"
+                                        : coll_strerror(rc);
+    cl_comm_fail(c, rc, "rank %d %s #%u: %s peer %d (%s): %s", c->rank,
+                 cl_kind_name(p->req->kind), p->req->seq, dir, peer,
+                 c->tr->peer_name(c->conns[CL_CH_COLL][dir[0] == 's' ? 0 : 1][peer]), what);
+    return rc;
+}
+
+/* Completes whatever finished, oldest first (a connection completes in order). */
+static int reap(flight *f, int *progress)
+{
+    pass *p = f->p;
+    int done, rc;
+    size_t nbytes = 0;
+    while (f->r_done < f->r_posted) {
+        rc = p->comm->tr->test(f->rq[f->r_done % WINDOW], &done, &nbytes);
+        if (!done)
+            break;
+        f->rq[f->r_done % WINDOW] = NULL;
+        *progress = 1;
+        if ((rc = finish_recv(f, rc, nbytes)) != COLL_OK)
+            return rc;
+    }
+    while (f->s_done < f->s_posted) {
+        rc = p->comm->tr->test(f->sq[f->s_done % WINDOW], &done, NULL);
+        if (!done)
+            break;
+        f->sq[f->s_done % WINDOW] = NULL;
+        f->s_done++;
+        *progress = 1;
+        if (rc != COLL_OK)
+            return link_error(p, rc, p->to, "send to");
+    }
+    return COLL_OK;
+}
+
+static int post_ready(flight *f)
+{
+    pass *p = f->p;
+    int rc = COLL_OK;
+    size_t nr = p->from >= 0 ? p->units : 0, ns = p->to >= 0 ? p->units : 0;
+    while (rc == COLL_OK && f->r_posted < nr && f->r_posted - f->r_done < WINDOW)
+        rc = post_recv(f);
+    while (rc == COLL_OK && f->s_posted < ns && f->s_posted - f->s_done < WINDOW) {
+        size_t need = f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag : 0;
+        if (p->from >= 0 && f->r_done < need)
+            break;
+        rc = post_send(f);
+    }
+    return rc;
+}
+
+static int finished(const flight *f)
+{
+    const pass *p = f->p;
+    return (p->from < 0 || f->r_done == p->units) && (p->to < 0 || f->s_done == p->units);
+}
+
+/* Waits for the requests still posted so no transport touches our buffers after return. */
+static void drain(flight *f)
+{
+    coll_comm *c = f->p->comm;
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    for (int i = 0; i < WINDOW; i++) {
+        cl_tr_req **qs[2] = { &f->rq[i], &f->sq[i] };
+        for (int k = 0; k < 2; k++) {
+            int done = 0;
+            while (*qs[k]) {
+                uint64_t seen = cl_notifier_events(&c->notifier);
+                c->tr->test(*qs[k], &done, NULL);
+                if (done || cl_now_ms() > deadline)
+                    *qs[k] = NULL; /* past the deadline the transport keeps it */
+                else
+                    cl_notifier_wait(&c->notifier, seen, deadline);
+            }
+        }
+    }
+}
+
+static int step(flight *f, int64_t *deadline)
+{
+    coll_comm *c = f->p->comm;
+    uint64_t seen = cl_notifier_events(&c->notifier);
+    int progress = 0, rc = reap(f, &progress);
+    if (rc == COLL_OK)
+        rc = post_ready(f);
+    if (rc != COLL_OK || finished(f))
+        return rc;
+    if (atomic_load(&c->aborted))
+        return COLL_EABORTED;
+    int64_t now = cl_now_ms();
+    if (progress) {
+        *deadline = now + c->timeout_ms;
+        return COLL_OK;
+    }
+    if (now >= *deadline) {
+        cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
+                     c->rank, cl_kind_name(f->p->req->kind), f->p->req->seq, c->timeout_ms,
+                     f->r_done < f->r_posted ? f->p->from : f->p->to);
+        return COLL_ETIMEDOUT;
+    }
+    /* A short spin catches the next completion without a sleep/wake round trip. */
+    int64_t spin_until = cl_now_us() + SPIN_US;
+    while (cl_notifier_events(&c->notifier) == seen && cl_now_us() < spin_until)
+        ;
+    cl_notifier_wait(&c->notifier, seen, *deadline);
+    return COLL_OK;
+}
+
+int cl_pass_run(pass *p)
+{
+    flight f = { .p = p };
+    if (p->mode == PASS_RS) {
+        f.slots = malloc(WINDOW * p->seg_elems * p->esize);
+        if (!f.slots)
+            return COLL_ENOMEM;
+    }
+    int64_t deadline = cl_now_ms() + p->comm->timeout_ms;
+    int rc = COLL_OK;
+    while (rc == COLL_OK && !finished(&f))
+        rc = step(&f, &deadline);
+    if (rc != COLL_OK) {
+        if (rc == COLL_EABORTED)
+            cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,
+                         cl_kind_name(p->req->kind), p->req->seq);
+        drain(&f);
+    }
+    free(f.slots);
+    return rc;
+}

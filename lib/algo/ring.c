@@ -1,0 +1,117 @@
+/* Ring reduce-scatter, all-gather and all-reduce (= reduce-scatter + all-gather), chain
+ * broadcast and barrier, each set up as one or two pipeline passes.
+ * Reduce-scatter: at step s rank r sends chunk r-s-1 and reduces chunk r-s-2 into its
+ * copy, so after n-1 steps it owns the full reduction of chunk r. All-gather: at step s
+ * rank r forwards chunk r-s; it forwards the owner's bytes unchanged, so every rank ends
+ * with bit-identical results. Per rank each pass puts (n-1)/n of the data on the wire. */
+#include "algo.h"
+
+#include "../core/log.h"
+#include "../kernels/reduce.h"
+
+#include <string.h>
+
+static pass ring_pass(coll_comm *c, coll_req *r, enum pass_mode mode, size_t count)
+{
+    int n = c->size;
+    size_t esize = cl_dtype_size(r->dtype);
+    size_t seg = c->segment_bytes / esize ? c->segment_bytes / esize : 1;
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    size_t maxc = base + (rem != 0);
+    size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
+    return (pass){ .comm = c, .req = r, .mode = mode, .from = (c->rank + n - 1) % n,
+                   .to = (c->rank + 1) % n, .units = segs * (size_t)(n - 1), .lag = segs,
+                   .segs_per_chunk = segs, .seg_elems = seg, .esize = esize,
+                   .chunk_base = base, .chunk_rem = rem };
+}
+
+/* The reduce-scatter pass leaves rank r's fully reduced chunk r at acc + offset(r). */
+static int reduce_scatter_into(coll_comm *c, coll_req *r, size_t count, const void *src,
+                               void *acc)
+{
+    pass p = ring_pass(c, r, PASS_RS, count);
+    p.src = src;
+    p.acc = acc;
+    p.divide_last = r->op == COLL_AVG;
+    return cl_pass_run(&p);
+}
+
+int cl_ring_allreduce(coll_comm *c, coll_req *r)
+{
+    if (c->size == 1) {
+        if (r->sbuf != r->rbuf)
+            memcpy(r->rbuf, r->sbuf, r->count * cl_dtype_size(r->dtype));
+        return COLL_OK;
+    }
+    int rc = reduce_scatter_into(c, r, r->count, r->sbuf, r->rbuf);
+    if (rc != COLL_OK)
+        return rc;
+    pass p = ring_pass(c, r, PASS_AG, r->count);
+    p.acc = r->rbuf;
+    return cl_pass_run(&p);
+}
+
+int cl_ring_reduce_scatter(coll_comm *c, coll_req *r)
+{
+    size_t esize = cl_dtype_size(r->dtype), bytes = r->count * esize;
+    size_t total = r->count * (size_t)c->size;
+    if (c->size == 1) {
+        if (r->sbuf != r->rbuf)
+            memcpy(r->rbuf, r->sbuf, bytes);
+        return COLL_OK;
+    }
+    /* Partial sums of other ranks' blocks need a home the size of the input. */
+    char *acc = cl_scratch(c, total * esize);
+    if (!acc && total)
+        return COLL_ENOMEM;
+    int rc = reduce_scatter_into(c, r, total, r->sbuf, acc);
+    if (rc == COLL_OK && bytes)
+        memcpy(r->rbuf, acc + (size_t)c->rank * bytes, bytes);
+    return rc;
+}
+
+int cl_ring_allgather(coll_comm *c, coll_req *r)
+{
+    size_t bytes = r->count * cl_dtype_size(r->dtype);
+    char *own = (char *)r->rbuf + (size_t)c->rank * bytes;
+    if (r->sbuf != r->rbuf && r->sbuf != own && bytes)
+        memcpy(own, r->sbuf, bytes);
+    if (c->size == 1)
+        return COLL_OK;
+    pass p = ring_pass(c, r, PASS_AG, r->count * (size_t)c->size);
+    p.acc = r->rbuf;
+    return cl_pass_run(&p);
+}
+
+/* Root sends segments down the chain root, root+1, ...; each rank forwards a segment as
+ * soon as it has it, so the chain is a pipeline, not n-1 whole-buffer hops. */
+int cl_chain_broadcast(coll_comm *c, coll_req *r)
+{
+    int n = c->size, pos = (c->rank - r->root + n) % n;
+    if (n == 1)
+        return COLL_OK;
+    pass p = ring_pass(c, r, PASS_BCAST, r->count);
+    size_t seg = p.seg_elems;
+    p.units = r->count ? (r->count + seg - 1) / seg : 1;
+    p.segs_per_chunk = p.units;
+    p.chunk_base = r->count;
+    p.chunk_rem = 0;
+    p.lag = 0;
+    p.from = pos == 0 ? -1 : p.from;
+    p.to = pos == n - 1 ? -1 : p.to;
+    p.acc = r->rbuf;
+    return cl_pass_run(&p);
+}
+
+/* An all-gather of one byte per rank: nobody leaves before everyone's byte arrived. */
+int cl_ring_barrier(coll_comm *c, coll_req *r)
+{
+    unsigned char *flags = cl_scratch(c, (size_t)c->size);
+    if (!flags)
+        return COLL_ENOMEM;
+    memset(flags, 1, (size_t)c->size);
+    r->sbuf = r->rbuf = flags;
+    r->count = 1;
+    r->dtype = COLL_U8;
+    return cl_ring_allgather(c, r);
+}

@@ -1,0 +1,316 @@
+/* Communicator life cycle: init (rendezvous, listen, publish, connect), split, abort,
+ * destroy. Every acquire is released on every exit through comm_free. */
+#include "comm.h"
+
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static __thread char init_err[512];
+
+static void comm_free(coll_comm *c)
+{
+    if (c->ctx)
+        c->tr->ctx_destroy(c->ctx);
+    if (c->store)
+        c->store->ops->close(c->store);
+    for (int ch = 0; ch < CL_CHANNELS; ch++)
+        for (int d = 0; d < 2; d++)
+            free(c->conns[ch][d]);
+    free(c->p2p_seq[0]);
+    free(c->p2p_seq[1]);
+    free(c->scratch);
+    cl_notifier_destroy(&c->notifier);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* A write to a dead peer must become COLL_EPEER, not kill the process. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &sa, NULL);
+    }
+}
+
+/* The communicator with its transport context and a listener, not yet connected. */
+static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
+                       cl_tr_listener **l, char handle[CL_HANDLE_BYTES])
+{
+    coll_comm *c = calloc(1, sizeof(*c));
+    if (!c)
+        return COLL_ENOMEM;
+    c->rank = rank;
+    c->size = size;
+    c->id = id;
+    c->timeout_ms = cfg->timeout_ms;
+    c->segment_bytes = cfg->segment_bytes;
+    c->codec = COLL_CODEC_NONE;
+    c->secret = cfg->secret;
+    c->tr = cfg->transport;
+    snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    cl_notifier_init(&c->notifier);
+    int rc = COLL_ENOMEM;
+    for (int ch = 0; ch < CL_CHANNELS; ch++)
+        for (int d = 0; d < 2; d++)
+            if (!(c->conns[ch][d] = calloc((size_t)size, sizeof(cl_tr_conn *))))
+                goto fail;
+    c->p2p_seq[0] = calloc((size_t)size, sizeof(uint32_t));
+    c->p2p_seq[1] = calloc((size_t)size, sizeof(uint32_t));
+    if (!c->p2p_seq[0] || !c->p2p_seq[1])
+        goto fail;
+    cl_tr_config tc = { cfg->device, cfg->timeout_ms, &c->notifier };
+    if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK)
+        goto fail;
+    if ((rc = c->tr->listen(c->ctx, handle, l)) != COLL_OK)
+        goto fail;
+    *out = c;
+    return COLL_OK;
+fail:
+    comm_free(c);
+    return rc;
+}
+
+static int comm_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
+{
+    int rc = cl_mesh_connect(c, l, handles);
+    if (rc == COLL_OK)
+        rc = cl_engine_start(c);
+    return rc;
+}
+
+/* Every rank's handle from the store, or a timeout that names who never arrived. */
+static int gather_handles(coll_comm *c, char *handles, int64_t deadline)
+{
+    int missing = 0, rc = COLL_OK;
+    char list[256] = "";
+    for (int p = 0; p < c->size; p++) {
+        char key[64];
+        size_t len = 0;
+        snprintf(key, sizeof(key), "addr/%d", p);
+        int64_t d = missing ? cl_now_ms() : deadline; /* after the first miss, just look */
+        int r = cl_store_wait(c->store, key, handles + (size_t)p * CL_HANDLE_BYTES, CL_HANDLE_BYTES,
+                              &len, d);
+        if (r == COLL_ETIMEDOUT) {
+            size_t at = strlen(list);
+            snprintf(list + at, sizeof(list) - at, "%s%d", missing ? "," : "", p);
+            missing++;
+        } else if (r != COLL_OK) {
+            rc = r;
+        }
+    }
+    if (missing) {
+        snprintf(init_err, sizeof(init_err),
+                 "rendezvous: %d/%d ranks joined after %d ms: missing %s", c->size - missing,
+                 c->size, c->timeout_ms, list);
+        return COLL_ETIMEDOUT;
+    }
+    return rc;
+}
+
+/* Rank 0 draws a job id and publishes it: two jobs that share a store never connect. */
+static int agree_job(coll_comm *c, int64_t deadline)
+{
+    size_t len = 0;
+    if (c->rank == 0) {
+        uint64_t t = (uint64_t)cl_now_us();
+        c->job = cl_hash(&t, sizeof(t), (uint64_t)getpid());
+        return c->store->ops->set(c->store, "job", &c->job, sizeof(c->job));
+    }
+    return cl_store_wait(c->store, "job", &c->job, sizeof(c->job), &len, deadline);
+}
+
+static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
+{
+    int64_t deadline = cl_now_ms() + cfg->timeout_ms;
+    char handle[CL_HANDLE_BYTES];
+    cl_tr_listener *l = NULL;
+    coll_comm *c = NULL;
+    char *handles = NULL;
+    int rc = comm_create(cfg, rv->rank, rv->size, 0, &c, &l, handle);
+    if (rc != COLL_OK) {
+        snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
+                 coll_strerror(rc));
+        return rc;
+    }
+    char key[64];
+    snprintf(key, sizeof(key), "addr/%d", rv->rank);
+    if ((rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err))) ||
+        (rc = agree_job(c, deadline)) || (rc = c->store->ops->set(c->store, key, handle, sizeof(handle))))
+        goto fail;
+    if (!(handles = calloc((size_t)c->size, CL_HANDLE_BYTES))) {
+        rc = COLL_ENOMEM;
+        goto fail;
+    }
+    if ((rc = gather_handles(c, handles, deadline)) != COLL_OK)
+        goto fail;
+    if ((rc = comm_connect(c, l, handles)) != COLL_OK) {
+        snprintf(init_err, sizeof(init_err), "%.500s", c->err);
+        goto fail;
+    }
+    free(handles);
+    *out = c;
+    return COLL_OK;
+fail:
+    if (!init_err[0])
+        snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
+                 coll_strerror(rc));
+    free(handles);
+    comm_free(c);
+    return rc;
+}
+
+int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_config *cfg)
+{
+    init_err[0] = 0;
+    if (!out)
+        return COLL_EINVAL;
+    *out = NULL;
+    cl_rdzv rv;
+    cl_config conf;
+    int rc = cl_rdzv_parse(url, rank, size, &rv, init_err, sizeof(init_err));
+    if (rc == COLL_OK)
+        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+    if (rc == COLL_OK) {
+        ignore_sigpipe();
+        rc = init_comm(out, &conf, &rv);
+    }
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
+    return rc;
+}
+
+const char *coll_last_error(const coll_comm *comm)
+{
+    return comm ? comm->err : init_err;
+}
+
+/* ---- split ----------------------------------------------------------------------- */
+
+typedef struct {
+    int color, key, rank;
+} member;
+
+static int by_key(const void *a, const void *b)
+{
+    const member *x = a, *y = b;
+    return x->key != y->key ? (x->key > y->key) - (x->key < y->key) : x->rank - y->rank;
+}
+
+/* The members sharing `color`, ordered by (key, old rank); returns how many. */
+static int members_of(const int *ck, int n, int color, member *out)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (ck[2 * i] == color)
+            out[m++] = (member){ color, ck[2 * i + 1], i };
+    qsort(out, (size_t)m, sizeof(*out), by_key);
+    return m;
+}
+
+static int split_connect(coll_comm *parent, const member *mem, int m, int newrank, int color,
+                         coll_comm **out)
+{
+    cl_config cfg = { parent->tr, parent->device[0] ? parent->device : NULL, parent->timeout_ms,
+                      parent->segment_bytes, parent->secret };
+    char handle[CL_HANDLE_BYTES] = { 0 };
+    char *all = calloc((size_t)parent->size, CL_HANDLE_BYTES);
+    char *mine = calloc((size_t)(m ? m : 1), CL_HANDLE_BYTES);
+    uint64_t seed[3] = { parent->id, parent->splits, (uint64_t)(int64_t)color };
+    uint64_t id = cl_hash(seed, sizeof(seed), parent->job);
+    coll_comm *c = NULL;
+    cl_tr_listener *l = NULL;
+    int rc = all && mine ? COLL_OK : COLL_ENOMEM;
+    if (rc == COLL_OK && newrank >= 0)
+        rc = comm_create(&cfg, newrank, m, id, &c, &l, handle);
+    /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
+    int rc2 = coll_allgather(parent, handle, all, CL_HANDLE_BYTES, COLL_U8);
+    rc = rc != COLL_OK ? rc : rc2;
+    if (rc == COLL_OK && c) {
+        for (int i = 0; i < m; i++)
+            memcpy(mine + (size_t)i * CL_HANDLE_BYTES, all + (size_t)mem[i].rank * CL_HANDLE_BYTES,
+                   CL_HANDLE_BYTES);
+        c->job = parent->job;
+        rc = comm_connect(c, l, mine);
+        if (rc != COLL_OK)
+            snprintf(init_err, sizeof(init_err), "split: %.480s", c->err);
+    }
+    free(all);
+    free(mine);
+    if (rc != COLL_OK && c) {
+        comm_free(c);
+        c = NULL;
+    }
+    *out = c;
+    return rc;
+}
+
+int coll_split(coll_comm *comm, int color, int key, coll_comm **out)
+{
+    if (!comm || !out)
+        return COLL_EINVAL;
+    *out = NULL;
+    int n = comm->size, ck[2] = { color < 0 ? -1 : color, key };
+    int *all = calloc((size_t)n * 2, sizeof(int));
+    member *mem = calloc((size_t)n, sizeof(member));
+    int rc = all && mem ? coll_allgather(comm, ck, all, 2, COLL_I32) : COLL_ENOMEM;
+    int m = 0, newrank = -1;
+    if (rc == COLL_OK && color >= 0) {
+        m = members_of(all, n, color, mem);
+        for (int i = 0; i < m; i++)
+            if (mem[i].rank == comm->rank)
+                newrank = i;
+    }
+    comm->splits++;
+    if (rc == COLL_OK)
+        rc = split_connect(comm, mem, m, newrank, color, out);
+    free(all);
+    free(mem);
+    return rc;
+}
+
+/* ---- the rest of the life cycle -------------------------------------------------- */
+
+int coll_abort(coll_comm *comm)
+{
+    if (!comm)
+        return COLL_EINVAL;
+    atomic_store(&comm->aborted, 1);
+    cl_comm_fail(comm, COLL_EABORTED, "rank %d: aborted by the application", comm->rank);
+    return COLL_OK;
+}
+
+int coll_destroy(coll_comm *comm)
+{
+    if (!comm)
+        return COLL_OK;
+    pthread_mutex_lock(&comm->mu);
+    int pending = comm->qhead != NULL;
+    pthread_mutex_unlock(&comm->mu);
+    if (pending)
+        coll_abort(comm);
+    cl_engine_stop(comm);
+    comm_free(comm);
+    return COLL_OK;
+}
+
+int coll_rank(const coll_comm *comm)
+{
+    return comm ? comm->rank : COLL_EINVAL;
+}
+
+int coll_size(const coll_comm *comm)
+{
+    return comm ? comm->size : COLL_EINVAL;
+}

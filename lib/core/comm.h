@@ -1,0 +1,99 @@
+/* The communicator and request structures, shared by the core and the algorithms. */
+#ifndef CL_COMM_H
+#define CL_COMM_H
+
+#include "collective.h"
+
+#include "../../transports/transport.h"
+#include "../rdzv/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum cl_coll_kind { CL_ALLREDUCE = 1, CL_REDUCE_SCATTER, CL_ALLGATHER, CL_BROADCAST,
+                    CL_BARRIER, CL_SEND, CL_RECV, CL_SPLIT };
+enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
+#define CL_PROTO_VERSION 1u
+#define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
+
+const char *cl_kind_name(int kind);
+
+struct coll_req {
+    coll_comm *comm;
+    struct coll_req *next;
+    int kind;
+    const void *sbuf;
+    void *rbuf;
+    size_t count;
+    coll_dtype dtype;
+    coll_op op;
+    int root; /* broadcast root, p2p peer */
+    uint32_t tag;
+    uint32_t seq;
+    int status, done; /* under comm->mu */
+    cl_tr_req *treq;  /* p2p only */
+    cl_msg_hdr hdr;   /* p2p only: what was sent or received */
+};
+
+struct coll_comm {
+    int rank, size;
+    uint64_t id, job, secret;
+    int timeout_ms;
+    size_t segment_bytes;
+    coll_codec codec;
+    char device[64];
+    const cl_transport *tr;
+    cl_tr_ctx *ctx;
+    cl_notifier notifier;
+    cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer] */
+    cl_store *store;                    /* the job's store, kept by the root communicator */
+
+    pthread_mutex_t mu; /* queue, request states, status */
+    pthread_cond_t cv;
+    coll_req *qhead, *qtail;
+    int stop;
+    pthread_t engine;
+    uint32_t seq;        /* collectives issued */
+    uint32_t *p2p_seq[2]; /* per peer: messages sent, messages received */
+    uint32_t splits;
+
+    int status; /* first failure, sticky */
+    atomic_int aborted;
+    char err[512];
+
+    atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
+
+    void *scratch; /* engine thread only */
+    size_t scratch_bytes;
+};
+
+/* Records the communicator's first failure with its sentence, closes every link so the
+ * peers notice, and wakes every waiter. Later failures only count as errors. */
+void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* COLL_OK, or what a new or queued operation must return on a failed communicator. */
+int cl_comm_state(coll_comm *c);
+
+/* Engine: runs queued collectives in order on the communicator's own thread. */
+int cl_engine_start(coll_comm *c);
+void cl_engine_stop(coll_comm *c);
+void cl_engine_submit(coll_comm *c, coll_req *r);
+
+/* Runs one collective to completion on the engine thread; returns its status. */
+int cl_run_collective(coll_comm *c, coll_req *r);
+
+/* Point-to-point requests bypass the engine: posted to the transport at once. */
+int cl_p2p_post(coll_comm *c, coll_req *r);
+int cl_p2p_test(coll_req *r, int *done);
+
+/* Waits until a request is done; frees it; returns its status. */
+int cl_req_wait(coll_req *r);
+
+/* Connects the full mesh of this communicator, given every rank's listener handle. */
+int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles);
+
+/* The engine's scratch buffer, grown to at least `bytes`. NULL when out of memory. */
+void *cl_scratch(coll_comm *c, size_t bytes);
+
+#endif

@@ -1,0 +1,70 @@
+/* Reads coll_config (as much of it as the caller's struct size covers) and the COLL_*
+ * environment variables, and says which was used at info level. */
+#include "config.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *env_or(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    if (v && *v) {
+        cl_log(COLL_LOG_INFO, "%s=%s", name, v);
+        return v;
+    }
+    return fallback;
+}
+
+/* A rendezvous on this host means the ranks are here too: use loopback by default. */
+static const char *default_device(const cl_rdzv *rv)
+{
+    if (strcmp(rv->scheme, "tcp") != 0)
+        return strcmp(rv->scheme, "mem") == 0 ? "lo" : NULL;
+    return strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0
+               ? "lo"
+               : NULL;
+}
+
+int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,
+                      size_t errlen)
+{
+    coll_config u = COLL_CONFIG_INIT;
+    if (user) {
+        if (user->size < sizeof(size_t) || user->size > 4096) {
+            snprintf(err, errlen, "coll_config.size is %zu: start from COLL_CONFIG_INIT", user->size);
+            return COLL_EINVAL;
+        }
+        memcpy(&u, user, CL_MIN(user->size, sizeof(u)));
+    }
+    const char *tname = u.transport ? u.transport : env_or("COLL_TRANSPORT", "tcp");
+    out->transport = cl_transport_find(tname);
+    if (!out->transport) {
+        snprintf(err, errlen, "unknown transport '%s' (available: %s)", tname, cl_transport_names());
+        return COLL_ENOTSUP;
+    }
+    out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
+    const char *t = env_or("COLL_TIMEOUT_MS", NULL);
+    out->timeout_ms = u.timeout_ms > 0 ? u.timeout_ms : t ? atoi(t) : CL_DEFAULT_TIMEOUT_MS;
+    if (out->timeout_ms <= 0) {
+        snprintf(err, errlen, "timeout must be positive, not %d ms", out->timeout_ms);
+        return COLL_EINVAL;
+    }
+    out->segment_bytes = u.segment_bytes ? u.segment_bytes : CL_DEFAULT_SEGMENT;
+    if (out->segment_bytes > (64u << 20)) {
+        snprintf(err, errlen, "segment_bytes %zu is above the 64 MiB limit", out->segment_bytes);
+        return COLL_EINVAL;
+    }
+    const char *codec = env_or("COLL_CODEC", "none");
+    if (u.codec != COLL_CODEC_NONE || strcmp(codec, "none") != 0) {
+        snprintf(err, errlen, "wire codecs are not available in this build (codec %s)",
+                 u.codec != COLL_CODEC_NONE ? "from coll_config" : codec);
+        return COLL_ENOTSUP;
+    }
+    const char *secret = getenv("COLL_SECRET");
+    out->secret = secret ? cl_hash(secret, strlen(secret), 0x5ec7e7) : 0;
+    return COLL_OK;
+}

@@ -1,0 +1,25 @@
+/* Resolved configuration: coll_config fields, else COLL_* variables, else defaults. */
+#ifndef CL_CONFIG_H
+#define CL_CONFIG_H
+
+#include "../../transports/transport.h"
+#include "../rdzv/store.h"
+#include "collective.h"
+
+#include <stdint.h>
+
+#define CL_DEFAULT_TIMEOUT_MS 30000
+#define CL_DEFAULT_SEGMENT (512u * 1024u)
+
+typedef struct cl_config {
+    const cl_transport *transport;
+    const char *device; /* NULL: transport's own choice */
+    int timeout_ms;
+    size_t segment_bytes;
+    uint64_t secret; /* hash of $COLL_SECRET, 0 when unset */
+} cl_config;
+
+int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,
+                      size_t errlen);
+
+#endif

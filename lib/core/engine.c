@@ -1,0 +1,101 @@
+/* The per-communicator progress engine: a thread that runs queued collectives in order,
+ * like a stream. Callers enqueue and return (non-blocking) or enqueue and wait. It never
+ * runs point-to-point messages: those go to the transport directly so a receive never
+ * queues behind a send. */
+#include "comm.h"
+
+#include "../algo/algo.h"
+
+#include <stdlib.h>
+
+int cl_run_collective(coll_comm *c, coll_req *r)
+{
+    switch (r->kind) {
+    case CL_ALLREDUCE: return cl_ring_allreduce(c, r);
+    case CL_REDUCE_SCATTER: return cl_ring_reduce_scatter(c, r);
+    case CL_ALLGATHER: return cl_ring_allgather(c, r);
+    case CL_BROADCAST: return cl_chain_broadcast(c, r);
+    case CL_BARRIER: return cl_ring_barrier(c, r);
+    default: return COLL_EINVAL;
+    }
+}
+
+static coll_req *next_request(coll_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->qhead && !c->stop)
+        pthread_cond_wait(&c->cv, &c->mu);
+    coll_req *r = c->qhead;
+    if (r) {
+        c->qhead = r->next;
+        if (!c->qhead)
+            c->qtail = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+static void finish(coll_comm *c, coll_req *r, int status)
+{
+    if (status == COLL_OK)
+        atomic_fetch_add(&c->ops, 1);
+    pthread_mutex_lock(&c->mu);
+    r->status = status;
+    r->done = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    coll_comm *c = arg;
+    coll_req *r;
+    while ((r = next_request(c)) != NULL) {
+        int state = cl_comm_state(c);
+        finish(c, r, state != COLL_OK ? state : cl_run_collective(c, r));
+    }
+    return NULL;
+}
+
+int cl_engine_start(coll_comm *c)
+{
+    return pthread_create(&c->engine, NULL, engine_main, c) == 0 ? COLL_OK : COLL_ESYS;
+}
+
+/* Queued requests still run (and fail at once on a failed communicator) before the
+ * thread sees stop: nobody waiting on one is left hanging. */
+void cl_engine_stop(coll_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->engine, NULL);
+}
+
+void cl_engine_submit(coll_comm *c, coll_req *r)
+{
+    pthread_mutex_lock(&c->mu);
+    r->seq = ++c->seq;
+    r->next = NULL;
+    if (c->qtail)
+        c->qtail->next = r;
+    else
+        c->qhead = r;
+    c->qtail = r;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void *cl_scratch(coll_comm *c, size_t bytes)
+{
+    bytes = bytes < 64 ? 64 : bytes; /* never NULL for an empty operation */
+    if (bytes > c->scratch_bytes) {
+        void *p = realloc(c->scratch, bytes);
+        if (!p)
+            return NULL;
+        c->scratch = p;
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}

@@ -1,0 +1,128 @@
+/* Connection set-up: every rank connects to every other rank once per channel and
+ * accepts the same from each. The handshake (magic, protocol version, job id, secret,
+ * communicator id, rank, channel) is checked here; a stray or hostile connection is
+ * logged as a protocol error and dropped, and never takes a slot. */
+#include "comm.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t magic;
+    uint16_t proto, libver;
+    uint64_t job, secret, comm;
+    uint32_t rank, channel, size, pad;
+} hello;
+_Static_assert(sizeof(hello) == CL_HELLO_BYTES, "hello is CL_HELLO_BYTES");
+
+static void make_hello(coll_comm *c, int ch, uint8_t out[CL_HELLO_BYTES])
+{
+    hello h = { CL_HELLO_MAGIC, CL_PROTO_VERSION, COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR,
+                c->job, c->secret, c->id, (uint32_t)c->rank, (uint32_t)ch, (uint32_t)c->size, 0 };
+    memcpy(out, &h, sizeof(h));
+}
+
+/* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
+static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn)
+{
+    hello h;
+    memcpy(&h, raw, sizeof(h));
+    const char *why = NULL;
+    if (h.magic != CL_HELLO_MAGIC)
+        why = "bad magic";
+    else if (h.proto != CL_PROTO_VERSION)
+        why = "protocol version differs";
+    else if (h.secret != c->secret)
+        why = "wrong COLL_SECRET";
+    else if (h.job != c->job || h.comm != c->id)
+        why = "belongs to another job or communicator";
+    else if (h.rank >= (uint32_t)c->size || h.rank == (uint32_t)c->rank ||
+             h.channel >= CL_CHANNELS || h.size != (uint32_t)c->size)
+        why = "rank, size or channel out of range";
+    else if (c->conns[h.channel][1][h.rank])
+        why = "duplicate connection";
+    if (why) {
+        cl_log(COLL_LOG_WARN, "rank %d: refused connection from %s: %s (%s)", c->rank,
+               c->tr->peer_name(conn), coll_strerror(COLL_EPROTO), why);
+        return -1;
+    }
+    return (int)(h.channel * (uint32_t)c->size + h.rank);
+}
+
+static int missing_ranks(coll_comm *c, char *out, size_t len)
+{
+    int n = 0, got = 0;
+    out[0] = 0;
+    for (int p = 0; p < c->size; p++) {
+        if (p == c->rank || (c->conns[0][1][p] && c->conns[1][1][p]))
+            continue;
+        got += snprintf(out + got, got < (int)len ? len - (size_t)got : 0, "%s%d", n ? "," : "", p);
+        n++;
+    }
+    return n;
+}
+
+static int accept_all(coll_comm *c, cl_tr_listener *l)
+{
+    int want = 2 * (c->size - 1), have = 0;
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    while (have < want) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint8_t raw[CL_HELLO_BYTES];
+        cl_tr_conn *conn;
+        int rc = c->tr->accept(l, raw, &conn);
+        if (rc == COLL_OK) {
+            int slot = claim(c, raw, conn);
+            if (slot < 0) {
+                c->tr->close_conn(conn);
+            } else {
+                c->conns[slot / c->size][1][slot % c->size] = conn;
+                have++;
+            }
+            continue;
+        }
+        if (cl_now_ms() >= deadline) {
+            char miss[256];
+            missing_ranks(c, miss, sizeof(miss));
+            cl_comm_fail(c, COLL_ETIMEDOUT,
+                         "rank %d: connecting the communicator timed out after %d ms: no "
+                         "connection from rank(s) %s",
+                         c->rank, c->timeout_ms, miss);
+            return COLL_ETIMEDOUT;
+        }
+        cl_notifier_wait(&c->notifier, seen, CL_MIN(deadline, cl_now_ms() + 100));
+    }
+    return COLL_OK;
+}
+
+int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
+{
+    for (int ch = 0; ch < CL_CHANNELS; ch++) {
+        for (int k = 1; k < c->size; k++) {
+            int p = (c->rank + k) % c->size; /* spread the connects: not all at rank 0 */
+            uint8_t raw[CL_HELLO_BYTES];
+            make_hello(c, ch, raw);
+            int rc = c->tr->connect(c->ctx, handles + (size_t)p * CL_HANDLE_BYTES, raw,
+                                    &c->conns[ch][0][p]);
+            if (rc != COLL_OK) {
+                cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank,
+                             p, CL_HANDLE_BYTES, handles + (size_t)p * CL_HANDLE_BYTES,
+                             coll_strerror(rc));
+                return rc;
+            }
+        }
+    }
+    int rc = accept_all(c, l);
+    c->tr->close_listener(l);
+    if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
+        int n = c->size;
+        cl_log(COLL_LOG_INFO, "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d (%s)",
+               c->rank, n, (unsigned long long)c->id, c->tr->name, (c->rank + n - 1) % n, c->rank,
+               (c->rank + 1) % n,
+               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][(c->rank + 1) % n]) : "alone");
+    }
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* Time and hashing helpers used across the library. */
+#include "util.h"
+
+int64_t cl_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t cl_now_ms(void)
+{
+    return cl_now_us() / 1000;
+}
+
+struct timespec cl_deadline_timespec(int64_t deadline_ms)
+{
+    struct timespec ts = { (time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L };
+    return ts;
+}
+
+void cl_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+uint64_t cl_hash(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}

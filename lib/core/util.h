@@ -1,0 +1,19 @@
+/* Small shared helpers: monotonic time, deadlines, checked size arithmetic. */
+#ifndef CL_UTIL_H
+#define CL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+int64_t cl_now_ms(void);
+int64_t cl_now_us(void);
+struct timespec cl_deadline_timespec(int64_t deadline_ms);
+void cl_sleep_ms(int ms);
+/* 64-bit FNV-1a, for job ids and secrets. */
+uint64_t cl_hash(const void *data, size_t len, uint64_t seed);
+
+#define CL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,130 @@
+/* Reduction kernels. One macro generates every native-type kernel so there is one loop
+ * to read; f16/bf16 convert blocks to f32, reuse the f32 kernel, and convert back.
+ * Integer sums and products compute in the unsigned type so overflow wraps instead of
+ * being undefined. */
+#include "reduce.h"
+
+#include "half.h"
+
+#include <stdint.h>
+
+typedef void (*kernel_fn)(void *d, const void *a, const void *b, size_t n);
+
+#define BINARY(NAME, T, EXPR)                                                    \
+    static void NAME(void *dv, const void *av, const void *bv, size_t n)         \
+    {                                                                            \
+        T *d = dv;                                                               \
+        const T *a = av, *b = bv;                                                \
+        for (size_t i = 0; i < n; i++) {                                         \
+            T x = a[i], y = b[i];                                                \
+            d[i] = (EXPR);                                                       \
+        }                                                                        \
+    }
+
+#define KERNELS(S, T, U)                                      \
+    BINARY(sum_##S, T, (T)((U)x + (U)y))                      \
+    BINARY(prod_##S, T, (T)((U)x * (U)y))                     \
+    BINARY(min_##S, T, y < x ? y : x)                         \
+    BINARY(max_##S, T, y > x ? y : x)                         \
+    static void div_##S(T *d, size_t n, int k)                \
+    {                                                         \
+        for (size_t i = 0; i < n; i++)                        \
+            d[i] = (T)(d[i] / k);                          \
+    }
+
+KERNELS(f32, float, float)
+KERNELS(f64, double, double)
+KERNELS(i8, int8_t, uint32_t)
+KERNELS(u8, uint8_t, uint32_t)
+KERNELS(i32, int32_t, uint32_t)
+KERNELS(i64, int64_t, uint64_t)
+
+#define ROW(S) { sum_##S, prod_##S, min_##S, max_##S, sum_##S }
+static const kernel_fn table[][5] = {
+    [COLL_F32] = ROW(f32), [COLL_F64] = ROW(f64), [COLL_I8] = ROW(i8),
+    [COLL_U8] = ROW(u8),   [COLL_I32] = ROW(i32), [COLL_I64] = ROW(i64),
+};
+
+size_t cl_dtype_size(int dtype)
+{
+    static const size_t sizes[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
+    return dtype >= 0 && dtype <= COLL_I64 ? sizes[dtype] : 0;
+}
+
+int cl_op_valid(int op)
+{
+    return op >= COLL_SUM && op <= COLL_AVG;
+}
+
+const char *cl_dtype_name(int dtype)
+{
+    static const char *names[] = { "float", "double", "half", "bfloat16",
+                                   "int8", "uint8", "int32", "int64" };
+    return cl_dtype_size(dtype) ? names[dtype] : "invalid";
+}
+
+const char *cl_op_name(int op)
+{
+    static const char *names[] = { "sum", "prod", "min", "max", "avg" };
+    return cl_op_valid(op) ? names[op] : "invalid";
+}
+
+enum { BLOCK = 256 };
+
+static void widen(float *out, const uint16_t *in, size_t n, int bf)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = bf ? cl_bf16_to_f32(in[i]) : cl_f16_to_f32(in[i]);
+}
+
+static void narrow(uint16_t *out, const float *in, size_t n, int bf)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = bf ? cl_f32_to_bf16(in[i]) : cl_f32_to_f16(in[i]);
+}
+
+static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, int bf,
+                        coll_op op)
+{
+    float fa[BLOCK], fb[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t m = n - i < BLOCK ? n - i : BLOCK;
+        widen(fa, a + i, m, bf);
+        widen(fb, b + i, m, bf);
+        table[COLL_F32][op](fa, fa, fb, m);
+        narrow(d + i, fa, m, bf);
+    }
+}
+
+void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op)
+{
+    if (dtype == COLL_F16 || dtype == COLL_BF16)
+        reduce_half(dst, a, b, n, dtype == COLL_BF16, op);
+    else
+        table[dtype][op](dst, a, b, n);
+}
+
+static void divide_half(uint16_t *d, size_t n, int bf, int k)
+{
+    float f[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t m = n - i < BLOCK ? n - i : BLOCK;
+        widen(f, d + i, m, bf);
+        div_f32(f, m, k);
+        narrow(d + i, f, m, bf);
+    }
+}
+
+void cl_divide(void *buf, size_t n, coll_dtype dtype, int k)
+{
+    switch (dtype) {
+    case COLL_F32: div_f32(buf, n, k); break;
+    case COLL_F64: div_f64(buf, n, k); break;
+    case COLL_F16: divide_half(buf, n, 0, k); break;
+    case COLL_BF16: divide_half(buf, n, 1, k); break;
+    case COLL_I8: div_i8(buf, n, k); break;
+    case COLL_U8: div_u8(buf, n, k); break;
+    case COLL_I32: div_i32(buf, n, k); break;
+    case COLL_I64: div_i64(buf, n, k); break;
+    }
+}

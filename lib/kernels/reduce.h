@@ -1,0 +1,23 @@
+/* Element-wise reduction kernels for every dtype x op. */
+#ifndef CL_REDUCE_H
+#define CL_REDUCE_H
+
+#include "collective.h"
+
+#include <stddef.h>
+
+/* Bytes per element, or 0 for a value outside coll_dtype. */
+size_t cl_dtype_size(int dtype);
+int cl_op_valid(int op);
+const char *cl_dtype_name(int dtype);
+const char *cl_op_name(int op);
+
+/* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. COLL_AVG sums here: the
+ * division happens once, in cl_divide, where the sum is complete. f16/bf16 go through
+ * f32 and round once per call. */
+void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op);
+
+/* buf[i] /= divisor, in place (integers truncate toward zero). */
+void cl_divide(void *buf, size_t n, coll_dtype dtype, int divisor);
+
+#endif

@@ -1,0 +1,50 @@
+/* The rendezvous store: a small key-value table every rank of a job can reach, used only
+ * while communicators are created. Backends: file (a shared directory), tcp (rank 0
+ * serves it), mem (in-process, for ranks that are threads). get() never blocks; waiting
+ * with backoff and a deadline is cl_store_wait, written once for every backend. */
+#ifndef CL_STORE_H
+#define CL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CL_STORE_MAX_KEY 200
+#define CL_STORE_MAX_VALUE 65536
+
+typedef struct cl_store cl_store;
+
+typedef struct cl_store_ops {
+    int (*set)(cl_store *s, const char *key, const void *val, size_t len);
+    /* COLL_INPROGRESS when the key is not there yet. */
+    int (*get)(cl_store *s, const char *key, void *buf, size_t cap, size_t *len);
+    void (*close)(cl_store *s);
+} cl_store_ops;
+
+struct cl_store {
+    const cl_store_ops *ops;
+};
+
+/* Where a URL says to meet, and who this process is. */
+typedef struct cl_rdzv {
+    char scheme[8]; /* "tcp", "file", "mem" */
+    char where[512]; /* host:port, directory or name */
+    int rank, size;
+} cl_rdzv;
+
+/* Parses url (env:// reads the launcher's variables) into *out; rank/size < 0 are taken
+ * from the environment. Writes a sentence into err on failure. */
+int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, size_t errlen);
+
+int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen);
+int cl_store_file_open(const char *dir, cl_store **out);
+int cl_store_mem_open(const char *name, cl_store **out);
+/* Rank 0 serves host:port (binding before anyone connects); every rank is a client that
+ * retries with backoff until the deadline. */
+int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,
+                      char *err, size_t errlen);
+
+/* get() until the key exists or the deadline passes (COLL_ETIMEDOUT). */
+int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,
+                  int64_t deadline_ms);
+
+#endif

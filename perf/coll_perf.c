@@ -1,0 +1,285 @@
+/* coll_perf: bandwidth and correctness test in nccl-tests' format.
+ *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast]
+ *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
+ *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all]
+ *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS]
+ * Without launcher variables it spawns N local ranks (default 2); under mpirun, srun or
+ * torchrun it is one rank and meets the others through env://. Sizes are bytes per rank
+ * buffer (the all-gather output, the reduce-scatter input), as in nccl-tests. */
+#include "spawn.h"
+#include "verify.h"
+
+#include "collective.h"
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum coll { AR, RS, AG, BC };
+static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast" };
+static const char *dt_names[] = { "float", "double", "half", "bfloat16",
+                                  "int8",  "uint8",  "int32", "int64" };
+static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
+static const char *op_names[] = { "sum", "prod", "min", "max", "avg" };
+
+typedef struct {
+    enum coll coll;
+    size_t minb, maxb;
+    double factor;
+    int iters, warmup, check, np, timeout_ms;
+    int dt_all, op_all;
+    coll_dtype dt;
+    coll_op op;
+} opts;
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'G': case 'g': v *= 1024; /* fall through */
+    case 'M': case 'm': v *= 1024; /* fall through */
+    case 'K': case 'k': v *= 1024; break;
+    default: break;
+    }
+    return (size_t)v;
+}
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    static struct option longs[] = { { "np", required_argument, 0, 'N' },
+                                     { "help", no_argument, 0, 'h' },
+                                     { 0, 0, 0, 0 } };
+    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_F32, COLL_SUM };
+    int c, k;
+    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'N': o->np = atoi(optarg); break;
+        case 'b': o->minb = parse_size(optarg); break;
+        case 'e': o->maxb = parse_size(optarg); break;
+        case 'f': o->factor = atof(optarg); break;
+        case 'n': o->iters = atoi(optarg); break;
+        case 'w': o->warmup = atoi(optarg); break;
+        case 'c': o->check = atoi(optarg); break;
+        case 'T': o->timeout_ms = atoi(optarg); break;
+        case 'C':
+            if ((k = lookup(optarg, coll_names, 4)) < 0)
+                return -1;
+            o->coll = (enum coll)k;
+            break;
+        case 'd':
+            o->dt_all = strcmp(optarg, "all") == 0;
+            if (!o->dt_all && (k = lookup(optarg, dt_names, 8)) < 0)
+                return -1;
+            o->dt = o->dt_all ? COLL_F32 : (coll_dtype)k;
+            break;
+        case 'o':
+            o->op_all = strcmp(optarg, "all") == 0;
+            if (!o->op_all && (k = lookup(optarg, op_names, 5)) < 0)
+                return -1;
+            o->op = o->op_all ? COLL_SUM : (coll_op)k;
+            break;
+        default: return -1;
+        }
+    }
+    return o->np >= 1 && o->iters >= 1 && o->factor > 1 && o->minb <= o->maxb ? 0 : -1;
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Elements per rank buffer for `bytes`, as nccl-tests counts them. */
+static size_t count_for(const opts *o, size_t bytes, size_t es, int n)
+{
+    size_t count = bytes / es;
+    return o->coll == RS || o->coll == AG ? count / (size_t)n : count;
+}
+
+static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count, coll_dtype dt,
+                    coll_op op)
+{
+    switch (o->coll) {
+    case AR: return coll_allreduce(c, s, r, count, dt, op);
+    case RS: return coll_reduce_scatter(c, s, r, count, dt, op);
+    case AG: return coll_allgather(c, s, r, count, dt);
+    case BC: return coll_broadcast(c, r, count, dt, 0);
+    }
+    return COLL_EINVAL;
+}
+
+/* Fresh inputs, one call, then #wrong summed over every rank. */
+static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
+                      coll_op op, int inplace, uint64_t *wrong)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    size_t es = dt_size[dt], rsz = o->coll == RS ? count * (size_t)n : count;
+    char *in = inplace ? r : s;
+    if (o->coll == AG)
+        in = inplace ? r + (size_t)me * count * es : s;
+    cl_fill(in, rsz, dt, op, me, 0);
+    if (o->coll == BC)
+        cl_fill(r, count, dt, op, 0, 0), memset(r, 0, me ? count * es : 0);
+    int rc = run_once(c, o, in, r, count, dt, op);
+    uint64_t w = 0;
+    if (o->coll == AR)
+        w = cl_check_reduce(r, count, dt, op, n, 0);
+    else if (o->coll == RS)
+        w = cl_check_reduce(r, count, dt, op, n, (size_t)me * count);
+    else if (o->coll == AG)
+        w = cl_check_gather(r, count, dt, op, n);
+    else
+        w = cl_check_gather(r, count, dt, op, 1);
+    if (rc == COLL_OK)
+        rc = coll_allreduce(c, &w, wrong, 1, COLL_I64, COLL_SUM);
+    return rc;
+}
+
+static double bus_factor(enum coll c, int n)
+{
+    return c == AR ? 2.0 * (n - 1) / n : c == BC ? 1.0 : (double)(n - 1) / n;
+}
+
+static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
+                   coll_op op, int inplace, double *us, uint64_t *wrong)
+{
+    char *in = inplace ? r : s;
+    if (o->coll == AG && inplace)
+        in = r + (size_t)coll_rank(c) * count * dt_size[dt];
+    int rc = COLL_OK;
+    for (int i = 0; i < o->warmup && rc == COLL_OK; i++)
+        rc = run_once(c, o, in, r, count, dt, op);
+    if (rc == COLL_OK)
+        rc = coll_barrier(c);
+    double t0 = now_us();
+    for (int i = 0; i < o->iters && rc == COLL_OK; i++)
+        rc = run_once(c, o, in, r, count, dt, op);
+    double t = (now_us() - t0) / o->iters;
+    if (rc == COLL_OK) /* the slowest rank's time, as nccl-tests reports */
+        rc = coll_allreduce(c, &t, us, 1, COLL_F64, COLL_MAX);
+    *wrong = 0;
+    if (rc == COLL_OK && o->check)
+        rc = check_once(c, o, s, r, count, dt, op, inplace, wrong);
+    return rc;
+}
+
+static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes, coll_dtype dt,
+                    coll_op op, double *busbw_sum, int *rows)
+{
+    int n = coll_size(c);
+    size_t es = dt_size[dt], count = count_for(o, bytes, es, n);
+    size_t shown = (o->coll == RS || o->coll == AG ? count * (size_t)n : count) * es;
+    double us[2];
+    uint64_t wrong[2];
+    for (int ip = 0; ip < 2; ip++) {
+        int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip]);
+        if (rc != COLL_OK) {
+            fprintf(stderr, "rank %d: %s failed: %s: %s\n", coll_rank(c), coll_names[o->coll],
+                    coll_strerror(rc), coll_last_error(c));
+            return rc;
+        }
+    }
+    if (coll_rank(c) == 0) {
+        printf("%12zu  %12zu  %8s  %6s  %6d", shown, shown / es, dt_names[dt],
+               o->coll == AG || o->coll == BC ? "none" : op_names[op], o->coll == BC ? 0 : -1);
+        for (int ip = 0; ip < 2; ip++) {
+            double algbw = (double)shown / us[ip] / 1e3;
+            printf("  %9.2f  %6.2f  %6.2f  %6llu", us[ip], algbw, algbw * bus_factor(o->coll, n),
+                   (unsigned long long)wrong[ip]);
+            *busbw_sum += algbw * bus_factor(o->coll, n);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    *rows += 2;
+    return wrong[0] || wrong[1] ? 1 : 0;
+}
+
+static void header(const opts *o, int n)
+{
+    printf("# coll_perf %s: %d ranks, minBytes %zu maxBytes %zu step: %g(factor) warmup iters: "
+           "%d iters: %d validation: %d\n#\n",
+           coll_names[o->coll], n, o->minb, o->maxb, o->factor, o->warmup, o->iters, o->check);
+    printf("#                                                   out-of-place"
+           "                       in-place\n");
+    printf("#       size         count      type   redop    root       time   algbw   busbw "
+           "#wrong       time   algbw   busbw #wrong\n");
+    printf("#        (B)    (elements)                                 (us)  (GB/s)  (GB/s)"
+           "                (us)  (GB/s)  (GB/s)\n");
+}
+
+static int run_all(coll_comm *c, const opts *o)
+{
+    int n = coll_size(c), failed = 0, rows = 0;
+    size_t cap = o->maxb + 64;
+    char *s = malloc(cap), *r = malloc(cap);
+    if (!s || !r)
+        return 2;
+    memset(s, 0, cap);
+    memset(r, 0, cap);
+    if (coll_rank(c) == 0)
+        header(o, n);
+    double busbw = 0;
+    for (int d = o->dt_all ? 0 : (int)o->dt; d <= (o->dt_all ? 7 : (int)o->dt) && failed < 2; d++)
+        for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? 4 : (int)o->op); p++) {
+            if ((o->coll == AG || o->coll == BC) && p != (int)o->op)
+                continue; /* no reduction: one op is enough */
+            for (double b = (double)o->minb; b <= (double)o->maxb && failed < 2; b *= o->factor) {
+                int rc = run_size(c, o, s, r, (size_t)b, (coll_dtype)d, (coll_op)p, &busbw, &rows);
+                failed = rc < 0 ? 2 : (failed | rc);
+            }
+        }
+    if (coll_rank(c) == 0) {
+        printf("# Out of bounds values : %s\n", failed ? "FAILED" : "0 OK");
+        printf("# Avg bus bandwidth    : %.4f \n#\n", rows ? busbw / rows : 0.0);
+    }
+    free(s);
+    free(r);
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse(argc, argv, &o) != 0) {
+        fprintf(stderr, "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|"
+                        "broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+                        "[-c 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS]\n");
+        return 2;
+    }
+    int rank, size, status = 0;
+    char url[600];
+    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
+    if (who < 0) {
+        perror("coll_perf: spawn");
+        return 2;
+    }
+    if (who == 1)
+        return status;
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = o.timeout_ms;
+    coll_comm *c;
+    int rc = coll_init(&c, url, rank, size, &cfg);
+    if (rc != COLL_OK) {
+        fprintf(stderr, "rank %d: coll_init: %s: %s\n", rank, coll_strerror(rc),
+                coll_last_error(NULL));
+        return 2;
+    }
+    int failed = run_all(c, &o);
+    coll_destroy(c);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,27 @@
+/* The static table of transports, picked by name. Registration checks every operation
+ * is filled in so a half-written transport fails at lookup, not at its first call. */
+#include "transport.h"
+
+#include <string.h>
+
+static const cl_transport *const table[] = { &cl_transport_tcp, &cl_transport_loop };
+
+static int complete(const cl_transport *t)
+{
+    return t->ctx_create && t->ctx_destroy && t->listen && t->accept && t->close_listener &&
+           t->connect && t->isend && t->irecv && t->test && t->close_conn && t->shutdown &&
+           t->peer_name;
+}
+
+const cl_transport *cl_transport_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (strcmp(table[i]->name, name) == 0)
+            return complete(table[i]) ? table[i] : NULL;
+    return NULL;
+}
+
+const char *cl_transport_names(void)
+{
+    return "tcp, loop";
+}

@@ -1,0 +1,102 @@
+/* The transport contract (internal). Algorithms are written once against it and never
+ * know which transport carries the bytes. It follows the shape of NCCL's net plugin.
+ *
+ * - A context (cl_tr_ctx) belongs to one communicator. Its functions may be called from
+ *   any thread; none of them blocks. Progress happens on the transport's own thread (tcp)
+ *   or inside the calls themselves (loop), never because the caller polls.
+ * - Connections are one-directional: connect() gives a send connection, accept() a
+ *   receive connection. connect() sends `hello` (CL_HELLO_BYTES) ahead of any data;
+ *   accept() returns the hello it read so the caller can validate and identify the peer.
+ *   A listener's handle is at most CL_HANDLE_BYTES and travels through the rendezvous
+ *   store or an all-gather.
+ * - Every message is a cl_msg_hdr followed by hdr.len payload bytes. The transport reads
+ *   only hdr.len; the rest belongs to the caller. Sends and receives on one connection
+ *   complete in posting order and match in posting order. A message longer than the
+ *   posted receive fails the receive with COLL_EMISMATCH.
+ * - Requests are owned by the transport. test() reports done and, once done, frees the
+ *   request and returns its status (payload bytes in *nbytes). Every completion calls
+ *   cl_notify() on the context's notifier so a waiter can sleep instead of spinning.
+ * - EOF, reset or a failed write: pending and later requests on that connection fail
+ *   with COLL_EPEER. shutdown() fails every pending request of the context with
+ *   `status` and closes every connection, so peers see EOF promptly.
+ */
+#ifndef CL_TRANSPORT_H
+#define CL_TRANSPORT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CL_HANDLE_BYTES 128
+#define CL_HELLO_BYTES 48
+#define CL_MSG_MAGIC 0xC011u
+
+/* The per-message header, little-endian on the wire (every supported host is). */
+typedef struct cl_msg_hdr {
+    uint16_t magic;
+    uint8_t coll;  /* cl_coll_kind */
+    uint8_t dtype;
+    uint8_t op;
+    uint8_t codec;
+    uint16_t flags;
+    uint32_t len;  /* payload bytes that follow */
+    uint32_t seq;  /* operation sequence number (p2p: per-peer message number) */
+    uint32_t unit; /* segment index within the operation */
+    uint32_t tag;  /* p2p tag, broadcast root */
+    uint64_t count;
+} cl_msg_hdr;
+_Static_assert(sizeof(cl_msg_hdr) == 32, "wire header is 32 bytes");
+
+/* Completion notifier shared by a communicator's waiters. */
+typedef struct cl_notifier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t events;
+} cl_notifier;
+
+void cl_notifier_init(cl_notifier *n);
+void cl_notifier_destroy(cl_notifier *n);
+void cl_notify(cl_notifier *n);
+uint64_t cl_notifier_events(cl_notifier *n);
+/* Sleeps until events != seen or the absolute deadline (ms, cl_now_ms clock) passes. */
+void cl_notifier_wait(cl_notifier *n, uint64_t seen, int64_t deadline_ms);
+
+typedef struct cl_tr_ctx cl_tr_ctx;
+typedef struct cl_tr_listener cl_tr_listener;
+typedef struct cl_tr_conn cl_tr_conn;
+typedef struct cl_tr_req cl_tr_req;
+
+typedef struct cl_tr_config {
+    const char *device;    /* interface name or NCCL-style list; NULL: auto */
+    int timeout_ms;        /* a connection that sends no hello in this time is dropped */
+    cl_notifier *notifier; /* signalled on every completion */
+} cl_tr_config;
+
+typedef struct cl_transport {
+    const char *name;
+    int (*ctx_create)(const cl_tr_config *cfg, cl_tr_ctx **out);
+    void (*ctx_destroy)(cl_tr_ctx *ctx);
+    int (*listen)(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out);
+    /* COLL_INPROGRESS while no validated-length hello is waiting. */
+    int (*accept)(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out);
+    void (*close_listener)(cl_tr_listener *l);
+    int (*connect)(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
+                   const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out);
+    int (*isend)(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out);
+    int (*irecv)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out);
+    int (*test)(cl_tr_req *r, int *done, size_t *nbytes);
+    void (*close_conn)(cl_tr_conn *c);
+    void (*shutdown)(cl_tr_ctx *ctx, int status);
+    /* A human-readable peer address for messages ("127.0.0.1:41711"). */
+    const char *(*peer_name)(cl_tr_conn *c);
+} cl_transport;
+
+/* The registered transport called `name`, or NULL. */
+const cl_transport *cl_transport_find(const char *name);
+/* Comma-separated names of every registered transport, for error messages. */
+const char *cl_transport_names(void);
+
+extern const cl_transport cl_transport_tcp;
+extern const cl_transport cl_transport_loop;
+
+#endif
