@@ -1,0 +1,172 @@
+/* The collective matrix through the public API: every dtype x op, counts 0, 1, 7, n-1,
+ * n, n+1 and a large odd count, in place and out of place, for all-reduce,
+ * reduce-scatter, all-gather and broadcast, on 1..8 real processes over tcp, plus the
+ * same matrix on the loop transport with ranks as threads. Results are compared with an
+ * exact reference, and all-reduce results must be bit-identical on every rank. */
+#include "../common/harness.h"
+#include "../../perf/verify.h"
+
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const size_t esz[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
+
+typedef struct {
+    int ndtypes; /* test the first ndtypes dtypes (all: 8) */
+    int large;   /* the large odd count */
+} matrix_arg;
+
+#define FAIL_IF(cond, ...)                                                     \
+    do {                                                                       \
+        if (cond) {                                                            \
+            fprintf(stderr, "rank %d: ", coll_rank(c));                        \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, " [%s]\n", coll_last_error(c));                    \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* Every rank must hold the same bytes: compare a hash through an all-gather. */
+static int identical_everywhere(coll_comm *c, const void *buf, size_t bytes)
+{
+    uint64_t h = 1469598103934665603ULL, all[64];
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ ((const unsigned char *)buf)[i]) * 1099511628211ULL;
+    if (coll_allgather(c, &h, all, 1, COLL_I64) != COLL_OK)
+        return 0;
+    for (int r = 0; r < coll_size(c); r++)
+        if (all[r] != h)
+            return 0;
+    return 1;
+}
+
+static int allreduce_case(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt, coll_op op,
+                          int inplace)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    cl_fill(inplace ? r : s, count, dt, op, me, 0);
+    int rc = coll_allreduce(c, inplace ? r : s, r, count, dt, op);
+    FAIL_IF(rc != COLL_OK, "allreduce: %s", coll_strerror(rc));
+    size_t w = cl_check_reduce(r, count, dt, op, n, 0);
+    FAIL_IF(w, "allreduce count %zu dtype %d op %d inplace %d: %zu wrong", count, dt, op, inplace, w);
+    FAIL_IF(!identical_everywhere(c, r, count * esz[dt]), "allreduce results differ across ranks");
+    return 0;
+}
+
+static int reduce_scatter_case(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt,
+                               coll_op op, int inplace)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    char *in = inplace ? r : s;
+    cl_fill(in, count * (size_t)n, dt, op, me, 0);
+    int rc = coll_reduce_scatter(c, in, r, count, dt, op);
+    FAIL_IF(rc != COLL_OK, "reduce_scatter: %s", coll_strerror(rc));
+    size_t w = cl_check_reduce(r, count, dt, op, n, (size_t)me * count);
+    FAIL_IF(w, "reduce_scatter count %zu dtype %d op %d inplace %d: %zu wrong", count, dt, op,
+            inplace, w);
+    return 0;
+}
+
+static int allgather_case(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt, int inplace)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    char *own = r + (size_t)me * count * esz[dt];
+    memset(r, 0xee, count * (size_t)n * esz[dt]);
+    cl_fill(inplace ? own : s, count, dt, COLL_SUM, me, 0);
+    int rc = coll_allgather(c, inplace ? own : s, r, count, dt);
+    FAIL_IF(rc != COLL_OK, "allgather: %s", coll_strerror(rc));
+    size_t w = cl_check_gather(r, count, dt, COLL_SUM, n);
+    FAIL_IF(w, "allgather count %zu dtype %d inplace %d: %zu wrong", count, dt, inplace, w);
+    return 0;
+}
+
+static int broadcast_case(coll_comm *c, char *r, size_t count, coll_dtype dt, int root)
+{
+    memset(r, 0xee, count * esz[dt]);
+    if (coll_rank(c) == root)
+        cl_fill(r, count, dt, COLL_SUM, 0, 0);
+    int rc = coll_broadcast(c, r, count, dt, root);
+    FAIL_IF(rc != COLL_OK, "broadcast: %s", coll_strerror(rc));
+    size_t w = cl_check_gather(r, count, dt, COLL_SUM, 1);
+    FAIL_IF(w, "broadcast count %zu dtype %d root %d: %zu wrong", count, dt, root, w);
+    return 0;
+}
+
+static int matrix_rank(coll_comm *c, void *p)
+{
+    const matrix_arg *a = p;
+    int n = coll_size(c);
+    size_t counts[] = { 0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n, (size_t)n + 1,
+                        (size_t)a->large };
+    size_t cap = (size_t)a->large * (size_t)n * 8 + 64;
+    char *s = malloc(cap), *r = malloc(cap);
+    int fails = 0;
+    for (int d = 0; d < a->ndtypes && !fails; d++)
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && !fails; k++) {
+            for (int op = 0; op < 5 && !fails; op++)
+                for (int ip = 0; ip < 2 && !fails; ip++)
+                    fails = allreduce_case(c, s, r, counts[k], (coll_dtype)d, (coll_op)op, ip) ||
+                            reduce_scatter_case(c, s, r, counts[k], (coll_dtype)d, (coll_op)op, ip);
+            for (int ip = 0; ip < 2 && !fails; ip++)
+                fails = allgather_case(c, s, r, counts[k], (coll_dtype)d, ip);
+            if (!fails)
+                fails = broadcast_case(c, r, counts[k], (coll_dtype)d, (int)(k % (size_t)n));
+        }
+    free(s);
+    free(r);
+    return fails;
+}
+
+static void run_matrix(int n, rdzv_kind rdzv, const char *transport, int ndtypes)
+{
+    matrix_arg a = { ndtypes, 100003 };
+    run_opts o = { .nranks = n, .rdzv = rdzv, .transport = transport, .deadline_s = 280 };
+    int failed = run_ranks(&o, matrix_rank, &a);
+    ck_assert_msg(failed == 0, "%d of %d ranks failed the matrix", failed, n);
+}
+
+START_TEST(matrix_tcp_ranks)
+{
+    static const int sizes[] = { 1, 2, 3, 4, 5, 8 };
+    run_matrix(sizes[_i], RDZV_FILE, "tcp", 8);
+}
+END_TEST
+
+START_TEST(matrix_tcp_rendezvous_tcp_url)
+{
+    run_matrix(3, RDZV_TCP, "tcp", 2);
+}
+END_TEST
+
+START_TEST(matrix_tcp_rendezvous_env_url)
+{
+    run_matrix(3, RDZV_ENV, "tcp", 2);
+}
+END_TEST
+
+START_TEST(matrix_loop_threads)
+{
+    static const int sizes[] = { 1, 2, 3, 4, 7 };
+    run_matrix(sizes[_i], RDZV_MEM, "loop", 8);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("collective matrix");
+    TCase *t = tcase_create("matrix");
+    tcase_set_timeout(t, 300);
+    tcase_add_loop_test(t, matrix_tcp_ranks, 0, 6);
+    tcase_add_test(t, matrix_tcp_rendezvous_tcp_url);
+    tcase_add_test(t, matrix_tcp_rendezvous_env_url);
+    tcase_add_loop_test(t, matrix_loop_threads, 0, 5);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

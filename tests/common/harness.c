@@ -1,0 +1,169 @@
+/* The multi-rank test harness: see harness.h. */
+#include "harness.h"
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int last_exit[64];
+
+int free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void make_url(const run_opts *o, char *url, size_t len, char *dir)
+{
+    static int seq;
+    switch (o->rdzv) {
+    case RDZV_FILE:
+        snprintf(dir, 64, "/tmp/coll_test.XXXXXX");
+        if (!mkdtemp(dir))
+            dir[0] = 0;
+        snprintf(url, len, "file://%s", dir);
+        break;
+    case RDZV_TCP:
+        snprintf(url, len, "tcp://127.0.0.1:%d", free_port());
+        break;
+    case RDZV_ENV: {
+        char port[16];
+        snprintf(port, sizeof(port), "%d", free_port());
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port, 1);
+        snprintf(url, len, "env://");
+        break;
+    }
+    case RDZV_MEM:
+        snprintf(url, len, "mem://test-%d-%d", (int)getpid(), seq++);
+        break;
+    }
+}
+
+static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, void *arg)
+{
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.transport = o->transport;
+    cfg.timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
+    coll_comm *c = NULL;
+    int r = o->rdzv == RDZV_ENV ? -1 : rank, n = o->rdzv == RDZV_ENV ? -1 : o->nranks;
+    if (o->rdzv == RDZV_ENV) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", rank);
+        setenv("RANK", v, 1);
+        snprintf(v, sizeof(v), "%d", o->nranks);
+        setenv("WORLD_SIZE", v, 1);
+    }
+    int rc = coll_init(&c, url, r, n, &cfg);
+    if (rc != COLL_OK) {
+        fprintf(stderr, "rank %d: coll_init(%s): %s: %s\n", rank, url, coll_strerror(rc),
+                coll_last_error(NULL));
+        return 100;
+    }
+    int res = fn(c, arg);
+    coll_destroy(c);
+    return res;
+}
+
+typedef struct {
+    const run_opts *o;
+    const char *url;
+    int rank;
+    rank_fn fn;
+    void *arg;
+    int result;
+} thread_arg;
+
+static void *thread_main(void *p)
+{
+    thread_arg *t = p;
+    t->result = rank_main(t->o, t->url, t->rank, t->fn, t->arg);
+    return NULL;
+}
+
+static int run_threads(const run_opts *o, const char *url, rank_fn fn, void *arg)
+{
+    pthread_t th[64];
+    thread_arg ta[64];
+    for (int r = 0; r < o->nranks; r++) {
+        ta[r] = (thread_arg){ o, url, r, fn, arg, 0 };
+        pthread_create(&th[r], NULL, thread_main, &ta[r]);
+    }
+    int failed = 0;
+    for (int r = 0; r < o->nranks; r++) {
+        pthread_join(th[r], NULL);
+        last_exit[r] = ta[r].result;
+        failed += ta[r].result != 0;
+    }
+    return failed;
+}
+
+/* Waits for every child until the deadline, then kills what is left. */
+static int reap(pid_t *pids, int n, int deadline_s)
+{
+    int failed = 0, left = n;
+    time_t end = time(NULL) + deadline_s;
+    while (left > 0) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p == 0 && time(NULL) < end) {
+            usleep(2000);
+            continue;
+        }
+        if (p == 0) {
+            for (int r = 0; r < n; r++)
+                if (pids[r] > 0) {
+                    fprintf(stderr, "rank %d still running after %d s: killed\n", r, deadline_s);
+                    kill(pids[r], SIGKILL);
+                }
+            end = time(NULL) + 60;
+            continue;
+        }
+        if (p < 0)
+            break;
+        for (int r = 0; r < n; r++)
+            if (pids[r] == p) {
+                pids[r] = 0;
+                last_exit[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+                failed += last_exit[r] != 0;
+                left--;
+            }
+    }
+    return failed;
+}
+
+int run_ranks(const run_opts *o, rank_fn fn, void *arg)
+{
+    char url[256], dir[64] = "";
+    make_url(o, url, sizeof(url), dir);
+    if (o->rdzv == RDZV_MEM)
+        return run_threads(o, url, fn, arg);
+    pid_t pids[64];
+    fflush(NULL);
+    for (int r = 0; r < o->nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(rank_main(o, url, r, fn, arg));
+    }
+    int failed = reap(pids, o->nranks, o->deadline_s ? o->deadline_s : 120);
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", dir);
+    }
+    return failed;
+}

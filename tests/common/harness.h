@@ -1,0 +1,43 @@
+/* Multi-rank test harness: ranks are real processes (fork) meeting through a real
+ * rendezvous URL, or threads on the loop transport. A rank body returns 0 on success and
+ * prints what it expected and what came on failure. */
+#ifndef CL_TEST_HARNESS_H
+#define CL_TEST_HARNESS_H
+
+#include "collective.h"
+
+#include <stddef.h>
+
+typedef int (*rank_fn)(coll_comm *c, void *arg);
+
+typedef enum { RDZV_FILE, RDZV_TCP, RDZV_ENV, RDZV_MEM } rdzv_kind;
+
+typedef struct {
+    int nranks;
+    rdzv_kind rdzv;
+    const char *transport; /* NULL: tcp */
+    int timeout_ms;        /* library timeout; 0: 10000 */
+    int deadline_s;        /* the whole run; ranks still alive then are killed */
+} run_opts;
+
+/* Runs fn on every rank; returns how many ranks failed (exit code != 0 or killed). */
+int run_ranks(const run_opts *o, rank_fn fn, void *arg);
+
+/* The rank exit codes of the last run_ranks (index = rank); -1 for a killed rank. */
+extern int last_exit[64];
+
+/* A port nobody listens on right now, for tcp:// and env:// rendezvous. */
+int free_port(void);
+
+/* Fails the calling rank with a message if rc is not want. */
+#define EXPECT_RC(rc, want)                                                                  \
+    do {                                                                                     \
+        int rc_ = (rc);                                                                      \
+        if (rc_ != (want)) {                                                                 \
+            fprintf(stderr, "%s:%d: expected %s, got %s (%s)\n", __FILE__, __LINE__,         \
+                    coll_strerror(want), coll_strerror(rc_), coll_last_error(c));            \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+#endif
