@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -98,6 +99,49 @@ static int accept_all(coll_comm *c, cl_tr_listener *l)
     return COLL_OK;
 }
 
+/* One empty message over every link, both ways: init returns only once every link
+ * carried data, so a rank that leaves right after init cannot strand its peers. */
+static int exchange_first_message(coll_comm *c)
+{
+    int n = c->size, k = 0, rc = COLL_OK;
+    cl_tr_req **reqs = calloc((size_t)(4 * n), sizeof(*reqs));
+    cl_msg_hdr *in = calloc((size_t)(2 * n), sizeof(*in));
+    cl_msg_hdr h = { .magic = CL_MSG_MAGIC };
+    if (!reqs || !in)
+        rc = COLL_ENOMEM;
+    for (int ch = 0; ch < CL_CHANNELS && rc == COLL_OK; ch++)
+        for (int p = 0; p < n && rc == COLL_OK; p++) {
+            if (p == c->rank)
+                continue;
+            rc = c->tr->isend(c->conns[ch][0][p], &h, NULL, &reqs[k++]);
+            if (rc == COLL_OK)
+                rc = c->tr->irecv(c->conns[ch][1][p], &in[ch * n + p], NULL, 0, &reqs[k++]);
+        }
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    for (int i = 0; i < k; i++) {
+        int done = 0, r = COLL_OK;
+        while (reqs[i] && !done) {
+            uint64_t seen = cl_notifier_events(&c->notifier);
+            r = c->tr->test(reqs[i], &done, NULL);
+            if (!done && cl_now_ms() >= deadline) {
+                r = COLL_ETIMEDOUT;
+                break;
+            }
+            if (!done)
+                cl_notifier_wait(&c->notifier, seen, deadline);
+        }
+        if (r != COLL_OK && rc == COLL_OK) {
+            int j = (i / 2) % (n - 1), peer = j < c->rank ? j : j + 1;
+            cl_comm_fail(c, r, "rank %d: the first message with rank %d failed: %s", c->rank,
+                         peer, coll_strerror(r));
+            rc = r;
+        }
+    }
+    free(reqs);
+    free(in);
+    return rc;
+}
+
 int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
 {
     for (int ch = 0; ch < CL_CHANNELS; ch++) {
@@ -117,6 +161,8 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
     }
     int rc = accept_all(c, l);
     c->tr->close_listener(l);
+    if (rc == COLL_OK)
+        rc = exchange_first_message(c);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
         int n = c->size;
         cl_log(COLL_LOG_INFO, "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d (%s)",

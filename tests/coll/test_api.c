@@ -1,0 +1,320 @@
+/* Behaviour through the public API on real processes: point-to-point matching, the
+ * non-blocking forms, split, barrier, statistics, mismatches and misuse. */
+#include "../common/harness.h"
+#include "../../perf/verify.h"
+
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FAIL_IF(cond, ...)                                                     \
+    do {                                                                       \
+        if (cond) {                                                            \
+            fprintf(stderr, "rank %d: ", coll_rank(c));                        \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, " [%s]\n", coll_last_error(c));                    \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+static void expect_all_pass(int n, rank_fn fn, rdzv_kind rdzv)
+{
+    run_opts o = { .nranks = n, .rdzv = rdzv, .timeout_ms = 5000, .deadline_s = 60 };
+    int failed = run_ranks(&o, fn, NULL);
+    ck_assert_msg(failed == 0, "%d of %d ranks failed", failed, n);
+}
+
+/* Several messages to each peer with different tags arrive in posting order. */
+static int p2p_fifo_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    enum { M = 16 };
+    int32_t out[M][64], in[M][64];
+    coll_req *rq[2 * M];
+    int to = (me + 1) % n, from = (me + n - 1) % n;
+    for (int m = 0; m < M; m++) {
+        EXPECT_RC(coll_irecv(c, in[m], 64, COLL_I32, from, (uint32_t)m, &rq[m]), COLL_OK);
+        for (int k = 0; k < 64; k++)
+            out[m][k] = me * 100000 + m * 100 + k;
+        EXPECT_RC(coll_isend(c, out[m], 64, COLL_I32, to, (uint32_t)m, &rq[M + m]), COLL_OK);
+    }
+    for (int m = 0; m < 2 * M; m++)
+        EXPECT_RC(coll_wait(rq[m]), COLL_OK);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < 64; k++)
+            FAIL_IF(in[m][k] != from * 100000 + m * 100 + k, "message %d element %d: %d", m, k,
+                    in[m][k]);
+    return 0;
+}
+
+START_TEST(p2p_messages_match_in_posting_order)
+{
+    expect_all_pass(4, p2p_fifo_rank, RDZV_FILE);
+}
+END_TEST
+
+/* Sends to every peer, then receives from every peer: zero-length and 4 MiB messages
+ * both arrive, and a send to one peer never waits for a send to another. */
+static int p2p_all_pairs_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    size_t big = 1u << 20;
+    float *out = malloc(big * 4), *in = malloc(big * 4);
+    cl_fill(out, big, COLL_F32, COLL_SUM, me, 0);
+    coll_req *sends[8], *empties[8];
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            EXPECT_RC(coll_isend(c, out, big, COLL_F32, p, 7, &sends[p]), COLL_OK);
+            EXPECT_RC(coll_isend(c, NULL, 0, COLL_F32, p, 8, &empties[p]), COLL_OK);
+        }
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            EXPECT_RC(coll_recv(c, in, big, COLL_F32, p, 7), COLL_OK);
+            for (size_t k = 0; k < big; k++)
+                FAIL_IF(in[k] != (float)cl_val(p, k, COLL_SUM), "from %d element %zu", p, k);
+            EXPECT_RC(coll_recv(c, NULL, 0, COLL_F32, p, 8), COLL_OK);
+        }
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            EXPECT_RC(coll_wait(sends[p]), COLL_OK);
+            EXPECT_RC(coll_wait(empties[p]), COLL_OK);
+        }
+    free(out);
+    free(in);
+    return 0;
+}
+
+START_TEST(p2p_every_pair_large_and_empty)
+{
+    expect_all_pass(3, p2p_all_pairs_rank, RDZV_TCP);
+}
+END_TEST
+
+/* A tag that disagrees is COLL_EMISMATCH on the receiver, not a silent reorder. */
+static int p2p_tag_mismatch_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int v = 5;
+    if (coll_rank(c) == 0)
+        EXPECT_RC(coll_send(c, &v, 1, COLL_I32, 1, 1), COLL_OK);
+    else {
+        EXPECT_RC(coll_recv(c, &v, 1, COLL_I32, 0, 2), COLL_EMISMATCH);
+        FAIL_IF(!strstr(coll_last_error(c), "tag"), "message should name the tags");
+        EXPECT_RC(coll_barrier(c), COLL_ESTATE);
+    }
+    return 0;
+}
+
+START_TEST(p2p_tag_mismatch_is_an_error)
+{
+    expect_all_pass(2, p2p_tag_mismatch_rank, RDZV_FILE);
+}
+END_TEST
+
+/* Non-blocking collectives progress with nobody calling test or wait. */
+static int progress_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    enum { K = 4, COUNT = 300000 };
+    float *buf = malloc(sizeof(float) * COUNT * K);
+    coll_req *rq[K];
+    for (int k = 0; k < K; k++) {
+        cl_fill(buf + (size_t)k * COUNT, COUNT, COLL_F32, COLL_SUM, me, 0);
+        EXPECT_RC(coll_iallreduce(c, buf + (size_t)k * COUNT, buf + (size_t)k * COUNT, COUNT,
+                                  COLL_F32, COLL_SUM, &rq[k]),
+                  COLL_OK);
+    }
+    int done = 0;
+    for (int t = 0; t < 500 && !done; t++) {
+        usleep(20000); /* no library call here: the engine must do the work */
+        int d;
+        EXPECT_RC(coll_test(rq[K - 1], &d), d ? COLL_OK : COLL_INPROGRESS);
+        done = d;
+    }
+    FAIL_IF(!done, "the last all-reduce never finished on its own");
+    for (int k = 0; k < K; k++) {
+        EXPECT_RC(coll_wait(rq[k]), COLL_OK);
+        FAIL_IF(cl_check_reduce(buf + (size_t)k * COUNT, COUNT, COLL_F32, COLL_SUM, n, 0),
+                "all-reduce %d wrong", k);
+    }
+    free(buf);
+    return 0;
+}
+
+START_TEST(nonblocking_ops_progress_without_test)
+{
+    expect_all_pass(3, progress_rank, RDZV_FILE);
+}
+END_TEST
+
+/* Even and odd ranks form two communicators ordered by key; color < 0 joins none. */
+static int split_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    coll_comm *sub = NULL;
+    int color = me == n - 1 ? -1 : me % 2;
+    EXPECT_RC(coll_split(c, color, -me, &sub), COLL_OK);
+    if (color < 0) {
+        FAIL_IF(sub != NULL, "color -1 must give NULL");
+    } else {
+        int members = 0, pos = 0;
+        for (int r = 0; r < n - 1; r++)
+            if (r % 2 == color) {
+                members++;
+                pos += r > me; /* key -rank: higher old ranks come first */
+            }
+        FAIL_IF(coll_size(sub) != members || coll_rank(sub) != pos, "size %d rank %d, want %d %d",
+                coll_size(sub), coll_rank(sub), members, pos);
+        int v = me, sum = 0, want = 0;
+        EXPECT_RC(coll_allreduce(sub, &v, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
+        for (int r = 0; r < n - 1; r++)
+            want += r % 2 == color ? r : 0;
+        FAIL_IF(sum != want, "sub all-reduce %d, want %d", sum, want);
+        coll_destroy(sub);
+    }
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    return 0;
+}
+
+START_TEST(split_makes_groups_by_color_and_key)
+{
+    expect_all_pass(5, split_rank, RDZV_FILE);
+}
+END_TEST
+
+/* A 16 MiB f32 all-reduce puts 2(n-1)/n x 16 MiB on the wire per rank, plus headers
+ * under 2%. */
+static int stats_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c);
+    size_t count = 4u << 20;
+    float *buf = calloc(count, sizeof(float));
+    coll_reset_stats(c);
+    EXPECT_RC(coll_allreduce(c, buf, buf, count, COLL_F32, COLL_SUM), COLL_OK);
+    coll_stats st;
+    EXPECT_RC(coll_get_stats(c, &st), COLL_OK);
+    uint64_t payload = 2 * (uint64_t)(n - 1) * (count * 4 / (size_t)n);
+    FAIL_IF(st.wire_tx < payload || st.wire_tx > payload + payload / 50,
+            "wire_tx %llu, payload %llu", (unsigned long long)st.wire_tx,
+            (unsigned long long)payload);
+    FAIL_IF(st.wire_rx != st.wire_tx, "wire_rx %llu != wire_tx %llu",
+            (unsigned long long)st.wire_rx, (unsigned long long)st.wire_tx);
+    FAIL_IF(st.ops != 1 || st.bytes_in != count * 4, "ops %llu bytes_in %llu",
+            (unsigned long long)st.ops, (unsigned long long)st.bytes_in);
+    free(buf);
+    return 0;
+}
+
+START_TEST(stats_count_wire_bytes_exactly)
+{
+    expect_all_pass(4, stats_rank, RDZV_FILE);
+}
+END_TEST
+
+/* Ranks that disagree on count, dtype or op fail instead of hanging: the ranks that see
+ * the disagreement get COLL_EMISMATCH naming both sides; a rank whose neighbours agree
+ * with it learns of the failure as a closed link (COLL_EPEER). */
+static int mismatch_rank(coll_comm *c, void *arg)
+{
+    int what = *(int *)arg, me = coll_rank(c);
+    float buf[64] = { 0 };
+    size_t count = what == 0 && me == 1 ? 33 : 32;
+    coll_dtype dt = what == 1 && me == 1 ? COLL_I32 : COLL_F32;
+    coll_op op = what == 2 && me == 1 ? COLL_MAX : COLL_SUM;
+    int rc = coll_allreduce(c, buf, buf, count, dt, op);
+    FAIL_IF(rc != COLL_EMISMATCH && (rc != COLL_EPEER || me != 0), "got %s", coll_strerror(rc));
+    FAIL_IF(rc == COLL_EMISMATCH && !strstr(coll_last_error(c), "expects"),
+            "message should name both sides");
+    EXPECT_RC(coll_allreduce(c, buf, buf, 1, COLL_F32, COLL_SUM), COLL_ESTATE);
+    return 0;
+}
+
+START_TEST(mismatched_arguments_are_emismatch_on_every_rank)
+{
+    int what = _i;
+    run_opts o = { .nranks = 3, .rdzv = RDZV_FILE, .timeout_ms = 3000, .deadline_s = 30 };
+    int failed = run_ranks(&o, mismatch_rank, &what);
+    ck_assert_msg(failed == 0, "%d ranks failed (case %d)", failed, what);
+}
+END_TEST
+
+/* Bad arguments are COLL_EINVAL and leave the communicator usable. */
+static int misuse_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float f[4] = { 0 };
+    coll_req *q;
+    EXPECT_RC(coll_allreduce(NULL, f, f, 4, COLL_F32, COLL_SUM), COLL_EINVAL);
+    EXPECT_RC(coll_allreduce(c, f, f, 4, (coll_dtype)42, COLL_SUM), COLL_EINVAL);
+    EXPECT_RC(coll_allreduce(c, f, f, 4, COLL_F32, (coll_op)-1), COLL_EINVAL);
+    EXPECT_RC(coll_allreduce(c, NULL, f, 4, COLL_F32, COLL_SUM), COLL_EINVAL);
+    EXPECT_RC(coll_allreduce(c, f, f, SIZE_MAX / 2, COLL_F32, COLL_SUM), COLL_EINVAL);
+    EXPECT_RC(coll_reduce_scatter(c, f, f, SIZE_MAX / 8, COLL_F64, COLL_SUM), COLL_EINVAL);
+    EXPECT_RC(coll_broadcast(c, f, 4, COLL_F32, 99), COLL_EINVAL);
+    EXPECT_RC(coll_send(c, f, 4, COLL_F32, coll_rank(c), 0), COLL_EINVAL);
+    EXPECT_RC(coll_recv(c, f, 4, COLL_F32, -1, 0), COLL_EINVAL);
+    EXPECT_RC(coll_iallreduce(c, f, f, 4, COLL_F32, COLL_SUM, NULL), COLL_EINVAL);
+    EXPECT_RC(coll_set_codec(c, COLL_CODEC_INT8), COLL_ENOTSUP);
+    EXPECT_RC(coll_wait(NULL), COLL_EINVAL);
+    EXPECT_RC(coll_iallreduce(c, f, f, 4, COLL_F32, COLL_SUM, &q), COLL_OK);
+    EXPECT_RC(coll_wait(q), COLL_OK);
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    return 0;
+}
+
+START_TEST(misuse_returns_einval_and_comm_stays_usable)
+{
+    expect_all_pass(2, misuse_rank, RDZV_FILE);
+}
+END_TEST
+
+static int abort_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float f[4] = { 0 };
+    if (coll_rank(c) == 0) {
+        EXPECT_RC(coll_abort(c), COLL_OK);
+        EXPECT_RC(coll_allreduce(c, f, f, 4, COLL_F32, COLL_SUM), COLL_EABORTED);
+    } else {
+        int rc = coll_allreduce(c, f, f, 4, COLL_F32, COLL_SUM);
+        FAIL_IF(rc != COLL_EPEER && rc != COLL_EABORTED, "peer of an aborted rank got %s",
+                coll_strerror(rc));
+    }
+    return 0;
+}
+
+START_TEST(abort_fails_this_rank_and_its_peers)
+{
+    expect_all_pass(3, abort_rank, RDZV_FILE);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api");
+    TCase *t = tcase_create("api");
+    tcase_set_timeout(t, 90);
+    tcase_add_test(t, p2p_messages_match_in_posting_order);
+    tcase_add_test(t, p2p_every_pair_large_and_empty);
+    tcase_add_test(t, p2p_tag_mismatch_is_an_error);
+    tcase_add_test(t, nonblocking_ops_progress_without_test);
+    tcase_add_test(t, split_makes_groups_by_color_and_key);
+    tcase_add_test(t, stats_count_wire_bytes_exactly);
+    tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
+    tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
+    tcase_add_test(t, abort_fails_this_rank_and_its_peers);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
