@@ -102,7 +102,8 @@ static int gather_handles(coll_comm *c, char *handles, int64_t deadline)
         int64_t d = missing ? cl_now_ms() : deadline; /* after the first miss, just look */
         int r = cl_store_wait(c->store, key, handles + (size_t)p * CL_HANDLE_BYTES, CL_HANDLE_BYTES,
                               &len, d);
-        if (r == COLL_ETIMEDOUT) {
+        /* EPEER: rank 0 gave up first and its store went away; same story. */
+        if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
             size_t at = strlen(list);
             snprintf(list + at, sizeof(list) - at, "%s%d", missing ? "," : "", p);
             missing++;

@@ -1,0 +1,219 @@
+/* One conformance suite for every transport (transports/transport.h is the contract):
+ * handshake delivery, ordering, zero-length and large messages, many in flight, a
+ * message longer than the receive, and a closed peer. Run once per transport. */
+#include "../../lib/core/util.h"
+#include "../../transports/transport.h"
+#include "collective.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *tname;
+
+typedef struct {
+    const cl_transport *tr;
+    cl_notifier na, nb;
+    cl_tr_ctx *a, *b;
+    cl_tr_listener *l;
+    cl_tr_conn *send, *recv;
+} pair;
+
+static int wait_req(pair *p, cl_tr_req *r, size_t *nbytes)
+{
+    int64_t deadline = cl_now_ms() + 10000;
+    for (;;) {
+        int done = 0, rc = p->tr->test(r, &done, nbytes);
+        if (done)
+            return rc;
+        ck_assert_msg(cl_now_ms() < deadline, "request never completed");
+        /* Completions may signal either side's notifier: poll with a short sleep. */
+        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 2);
+    }
+}
+
+static void pair_open(pair *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->tr = cl_transport_find(tname);
+    ck_assert_ptr_nonnull(p->tr);
+    cl_notifier_init(&p->na);
+    cl_notifier_init(&p->nb);
+    cl_tr_config ca = { "lo", 5000, &p->na }, cb = { "lo", 5000, &p->nb };
+    ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
+    ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
+    char handle[CL_HANDLE_BYTES];
+    ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
+    uint8_t hello[CL_HELLO_BYTES], got[CL_HELLO_BYTES];
+    for (int i = 0; i < CL_HELLO_BYTES; i++)
+        hello[i] = (uint8_t)(i * 7 + 1);
+    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, &p->send), COLL_OK);
+    int64_t deadline = cl_now_ms() + 5000;
+    while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
+        ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");
+        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 5);
+    }
+    ck_assert_int_eq(memcmp(hello, got, CL_HELLO_BYTES), 0);
+}
+
+static void pair_close(pair *p)
+{
+    p->tr->ctx_destroy(p->a);
+    p->tr->ctx_destroy(p->b);
+    cl_notifier_destroy(&p->na);
+    cl_notifier_destroy(&p->nb);
+}
+
+static cl_msg_hdr hdr(uint32_t len, uint32_t seq)
+{
+    return (cl_msg_hdr){ .magic = CL_MSG_MAGIC, .len = len, .seq = seq };
+}
+
+START_TEST(messages_arrive_in_posting_order)
+{
+    pair p;
+    pair_open(&p);
+    enum { M = 64 };
+    uint32_t out[M], in[M];
+    cl_msg_hdr h[M], got[M];
+    cl_tr_req *s[M], *r[M];
+    for (uint32_t i = 0; i < M; i++) {
+        out[i] = i * 2654435761u;
+        h[i] = hdr(4, i);
+        if (i % 2 == 0) /* half the receives posted before their send, half after */
+            ck_assert_int_eq(p.tr->irecv(p.recv, &got[i], &in[i], 4, &r[i]), COLL_OK);
+        ck_assert_int_eq(p.tr->isend(p.send, &h[i], &out[i], &s[i]), COLL_OK);
+        if (i % 2 == 1)
+            ck_assert_int_eq(p.tr->irecv(p.recv, &got[i], &in[i], 4, &r[i]), COLL_OK);
+    }
+    for (uint32_t i = 0; i < M; i++) {
+        size_t n = 0;
+        ck_assert_int_eq(wait_req(&p, r[i], &n), COLL_OK);
+        ck_assert_uint_eq(n, 4);
+        ck_assert_uint_eq(got[i].seq, i);
+        ck_assert_uint_eq(in[i], out[i]);
+        ck_assert_int_eq(wait_req(&p, s[i], NULL), COLL_OK);
+    }
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(zero_length_and_large_messages)
+{
+    pair p;
+    pair_open(&p);
+    size_t big = 24u << 20;
+    unsigned char *out = malloc(big), *in = calloc(1, big);
+    for (size_t i = 0; i < big; i++)
+        out[i] = (unsigned char)(i * 31 + (i >> 13));
+    cl_msg_hdr h0 = hdr(0, 1), h1 = hdr((uint32_t)big, 2), g0, g1;
+    cl_tr_req *s0, *s1, *r0, *r1;
+    ck_assert_int_eq(p.tr->isend(p.send, &h0, NULL, &s0), COLL_OK);
+    ck_assert_int_eq(p.tr->isend(p.send, &h1, out, &s1), COLL_OK);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g0, NULL, 0, &r0), COLL_OK);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g1, in, big, &r1), COLL_OK);
+    size_t n0 = 99, n1 = 0;
+    ck_assert_int_eq(wait_req(&p, r0, &n0), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r1, &n1), COLL_OK);
+    ck_assert_uint_eq(n0, 0);
+    ck_assert_uint_eq(n1, big);
+    ck_assert_int_eq(memcmp(in, out, big), 0);
+    ck_assert_int_eq(wait_req(&p, s0, NULL), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, s1, NULL), COLL_OK);
+    free(out);
+    free(in);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(many_in_flight)
+{
+    pair p;
+    pair_open(&p);
+    enum { M = 512, SZ = 8192 };
+    unsigned char *out = malloc((size_t)M * SZ), *in = calloc(M, SZ);
+    cl_msg_hdr *h = calloc(M, sizeof(*h)), *g = calloc(M, sizeof(*g));
+    cl_tr_req **s = calloc(M, sizeof(*s)), **r = calloc(M, sizeof(*r));
+    for (size_t i = 0; i < (size_t)M * SZ; i++)
+        out[i] = (unsigned char)(i % 251);
+    for (int i = 0; i < M; i++) {
+        h[i] = hdr(SZ, (uint32_t)i);
+        ck_assert_int_eq(p.tr->isend(p.send, &h[i], out + (size_t)i * SZ, &s[i]), COLL_OK);
+    }
+    for (int i = 0; i < M; i++)
+        ck_assert_int_eq(p.tr->irecv(p.recv, &g[i], in + (size_t)i * SZ, SZ, &r[i]), COLL_OK);
+    for (int i = 0; i < M; i++) {
+        ck_assert_int_eq(wait_req(&p, r[i], NULL), COLL_OK);
+        ck_assert_int_eq(wait_req(&p, s[i], NULL), COLL_OK);
+    }
+    ck_assert_int_eq(memcmp(in, out, (size_t)M * SZ), 0);
+    free(out), free(in), free(h), free(g), free(s), free(r);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(message_longer_than_receive_is_emismatch)
+{
+    pair p;
+    pair_open(&p);
+    char out[64] = { 0 }, in[16];
+    cl_msg_hdr h = hdr(64, 1), g;
+    cl_tr_req *s, *r;
+    ck_assert_int_eq(p.tr->isend(p.send, &h, out, &s), COLL_OK);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EMISMATCH);
+    ck_assert_uint_eq(g.len, 64); /* the header is there to explain the mismatch */
+    wait_req(&p, s, NULL);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(closed_peer_fails_pending_and_later_receives)
+{
+    pair p;
+    pair_open(&p);
+    char in[8];
+    cl_msg_hdr g;
+    cl_tr_req *r, *r2;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r), COLL_OK);
+    p.tr->close_conn(p.send);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPEER);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r2), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r2, NULL), COLL_EPEER);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(shutdown_fails_pending_requests)
+{
+    pair p;
+    pair_open(&p);
+    char in[8];
+    cl_msg_hdr g;
+    cl_tr_req *r;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r), COLL_OK);
+    p.tr->shutdown(p.b, COLL_EABORTED);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EABORTED);
+    pair_close(&p);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    tname = argc > 1 ? argv[1] : "loop";
+    Suite *s = suite_create(tname);
+    TCase *t = tcase_create("conformance");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, messages_arrive_in_posting_order);
+    tcase_add_test(t, zero_length_and_large_messages);
+    tcase_add_test(t, many_in_flight);
+    tcase_add_test(t, message_longer_than_receive_is_emismatch);
+    tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
+    tcase_add_test(t, shutdown_fails_pending_requests);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,155 @@
+/* Reduction kernels against a scalar reference for every dtype x op, and the f16/bf16
+ * conversions on the values that break naive code: rounding ties, overflow, denormals,
+ * infinities and NaN. */
+#include "../../lib/kernels/half.h"
+#include "../../lib/kernels/reduce.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N = 1031 }; /* odd, so vector loops have a tail */
+
+static double at(const void *b, size_t i, int dt)
+{
+    switch (dt) {
+    case COLL_F32: return ((const float *)b)[i];
+    case COLL_F64: return ((const double *)b)[i];
+    case COLL_F16: return cl_f16_to_f32(((const uint16_t *)b)[i]);
+    case COLL_BF16: return cl_bf16_to_f32(((const uint16_t *)b)[i]);
+    case COLL_I8: return ((const int8_t *)b)[i];
+    case COLL_U8: return ((const uint8_t *)b)[i];
+    case COLL_I32: return ((const int32_t *)b)[i];
+    default: return (double)((const int64_t *)b)[i];
+    }
+}
+
+static void set(void *b, size_t i, int dt, int v)
+{
+    switch (dt) {
+    case COLL_F32: ((float *)b)[i] = (float)v; break;
+    case COLL_F64: ((double *)b)[i] = v; break;
+    case COLL_F16: ((uint16_t *)b)[i] = cl_f32_to_f16((float)v); break;
+    case COLL_BF16: ((uint16_t *)b)[i] = cl_f32_to_bf16((float)v); break;
+    case COLL_I8: ((int8_t *)b)[i] = (int8_t)v; break;
+    case COLL_U8: ((uint8_t *)b)[i] = (uint8_t)v; break;
+    case COLL_I32: ((int32_t *)b)[i] = v; break;
+    default: ((int64_t *)b)[i] = v; break;
+    }
+}
+
+static double scalar(double x, double y, int op)
+{
+    switch (op) {
+    case COLL_PROD: return x * y;
+    case COLL_MIN: return x < y ? x : y;
+    case COLL_MAX: return x > y ? x : y;
+    default: return x + y;
+    }
+}
+
+START_TEST(every_dtype_and_op_matches_scalar_reference)
+{
+    int dt = _i / 5, op = _i % 5;
+    size_t es = cl_dtype_size(dt);
+    char *a = malloc(N * es), *b = malloc(N * es), *d = malloc(N * es);
+    int sgn = dt == COLL_U8 ? 0 : 1; /* values that fit every type, negatives where signed */
+    for (size_t i = 0; i < N; i++) {
+        set(a, i, dt, (int)(i % 11) - 5 * sgn);
+        set(b, i, dt, (int)(i % 7) - 3 * sgn);
+    }
+    cl_reduce(d, a, b, N, (coll_dtype)dt, (coll_op)op);
+    for (size_t i = 0; i < N; i++) {
+        double want = scalar(at(a, i, dt), at(b, i, dt), op);
+        ck_assert_msg(at(d, i, dt) == want, "dtype %s op %s element %zu: got %g want %g",
+                      cl_dtype_name(dt), cl_op_name(op), i, at(d, i, dt), want);
+    }
+    cl_reduce(a, a, b, N, (coll_dtype)dt, (coll_op)op); /* dst aliasing a source */
+    ck_assert_int_eq(memcmp(a, d, N * es), 0);
+    free(a);
+    free(b);
+    free(d);
+}
+END_TEST
+
+START_TEST(divide_rounds_like_the_type)
+{
+    int32_t i[3] = { 7, -7, 9 };
+    cl_divide(i, 3, COLL_I32, 2);
+    ck_assert_int_eq(i[0], 3);
+    ck_assert_int_eq(i[1], -3);
+    ck_assert_int_eq(i[2], 4);
+    float f[2] = { 1.0f, 3.0f };
+    cl_divide(f, 2, COLL_F32, 3);
+    ck_assert(f[0] == 1.0f / 3.0f && f[1] == 1.0f);
+    uint16_t h = cl_f32_to_f16(3.0f);
+    cl_divide(&h, 1, COLL_F16, 2);
+    ck_assert(cl_f16_to_f32(h) == 1.5f);
+}
+END_TEST
+
+START_TEST(f16_conversion_edge_cases)
+{
+    ck_assert_uint_eq(cl_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(cl_f32_to_f16(-2.0f), 0xc000);
+    ck_assert_uint_eq(cl_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(cl_f32_to_f16(65520.0f), 0x7c00);   /* rounds up to infinity */
+    ck_assert_uint_eq(cl_f32_to_f16(65519.0f), 0x7bff);
+    ck_assert_uint_eq(cl_f32_to_f16(INFINITY), 0x7c00);
+    ck_assert_uint_eq(cl_f32_to_f16(-INFINITY), 0xfc00);
+    ck_assert(isnan(cl_f16_to_f32(cl_f32_to_f16(NAN))));
+    ck_assert_uint_eq(cl_f32_to_f16(0x1p-24f), 0x0001);   /* smallest denormal */
+    ck_assert_uint_eq(cl_f32_to_f16(0x1p-25f), 0x0000);   /* tie to even: 0 */
+    ck_assert_uint_eq(cl_f32_to_f16(0x3p-25f), 0x0002);   /* tie to even: 2 */
+    ck_assert_uint_eq(cl_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie: even mantissa */
+    ck_assert_uint_eq(cl_f32_to_f16(1.0f + 0x3p-11f), 0x3c02);
+    ck_assert_uint_eq(cl_f32_to_f16(-0.0f), 0x8000);
+    for (uint32_t h = 0; h < 0x10000; h++) { /* every half survives a round trip */
+        float f = cl_f16_to_f32((uint16_t)h);
+        if (!isnan(f))
+            ck_assert_uint_eq(cl_f32_to_f16(f), h);
+    }
+}
+END_TEST
+
+START_TEST(bf16_conversion_edge_cases)
+{
+    ck_assert_uint_eq(cl_f32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(cl_f32_to_bf16(cl_bits_f32(0x3f808000u)), 0x3f80); /* tie to even */
+    ck_assert_uint_eq(cl_f32_to_bf16(cl_bits_f32(0x3f818000u)), 0x3f82);
+    ck_assert_uint_eq(cl_f32_to_bf16(INFINITY), 0x7f80);
+    ck_assert(isnan(cl_bf16_to_f32(cl_f32_to_bf16(NAN))));
+    ck_assert(isnan(cl_bf16_to_f32(cl_f32_to_bf16(cl_bits_f32(0x7f800001u)))));
+    ck_assert_uint_eq(cl_f32_to_bf16(cl_bits_f32(0x7f7fffffu)), 0x7f80); /* max rounds to inf */
+}
+END_TEST
+
+START_TEST(sizes_and_names)
+{
+    ck_assert_uint_eq(cl_dtype_size(COLL_BF16), 2);
+    ck_assert_uint_eq(cl_dtype_size(COLL_I64), 8);
+    ck_assert_uint_eq(cl_dtype_size(8), 0);
+    ck_assert_uint_eq(cl_dtype_size(-1), 0);
+    ck_assert(!cl_op_valid(5) && cl_op_valid(COLL_AVG));
+    ck_assert_str_eq(cl_dtype_name(COLL_F16), "half");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("reduce kernels");
+    TCase *t = tcase_create("kernels");
+    tcase_add_loop_test(t, every_dtype_and_op_matches_scalar_reference, 0, 40);
+    tcase_add_test(t, divide_rounds_like_the_type);
+    tcase_add_test(t, f16_conversion_edge_cases);
+    tcase_add_test(t, bf16_conversion_edge_cases);
+    tcase_add_test(t, sizes_and_names);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

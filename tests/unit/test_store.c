@@ -1,0 +1,140 @@
+/* The rendezvous stores (file, mem, tcp) behave alike: set then get, a missing key is
+ * "not yet", waiting past the deadline times out; the tcp server survives garbage. */
+#include "../../lib/core/util.h"
+#include "../../lib/rdzv/store.h"
+#include "../common/harness.h"
+
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static cl_store *open_kind(int kind, char *dir)
+{
+    cl_store *s = NULL;
+    char err[256], where[64];
+    if (kind == 0) {
+        snprintf(dir, 64, "/tmp/coll_store.XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ck_assert_int_eq(cl_store_file_open(dir, &s), COLL_OK);
+    } else if (kind == 1) {
+        snprintf(where, sizeof(where), "unit-%d", (int)getpid());
+        ck_assert_int_eq(cl_store_mem_open(where, &s), COLL_OK);
+    } else {
+        snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+        ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 5000, &s, err, sizeof(err)),
+                         COLL_OK);
+    }
+    return s;
+}
+
+START_TEST(set_get_missing_and_timeout)
+{
+    char dir[64] = "";
+    cl_store *s = open_kind(_i, dir);
+    char buf[64];
+    size_t len = 0;
+    ck_assert_int_eq(s->ops->get(s, "absent", buf, sizeof(buf), &len), COLL_INPROGRESS);
+    ck_assert_int_eq(s->ops->set(s, "a/b", "hello", 5), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, "a/b", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_int_eq(memcmp(buf, "hello", 5), 0);
+    ck_assert_int_eq(s->ops->set(s, "a/b", "bye", 3), COLL_OK); /* overwrite */
+    ck_assert_int_eq(cl_store_wait(s, "a/b", buf, sizeof(buf), &len, cl_now_ms() + 100), COLL_OK);
+    ck_assert_uint_eq(len, 3);
+    int64_t t0 = cl_now_ms();
+    ck_assert_int_eq(cl_store_wait(s, "never", buf, sizeof(buf), &len, t0 + 200), COLL_ETIMEDOUT);
+    ck_assert_int_ge(cl_now_ms() - t0, 190);
+    s->ops->close(s);
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+}
+END_TEST
+
+START_TEST(tcp_server_survives_garbage_clients)
+{
+    char where[64], err[256];
+    int port = free_port();
+    snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+    cl_store *s;
+    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 5000, &s, err, sizeof(err)), COLL_OK);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    for (int k = 0; k < 3; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        unsigned char junk[64];
+        for (size_t i = 0; i < sizeof(junk); i++)
+            junk[i] = (unsigned char)(i * 37 + (size_t)k);
+        ck_assert_int_eq(send(fd, junk, sizeof(junk) - (size_t)k * 20, 0), (ssize_t)(sizeof(junk) - (size_t)k * 20));
+        close(fd);
+    }
+    char buf[8];
+    size_t len;
+    ck_assert_int_eq(s->ops->set(s, "k", "v", 1), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
+    s->ops->close(s);
+}
+END_TEST
+
+START_TEST(tcp_client_times_out_without_server)
+{
+    char where[64], err[256];
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    cl_store *s;
+    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 300, &s, err, sizeof(err)),
+                     COLL_ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(err, "cannot reach"));
+}
+END_TEST
+
+START_TEST(rendezvous_urls_parse_or_explain)
+{
+    cl_rdzv r;
+    char err[256];
+    ck_assert_int_eq(cl_rdzv_parse("tcp://10.0.0.1:4000", 1, 4, &r, err, sizeof(err)), COLL_OK);
+    ck_assert_str_eq(r.scheme, "tcp");
+    ck_assert_str_eq(r.where, "10.0.0.1:4000");
+    ck_assert_int_eq(cl_rdzv_parse("bogus", 0, 1, &r, err, sizeof(err)), COLL_EINVAL);
+    ck_assert_int_eq(cl_rdzv_parse("ftp://x", 0, 1, &r, err, sizeof(err)), COLL_EINVAL);
+    ck_assert_int_eq(cl_rdzv_parse("file:///tmp/x", 4, 4, &r, err, sizeof(err)), COLL_EINVAL);
+    unsetenv("RANK");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("PMI_RANK");
+    setenv("SLURM_PROCID", "2", 1);
+    setenv("SLURM_NTASKS", "3", 1);
+    setenv("MASTER_PORT", "1234", 1);
+    unsetenv("MASTER_ADDR");
+    ck_assert_int_eq(cl_rdzv_parse("env://", -1, -1, &r, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(r.rank, 2);
+    ck_assert_int_eq(r.size, 3);
+    ck_assert_str_eq(r.where, "127.0.0.1:1234");
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    ck_assert_int_eq(cl_rdzv_parse("env://", -1, -1, &r, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(r.rank, 1); /* mpirun's variables come before Slurm's */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("stores");
+    TCase *t = tcase_create("stores");
+    tcase_set_timeout(t, 20);
+    tcase_add_loop_test(t, set_get_missing_and_timeout, 0, 3);
+    tcase_add_test(t, tcp_server_survives_garbage_clients);
+    tcase_add_test(t, tcp_client_times_out_without_server);
+    tcase_add_test(t, rendezvous_urls_parse_or_explain);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
