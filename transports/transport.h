@@ -18,7 +18,9 @@
  *   cl_notify() on the context's notifier so a waiter can sleep instead of spinning.
  * - EOF, reset or a failed write: pending and later requests on that connection fail
  *   with COLL_EPEER. shutdown() fails every pending request of the context with
- *   `status` and closes every connection, so peers see EOF promptly.
+ *   `status` and closes every connection, so peers see EOF promptly. Before closing a
+ *   send connection that sits at a message boundary it sends `farewell` (a header-only
+ *   message, may be NULL) without waiting, so the peer can learn why; best effort.
  */
 #ifndef CL_TRANSPORT_H
 #define CL_TRANSPORT_H
@@ -86,7 +88,7 @@ typedef struct cl_transport {
     int (*irecv)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out);
     int (*test)(cl_tr_req *r, int *done, size_t *nbytes);
     void (*close_conn)(cl_tr_conn *c);
-    void (*shutdown)(cl_tr_ctx *ctx, int status);
+    void (*shutdown)(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
 } cl_transport;

@@ -31,6 +31,8 @@ int cl_p2p_post(coll_comm *c, coll_req *r)
 static int check_recv(coll_comm *c, coll_req *r, int rc, size_t nbytes)
 {
     const cl_msg_hdr *h = &r->hdr;
+    if (rc == COLL_OK && h->coll == CL_FAREWELL)
+        return cl_peer_failed(c, h, "recv", r->seq);
     if (rc == COLL_OK) {
         atomic_fetch_add(&c->wire_rx, sizeof(*h) + nbytes);
         if (h->tag == r->tag && h->count == r->count && h->dtype == r->dtype &&

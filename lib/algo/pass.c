@@ -108,6 +108,8 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
     cl_msg_hdr want = header_for(p, u, n), *got = &f->rh[slot];
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return link_error(p, rc, p->from, "from");
+    if (rc == COLL_OK && got->coll == CL_FAREWELL)
+        return cl_peer_failed(p->comm, got, cl_kind_name(p->req->kind), p->req->seq);
     if (rc == COLL_EMISMATCH || memcmp(got, &want, sizeof(want)) != 0 || nbytes != n * p->esize)
         return mismatch(p, got, &want);
     atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
@@ -127,6 +129,8 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
     coll_comm *c = p->comm;
     const char *what = rc == COLL_EPEER ? "closed the connection or could not be reached"
                                         : coll_strerror(rc);
+    if (rc == COLL_EPEER)
+        cl_comm_blame(c, peer, rc);
     cl_comm_fail(c, rc, "rank %d %s #%u: %s peer %d (%s): %s", c->rank,
                  cl_kind_name(p->req->kind), p->req->seq, dir, peer,
                  c->tr->peer_name(c->conns[CL_CH_COLL][dir[0] == 's' ? 0 : 1][peer]), what);

@@ -14,6 +14,9 @@
 enum cl_coll_kind { CL_ALLREDUCE = 1, CL_REDUCE_SCATTER, CL_ALLGATHER, CL_BROADCAST,
                     CL_BARRIER, CL_SEND, CL_RECV, CL_SPLIT };
 enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
+/* The header-only frame a failing rank sends on its way out: tag = -status, count = its
+ * rank, seq = the operation it was running. */
+enum { CL_FAREWELL = 0x7f };
 #define CL_PROTO_VERSION 1u
 #define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
 
@@ -59,6 +62,7 @@ struct coll_comm {
     uint32_t splits;
 
     int status; /* first failure, sticky */
+    int cause_rank, cause_status; /* where the failure began, passed on in the farewell */
     atomic_int aborted;
     char err[512];
 
@@ -72,6 +76,11 @@ struct coll_comm {
  * peers notice, and wakes every waiter. Later failures only count as errors. */
 void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A received header that is a peer's farewell: fails this communicator with the
+ * peer's status and returns it. `what` and `seq` name this rank's operation. */
+int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t seq);
+/* Before cl_comm_fail: the failure began at `rank` with `status`, not here. */
+void cl_comm_blame(coll_comm *c, int rank, int status);
 /* COLL_OK, or what a new or queued operation must return on a failed communicator. */
 int cl_comm_state(coll_comm *c);
 

@@ -35,9 +35,18 @@ const char *cl_kind_name(int kind)
 
 void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
 {
+    uint32_t seq;
+    int cause_rank, cause_status;
     atomic_fetch_add(&c->errors, 1);
     pthread_mutex_lock(&c->mu);
     int first = c->status == COLL_OK;
+    seq = c->seq;
+    if (first && c->cause_status == COLL_OK) {
+        c->cause_rank = c->rank;
+        c->cause_status = status;
+    }
+    cause_rank = c->cause_rank;
+    cause_status = c->cause_status;
     if (first) {
         c->status = status;
         va_list ap;
@@ -50,9 +59,36 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     if (!first)
         return;
     cl_log(COLL_LOG_ERROR, "%s", c->err);
-    /* Closing every link makes the failure reach every peer within one timeout. */
-    c->tr->shutdown(c->ctx, status);
+    /* Closing every link makes the failure reach every peer within one timeout; the
+     * farewell tells them why, so a mismatch is a mismatch on every rank. */
+    cl_msg_hdr bye = { .magic = CL_MSG_MAGIC, .coll = CL_FAREWELL, .seq = seq,
+                       .tag = (uint32_t)-cause_status, .count = (uint64_t)cause_rank };
+    c->tr->shutdown(c->ctx, status, &bye);
     cl_notify(&c->notifier);
+}
+
+int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t seq)
+{
+    int status = -(int)h->tag;
+    if (status >= 0 || status < COLL_EPROTO)
+        status = COLL_EPROTO;
+    /* A peer that failed for a reason of its own: this rank's links are fine. */
+    int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
+               status == COLL_ESYS || status == COLL_ESTATE;
+    cl_comm_blame(c, (int)h->count, status);
+    cl_comm_fail(c, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
+                 c->rank, what, seq, (unsigned long long)h->count, coll_strerror(status), h->seq);
+    return mine ? COLL_EPEER : status;
+}
+
+void cl_comm_blame(coll_comm *c, int rank, int status)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->status == COLL_OK && c->cause_status == COLL_OK) {
+        c->cause_rank = rank;
+        c->cause_status = status;
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 int cl_comm_state(coll_comm *c)

@@ -14,16 +14,25 @@
 
 int last_exit[64];
 
+/* Below the kernel's ephemeral range (32768 and up here), so no outgoing connection of
+ * any process takes the port between this check and the rendezvous binding it. */
 int free_port(void)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    close(fd);
-    return ntohs(a.sin_port);
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 1000; tries++) {
+        int port = 20000 + (int)(rand_r(&seed) % 12000);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_ANY) };
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return port;
+    }
+    return -1;
 }
 
 static void make_url(const run_opts *o, char *url, size_t len, char *dir)

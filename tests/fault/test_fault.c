@@ -92,6 +92,9 @@ static int init_ranks(int n, int world, int stagger_ms, const char *want_err)
             int v = 1, sum = 0;
             if (rc == COLL_OK)
                 rc = coll_allreduce(c, &v, &sum, 1, COLL_I32, COLL_SUM);
+            if (rc != COLL_OK || sum != world)
+                fprintf(stderr, "rank %d: %s, sum %d: %s\n", r, coll_strerror(rc), sum,
+                        coll_last_error(c));
             coll_destroy(c);
             _exit(rc == COLL_OK && sum == world ? 0 : 1);
         }
@@ -100,7 +103,11 @@ static int init_ranks(int n, int world, int stagger_ms, const char *want_err)
     for (int r = 0; r < n; r++) {
         int st;
         waitpid(pids[r], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "init rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
+                    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            bad++;
+        }
     }
     return bad;
 }

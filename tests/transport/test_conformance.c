@@ -192,8 +192,29 @@ START_TEST(shutdown_fails_pending_requests)
     cl_msg_hdr g;
     cl_tr_req *r;
     ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r), COLL_OK);
-    p.tr->shutdown(p.b, COLL_EABORTED);
+    p.tr->shutdown(p.b, COLL_EABORTED, NULL);
     ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EABORTED);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(shutdown_sends_farewell_at_a_message_boundary)
+{
+    pair p;
+    pair_open(&p);
+    cl_msg_hdr h = hdr(4, 1), g1, g2, bye = hdr(0, 9);
+    bye.tag = 77;
+    uint32_t out = 5, in = 0;
+    cl_tr_req *s, *r1, *r2;
+    ck_assert_int_eq(p.tr->isend(p.send, &h, &out, &s), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, s, NULL), COLL_OK);
+    p.tr->shutdown(p.a, COLL_EMISMATCH, &bye);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g1, &in, 4, &r1), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r1, NULL), COLL_OK);
+    ck_assert_uint_eq(in, 5);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g2, &in, 4, &r2), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r2, NULL), COLL_OK);
+    ck_assert_uint_eq(g2.tag, 77);
     pair_close(&p);
 }
 END_TEST
@@ -210,6 +231,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, message_longer_than_receive_is_emismatch);
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
+    tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

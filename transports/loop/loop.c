@@ -351,7 +351,7 @@ static void loop_close_conn(cl_tr_conn *c)
         pipe_close(c, COLL_EPEER);
 }
 
-static void loop_shutdown(cl_tr_ctx *ctx, int status)
+static void loop_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
     pthread_mutex_lock(&ctx->mu);
     cl_tr_conn *c = ctx->conns;
@@ -362,6 +362,9 @@ static void loop_shutdown(cl_tr_ctx *ctx, int status)
         int was = c->closed;
         c->closed = 1;
         pthread_mutex_unlock(&ctx->mu);
+        cl_tr_req *r;
+        if (!was && farewell && !c->is_recv && loop_isend(c, farewell, NULL, &r) == COLL_OK)
+            loop_test(r, &(int){ 0 }, NULL);
         if (!was)
             pipe_close(c, status);
     }

@@ -69,6 +69,8 @@ struct cmd {
     cl_tr_req *req;
     cl_tr_listener *listener;
     int status;
+    cl_msg_hdr farewell;
+    int has_farewell;
 };
 
 struct cl_tr_ctx {
@@ -436,7 +438,17 @@ static void do_close(cl_tr_conn *c, cl_tr_listener *l)
     }
 }
 
-static void do_shutdown(cl_tr_ctx *ctx, int status)
+/* Only when nothing is queued: a frame in the middle of another message would corrupt
+ * the stream, and a full socket must not delay the close. */
+static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
+{
+    if (c->listener || !c->connected || c->dead || c->closed)
+        return;
+    uv_buf_t b = uv_buf_init((char *)h, sizeof(*h));
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+}
+
+static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
     if (!ctx->shutdown_status)
         ctx->shutdown_status = status;
@@ -444,6 +456,8 @@ static void do_shutdown(cl_tr_ctx *ctx, int status)
     cl_tr_conn *c = ctx->conns;
     pthread_mutex_unlock(&ctx->mu);
     for (; c; c = c->next_all) {
+        if (farewell)
+            say_farewell(c, farewell);
         mark_dead(c, status, "communicator shut down");
         if (c->tcp.loop)
             close_conn_handles(c);
@@ -471,10 +485,10 @@ static int run_cmd(cl_tr_ctx *ctx, struct cmd *c)
         do_close(c->conn, c->listener);
         break;
     case CMD_SHUTDOWN:
-        do_shutdown(ctx, c->status);
+        do_shutdown(ctx, c->status, c->has_farewell ? &c->farewell : NULL);
         break;
     case CMD_STOP:
-        do_shutdown(ctx, COLL_EABORTED);
+        do_shutdown(ctx, COLL_EABORTED, NULL);
         return 1;
     }
     return 0;
@@ -732,9 +746,11 @@ static void tcp_close_conn(cl_tr_conn *c)
     post(c->ctx, (struct cmd){ .kind = CMD_CLOSE, .conn = c });
 }
 
-static void tcp_shutdown(cl_tr_ctx *ctx, int status)
+static void tcp_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    post(ctx, (struct cmd){ .kind = CMD_SHUTDOWN, .status = status });
+    post(ctx, (struct cmd){ .kind = CMD_SHUTDOWN, .status = status,
+                            .farewell = farewell ? *farewell : (cl_msg_hdr){ 0 },
+                            .has_farewell = farewell != NULL });
 }
 
 static const char *tcp_peer_name(cl_tr_conn *c)
