@@ -19,23 +19,34 @@ typedef struct {
     pass *p;
     cl_tr_req *rq[WINDOW], *sq[WINDOW];
     cl_msg_hdr rh[WINDOW];
-    char *slots;
+    char *rslots, *sslots; /* WINDOW x slot_bytes each, when the pass stages */
+    void *rbuf[WINDOW];
+    size_t rbytes[WINDOW];
     size_t r_posted, r_done, s_posted, s_done;
 } flight;
 
-static size_t chunk_of(const pass *p, size_t u, int recv)
+size_t cl_unit_chunk(const pass *p, size_t u, int recv)
 {
-    int n = p->comm->size, r = p->comm->rank;
-    if (p->mode == PASS_BCAST)
-        return 0;
-    long step = (long)(u / p->segs_per_chunk), shift = p->mode == PASS_RS ? 1 : 0;
-    return (size_t)((((r - step - shift - recv) % n) + n) % n);
+    long n = p->comm->size, r = p->comm->rank, step = (long)(u / p->segs_per_chunk);
+    switch (p->order) {
+    case CHUNKS_ONE: return 0;
+    case CHUNKS_DIRECT: return (size_t)(recv ? r : (r + step + 1) % n);
+    case CHUNKS_RS: return (size_t)((((r - step - 1 - recv) % n) + n) % n);
+    default: return (size_t)((((r - step - recv) % n) + n) % n);
+    }
 }
 
-/* The element range [*off, *off + return) of unit u, seen by the sender or receiver. */
-static size_t unit_range(const pass *p, size_t u, int recv, size_t *off)
+int cl_unit_peer(const pass *p, size_t u, int recv)
 {
-    size_t c = chunk_of(p, u, recv), k = u % p->segs_per_chunk;
+    int n = p->comm->size, r = p->comm->rank, step = (int)(u / p->segs_per_chunk);
+    if (p->order != CHUNKS_DIRECT)
+        return recv ? p->from : p->to;
+    return recv ? (r + n - step - 1) % n : (r + step + 1) % n;
+}
+
+size_t cl_unit_range(const pass *p, size_t u, int recv, size_t *off)
+{
+    size_t c = cl_unit_chunk(p, u, recv), k = u % p->segs_per_chunk;
     size_t cstart = c * p->chunk_base + CL_MIN(c, p->chunk_rem);
     size_t clen = p->chunk_base + (c < p->chunk_rem);
     size_t lo = CL_MIN(k * p->seg_elems, clen), hi = CL_MIN(lo + p->seg_elems, clen);
@@ -43,25 +54,44 @@ static size_t unit_range(const pass *p, size_t u, int recv, size_t *off)
     return hi - lo;
 }
 
-static cl_msg_hdr header_for(const pass *p, size_t u, size_t nelems)
+pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, size_t esize,
+                  size_t seg_align)
+{
+    int n = c->size;
+    size_t seg = c->segment_bytes / esize / seg_align * seg_align;
+    seg = seg ? seg : seg_align;
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    size_t maxc = base + (rem != 0);
+    size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
+    return (pass){ .comm = c, .req = r, .order = order, .from = (c->rank + n - 1) % n,
+                   .to = (c->rank + 1) % n, .units = segs * (size_t)(n - 1), .lag = segs,
+                   .segs_per_chunk = segs, .seg_elems = seg, .esize = esize,
+                   .chunk_base = base, .chunk_rem = rem };
+}
+
+static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
 {
     coll_req *q = p->req;
     return (cl_msg_hdr){ .magic = CL_MSG_MAGIC, .coll = (uint8_t)q->kind,
                          .dtype = (uint8_t)q->dtype, .op = (uint8_t)q->op,
-                         .codec = (uint8_t)p->comm->codec, .len = (uint32_t)(nelems * p->esize),
+                         .codec = (uint8_t)p->codec, .len = (uint32_t)bytes,
                          .seq = q->seq, .unit = (uint32_t)u, .tag = (uint32_t)q->root,
                          .count = q->count };
+}
+
+static void *slot_at(char *base, size_t i, size_t bytes)
+{
+    return base ? base + i * bytes : NULL;
 }
 
 static int post_send(flight *f)
 {
     pass *p = f->p;
-    size_t u = f->s_posted, off;
-    size_t n = unit_range(p, u, 0, &off);
-    const char *base = p->mode == PASS_RS && u < p->segs_per_chunk ? p->src : p->acc;
-    cl_msg_hdr h = header_for(p, u, n);
-    int rc = p->comm->tr->isend(p->comm->conns[CL_CH_COLL][0][p->to], &h, base + off * p->esize,
-                                &f->sq[u % WINDOW]);
+    size_t u = f->s_posted, bytes = 0, slot = u % WINDOW;
+    const void *buf = p->ops->send(p, u, slot_at(f->sslots, slot, p->slot_bytes), &bytes);
+    cl_msg_hdr h = header_for(p, u, bytes);
+    int rc = p->comm->tr->isend(p->comm->conns[CL_CH_COLL][0][cl_unit_peer(p, u, 0)], &h, buf,
+                                &f->sq[slot]);
     if (rc == COLL_OK) {
         f->s_posted++;
         atomic_fetch_add(&p->comm->wire_tx, sizeof(h) + h.len);
@@ -72,12 +102,12 @@ static int post_send(flight *f)
 static int post_recv(flight *f)
 {
     pass *p = f->p;
-    size_t u = f->r_posted, off, slot = u % WINDOW;
-    size_t n = unit_range(p, u, 1, &off);
-    void *dst = p->mode == PASS_RS ? f->slots + slot * p->seg_elems * p->esize
-                                   : p->acc + off * p->esize;
-    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][p->from], &f->rh[slot], dst,
-                                n * p->esize, &f->rq[slot]);
+    size_t u = f->r_posted, bytes = 0, slot = u % WINDOW;
+    void *dst = p->ops->recv(p, u, slot_at(f->rslots, slot, p->slot_bytes), &bytes);
+    f->rbuf[slot] = dst;
+    f->rbytes[slot] = bytes;
+    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)],
+                                &f->rh[slot], dst, bytes, &f->rq[slot]);
     if (rc == COLL_OK)
         f->r_posted++;
     return rc;
@@ -88,7 +118,7 @@ static int mismatch(pass *p, const cl_msg_hdr *got, const cl_msg_hdr *want)
     cl_comm_fail(p->comm, COLL_EMISMATCH,
                  "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u; "
                  "this rank expects %s #%u count %llu %s %s root %u segment %u",
-                 p->comm->rank, cl_kind_name(want->coll), want->seq, p->from,
+                 p->comm->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, want->unit, 1),
                  cl_kind_name(got->coll), got->seq, (unsigned long long)got->count,
                  cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit,
                  cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
@@ -103,23 +133,17 @@ static int link_error(pass *p, int rc, int peer, const char *dir);
 static int finish_recv(flight *f, int rc, size_t nbytes)
 {
     pass *p = f->p;
-    size_t u = f->r_done, off, slot = u % WINDOW;
-    size_t n = unit_range(p, u, 1, &off);
-    cl_msg_hdr want = header_for(p, u, n), *got = &f->rh[slot];
+    size_t u = f->r_done, slot = u % WINDOW, bytes = f->rbytes[slot];
+    cl_msg_hdr want = header_for(p, u, bytes), *got = &f->rh[slot];
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
-        return link_error(p, rc, p->from, "from");
+        return link_error(p, rc, cl_unit_peer(p, u, 1), "from");
     if (rc == COLL_OK && got->coll == CL_FAREWELL)
         return cl_peer_failed(p->comm, got, cl_kind_name(p->req->kind), p->req->seq);
-    if (rc == COLL_EMISMATCH || memcmp(got, &want, sizeof(want)) != 0 || nbytes != n * p->esize)
+    if (rc == COLL_EMISMATCH || memcmp(got, &want, sizeof(want)) != 0 || nbytes != bytes)
         return mismatch(p, got, &want);
     atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
-    if (p->mode == PASS_RS) {
-        char *dst = p->acc + off * p->esize;
-        cl_reduce(dst, p->src + off * p->esize, f->slots + slot * p->seg_elems * p->esize, n,
-                  p->req->dtype, p->req->op);
-        if (p->divide_last && u / p->segs_per_chunk == (size_t)p->comm->size - 2)
-            cl_divide(dst, n, p->req->dtype, p->comm->size);
-    }
+    if (p->ops->arrived)
+        p->ops->arrived(p, u, f->rbuf[slot]);
     f->r_done++;
     return COLL_OK;
 }
@@ -160,7 +184,7 @@ static int reap(flight *f, int *progress)
         f->s_done++;
         *progress = 1;
         if (rc != COLL_OK)
-            return link_error(p, rc, p->to, "send to");
+            return link_error(p, rc, cl_unit_peer(p, f->s_done - 1, 0), "send to");
     }
     return COLL_OK;
 }
@@ -227,7 +251,8 @@ static int step(flight *f, int64_t *deadline)
     if (now >= *deadline) {
         cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
                      c->rank, cl_kind_name(f->p->req->kind), f->p->req->seq, c->timeout_ms,
-                     f->r_done < f->r_posted ? f->p->from : f->p->to);
+                     cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
+                                  f->r_done < f->r_posted));
         return COLL_ETIMEDOUT;
     }
     /* No spinning: with more ranks than cores (2 cores here) a 30 us spin tripled the
@@ -239,10 +264,11 @@ static int step(flight *f, int64_t *deadline)
 int cl_pass_run(pass *p)
 {
     flight f = { .p = p };
-    if (p->mode == PASS_RS) {
-        f.slots = malloc(WINDOW * p->seg_elems * p->esize);
-        if (!f.slots)
+    if (p->slot_bytes) {
+        f.rslots = malloc(2 * WINDOW * p->slot_bytes);
+        if (!f.rslots)
             return COLL_ENOMEM;
+        f.sslots = f.rslots + WINDOW * p->slot_bytes;
     }
     int64_t deadline = cl_now_ms() + p->comm->timeout_ms;
     int rc = COLL_OK;
@@ -254,6 +280,6 @@ int cl_pass_run(pass *p)
                          cl_kind_name(p->req->kind), p->req->seq);
         drain(&f);
     }
-    free(f.slots);
+    free(f.rslots);
     return rc;
 }

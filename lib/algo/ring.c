@@ -11,28 +11,73 @@
 
 #include <string.h>
 
-static pass ring_pass(coll_comm *c, coll_req *r, enum pass_mode mode, size_t count)
+/* ---- reduce-scatter: receive into staging, reduce into the accumulation ------------ */
+
+static const void *rs_send(pass *p, size_t u, void *slot, size_t *bytes)
 {
-    int n = c->size;
-    size_t esize = cl_dtype_size(r->dtype);
-    size_t seg = c->segment_bytes / esize ? c->segment_bytes / esize : 1;
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    size_t maxc = base + (rem != 0);
-    size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
-    return (pass){ .comm = c, .req = r, .mode = mode, .from = (c->rank + n - 1) % n,
-                   .to = (c->rank + 1) % n, .units = segs * (size_t)(n - 1), .lag = segs,
-                   .segs_per_chunk = segs, .seg_elems = seg, .esize = esize,
-                   .chunk_base = base, .chunk_rem = rem };
+    (void)slot;
+    size_t off, n = cl_unit_range(p, u, 0, &off);
+    *bytes = n * p->esize;
+    return (u < p->segs_per_chunk ? p->src : p->acc) + off * p->esize;
 }
+
+static void *rs_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    size_t off;
+    *bytes = cl_unit_range(p, u, 1, &off) * p->esize;
+    return slot;
+}
+
+static void rs_arrived(pass *p, size_t u, void *buf)
+{
+    size_t off, n = cl_unit_range(p, u, 1, &off);
+    char *dst = p->acc + off * p->esize;
+    cl_reduce(dst, p->src + off * p->esize, buf, n, p->req->dtype, p->req->op);
+    if (p->divide_last && u / p->segs_per_chunk == (size_t)p->comm->size - 2)
+        cl_divide(dst, n, p->req->dtype, p->comm->size);
+}
+
+static const pass_ops rs_ops = { rs_send, rs_recv, rs_arrived };
+
+/* ---- all-gather and broadcast: straight into the buffer, forwarded from there ------ */
+
+static const void *ag_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    size_t off, n = cl_unit_range(p, u, 0, &off);
+    *bytes = n * p->esize;
+    return p->acc + off * p->esize;
+}
+
+static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    size_t off, n = cl_unit_range(p, u, 1, &off);
+    *bytes = n * p->esize;
+    return p->acc + off * p->esize;
+}
+
+static const pass_ops ag_ops = { ag_send, ag_recv, NULL };
 
 /* The reduce-scatter pass leaves rank r's fully reduced chunk r at acc + offset(r). */
 static int reduce_scatter_into(coll_comm *c, coll_req *r, size_t count, const void *src,
                                void *acc)
 {
-    pass p = ring_pass(c, r, PASS_RS, count);
+    size_t es = cl_dtype_size(r->dtype);
+    pass p = cl_pass_init(c, r, CHUNKS_RS, count, es, 1);
+    p.ops = &rs_ops;
+    p.slot_bytes = p.seg_elems * es;
     p.src = src;
     p.acc = acc;
     p.divide_last = r->op == COLL_AVG;
+    return cl_pass_run(&p);
+}
+
+static int allgather_in(coll_comm *c, coll_req *r, size_t count, void *buf)
+{
+    pass p = cl_pass_init(c, r, CHUNKS_AG, count, cl_dtype_size(r->dtype), 1);
+    p.ops = &ag_ops;
+    p.acc = buf;
     return cl_pass_run(&p);
 }
 
@@ -44,11 +89,7 @@ int cl_ring_allreduce(coll_comm *c, coll_req *r)
         return COLL_OK;
     }
     int rc = reduce_scatter_into(c, r, r->count, r->sbuf, r->rbuf);
-    if (rc != COLL_OK)
-        return rc;
-    pass p = ring_pass(c, r, PASS_AG, r->count);
-    p.acc = r->rbuf;
-    return cl_pass_run(&p);
+    return rc == COLL_OK ? allgather_in(c, r, r->count, r->rbuf) : rc;
 }
 
 int cl_ring_reduce_scatter(coll_comm *c, coll_req *r)
@@ -62,7 +103,7 @@ int cl_ring_reduce_scatter(coll_comm *c, coll_req *r)
     }
     /* Partial sums of other ranks' blocks need a home the size of the input. */
     char *acc = cl_scratch(c, total * esize);
-    if (!acc && total)
+    if (!acc)
         return COLL_ENOMEM;
     int rc = reduce_scatter_into(c, r, total, r->sbuf, acc);
     if (rc == COLL_OK && bytes)
@@ -76,11 +117,7 @@ int cl_ring_allgather(coll_comm *c, coll_req *r)
     char *own = (char *)r->rbuf + (size_t)c->rank * bytes;
     if (r->sbuf != r->rbuf && r->sbuf != own && bytes)
         memcpy(own, r->sbuf, bytes);
-    if (c->size == 1)
-        return COLL_OK;
-    pass p = ring_pass(c, r, PASS_AG, r->count * (size_t)c->size);
-    p.acc = r->rbuf;
-    return cl_pass_run(&p);
+    return c->size == 1 ? COLL_OK : allgather_in(c, r, r->count * (size_t)c->size, r->rbuf);
 }
 
 /* Root sends segments down the chain root, root+1, ...; each rank forwards a segment as
@@ -90,8 +127,9 @@ int cl_chain_broadcast(coll_comm *c, coll_req *r)
     int n = c->size, pos = (c->rank - r->root + n) % n;
     if (n == 1)
         return COLL_OK;
-    pass p = ring_pass(c, r, PASS_BCAST, r->count);
+    pass p = cl_pass_init(c, r, CHUNKS_ONE, r->count, cl_dtype_size(r->dtype), 1);
     size_t seg = p.seg_elems;
+    p.ops = &ag_ops;
     p.units = r->count ? (r->count + seg - 1) / seg : 1;
     p.segs_per_chunk = p.units;
     p.chunk_base = r->count;

@@ -34,6 +34,8 @@ struct coll_req {
     int root; /* broadcast root, p2p peer */
     uint32_t tag;
     uint32_t seq;
+    coll_codec codec; /* the wire codec this operation uses */
+    float *residual;  /* error feedback, caller-owned; NULL: none */
     int status, done; /* under comm->mu */
     cl_tr_req *treq;  /* p2p only */
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */

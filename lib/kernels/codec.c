@@ -1,0 +1,330 @@
+/* Codec kernels: see codec.h. The portable loops are written so the compiler can
+ * vectorise them; the AVX2/F16C versions do the same arithmetic in the same order, so
+ * results are bit-identical whichever path runs (the tests compare them). */
+#include "codec.h"
+
+#include "half.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
+static int simd = -1; /* -1: not decided yet */
+
+int cl_codec_use_simd(int on)
+{
+#if HAVE_X86
+    simd = on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+    (void)on;
+    simd = 0;
+#endif
+    return simd;
+}
+
+static int use_simd(void)
+{
+    if (simd < 0)
+        cl_codec_use_simd(1);
+    return simd;
+}
+
+size_t cl_codec_bytes(coll_codec codec, size_t n)
+{
+    switch (codec) {
+    case COLL_CODEC_FP16:
+    case COLL_CODEC_BF16: return 2 * n;
+    case COLL_CODEC_INT8: return n + 4 * ((n + CL_Q8_BLOCK - 1) / CL_Q8_BLOCK);
+    default: return 4 * n;
+    }
+}
+
+const char *cl_codec_name(int codec)
+{
+    static const char *names[] = { "none", "fp16", "bf16", "int8" };
+    return codec >= 0 && codec <= COLL_CODEC_INT8 ? names[codec] : "invalid";
+}
+
+int cl_codec_parse(const char *s)
+{
+    for (int c = 0; c <= COLL_CODEC_INT8; c++)
+        if (strcmp(s, cl_codec_name(c)) == 0)
+            return c;
+    return -1;
+}
+
+/* ---- q8b256: portable ------------------------------------------------------------ */
+
+/* For non-negative floats the bit patterns order like the values, and Inf and NaN sort
+ * above every finite value: one integer max finds absmax and non-finite blocks alike. */
+static uint32_t absmax_bits(const float *x, size_t n)
+{
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = cl_f32_bits(x[i]) & 0x7fffffffu;
+        m = b > m ? b : m;
+    }
+    return m;
+}
+
+static float block_scale(uint32_t amax, float *inv)
+{
+    if (amax >= 0x7f800000u) {
+        *inv = 0.0f;
+        return NAN;
+    }
+    float a = cl_bits_f32(amax);
+    *inv = amax ? 127.0f / a : 0.0f;
+    return a / 127.0f;
+}
+
+/* Round half to even for |v| < 2^22, with the default rounding mode. */
+static inline float rne(float v)
+{
+    return (v + 0x1.8p23f) - 0x1.8p23f;
+}
+
+/* Writes the scale; returns 0 for a block with Inf/NaN, whose values are all zero. */
+static int q8_start_block(unsigned char *dst, uint32_t amax, size_t n, float *inv)
+{
+    float scale = block_scale(amax, inv);
+    memcpy(dst, &scale, 4);
+    if (scale == scale)
+        return 1;
+    memset(dst + 4, 0, n);
+    return 0;
+}
+
+static void q8_encode_block(unsigned char *dst, const float *x, size_t n)
+{
+    float inv;
+    if (!q8_start_block(dst, absmax_bits(x, n), n, &inv))
+        return;
+    int8_t *q = (int8_t *)(dst + 4);
+    for (size_t i = 0; i < n; i++)
+        q[i] = (int8_t)(int)rne(x[i] * inv);
+}
+
+static void q8_decode_block(float *out, const unsigned char *src, size_t n, int add)
+{
+    float scale;
+    memcpy(&scale, src, 4);
+    const int8_t *q = (const int8_t *)(src + 4);
+    for (size_t i = 0; i < n; i++)
+        out[i] = add ? out[i] + (float)q[i] * scale : (float)q[i] * scale;
+}
+
+/* ---- AVX2 / F16C ----------------------------------------------------------------- */
+#if HAVE_X86
+#define AVX __attribute__((target("avx2,f16c")))
+
+AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
+{
+    __m256i m = _mm256_setzero_si256(), mask = _mm256_set1_epi32(0x7fffffff);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const void *)(x + i)), mask));
+    uint32_t lanes[8];
+    _mm256_storeu_si256((void *)lanes, m);
+    uint32_t r = absmax_bits(x + i, n - i);
+    for (int k = 0; k < 8; k++)
+        r = lanes[k] > r ? lanes[k] : r;
+    return r;
+}
+
+AVX static void q8_encode_block_avx(unsigned char *dst, const float *x, size_t n)
+{
+    float inv;
+    if (!q8_start_block(dst, absmax_bits_avx(x, n), n, &inv))
+        return;
+    int8_t *q = (int8_t *)(dst + 4);
+    __m256 vinv = _mm256_set1_ps(inv), magic = _mm256_set1_ps(0x1.8p23f);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 f = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv);
+            f = _mm256_sub_ps(_mm256_add_ps(f, magic), magic);
+            v[k] = _mm256_cvtps_epi32(f);
+        }
+        __m256i a = _mm256_packs_epi32(v[0], v[1]), b = _mm256_packs_epi32(v[2], v[3]);
+        __m256i p = _mm256_packs_epi16(a, b);
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((void *)(q + i), p);
+    }
+    for (; i < n; i++)
+        q[i] = (int8_t)(int)rne(x[i] * inv);
+}
+
+AVX static void q8_decode_block_avx(float *out, const unsigned char *src, size_t n, int add)
+{
+    float scale;
+    memcpy(&scale, src, 4);
+    const int8_t *q = (const int8_t *)(src + 4);
+    __m256 vs = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i b = _mm_loadl_epi64((const void *)(q + i));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vs);
+        if (add)
+            f = _mm256_add_ps(_mm256_loadu_ps(out + i), f);
+        _mm256_storeu_ps(out + i, f);
+    }
+    for (; i < n; i++)
+        out[i] = add ? out[i] + (float)q[i] * scale : (float)q[i] * scale;
+}
+
+AVX static void f16_encode_avx(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = cl_f32_to_f16(src[i]);
+}
+
+AVX static void f16_decode_avx(float *dst, const uint16_t *src, size_t n, int add)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(src + i)));
+        if (add)
+            f = _mm256_add_ps(_mm256_loadu_ps(dst + i), f);
+        _mm256_storeu_ps(dst + i, f);
+    }
+    for (; i < n; i++)
+        dst[i] = add ? dst[i] + cl_f16_to_f32(src[i]) : cl_f16_to_f32(src[i]);
+}
+
+AVX static void bf16_encode_avx(uint16_t *dst, const float *src, size_t n)
+{
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
+                  abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                  quiet = _mm256_set1_epi32(0x400000);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int k = 0; k < 2; k++) {
+            __m256i u = _mm256_loadu_si256((const void *)(src + i + 8 * k));
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+            __m256i rounded = _mm256_add_epi32(
+                u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+            __m256i v = _mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan);
+            r[k] = _mm256_srli_epi32(v, 16);
+        }
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xd8);
+        _mm256_storeu_si256((void *)(dst + i), p);
+    }
+    for (; i < n; i++)
+        dst[i] = cl_f32_to_bf16(src[i]);
+}
+
+AVX static void bf16_decode_avx(float *dst, const uint16_t *src, size_t n, int add)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)(src + i)));
+        __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+        if (add)
+            f = _mm256_add_ps(_mm256_loadu_ps(dst + i), f);
+        _mm256_storeu_ps(dst + i, f);
+    }
+    for (; i < n; i++)
+        dst[i] = add ? dst[i] + cl_bf16_to_f32(src[i]) : cl_bf16_to_f32(src[i]);
+}
+#endif
+
+/* ---- dispatch -------------------------------------------------------------------- */
+
+static void half_encode(uint16_t *dst, const float *src, size_t n, int bf)
+{
+#if HAVE_X86
+    if (use_simd()) {
+        if (bf)
+            bf16_encode_avx(dst, src, n);
+        else
+            f16_encode_avx(dst, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf ? cl_f32_to_bf16(src[i]) : cl_f32_to_f16(src[i]);
+}
+
+static void half_decode(float *dst, const uint16_t *src, size_t n, int bf, int add)
+{
+#if HAVE_X86
+    if (use_simd()) {
+        if (bf)
+            bf16_decode_avx(dst, src, n, add);
+        else
+            f16_decode_avx(dst, src, n, add);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        float v = bf ? cl_bf16_to_f32(src[i]) : cl_f16_to_f32(src[i]);
+        dst[i] = add ? dst[i] + v : v;
+    }
+}
+
+static void q8_code(void *dst, const void *src, size_t n, int op)
+{
+    for (size_t i = 0; i < n; i += CL_Q8_BLOCK) {
+        size_t m = n - i < CL_Q8_BLOCK ? n - i : CL_Q8_BLOCK, at = i + 4 * (i / CL_Q8_BLOCK);
+#if HAVE_X86
+        if (use_simd()) {
+            if (op == 0)
+                q8_encode_block_avx((unsigned char *)dst + at, (const float *)src + i, m);
+            else
+                q8_decode_block_avx((float *)dst + i, (const unsigned char *)src + at, m, op == 2);
+            continue;
+        }
+#endif
+        if (op == 0)
+            q8_encode_block((unsigned char *)dst + at, (const float *)src + i, m);
+        else
+            q8_decode_block((float *)dst + i, (const unsigned char *)src + at, m, op == 2);
+    }
+}
+
+void cl_encode(coll_codec codec, void *dst, const float *src, size_t n)
+{
+    if (codec == COLL_CODEC_INT8)
+        q8_code(dst, src, n, 0);
+    else if (codec == COLL_CODEC_NONE)
+        memcpy(dst, src, 4 * n);
+    else
+        half_encode(dst, src, n, codec == COLL_CODEC_BF16);
+}
+
+static void decode_any(coll_codec codec, float *dst, const void *src, size_t n, int add)
+{
+    if (codec == COLL_CODEC_INT8) {
+        q8_code(dst, src, n, add ? 2 : 1);
+    } else if (codec == COLL_CODEC_NONE) {
+        const float *s = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = add ? dst[i] + s[i] : s[i];
+    } else {
+        half_decode(dst, src, n, codec == COLL_CODEC_BF16, add);
+    }
+}
+
+void cl_decode(coll_codec codec, float *dst, const void *src, size_t n)
+{
+    decode_any(codec, dst, src, n, 0);
+}
+
+void cl_decode_add(coll_codec codec, float *acc, const void *src, size_t n)
+{
+    decode_any(codec, acc, src, n, 1);
+}
