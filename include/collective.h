@@ -99,9 +99,13 @@ COLL_API int coll_rank(const coll_comm *comm);
 /* The number of ranks in comm, or COLL_EINVAL for NULL. */
 COLL_API int coll_size(const coll_comm *comm);
 
-/* Collective: sets the wire codec for later f32 sum/avg operations. All ranks must pass
- * the same codec. Codecs other than COLL_CODEC_NONE are not available in this version
- * and return COLL_ENOTSUP. */
+/* Collective: sets the wire codec for later operations on this communicator. It applies
+ * to f32 all-reduce and reduce-scatter with COLL_SUM or COLL_AVG, and to f32 all-gather;
+ * every other dtype and op moves uncompressed. Each rank's contribution is encoded once
+ * and summed in f32 by its chunk's owner, which encodes the result once: results are
+ * bit-identical on every rank, and the error does not grow with the number of ranks.
+ * All ranks must pass the same codec: otherwise COLL_EMISMATCH on every rank, and the
+ * codec stays as it was. Also set by coll_config.codec or $COLL_CODEC at init. */
 COLL_API int coll_set_codec(coll_comm *comm, coll_codec codec);
 
 /* sendbuf == recvbuf means in place. Element-wise reduction of every rank's `count`
@@ -131,6 +135,17 @@ COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtyp
                        int peer, uint32_t tag);
 COLL_API int coll_recv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
                        uint32_t tag);
+
+/* All-reduce of f32 (COLL_SUM or COLL_AVG) through `codec` with error feedback:
+ * residual holds `count` floats owned by the caller, zeroed before the first call and
+ * passed unchanged to every later call on the same buffer; each call adds it before
+ * encoding and stores what the codec lost, so the error of repeated all-reduces averages
+ * out instead of accumulating. Other dtypes or ops: COLL_ENOTSUP. */
+COLL_API int coll_allreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf,
+                               size_t count, coll_op op, coll_codec codec, float *residual);
+COLL_API int coll_iallreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf,
+                                size_t count, coll_op op, coll_codec codec, float *residual,
+                                coll_req **req);
 
 /* Non-blocking forms: the same arguments, then coll_req **req. They make progress
  * without any call to test or wait; buffers must stay valid until the request is done. */

@@ -5,6 +5,7 @@
 
 #include "log.h"
 #include "util.h"
+#include "../kernels/codec.h"
 #include "../kernels/reduce.h"
 
 #include <stdint.h>
@@ -32,16 +33,33 @@ static int check(const char *fn, coll_comm *c, const void *s, const void *r, siz
     return cl_comm_state(c);
 }
 
-static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
-                 int root, uint32_t tag, coll_req **out)
+/* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
+ * reductions. Everything else moves uncompressed. */
+static coll_codec codec_for(coll_comm *c, int kind, int dtype, int op)
+{
+    int reduces = kind == CL_ALLREDUCE || kind == CL_REDUCE_SCATTER;
+    int fits = dtype == COLL_F32 && (kind == CL_ALLGATHER ||
+                                     (reduces && (op == COLL_SUM || op == COLL_AVG)));
+    return fits ? c->codec : COLL_CODEC_NONE;
+}
+
+static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype,
+                      int op, int root, uint32_t tag)
 {
     coll_req *q = calloc(1, sizeof(*q));
+    if (q)
+        *q = (coll_req){ .comm = c, .kind = kind, .sbuf = s, .rbuf = r, .count = count,
+                         .dtype = (coll_dtype)dtype, .op = (coll_op)op, .root = root,
+                         .tag = tag, .codec = codec_for(c, kind, dtype, op) };
+    return q;
+}
+
+static int launch(coll_comm *c, coll_req *q, coll_req **out)
+{
     if (!q)
         return COLL_ENOMEM;
-    *q = (coll_req){ .comm = c, .kind = kind, .sbuf = s, .rbuf = r, .count = count,
-                     .dtype = (coll_dtype)dtype, .op = (coll_op)op, .root = root, .tag = tag };
-    atomic_fetch_add(&c->bytes_in, count * cl_dtype_size(dtype));
-    if (kind == CL_SEND || kind == CL_RECV) {
+    atomic_fetch_add(&c->bytes_in, q->count * cl_dtype_size(q->dtype));
+    if (q->kind == CL_SEND || q->kind == CL_RECV) {
         int rc = cl_p2p_post(c, q);
         if (rc != COLL_OK) {
             free(q);
@@ -52,6 +70,12 @@ static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, i
     }
     *out = q;
     return COLL_OK;
+}
+
+static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
+                 int root, uint32_t tag, coll_req **out)
+{
+    return launch(c, make(c, kind, s, r, count, dtype, op, root, tag), out);
 }
 
 static int finish_blocking(int rc, coll_req *q)
@@ -190,15 +214,56 @@ int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, ui
     return finish_blocking(rc, q);
 }
 
+/* Collective: every rank learns every rank's choice, so a disagreement is
+ * COLL_EMISMATCH on all of them and the codec stays as it was. */
 int coll_set_codec(coll_comm *c, coll_codec codec)
 {
     if (!c || codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8)
         return bad(__func__, "communicator is NULL or codec invalid");
-    if (codec != COLL_CODEC_NONE) {
-        cl_log(COLL_LOG_WARN, "coll_set_codec: wire codecs are not available in this build");
-        return COLL_ENOTSUP;
+    int32_t mine = (int32_t)codec, *all = calloc((size_t)c->size, sizeof(int32_t));
+    if (!all)
+        return COLL_ENOMEM;
+    int rc = coll_allgather(c, &mine, all, 1, COLL_I32);
+    for (int p = 0; rc == COLL_OK && p < c->size; p++)
+        if (all[p] != mine) {
+            cl_log(COLL_LOG_ERROR, "coll_set_codec: rank %d asks for %s, rank %d for %s", c->rank,
+                   cl_codec_name(mine), p, cl_codec_name(all[p]));
+            rc = COLL_EMISMATCH;
+        }
+    free(all);
+    if (rc == COLL_OK)
+        c->codec = codec; /* read only by the engine, after this rank's next submit */
+    return rc;
+}
+
+int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
+                       coll_codec codec, float *residual, coll_req **req)
+{
+    int rc = check(__func__, c, s, r, count, 1, COLL_F32);
+    if (rc == COLL_OK && (op != COLL_SUM && op != COLL_AVG)) {
+        cl_log(COLL_LOG_WARN, "%s: codecs reduce f32 with sum or avg only, not %s", __func__,
+               cl_op_name(op));
+        rc = COLL_ENOTSUP;
     }
-    return cl_comm_state(c);
+    if (rc == COLL_OK && (codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8 || !req ||
+                          (count && !residual)))
+        rc = bad(__func__, "invalid codec, or residual or req is NULL");
+    if (rc != COLL_OK)
+        return rc;
+    coll_req *q = make(c, CL_ALLREDUCE, s, r, count, COLL_F32, op, 0, 0);
+    if (q) {
+        q->codec = codec;
+        q->residual = codec == COLL_CODEC_NONE ? NULL : residual;
+    }
+    return launch(c, q, req);
+}
+
+int coll_allreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
+                      coll_codec codec, float *residual)
+{
+    coll_req *q = NULL;
+    int rc = coll_iallreduce_ef(c, s, r, count, op, codec, residual, &q);
+    return finish_blocking(rc, q);
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

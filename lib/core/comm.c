@@ -54,7 +54,7 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->id = id;
     c->timeout_ms = cfg->timeout_ms;
     c->segment_bytes = cfg->segment_bytes;
-    c->codec = COLL_CODEC_NONE;
+    c->codec = cfg->codec;
     c->secret = cfg->secret;
     c->tr = cfg->transport;
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
@@ -224,7 +224,7 @@ static int split_connect(coll_comm *parent, const member *mem, int m, int newran
                          coll_comm **out)
 {
     cl_config cfg = { parent->tr, parent->device[0] ? parent->device : NULL, parent->timeout_ms,
-                      parent->segment_bytes, parent->secret };
+                      parent->segment_bytes, parent->secret, parent->codec };
     char handle[CL_HANDLE_BYTES] = { 0 };
     char *all = calloc((size_t)parent->size, CL_HANDLE_BYTES);
     char *mine = calloc((size_t)(m ? m : 1), CL_HANDLE_BYTES);

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "log.h"
+#include "../kernels/codec.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -59,11 +60,13 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     const char *codec = env_or("COLL_CODEC", "none");
-    if (u.codec != COLL_CODEC_NONE || strcmp(codec, "none") != 0) {
-        snprintf(err, errlen, "wire codecs are not available in this build (codec %s)",
-                 u.codec != COLL_CODEC_NONE ? "from coll_config" : codec);
-        return COLL_ENOTSUP;
+    int env_codec = cl_codec_parse(codec);
+    if (u.codec < COLL_CODEC_NONE || u.codec > COLL_CODEC_INT8 || env_codec < 0) {
+        snprintf(err, errlen, "unknown codec (COLL_CODEC '%s'; want none, fp16, bf16, int8)",
+                 codec);
+        return COLL_EINVAL;
     }
+    out->codec = u.codec != COLL_CODEC_NONE ? u.codec : (coll_codec)env_codec;
     const char *secret = getenv("COLL_SECRET");
     out->secret = secret ? cl_hash(secret, strlen(secret), 0x5ec7e7) : 0;
     return COLL_OK;

@@ -17,6 +17,7 @@ typedef struct cl_config {
     int timeout_ms;
     size_t segment_bytes;
     uint64_t secret; /* hash of $COLL_SECRET, 0 when unset */
+    coll_codec codec;
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

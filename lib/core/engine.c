@@ -10,10 +10,12 @@
 
 int cl_run_collective(coll_comm *c, coll_req *r)
 {
+    int coded = r->codec != COLL_CODEC_NONE;
     switch (r->kind) {
-    case CL_ALLREDUCE: return cl_ring_allreduce(c, r);
-    case CL_REDUCE_SCATTER: return cl_ring_reduce_scatter(c, r);
-    case CL_ALLGATHER: return cl_ring_allgather(c, r);
+    case CL_ALLREDUCE: return coded ? cl_codec_allreduce(c, r) : cl_ring_allreduce(c, r);
+    case CL_REDUCE_SCATTER:
+        return coded ? cl_codec_reduce_scatter(c, r) : cl_ring_reduce_scatter(c, r);
+    case CL_ALLGATHER: return coded ? cl_codec_allgather(c, r) : cl_ring_allgather(c, r);
     case CL_BROADCAST: return cl_chain_broadcast(c, r);
     case CL_BARRIER: return cl_ring_barrier(c, r);
     default: return COLL_EINVAL;

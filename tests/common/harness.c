@@ -84,6 +84,7 @@ static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, v
     }
     int res = fn(c, arg);
     coll_destroy(c);
+    fflush(NULL); /* forked ranks leave through _exit */
     return res;
 }
 

@@ -1,0 +1,198 @@
+/* Collectives through a wire codec (f32 data). Re-quantising partial sums at every ring
+ * hop makes the error grow with the number of ranks, so instead:
+ *  - direct reduce-scatter: at step s rank r sends its encoded contribution to chunk r+s+1
+ *    straight to that chunk's owner and decode-adds the contribution of rank r-s-1 to its
+ *    own chunk in f32 (per rank the same bytes as the ring moves);
+ *  - the owner encodes its result once; a ring all-gather forwards those bytes unchanged
+ *    and every rank, the owner too, decodes them: bit-identical results everywhere.
+ * With a residual buffer (error feedback) each encoding adds the residual first and keeps
+ * what the codec lost, so the error averages out over repeated calls. */
+#include "algo.h"
+
+#include "../kernels/codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t chunk_start(const pass *p, size_t c)
+{
+    return c * p->chunk_base + (c < p->chunk_rem ? c : p->chunk_rem);
+}
+
+/* Encodes n values at x into out; with a residual, encodes x + residual and keeps the
+ * part the codec lost in the residual. */
+static void encode_fb(const pass *p, void *out, const float *x, float *res, size_t n)
+{
+    if (!res) {
+        cl_encode(p->codec, out, x, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        p->tmp[i] = x[i] + res[i];
+    cl_encode(p->codec, out, p->tmp, n);
+    cl_decode(p->codec, res, out, n);
+    for (size_t i = 0; i < n; i++)
+        res[i] = p->tmp[i] - res[i];
+}
+
+/* ---- direct reduce-scatter -------------------------------------------------------- */
+
+static const void *drs_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    size_t off, n = cl_unit_range(p, u, 0, &off);
+    encode_fb(p, slot, (const float *)p->src + off, p->residual ? p->residual + off : NULL, n);
+    *bytes = cl_codec_bytes(p->codec, n);
+    return slot;
+}
+
+static void *drs_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    size_t off;
+    *bytes = cl_codec_bytes(p->codec, cl_unit_range(p, u, 1, &off));
+    return slot;
+}
+
+/* acc holds this rank's chunk only. Steps arrive in a fixed order, so the f32 sum is
+ * the same every run. */
+static void drs_arrived(pass *p, size_t u, void *buf)
+{
+    size_t off, n = cl_unit_range(p, u, 1, &off);
+    float *acc = (float *)p->acc + (off - chunk_start(p, (size_t)p->comm->rank));
+    cl_decode_add(p->codec, acc, buf, n);
+}
+
+static const pass_ops drs_ops = { drs_send, drs_recv, drs_arrived };
+
+/* Reduces `count` values (every rank's src) into acc, this rank's chunk in f32. */
+static int direct_reduce_scatter(coll_comm *c, coll_req *r, size_t count, float *acc)
+{
+    pass p = cl_pass_init(c, r, CHUNKS_DIRECT, count, 4, CL_Q8_BLOCK);
+    size_t own = chunk_start(&p, (size_t)c->rank);
+    size_t len = p.chunk_base + ((size_t)c->rank < p.chunk_rem);
+    if ((const float *)r->sbuf + own != acc && len)
+        memcpy(acc, (const float *)r->sbuf + own, len * 4);
+    p.ops = &drs_ops;
+    p.lag = p.units; /* nothing is forwarded: sends never wait for receives */
+    p.codec = r->codec;
+    p.slot_bytes = cl_codec_bytes(r->codec, p.seg_elems);
+    p.src = r->sbuf;
+    p.acc = (char *)acc;
+    p.residual = r->residual;
+    p.tmp = r->residual ? malloc(p.seg_elems * sizeof(float)) : NULL;
+    if (r->residual && !p.tmp)
+        return COLL_ENOMEM;
+    int rc = cl_pass_run(&p);
+    free(p.tmp);
+    if (rc == COLL_OK && r->op == COLL_AVG)
+        for (size_t i = 0; i < len; i++)
+            acc[i] /= (float)c->size;
+    return rc;
+}
+
+/* ---- all-gather of encoded chunks ------------------------------------------------- */
+
+static size_t enc_chunk_bytes(const pass *p, size_t len)
+{
+    return len / p->seg_elems * cl_codec_bytes(p->codec, p->seg_elems) +
+           cl_codec_bytes(p->codec, len % p->seg_elems);
+}
+
+/* Where segment k of chunk c sits in the encoded vector. */
+static size_t enc_offset(const pass *p, size_t c, size_t k)
+{
+    size_t big = c < p->chunk_rem ? c : p->chunk_rem;
+    return big * enc_chunk_bytes(p, p->chunk_base + 1) +
+           (c - big) * enc_chunk_bytes(p, p->chunk_base) +
+           k * cl_codec_bytes(p->codec, p->seg_elems);
+}
+
+static void *eag_unit(pass *p, size_t u, int recv, size_t *bytes)
+{
+    size_t off, n = cl_unit_range(p, u, recv, &off);
+    *bytes = cl_codec_bytes(p->codec, n);
+    return p->enc + enc_offset(p, cl_unit_chunk(p, u, recv), u % p->segs_per_chunk);
+}
+
+static const void *eag_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    return eag_unit(p, u, 0, bytes);
+}
+
+static void *eag_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    return eag_unit(p, u, 1, bytes);
+}
+
+static void eag_arrived(pass *p, size_t u, void *buf)
+{
+    size_t off, n = cl_unit_range(p, u, 1, &off);
+    cl_decode(p->codec, (float *)p->acc + off, buf, n);
+}
+
+static const pass_ops eag_ops = { eag_send, eag_recv, eag_arrived };
+
+/* buf (count values) holds this rank's chunk in f32: encode it once, replace it with
+ * its decoded value, and gather every other chunk's encoded bytes into buf decoded. */
+static int encoded_allgather(coll_comm *c, coll_req *r, size_t count, float *buf)
+{
+    pass p = cl_pass_init(c, r, CHUNKS_AG, count, 4, CL_Q8_BLOCK);
+    p.ops = &eag_ops;
+    p.codec = r->codec;
+    p.acc = (char *)buf;
+    p.enc = cl_scratch(c, enc_offset(&p, (size_t)c->size, 0) + 64);
+    p.tmp = r->residual ? malloc(p.seg_elems * sizeof(float)) : NULL;
+    if (!p.enc || (r->residual && !p.tmp)) {
+        free(p.tmp);
+        return COLL_ENOMEM;
+    }
+    for (size_t u = 0; u < p.segs_per_chunk; u++) { /* step 0 units: this rank's chunk */
+        size_t off, n = cl_unit_range(&p, u, 0, &off), bytes;
+        void *e = eag_unit(&p, u, 0, &bytes);
+        encode_fb(&p, e, buf + off, r->residual ? r->residual + off : NULL, n);
+        cl_decode(p.codec, buf + off, e, n);
+    }
+    free(p.tmp);
+    p.tmp = NULL;
+    return c->size > 1 ? cl_pass_run(&p) : COLL_OK;
+}
+
+int cl_codec_allreduce(coll_comm *c, coll_req *r)
+{
+    float *out = r->rbuf;
+    size_t n = (size_t)c->size, own = r->count / n * (size_t)c->rank +
+                                      ((size_t)c->rank < r->count % n ? (size_t)c->rank
+                                                                      : r->count % n);
+    int rc = COLL_OK;
+    if (c->size > 1)
+        rc = direct_reduce_scatter(c, r, r->count, out + own);
+    else if (r->sbuf != r->rbuf)
+        memcpy(out, r->sbuf, r->count * 4);
+    return rc == COLL_OK ? encoded_allgather(c, r, r->count, out) : rc;
+}
+
+int cl_codec_reduce_scatter(coll_comm *c, coll_req *r)
+{
+    if (c->size == 1) {
+        if (r->sbuf != r->rbuf)
+            memcpy(r->rbuf, r->sbuf, r->count * 4);
+        return COLL_OK;
+    }
+    /* In place, block r is read from the input while the result lands at the start. */
+    float *acc = r->sbuf == r->rbuf ? cl_scratch(c, r->count * 4 + 64) : r->rbuf;
+    if (!acc)
+        return COLL_ENOMEM;
+    int rc = direct_reduce_scatter(c, r, r->count * (size_t)c->size, acc);
+    if (rc == COLL_OK && acc != r->rbuf)
+        memcpy(r->rbuf, acc, r->count * 4);
+    return rc;
+}
+
+int cl_codec_allgather(coll_comm *c, coll_req *r)
+{
+    float *own = (float *)r->rbuf + (size_t)c->rank * r->count;
+    if (r->sbuf != r->rbuf && (const float *)r->sbuf != own && r->count)
+        memcpy(own, r->sbuf, r->count * 4);
+    return encoded_allgather(c, r, r->count * (size_t)c->size, r->rbuf);
+}
