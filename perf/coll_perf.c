@@ -2,10 +2,13 @@
  *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all]
- *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS]
+ *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8]
  * Without launcher variables it spawns N local ranks (default 2); under mpirun, srun or
  * torchrun it is one rank and meets the others through env://. Sizes are bytes per rank
- * buffer (the all-gather output, the reduce-scatter input), as in nccl-tests. */
+ * buffer (the all-gather output, the reduce-scatter input), as in nccl-tests. With a
+ * codec (-z) two columns follow: bytes this rank put on the wire per call, and the
+ * compression ratio against the uncompressed algorithm's bytes; #wrong then allows the
+ * codec's error (int8: 0.1 x ranks on these small-integer inputs). */
 #include "spawn.h"
 #include "verify.h"
 
@@ -31,6 +34,7 @@ typedef struct {
     double factor;
     int iters, warmup, check, np, timeout_ms;
     int dt_all, op_all;
+    coll_codec codec;
     coll_dtype dt;
     coll_op op;
 } opts;
@@ -61,9 +65,10 @@ static int parse(int argc, char **argv, opts *o)
     static struct option longs[] = { { "np", required_argument, 0, 'N' },
                                      { "help", no_argument, 0, 'h' },
                                      { 0, 0, 0, 0 } };
-    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_F32, COLL_SUM };
+    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_CODEC_NONE, COLL_F32, COLL_SUM };
     int c, k;
-    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:h", longs, NULL)) != -1) {
+    static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
+    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:z:h", longs, NULL)) != -1) {
         switch (c) {
         case 'N': o->np = atoi(optarg); break;
         case 'b': o->minb = parse_size(optarg); break;
@@ -73,6 +78,11 @@ static int parse(int argc, char **argv, opts *o)
         case 'w': o->warmup = atoi(optarg); break;
         case 'c': o->check = atoi(optarg); break;
         case 'T': o->timeout_ms = atoi(optarg); break;
+        case 'z':
+            if ((k = lookup(optarg, codecs, 4)) < 0)
+                return -1;
+            o->codec = (coll_codec)k;
+            break;
         case 'C':
             if ((k = lookup(optarg, coll_names, 4)) < 0)
                 return -1;
@@ -155,7 +165,7 @@ static double bus_factor(enum coll c, int n)
 }
 
 static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
-                   coll_op op, int inplace, double *us, uint64_t *wrong)
+                   coll_op op, int inplace, double *us, uint64_t *wrong, double *wire)
 {
     char *in = inplace ? r : s;
     if (o->coll == AG && inplace)
@@ -165,10 +175,14 @@ static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, 
         rc = run_once(c, o, in, r, count, dt, op);
     if (rc == COLL_OK)
         rc = coll_barrier(c);
+    coll_stats st0, st1;
+    coll_get_stats(c, &st0);
     double t0 = now_us();
     for (int i = 0; i < o->iters && rc == COLL_OK; i++)
         rc = run_once(c, o, in, r, count, dt, op);
     double t = (now_us() - t0) / o->iters;
+    coll_get_stats(c, &st1);
+    *wire = (double)(st1.wire_tx - st0.wire_tx) / o->iters;
     if (rc == COLL_OK) /* the slowest rank's time, as nccl-tests reports */
         rc = coll_allreduce(c, &t, us, 1, COLL_F64, COLL_MAX);
     *wrong = 0;
@@ -183,10 +197,10 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
     int n = coll_size(c);
     size_t es = dt_size[dt], count = count_for(o, bytes, es, n);
     size_t shown = (o->coll == RS || o->coll == AG ? count * (size_t)n : count) * es;
-    double us[2];
+    double us[2], wire[2];
     uint64_t wrong[2];
     for (int ip = 0; ip < 2; ip++) {
-        int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip]);
+        int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip], &wire[ip]);
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: %s failed: %s: %s\n", coll_rank(c), coll_names[o->coll],
                     coll_strerror(rc), coll_last_error(c));
@@ -202,6 +216,9 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
                    (unsigned long long)wrong[ip]);
             *busbw_sum += algbw * bus_factor(o->coll, n);
         }
+        if (o->codec != COLL_CODEC_NONE) /* uncompressed: busbw's bytes, per rank */
+            printf("  %12.0f  %6.2f", wire[0],
+                   (double)shown * (o->coll == BC ? 1.0 : bus_factor(o->coll, n)) / wire[0]);
         printf("\n");
         fflush(stdout);
     }
@@ -214,6 +231,9 @@ static void header(const opts *o, int n)
     printf("# coll_perf %s: %d ranks, minBytes %zu maxBytes %zu step: %g(factor) warmup iters: "
            "%d iters: %d validation: %d\n#\n",
            coll_names[o->coll], n, o->minb, o->maxb, o->factor, o->warmup, o->iters, o->check);
+    if (o->codec != COLL_CODEC_NONE)
+        printf("# wire codec %s: the last columns are bytes on the wire per rank per call and "
+               "the compression ratio\n#\n", (const char *[]){ "none", "fp16", "bf16", "int8" }[o->codec]);
     printf("#                                                   out-of-place"
            "                       in-place\n");
     printf("#       size         count      type   redop    root       time   algbw   busbw "
@@ -279,7 +299,11 @@ int main(int argc, char **argv)
                 coll_last_error(NULL));
         return 2;
     }
-    int failed = run_all(c, &o);
+    if (o.codec != COLL_CODEC_NONE) {
+        rc = coll_set_codec(c, o.codec);
+        cl_verify_tolerance(o.codec == COLL_CODEC_INT8 ? 0.1 * size : 0);
+    }
+    int failed = rc != COLL_OK ? 2 : run_all(c, &o);
     coll_destroy(c);
     return failed ? 1 : 0;
 }

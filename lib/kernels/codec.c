@@ -127,16 +127,20 @@ static void q8_decode_block(float *out, const unsigned char *src, size_t n, int 
 
 AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
 {
-    __m256i m = _mm256_setzero_si256(), mask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i m[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                     _mm256_setzero_si256() };
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const void *)(x + i)), mask));
-    uint32_t lanes[8];
-    _mm256_storeu_si256((void *)lanes, m);
-    uint32_t r = absmax_bits(x + i, n - i);
-    for (int k = 0; k < 8; k++)
-        r = lanes[k] > r ? lanes[k] : r;
-    return r;
+    for (; i + 32 <= n; i += 32) /* four chains hide the max latency */
+        for (int k = 0; k < 4; k++)
+            m[k] = _mm256_max_epu32(
+                m[k], _mm256_and_si256(_mm256_loadu_si256((const void *)(x + i + 8 * k)), mask));
+    __m256i v = _mm256_max_epu32(_mm256_max_epu32(m[0], m[1]), _mm256_max_epu32(m[2], m[3]));
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+    uint32_t r = (uint32_t)_mm_cvtsi128_si32(h), t = absmax_bits(x + i, n - i);
+    return t > r ? t : r;
 }
 
 AVX static void q8_encode_block_avx(unsigned char *dst, const float *x, size_t n)
@@ -145,15 +149,12 @@ AVX static void q8_encode_block_avx(unsigned char *dst, const float *x, size_t n
     if (!q8_start_block(dst, absmax_bits_avx(x, n), n, &inv))
         return;
     int8_t *q = (int8_t *)(dst + 4);
-    __m256 vinv = _mm256_set1_ps(inv), magic = _mm256_set1_ps(0x1.8p23f);
+    __m256 vinv = _mm256_set1_ps(inv);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m256i v[4];
-        for (int k = 0; k < 4; k++) {
-            __m256 f = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv);
-            f = _mm256_sub_ps(_mm256_add_ps(f, magic), magic);
-            v[k] = _mm256_cvtps_epi32(f);
-        }
+        for (int k = 0; k < 4; k++) /* cvtps rounds half to even, as rne() does */
+            v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv));
         __m256i a = _mm256_packs_epi32(v[0], v[1]), b = _mm256_packs_epi32(v[2], v[3]);
         __m256i p = _mm256_packs_epi16(a, b);
         p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
