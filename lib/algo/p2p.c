@@ -50,6 +50,18 @@ static int check_recv(coll_comm *c, coll_req *r, int rc, size_t nbytes)
     return COLL_EMISMATCH;
 }
 
+/* A peer that closed may have said why (a mismatch it saw): prefer its reason. */
+static int send_failed(coll_comm *c, coll_req *r, int rc)
+{
+    int why = rc == COLL_EPEER ? cl_await_farewell(c, r->root, CL_CH_P2P, "send", r->seq)
+                               : COLL_OK;
+    if (why != COLL_OK)
+        return why;
+    cl_comm_fail(c, rc, "rank %d send #%u: peer %d (%s): %s", c->rank, r->seq, r->root,
+                 c->tr->peer_name(c->conns[CL_CH_P2P][0][r->root]), coll_strerror(rc));
+    return rc;
+}
+
 int cl_p2p_test(coll_req *r, int *done)
 {
     coll_comm *c = r->comm;
@@ -65,8 +77,7 @@ int cl_p2p_test(coll_req *r, int *done)
     if (r->kind == CL_RECV)
         rc = check_recv(c, r, rc, nbytes);
     else if (rc != COLL_OK)
-        cl_comm_fail(c, rc, "rank %d send #%u: peer %d (%s): %s", c->rank, r->seq, r->root,
-                     c->tr->peer_name(c->conns[CL_CH_P2P][0][r->root]), coll_strerror(rc));
+        rc = send_failed(c, r, rc);
     if (rc == COLL_OK)
         atomic_fetch_add(&c->ops, 1);
     r->status = rc;

@@ -151,6 +151,11 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
 static int link_error(pass *p, int rc, int peer, const char *dir)
 {
     coll_comm *c = p->comm;
+    int why = rc == COLL_EPEER && dir[0] == 's'
+                  ? cl_await_farewell(c, peer, CL_CH_COLL, cl_kind_name(p->req->kind), p->req->seq)
+                  : COLL_OK;
+    if (why != COLL_OK)
+        return why;
     const char *what = rc == COLL_EPEER ? "closed the connection or could not be reached"
                                         : coll_strerror(rc);
     if (rc == COLL_EPEER)

@@ -81,6 +81,10 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
 /* A received header that is a peer's farewell: fails this communicator with the
  * peer's status and returns it. `what` and `seq` name this rank's operation. */
 int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t seq);
+/* After a send to `peer` failed: did the peer leave a farewell on its connection to us
+ * (channel ch)? Waits briefly; if so fails the communicator with the peer's status and
+ * returns it, else returns COLL_OK. */
+int cl_await_farewell(coll_comm *c, int peer, int ch, const char *what, uint32_t seq);
 /* Before cl_comm_fail: the failure began at `rank` with `status`, not here. */
 void cl_comm_blame(coll_comm *c, int rank, int status);
 /* COLL_OK, or what a new or queued operation must return on a failed communicator. */

@@ -2,6 +2,7 @@
 #include "comm.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -79,6 +80,27 @@ int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t
     cl_comm_fail(c, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
                  c->rank, what, seq, (unsigned long long)h->count, coll_strerror(status), h->seq);
     return mine ? COLL_EPEER : status;
+}
+
+int cl_await_farewell(coll_comm *c, int peer, int ch, const char *what, uint32_t seq)
+{
+    cl_msg_hdr h = { 0 };
+    cl_tr_req *r;
+    if (c->tr->irecv(c->conns[ch][1][peer], &h, NULL, 0, &r) != COLL_OK)
+        return COLL_OK;
+    /* A farewell is written before the close that failed our send: it is here already,
+     * or nearly. Past this bound the request stays with the transport until destroy. */
+    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
+    int done = 0, rc = COLL_EPEER;
+    while (!done && cl_now_ms() < deadline) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        rc = c->tr->test(r, &done, NULL);
+        if (!done)
+            cl_notifier_wait(&c->notifier, seen, deadline);
+    }
+    if (done && rc == COLL_OK && h.coll == CL_FAREWELL)
+        return cl_peer_failed(c, &h, what, seq);
+    return COLL_OK;
 }
 
 void cl_comm_blame(coll_comm *c, int rank, int status)

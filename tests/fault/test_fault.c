@@ -1,10 +1,13 @@
 /* Faults through the public API with real processes: a rank killed at a random point of
- * a sequence of collectives, a rank that never arrives at the rendezvous, ranks that
- * start seconds apart. Survivors must fail within twice the timeout, never hang. */
+ * a sequence of collectives, a rank that stops (SIGSTOP), a rank that never arrives at
+ * the rendezvous, ranks that start seconds apart, two jobs side by side, ranks that
+ * disagree on root or collective order, abort from another thread. Survivors must fail
+ * within twice the timeout, name the rank, and never hang. */
 #include "../../lib/core/util.h"
 #include "../common/harness.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +48,15 @@ static int victim_rank(coll_comm *c, void *arg)
             fprintf(stderr, "rank %d: a failed communicator must say ESTATE\n", me);
             return 1;
         }
+        char rank_v[32], peer_v[32];
+        snprintf(rank_v, sizeof(rank_v), "rank %d ", k->victim);
+        snprintf(peer_v, sizeof(peer_v), "peer %d ", k->victim);
+        if (rc == COLL_EPEER && !strstr(coll_last_error(c), rank_v) &&
+            !strstr(coll_last_error(c), peer_v)) {
+            fprintf(stderr, "rank %d: '%s' does not name rank %d\n", me, coll_last_error(c),
+                    k->victim);
+            return 1;
+        }
         free(buf);
         return 0;
     }
@@ -79,7 +91,7 @@ static int init_ranks(int n, int world, int stagger_ms, const char *want_err)
         if ((pids[r] = fork()) == 0) {
             cl_sleep_ms(r * stagger_ms);
             coll_config cfg = COLL_CONFIG_INIT;
-            cfg.timeout_ms = want_err ? 1500 : 10000;
+            cfg.timeout_ms = want_err ? 1500 : 20000;
             coll_comm *c = NULL;
             int rc = coll_init(&c, url, r, world, &cfg);
             if (want_err) {
@@ -112,6 +124,142 @@ static int init_ranks(int n, int world, int stagger_ms, const char *want_err)
     return bad;
 }
 
+/* A rank that stops answering (SIGSTOP, a hung process): the others time out. */
+static int stopped_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float buf[1024] = { 0 };
+    EXPECT_RC(coll_allreduce(c, buf, buf, 1024, COLL_F32, COLL_SUM), COLL_OK);
+    if (coll_rank(c) == 1) {
+        raise(SIGSTOP); /* the parent kills it after the run */
+        return 0;
+    }
+    int64_t t0 = cl_now_ms();
+    int rc = coll_allreduce(c, buf, buf, 1024, COLL_F32, COLL_SUM);
+    int64_t took = cl_now_ms() - t0;
+    if ((rc != COLL_ETIMEDOUT && rc != COLL_EPEER) || took > 2 * TIMEOUT_MS) {
+        fprintf(stderr, "rank %d: %s after %lld ms\n", coll_rank(c), coll_strerror(rc),
+                (long long)took);
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(stopped_rank_makes_the_others_time_out)
+{
+    run_opts o = { .nranks = 3, .rdzv = RDZV_FILE, .timeout_ms = TIMEOUT_MS, .deadline_s = 7 };
+    run_ranks(&o, stopped_rank, NULL);
+    ck_assert_msg(last_exit[0] == 0 && last_exit[2] == 0, "survivors: %d %d", last_exit[0],
+                  last_exit[2]);
+    ck_assert_int_eq(last_exit[1], -1); /* stopped, then killed at the deadline */
+}
+END_TEST
+
+/* Ranks that disagree on the broadcast root, or call different collectives: every rank
+ * gets COLL_EMISMATCH, none hangs. A rank whose part of a pipelined broadcast was already
+ * complete (the root, say) learns it from its next operation. */
+static int disorder_rank(coll_comm *c, void *arg)
+{
+    int what = *(int *)arg, me = coll_rank(c);
+    float buf[64] = { 0 };
+    int rc = what == 0 ? coll_broadcast(c, buf, 64, COLL_F32, me == 2 ? 1 : 0)
+             : me == 1 ? coll_allgather(c, buf, buf, 16, COLL_F32)
+                       : coll_allreduce(c, buf, buf, 64, COLL_F32, COLL_SUM);
+    if (rc == COLL_OK && what == 0)
+        rc = coll_barrier(c);
+    if (rc != COLL_EMISMATCH) {
+        fprintf(stderr, "rank %d case %d: %s (%s)\n", me, what, coll_strerror(rc),
+                coll_last_error(c));
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(root_or_order_disagreement_is_emismatch_everywhere)
+{
+    int what = _i;
+    run_opts o = { .nranks = 4, .rdzv = RDZV_FILE, .timeout_ms = TIMEOUT_MS, .deadline_s = 20 };
+    ck_assert_int_eq(run_ranks(&o, disorder_rank, &what), 0);
+}
+END_TEST
+
+typedef struct {
+    coll_comm *c;
+    int delay_ms;
+} aborter;
+
+static void *abort_later(void *p)
+{
+    aborter *a = p;
+    cl_sleep_ms(a->delay_ms);
+    coll_abort(a->c);
+    return NULL;
+}
+
+/* coll_abort from another thread ends a wait that would otherwise last the timeout. */
+static int abort_thread_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float v = 0;
+    if (coll_rank(c) != 0) {
+        cl_sleep_ms(1500); /* alive, but never sends */
+        return 0;
+    }
+    aborter a = { c, 200 };
+    pthread_t t;
+    pthread_create(&t, NULL, abort_later, &a);
+    int64_t t0 = cl_now_ms();
+    int rc = coll_recv(c, &v, 1, COLL_F32, 1, 0);
+    pthread_join(t, NULL);
+    if (rc != COLL_EABORTED || cl_now_ms() - t0 > TIMEOUT_MS / 2) {
+        fprintf(stderr, "recv: %s after %lld ms\n", coll_strerror(rc),
+                (long long)(cl_now_ms() - t0));
+        return 1;
+    }
+    EXPECT_RC(coll_barrier(c), COLL_EABORTED);
+    return 0;
+}
+
+START_TEST(abort_from_another_thread_ends_a_wait)
+{
+    run_opts o = { .nranks = 2, .rdzv = RDZV_FILE, .timeout_ms = 10000, .deadline_s = 20 };
+    ck_assert_int_eq(run_ranks(&o, abort_thread_rank, NULL), 0);
+}
+END_TEST
+
+static int two_jobs_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c);
+    for (int it = 0; it < 50; it++) {
+        int v = coll_rank(c) + it, sum = 0;
+        EXPECT_RC(coll_allreduce(c, &v, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
+        if (sum != n * (n - 1) / 2 + n * it) {
+            fprintf(stderr, "sum %d: another job's data?\n", sum);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Two jobs on one host at the same time never cross. */
+START_TEST(two_jobs_on_one_host_never_cross)
+{
+    pid_t job[2];
+    for (int j = 0; j < 2; j++)
+        if ((job[j] = fork()) == 0) {
+            run_opts o = { .nranks = 3 + j, .rdzv = RDZV_TCP, .timeout_ms = 10000,
+                           .deadline_s = 40 };
+            _exit(run_ranks(&o, two_jobs_rank, NULL) ? 1 : 0);
+        }
+    for (int j = 0; j < 2; j++) {
+        int st;
+        waitpid(job[j], &st, 0);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "job %d failed", j);
+    }
+}
+END_TEST
+
 START_TEST(missing_rank_times_out_naming_it)
 {
     ck_assert_int_eq(init_ranks(2, 3, 0, "2/3 ranks joined"), 0);
@@ -121,7 +269,7 @@ END_TEST
 
 START_TEST(ranks_starting_seconds_apart_still_join)
 {
-    ck_assert_int_eq(init_ranks(3, 3, 1500, NULL), 0);
+    ck_assert_int_eq(init_ranks(3, 3, 5000, NULL), 0); /* the last one 10 s after the first */
 }
 END_TEST
 
@@ -130,7 +278,11 @@ int main(void)
     Suite *s = suite_create("faults");
     TCase *t = tcase_create("faults");
     tcase_set_timeout(t, 60);
-    tcase_add_loop_test(t, killed_rank_fails_every_survivor_within_twice_the_timeout, 0, 12);
+    tcase_add_loop_test(t, killed_rank_fails_every_survivor_within_twice_the_timeout, 0, 24);
+    tcase_add_test(t, stopped_rank_makes_the_others_time_out);
+    tcase_add_loop_test(t, root_or_order_disagreement_is_emismatch_everywhere, 0, 2);
+    tcase_add_test(t, abort_from_another_thread_ends_a_wait);
+    tcase_add_test(t, two_jobs_on_one_host_never_cross);
     tcase_add_test(t, missing_rank_times_out_naming_it);
     tcase_add_test(t, ranks_starting_seconds_apart_still_join);
     suite_add_tcase(s, t);
