@@ -1,0 +1,85 @@
+#!/bin/sh
+# Bad links between two network namespaces joined by a veth pair:
+#  1. netem with 5% loss, 20 ms delay and reordering: every coll_perf result still exact
+#     (kernels without sch_netem: 5% random loss with nftables instead, no delay);
+#  2. the link goes down in the middle of a long all-reduce: both ranks fail within the
+#     timeout instead of hanging.
+# Needs root and iproute2 (tc); skips (77) where namespaces cannot be made.
+set -u
+perf=$1
+a=ctA$$ b=ctB$$
+cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; }
+trap cleanup EXIT INT TERM
+if ! ip netns add "$a" 2>/dev/null || ! ip netns add "$b"; then
+    echo "cannot create network namespaces: skipped"
+    exit 77
+fi
+ip link add va$$ netns "$a" type veth peer name vb$$ netns "$b" || exit 77
+ip -n "$a" addr add 10.98.0.1/24 dev va$$
+ip -n "$b" addr add 10.98.0.2/24 dev vb$$
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set va$$ up
+ip -n "$b" link set vb$$ up
+shaping=netem
+for side in "$a va$$" "$b vb$$"; do
+    set -- $side
+    ip netns exec "$1" tc qdisc add dev "$2" root netem loss 5% delay 20ms 10ms reorder 25% 50% \
+        2>/dev/null || shaping=nft
+done
+if [ $shaping = nft ]; then
+    for ns in "$a" "$b"; do
+        ip netns exec "$ns" nft add table inet lossy &&
+        ip netns exec "$ns" nft 'add chain inet lossy out { type filter hook output priority 0; }' &&
+        ip netns exec "$ns" nft add rule inet lossy out numgen random mod 100 '<' 5 drop ||
+            { echo "neither tc netem nor nftables works here: skipped"; exit 77; }
+    done
+fi
+
+# rank r in namespace ns; extra arguments go to coll_perf
+rank() {
+    r=$1 ns=$2 port=$3 timeout=$4
+    shift 4
+    ip netns exec "$ns" env RANK="$r" WORLD_SIZE=2 MASTER_ADDR=10.98.0.1 MASTER_PORT="$port" \
+        COLL_SOCKET_IFNAME=v COLL_TIMEOUT_MS="$timeout" "$perf" "$@"
+}
+
+port=$((20000 + $$ % 10000))
+if [ $shaping = netem ]; then
+    echo "== lossy link: 5% loss, 20 ms +- 10 ms delay, 25% reordering (netem)"
+else
+    echo "== lossy link: 5% of packets dropped each way (nftables; this kernel has no netem)"
+fi
+rank 0 "$a" "$port" 60000 -b 8 -e 4M -f 16 -n 3 -w 1 -c 1 > /tmp/netem.$$.0 2>&1 &
+p0=$!
+rank 1 "$b" "$port" 60000 -b 8 -e 4M -f 16 -n 3 -w 1 -c 1 > /tmp/netem.$$.1 2>&1 &
+p1=$!
+wait $p0; s0=$?
+wait $p1; s1=$?
+cat /tmp/netem.$$.0
+if [ $s0 -ne 0 ] || [ $s1 -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" /tmp/netem.$$.0; then
+    echo "FAIL: results over a lossy link (exit $s0 $s1)"; cat /tmp/netem.$$.1; exit 1
+fi
+
+echo "== link down in the middle of a 64 MiB all-reduce loop (timeout 3 s)"
+for side in "$a va$$" "$b vb$$"; do
+    set -- $side
+    ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
+    ip netns exec "$1" nft delete table inet lossy 2>/dev/null
+done
+port=$((port + 1))
+start=$(date +%s)
+rank 0 "$a" "$port" 3000 -b 64M -e 64M -n 200 -w 1 -c 0 > /tmp/netem.$$.0 2>&1 &
+p0=$!
+rank 1 "$b" "$port" 3000 -b 64M -e 64M -n 200 -w 1 -c 0 > /tmp/netem.$$.1 2>&1 &
+p1=$!
+sleep 3
+ip -n "$a" link set va$$ down
+wait $p0; s0=$?
+wait $p1; s1=$?
+took=$(( $(date +%s) - start ))
+tail -n 2 /tmp/netem.$$.0 /tmp/netem.$$.1
+rm -f /tmp/netem.$$.0 /tmp/netem.$$.1
+if [ $s0 -eq 0 ] || [ $s1 -eq 0 ] || [ $took -gt 20 ]; then
+    echo "FAIL: link down: exits $s0 $s1 after $took s (want both non-zero, promptly)"; exit 1
+fi
+echo "both ranks failed after the link went down ($took s in all)"
