@@ -7,6 +7,7 @@
 
 #include "../core/log.h"
 #include "../core/util.h"
+#include "../core/wire.h"
 #include "../kernels/reduce.h"
 
 #include <stdio.h>
@@ -137,9 +138,10 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
     cl_msg_hdr want = header_for(p, u, bytes), *got = &f->rh[slot];
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return link_error(p, rc, cl_unit_peer(p, u, 1), "from");
-    if (rc == COLL_OK && got->coll == CL_FAREWELL)
+    cl_wire_verdict v = rc == COLL_OK ? cl_header_check(got, &want, nbytes) : CL_WIRE_MISMATCH;
+    if (v == CL_WIRE_FAREWELL)
         return cl_peer_failed(p->comm, got, cl_kind_name(p->req->kind), p->req->seq);
-    if (rc == COLL_EMISMATCH || memcmp(got, &want, sizeof(want)) != 0 || nbytes != bytes)
+    if (v == CL_WIRE_MISMATCH)
         return mismatch(p, got, &want);
     atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
     if (p->ops->arrived)

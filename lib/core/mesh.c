@@ -6,51 +6,31 @@
 
 #include "log.h"
 #include "util.h"
+#include "wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    uint32_t magic;
-    uint16_t proto, libver;
-    uint64_t job, secret, comm;
-    uint32_t rank, channel, size, pad;
-} hello;
-_Static_assert(sizeof(hello) == CL_HELLO_BYTES, "hello is CL_HELLO_BYTES");
-
-static void make_hello(coll_comm *c, int ch, uint8_t out[CL_HELLO_BYTES])
+static cl_hello_expect expectation(const coll_comm *c)
 {
-    hello h = { CL_HELLO_MAGIC, CL_PROTO_VERSION, COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR,
-                c->job, c->secret, c->id, (uint32_t)c->rank, (uint32_t)ch, (uint32_t)c->size, 0 };
-    memcpy(out, &h, sizeof(h));
+    return (cl_hello_expect){ c->job, c->secret, c->id, c->rank, c->size, CL_CHANNELS };
 }
 
 /* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
 static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn)
 {
-    hello h;
-    memcpy(&h, raw, sizeof(h));
-    const char *why = NULL;
-    if (h.magic != CL_HELLO_MAGIC)
-        why = "bad magic";
-    else if (h.proto != CL_PROTO_VERSION)
-        why = "protocol version differs";
-    else if (h.secret != c->secret)
-        why = "wrong COLL_SECRET";
-    else if (h.job != c->job || h.comm != c->id)
-        why = "belongs to another job or communicator";
-    else if (h.rank >= (uint32_t)c->size || h.rank == (uint32_t)c->rank ||
-             h.channel >= CL_CHANNELS || h.size != (uint32_t)c->size)
-        why = "rank, size or channel out of range";
-    else if (c->conns[h.channel][1][h.rank])
+    cl_hello_expect e = expectation(c);
+    const char *why;
+    int slot = cl_hello_check(raw, &e, &why);
+    if (slot >= 0 && c->conns[slot / c->size][1][slot % c->size])
         why = "duplicate connection";
     if (why) {
         cl_log(COLL_LOG_WARN, "rank %d: refused connection from %s: %s (%s)", c->rank,
                c->tr->peer_name(conn), coll_strerror(COLL_EPROTO), why);
         return -1;
     }
-    return (int)(h.channel * (uint32_t)c->size + h.rank);
+    return slot;
 }
 
 static int missing_ranks(coll_comm *c, char *out, size_t len)
@@ -148,7 +128,8 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
         for (int k = 1; k < c->size; k++) {
             int p = (c->rank + k) % c->size; /* spread the connects: not all at rank 0 */
             uint8_t raw[CL_HELLO_BYTES];
-            make_hello(c, ch, raw);
+            cl_hello_expect me = expectation(c);
+            cl_hello_make(&me, ch, raw);
             int rc = c->tr->connect(c->ctx, handles + (size_t)p * CL_HANDLE_BYTES, raw,
                                     &c->conns[ch][0][p]);
             if (rc != COLL_OK) {

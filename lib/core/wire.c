@@ -1,0 +1,42 @@
+/* Handshake and header checks: see wire.h. */
+#include "wire.h"
+
+#include "comm.h"
+
+#include <string.h>
+
+void cl_hello_make(const cl_hello_expect *me, int channel, uint8_t out[CL_HELLO_BYTES])
+{
+    cl_hello h = { CL_HELLO_MAGIC, CL_PROTO_VERSION,
+                   COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR, me->job, me->secret, me->comm,
+                   (uint32_t)me->rank, (uint32_t)channel, (uint32_t)me->size, 0 };
+    memcpy(out, &h, sizeof(h));
+}
+
+int cl_hello_check(const uint8_t raw[CL_HELLO_BYTES], const cl_hello_expect *e, const char **why)
+{
+    cl_hello h;
+    memcpy(&h, raw, sizeof(h));
+    *why = NULL;
+    if (h.magic != CL_HELLO_MAGIC)
+        *why = "bad magic";
+    else if (h.proto != CL_PROTO_VERSION)
+        *why = "protocol version differs";
+    else if (h.secret != e->secret)
+        *why = "wrong COLL_SECRET";
+    else if (h.job != e->job || h.comm != e->comm)
+        *why = "belongs to another job or communicator";
+    else if (h.rank >= (uint32_t)e->size || h.rank == (uint32_t)e->rank ||
+             h.channel >= (uint32_t)e->channels || h.size != (uint32_t)e->size)
+        *why = "rank, size or channel out of range";
+    return *why ? -1 : (int)(h.channel * (uint32_t)e->size + h.rank);
+}
+
+cl_wire_verdict cl_header_check(const cl_msg_hdr *got, const cl_msg_hdr *want, size_t nbytes)
+{
+    if (got->magic == CL_MSG_MAGIC && got->coll == CL_FAREWELL && got->len == 0)
+        return CL_WIRE_FAREWELL;
+    if (memcmp(got, want, sizeof(*want)) != 0 || nbytes != want->len)
+        return CL_WIRE_MISMATCH;
+    return CL_WIRE_OK;
+}

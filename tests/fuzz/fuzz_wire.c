@@ -1,0 +1,46 @@
+/* libFuzzer target for the parsers of untrusted wire input: the connection handshake and
+ * the segment header checks (lib/core/wire.c). Beyond "no crash, no sanitizer report",
+ * it checks that nothing is accepted that differs from what was expected. */
+#include "../../lib/core/wire.h"
+#include "../../lib/core/comm.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define REQUIRE(x)                                                                           \
+    do {                                                                                     \
+        if (!(x))                                                                            \
+            __builtin_trap();                                                                \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint8_t raw[CL_HELLO_BYTES] = { 0 };
+    memcpy(raw, data, size < sizeof(raw) ? size : sizeof(raw));
+    cl_hello_expect e = { 0x1234, 0xfeed, 7, 2, 5, CL_CHANNELS };
+    const char *why;
+    int slot = cl_hello_check(raw, &e, &why);
+    if (slot >= 0) {
+        cl_hello h;
+        memcpy(&h, raw, sizeof(h));
+        REQUIRE(h.magic == CL_HELLO_MAGIC && h.proto == CL_PROTO_VERSION && h.job == e.job &&
+                h.secret == e.secret && h.comm == e.comm && h.size == (uint32_t)e.size &&
+                h.rank < (uint32_t)e.size && h.rank != (uint32_t)e.rank &&
+                h.channel < (uint32_t)e.channels);
+        REQUIRE(slot == (int)(h.channel * (uint32_t)e.size + h.rank));
+    } else {
+        REQUIRE(why != NULL);
+    }
+    cl_msg_hdr got = { 0 }, want = { .magic = CL_MSG_MAGIC, .coll = CL_ALLREDUCE, .len = 64,
+                                      .seq = 3, .unit = 1, .count = 1000 };
+    size_t off = sizeof(raw);
+    if (size > off)
+        memcpy(&got, data + off, size - off < sizeof(got) ? size - off : sizeof(got));
+    size_t nbytes = size > 80 ? data[80] : 64;
+    cl_wire_verdict v = cl_header_check(&got, &want, nbytes);
+    if (v == CL_WIRE_OK)
+        REQUIRE(memcmp(&got, &want, sizeof(got)) == 0 && nbytes == want.len);
+    if (v == CL_WIRE_FAREWELL)
+        REQUIRE(got.coll == CL_FAREWELL && got.len == 0);
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* The handshake and header checks: a hello from a valid peer is accepted at the slot it
+ * names; each wrong field is refused with its reason; header verdicts. */
+#include "../../lib/core/comm.h"
+#include "../../lib/core/wire.h"
+
+#include <check.h>
+#include <string.h>
+
+static const cl_hello_expect me = { 0x1234, 0xfeed, 7, 2, 5, CL_CHANNELS };
+
+START_TEST(valid_peers_are_accepted_at_their_slot)
+{
+    for (int r = 0; r < me.size; r++)
+        for (int ch = 0; ch < CL_CHANNELS; ch++) {
+            cl_hello_expect peer = me;
+            peer.rank = r;
+            uint8_t raw[CL_HELLO_BYTES];
+            const char *why;
+            cl_hello_make(&peer, ch, raw);
+            int slot = cl_hello_check(raw, &me, &why);
+            ck_assert_int_eq(slot, r == me.rank ? -1 : ch * me.size + r);
+        }
+}
+END_TEST
+
+START_TEST(each_wrong_field_is_refused_with_its_reason)
+{
+    static const struct {
+        size_t off;
+        const char *why;
+    } cases[] = { { offsetof(cl_hello, magic), "bad magic" },
+                  { offsetof(cl_hello, proto), "protocol version" },
+                  { offsetof(cl_hello, secret), "COLL_SECRET" },
+                  { offsetof(cl_hello, job), "another job" },
+                  { offsetof(cl_hello, comm), "another job" },
+                  { offsetof(cl_hello, rank), "out of range" },
+                  { offsetof(cl_hello, channel), "out of range" },
+                  { offsetof(cl_hello, size), "out of range" } };
+    cl_hello_expect peer = me;
+    peer.rank = 0;
+    uint8_t raw[CL_HELLO_BYTES];
+    const char *why;
+    cl_hello_make(&peer, 0, raw);
+    raw[cases[_i].off] ^= 0x40;
+    ck_assert_int_eq(cl_hello_check(raw, &me, &why), -1);
+    ck_assert_msg(why && strstr(why, cases[_i].why), "got '%s', want '%s'", why, cases[_i].why);
+}
+END_TEST
+
+START_TEST(header_verdicts)
+{
+    cl_msg_hdr want = { .magic = CL_MSG_MAGIC, .coll = CL_ALLREDUCE, .len = 64, .seq = 3 };
+    cl_msg_hdr got = want, bye = { .magic = CL_MSG_MAGIC, .coll = CL_FAREWELL };
+    ck_assert_int_eq(cl_header_check(&got, &want, 64), CL_WIRE_OK);
+    ck_assert_int_eq(cl_header_check(&got, &want, 63), CL_WIRE_MISMATCH);
+    got.seq = 4;
+    ck_assert_int_eq(cl_header_check(&got, &want, 64), CL_WIRE_MISMATCH);
+    ck_assert_int_eq(cl_header_check(&bye, &want, 0), CL_WIRE_FAREWELL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("wire");
+    TCase *t = tcase_create("wire");
+    tcase_add_test(t, valid_peers_are_accepted_at_their_slot);
+    tcase_add_loop_test(t, each_wrong_field_is_refused_with_its_reason, 0, 8);
+    tcase_add_test(t, header_verdicts);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
