@@ -3,22 +3,14 @@
 #include "../common/harness.h"
 #include "../../perf/verify.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define FAIL_IF(cond, ...)                                                     \
-    do {                                                                       \
-        if (cond) {                                                            \
-            fprintf(stderr, "rank %d: ", coll_rank(c));                        \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, " [%s]\n", coll_last_error(c));                    \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
 
 static void expect_all_pass(int n, rank_fn fn, rdzv_kind rdzv)
 {
@@ -311,9 +303,5 @@ int main(void)
     tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
     tcase_add_test(t, abort_fails_this_rank_and_its_peers);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -5,6 +5,8 @@
  * bytes that match the codec, and error feedback that averages the error away. */
 #include "../common/harness.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,20 +41,6 @@ static double rel_l2(const float *got, const double *exact)
         den += exact[i] * exact[i];
     }
     return sqrt(num / den);
-}
-
-static int same_everywhere(coll_comm *c, const float *buf)
-{
-    uint64_t h = 1469598103934665603ULL, all[8];
-    const unsigned char *b = (const unsigned char *)buf;
-    for (size_t i = 0; i < COUNT * 4; i++)
-        h = (h ^ b[i]) * 1099511628211ULL;
-    if (coll_allgather(c, &h, all, 1, COLL_I64) != COLL_OK)
-        return 0;
-    for (int r = 0; r < coll_size(c); r++)
-        if (all[r] != h)
-            return 0;
-    return 1;
 }
 
 /* Half a quantisation step of every encoding element i went through: each non-owner's
@@ -99,7 +87,7 @@ static int accuracy_rank(coll_comm *c, void *arg)
         fprintf(stderr, "rank %d: error %.3e over %.1e\n", me, err, bar);
         return 1;
     }
-    if (!same_everywhere(c, y)) {
+    if (!identical_everywhere(c, y, COUNT * 4)) {
         fprintf(stderr, "rank %d: results differ between ranks\n", me);
         return 1;
     }
@@ -235,9 +223,5 @@ int main(void)
     tcase_add_test(t, codec_disagreement_and_unsupported_ops);
     tcase_add_test(t, error_feedback_averages_the_error_away);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -6,6 +6,8 @@
 #include "../common/harness.h"
 #include "../../perf/verify.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,30 +20,6 @@ typedef struct {
     int ndtypes; /* test the first ndtypes dtypes (all: 8) */
     int large;   /* the large odd count */
 } matrix_arg;
-
-#define FAIL_IF(cond, ...)                                                     \
-    do {                                                                       \
-        if (cond) {                                                            \
-            fprintf(stderr, "rank %d: ", coll_rank(c));                        \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, " [%s]\n", coll_last_error(c));                    \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-
-/* Every rank must hold the same bytes: compare a hash through an all-gather. */
-static int identical_everywhere(coll_comm *c, const void *buf, size_t bytes)
-{
-    uint64_t h = 1469598103934665603ULL, all[64];
-    for (size_t i = 0; i < bytes; i++)
-        h = (h ^ ((const unsigned char *)buf)[i]) * 1099511628211ULL;
-    if (coll_allgather(c, &h, all, 1, COLL_I64) != COLL_OK)
-        return 0;
-    for (int r = 0; r < coll_size(c); r++)
-        if (all[r] != h)
-            return 0;
-    return 1;
-}
 
 static int allreduce_case(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt, coll_op op,
                           int inplace)
@@ -164,9 +142,5 @@ int main(void)
     tcase_add_test(t, matrix_tcp_rendezvous_env_url);
     tcase_add_loop_test(t, matrix_loop_threads, 0, 5);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

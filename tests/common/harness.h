@@ -29,6 +29,20 @@ extern int last_exit[64];
 /* A port nobody listens on right now, for tcp:// and env:// rendezvous. */
 int free_port(void);
 
+/* Fails the calling rank (return 1) with a message when cond holds. */
+#define FAIL_IF(cond, ...)                                                     \
+    do {                                                                       \
+        if (cond) {                                                            \
+            fprintf(stderr, "rank %d: ", coll_rank(c));                        \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, " [%s]\n", coll_last_error(c));                    \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* 1 when `bytes` at buf hash the same on every rank of c (an all-gather of hashes). */
+int identical_everywhere(coll_comm *c, const void *buf, size_t bytes);
+
 /* Fails the calling rank with a message if rc is not want. */
 #define EXPECT_RC(rc, want)                                                                  \
     do {                                                                                     \

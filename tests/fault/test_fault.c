@@ -6,6 +6,8 @@
 #include "../../lib/core/util.h"
 #include "../common/harness.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -286,9 +288,5 @@ int main(void)
     tcase_add_test(t, missing_rank_times_out_naming_it);
     tcase_add_test(t, ranks_starting_seconds_apart_still_join);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

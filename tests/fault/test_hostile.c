@@ -8,6 +8,8 @@
 #include "../common/harness.h"
 
 #include <arpa/inet.h>
+#include "../common/suite.h"
+
 #include <check.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -155,9 +157,5 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, stray_and_hostile_connections_are_refused_and_the_job_completes);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -5,6 +5,8 @@
 #include "../common/harness.h"
 #include "../../perf/verify.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -120,9 +122,5 @@ int main(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, ten_thousand_mixed_operations_leak_nothing);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

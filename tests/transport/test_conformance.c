@@ -5,6 +5,8 @@
 #include "../../transports/transport.h"
 #include "collective.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,9 +235,5 @@ int main(int argc, char **argv)
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

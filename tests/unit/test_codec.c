@@ -5,6 +5,8 @@
 #include "../../lib/kernels/codec.h"
 #include "../../lib/kernels/half.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -118,9 +120,5 @@ int main(void)
     tcase_add_loop_test(t, q8_blocks_scale_and_bound_the_error, 0, 2);
     tcase_add_test(t, names_and_sizes);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -4,6 +4,8 @@
 #include "../../lib/kernels/half.h"
 #include "../../lib/kernels/reduce.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -147,9 +149,5 @@ int main(void)
     tcase_add_test(t, bf16_conversion_edge_cases);
     tcase_add_test(t, sizes_and_names);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

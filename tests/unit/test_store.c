@@ -4,6 +4,8 @@
 #include "../../lib/rdzv/store.h"
 #include "../common/harness.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -132,9 +134,5 @@ int main(void)
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -3,6 +3,8 @@
 #include "../../lib/core/comm.h"
 #include "../../lib/core/wire.h"
 
+#include "../common/suite.h"
+
 #include <check.h>
 #include <string.h>
 
@@ -67,9 +69,5 @@ int main(void)
     tcase_add_loop_test(t, each_wrong_field_is_refused_with_its_reason, 0, 8);
     tcase_add_test(t, header_verdicts);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }
