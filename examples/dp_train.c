@@ -10,6 +10,7 @@
  * samples/s, compute / communication time, speedup over one process on the same global
  * batch, bandwidth utilisation and bytes on the wire next to 2P(N-1)/N. Final line:
  * "test_accuracy A". */
+#include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "../perf/spawn.h"
@@ -20,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     int np, epochs, batch, steps, check_serial;
@@ -29,13 +29,6 @@ typedef struct {
     coll_codec codec;
     const char *data, *json;
 } opts;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int parse(int argc, char **argv, opts *o)
 {
@@ -74,26 +67,6 @@ static int parse(int argc, char **argv, opts *o)
 }
 
 /* The same shuffled order on every rank: Fisher-Yates from a seeded generator. */
-static void shuffle(size_t *perm, size_t n, unsigned long long seed)
-{
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (size_t i = n - 1; i > 0; i--) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        size_t j = (size_t)((seed >> 33) % (i + 1));
-        size_t t = perm[i];
-        perm[i] = perm[j], perm[j] = t;
-    }
-}
-
-static void gather_batch(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y)
-{
-    for (int i = 0; i < n; i++) {
-        memcpy(x + (size_t)i * d->dim, d->x + idx[i] * d->dim, d->dim * sizeof(float));
-        y[i] = d->y[idx[i]];
-    }
-}
-
 typedef struct {
     coll_comm *c;
     const opts *o;
@@ -116,13 +89,13 @@ static double measure_serial(trainer *t)
     if (mlp_init(&copy, t->net.size, t->net.layers, 0) != 0)
         return 0;
     memcpy(copy.params, t->net.params, sizeof(float) * copy.nparams);
-    double t0 = now_s();
+    double t0 = ex_now_s();
     for (int s = 0; s < steps; s++) {
-        gather_batch(t->train, t->perm + (size_t)s * B, B, t->sx, t->sy);
+        ex_gather(t->train, t->perm + (size_t)s * B, B, t->sx, t->sy);
         mlp_train_batch(&copy, &t->serial_work, t->sx, t->sy, B, B, &correct);
         mlp_sgd(&copy, t->o->lr, t->o->momentum);
     }
-    double sps = steps * B / (now_s() - t0);
+    double sps = steps * B / (ex_now_s() - t0);
     mlp_free(&copy);
     return sps;
 }
@@ -143,12 +116,12 @@ static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int 
 {
     int n = coll_size(t->c), me = coll_rank(t->c), B = t->o->batch, b = B / n;
     const size_t *idx = t->perm + s * (size_t)B;
-    double t0 = now_s();
-    gather_batch(t->train, idx + (size_t)me * b, b, t->bx, t->by);
+    double t0 = ex_now_s();
+    ex_gather(t->train, idx + (size_t)me * b, b, t->bx, t->by);
     *loss += mlp_train_batch(&t->net, &t->work, t->bx, t->by, b, b, correct);
-    double t1 = now_s();
+    double t1 = ex_now_s();
     int rc = coll_allreduce(t->c, t->net.grads, t->net.grads, t->net.nparams, COLL_F32, COLL_AVG);
-    double t2 = now_s();
+    double t2 = ex_now_s();
     if (rc != COLL_OK)
         return rc;
     mlp_sgd(&t->net, t->o->lr, t->o->momentum);
@@ -156,7 +129,7 @@ static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int 
     *tm += t2 - t1;
     if (me == 0 && (int)s < t->o->check_serial) {
         int ignore = 0;
-        gather_batch(t->train, idx, B, t->sx, t->sy);
+        ex_gather(t->train, idx, B, t->sx, t->sy);
         mlp_train_batch(&t->serial, &t->serial_work, t->sx, t->sy, B, B, &ignore);
         mlp_sgd(&t->serial, t->o->lr, t->o->momentum);
     }
@@ -180,12 +153,12 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     size_t steps = t->train->n / (size_t)B;
     if (t->o->steps > 0 && (size_t)t->o->steps < steps)
         steps = (size_t)t->o->steps;
-    shuffle(t->perm, t->train->n, t->o->seed * 1000003ULL + (unsigned long long)epoch);
+    ex_shuffle(t->perm, t->train->n, t->o->seed * 1000003ULL + (unsigned long long)epoch);
     if (epoch == 0 && me == 0)
         t->serial_sps = measure_serial(t);
     coll_stats st0, st1;
     coll_get_stats(t->c, &st0);
-    double tc = 0, tm = 0, loss = 0, t0 = now_s();
+    double tc = 0, tm = 0, loss = 0, t0 = ex_now_s();
     int correct = 0;
     for (size_t s = 0; s < steps; s++) {
         int rc = step(t, s, &tc, &tm, &loss, &correct);
@@ -201,7 +174,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
                 return 3;
         }
     }
-    double wall = now_s() - t0;
+    double wall = ex_now_s() - t0;
     coll_get_stats(t->c, &st1);
     if (!replicas_identical(t)) {
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);

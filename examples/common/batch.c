@@ -1,0 +1,32 @@
+/* Trainer helpers: see batch.h. */
+#include "batch.h"
+
+#include <string.h>
+#include <time.h>
+
+double ex_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void ex_shuffle(size_t *perm, size_t n, unsigned long long seed)
+{
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates over a 64-bit LCG */
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        size_t j = (size_t)((seed >> 33) % (i + 1));
+        size_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+}
+
+void ex_gather(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y)
+{
+    for (int i = 0; i < n; i++) {
+        memcpy(x + (size_t)i * d->dim, d->x + idx[i] * d->dim, d->dim * sizeof(float));
+        y[i] = d->y[idx[i]];
+    }
+}

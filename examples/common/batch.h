@@ -1,0 +1,17 @@
+/* Helpers every trainer shares: a clock, the seeded shuffle every rank agrees on, and
+ * gathering a batch of samples by index. */
+#ifndef EX_BATCH_H
+#define EX_BATCH_H
+
+#include "mnist.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+double ex_now_s(void);
+/* perm = a permutation of 0..n-1, the same on every rank for the same seed. */
+void ex_shuffle(size_t *perm, size_t n, unsigned long long seed);
+/* x, y = samples idx[0..n) of d. */
+void ex_gather(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y);
+
+#endif

@@ -1,0 +1,192 @@
+/* The pipeline: see pipeline.h. */
+#include "pipeline.h"
+
+#include "batch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
+              const dataset *train)
+{
+    int K = coll_size(c), s = coll_rank(c), L = net->layers;
+    if (K > L || micro < 1 || batch % micro)
+        return -1;
+    *p = (pipeline){ .c = c, .stage = s, .K = K, .lo = L * s / K, .hi = L * (s + 1) / K,
+                     .micro = micro, .mb = batch / micro, .onef1b = onef1b, .net = net,
+                     .train = train };
+    p->work = calloc((size_t)micro, sizeof(mlp_work));
+    p->sends = calloc((size_t)micro * 2, sizeof(coll_req *));
+    p->y = malloc((size_t)batch);
+    if (!p->work || !p->sends || !p->y)
+        return -1;
+    for (int i = 0; i < micro; i++)
+        if (mlp_work_init(&p->work[i], net, p->mb) != 0)
+            return -1;
+    return 0;
+}
+
+void pipe_free(pipeline *p)
+{
+    for (int i = 0; p->work && i < p->micro; i++)
+        mlp_work_free(&p->work[i]);
+    free(p->work);
+    free(p->sends);
+    free(p->y);
+}
+
+size_t pipe_params(const pipeline *p, size_t *from)
+{
+    *from = (size_t)(p->net->W[p->lo] - p->net->params);
+    size_t to = p->hi < p->net->layers ? (size_t)(p->net->W[p->hi] - p->net->params)
+                                       : p->net->nparams;
+    return to - *from;
+}
+
+/* Waiting on a peer counts as idle (the bubble); the kernels count as compute. */
+static int timed_recv(pipeline *p, float *buf, size_t count, int peer, uint32_t tag)
+{
+    double t0 = ex_now_s();
+    int rc = coll_recv(p->c, buf, count, COLL_F32, peer, tag);
+    p->idle += ex_now_s() - t0;
+    return rc;
+}
+
+static int post_send(pipeline *p, const float *buf, size_t count, int peer, uint32_t tag)
+{
+    return coll_isend(p->c, buf, count, COLL_F32, peer, tag, &p->sends[p->nsends++]);
+}
+
+/* This stage's input: the data on stage 0 (in grad[0], which layer 0 never needs for a
+ * gradient), else the previous stage's activations, received into act[lo]. */
+static float *input_of(const pipeline *p, mlp_work *w)
+{
+    return p->lo == 0 ? w->grad[0] : w->act[p->lo];
+}
+
+static void forward_layers(pipeline *p, mlp_work *w, int n)
+{
+    double t0 = ex_now_s();
+    for (int l = p->lo; l < p->hi; l++)
+        mlp_layer_forward(p->net, l, l == p->lo ? input_of(p, w) : w->act[l], w->act[l + 1], n);
+    p->compute += ex_now_s() - t0;
+}
+
+static int forward(pipeline *p, int i, const size_t *idx)
+{
+    mlp_work *w = &p->work[i];
+    const size_t *mine = idx + (size_t)i * p->mb;
+    int rc = COLL_OK;
+    const int *size = p->net->size;
+    if (p->stage == 0)
+        ex_gather(p->train, mine, p->mb, input_of(p, w), p->y + i * p->mb);
+    else
+        rc = timed_recv(p, input_of(p, w), (size_t)p->mb * size[p->lo], p->stage - 1, (uint32_t)i);
+    for (int k = 0; k < p->mb; k++) /* labels travel by index: every stage has the data */
+        p->y[i * p->mb + k] = p->train->y[mine[k]];
+    forward_layers(p, w, p->mb);
+    p->stashed++;
+    p->peak_stash = p->stashed > p->peak_stash ? p->stashed : p->peak_stash;
+    if (rc == COLL_OK && p->stage < p->K - 1)
+        rc = post_send(p, w->act[p->hi], (size_t)p->mb * size[p->hi], p->stage + 1, (uint32_t)i);
+    return rc;
+}
+
+static int backward(pipeline *p, int i, int norm, double *loss, int *correct)
+{
+    mlp_work *w = &p->work[i];
+    const int *size = p->net->size;
+    int rc = COLL_OK;
+    if (p->stage < p->K - 1)
+        rc = timed_recv(p, w->grad[p->hi], (size_t)p->mb * size[p->hi], p->stage + 1,
+                        (uint32_t)i);
+    double t0 = ex_now_s();
+    if (p->stage == p->K - 1)
+        *loss += mlp_loss_grad(w->act[p->hi], p->y + i * p->mb, p->mb, size[p->hi], norm,
+                               w->grad[p->hi], correct);
+    for (int l = p->hi - 1; l >= p->lo; l--)
+        mlp_layer_backward(p->net, l, l == p->lo ? input_of(p, w) : w->act[l], w->grad[l + 1],
+                           l > 0 ? w->grad[l] : NULL, p->mb);
+    p->compute += ex_now_s() - t0;
+    p->stashed--;
+    if (rc == COLL_OK && p->stage > 0)
+        rc = post_send(p, w->grad[p->lo], (size_t)p->mb * size[p->lo], p->stage - 1, (uint32_t)i);
+    return rc;
+}
+
+/* GPipe: every forward, then every backward. 1F1B: K-1-s warm-up forwards, then one
+ * forward and one backward in turn, then the remaining backwards. */
+static int schedule(const pipeline *p, char *kind, int *mb)
+{
+    int M = p->micro, n = 0, f = 0, b = 0;
+    int warm = p->onef1b ? p->K - 1 - p->stage : M;
+    warm = warm < M ? warm : M;
+    while (f < warm)
+        kind[n] = 'F', mb[n++] = f++;
+    while (f < M) {
+        kind[n] = 'F', mb[n++] = f++;
+        if (p->onef1b)
+            kind[n] = 'B', mb[n++] = b++;
+    }
+    while (b < M)
+        kind[n] = 'B', mb[n++] = b++;
+    return n;
+}
+
+int pipe_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct, char *order,
+              size_t orderlen)
+{
+    char *kind = malloc((size_t)p->micro * 2);
+    int *mb = malloc(sizeof(int) * (size_t)p->micro * 2), n = schedule(p, kind, mb);
+    int rc = COLL_OK;
+    memset(p->net->grads, 0, sizeof(float) * p->net->nparams);
+    p->nsends = 0;
+    for (int k = 0; rc == COLL_OK && k < n; k++)
+        rc = kind[k] == 'F' ? forward(p, mb[k], idx) : backward(p, mb[k], norm, loss, correct);
+    for (int k = 0; k < p->nsends; k++) {
+        double t0 = ex_now_s();
+        int r = coll_wait(p->sends[k]);
+        p->idle += ex_now_s() - t0;
+        rc = rc != COLL_OK ? rc : r;
+    }
+    size_t at = 0;
+    for (int k = 0; order && k < n && at + 16 < orderlen; k++)
+        at += (size_t)snprintf(order + at, orderlen - at, "%s%c%d", k ? " " : "", kind[k], mb[k]);
+    free(kind);
+    free(mb);
+    return rc;
+}
+
+double pipe_evaluate(pipeline *p, const dataset *test)
+{
+    mlp_work *w = &p->work[0];
+    const int *size = p->net->size;
+    int C = size[p->net->layers];
+    long correct = 0;
+    size_t used = test->n / (size_t)p->mb * (size_t)p->mb;
+    for (size_t at = 0; at < used; at += (size_t)p->mb) {
+        float *in = input_of(p, w);
+        if (p->stage == 0)
+            memcpy(in, test->x + at * test->dim, sizeof(float) * (size_t)p->mb * test->dim);
+        else if (coll_recv(p->c, in, (size_t)p->mb * size[p->lo], COLL_F32, p->stage - 1, 0))
+            return -1;
+        forward_layers(p, w, p->mb);
+        if (p->stage < p->K - 1) {
+            if (coll_send(p->c, w->act[p->hi], (size_t)p->mb * size[p->hi], COLL_F32,
+                          p->stage + 1, 0))
+                return -1;
+            continue;
+        }
+        for (int i = 0; i < p->mb; i++) {
+            const float *z = w->act[p->hi] + (size_t)i * C;
+            int best = 0;
+            for (int j = 1; j < C; j++)
+                best = z[j] > z[best] ? j : best;
+            correct += best == test->y[at + (size_t)i];
+        }
+    }
+    double acc = (double)correct / (double)used;
+    coll_broadcast(p->c, &acc, 1, COLL_F64, p->K - 1);
+    return acc;
+}
