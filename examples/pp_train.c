@@ -3,6 +3,7 @@
  * activations flow forward and whose gradients flow back with send/recv.
  *   pp_train [--np K] [--schedule gpipe|1f1b] [--microbatches M] [--epochs E]
  *            [--batch B] [--lr LR] [--steps S] [--check-serial K] [--data DIR] [--seed S]
+ *            [--trace FILE]
  * gpipe: all forwards, then all backwards. 1f1b: stage s runs K-1-s warm-up forwards,
  * then one forward and one backward in turn, then the remaining backwards, so it never
  * holds more than K-s micro-batches of activations. Backwards run in micro-batch order
@@ -11,7 +12,8 @@
  * such a run after K steps, bit for bit (exit 3 if they differ). Prints per epoch: loss,
  * accuracy, samples/s, per-stage compute and idle time, the measured bubble fraction next
  * to (K-1)/(M+K-1), the most activations stashed, and bytes sent per step next to the
- * formula. Final line: "test_accuracy A". */
+ * formula; the second step is drawn as an ASCII timeline (one row per stage) and, with
+ * --trace, written as Chrome trace-event JSON for Perfetto. Final line: "test_accuracy A". */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
@@ -28,7 +30,7 @@ typedef struct {
     int np, epochs, batch, micro, steps, check_serial, onef1b;
     float lr, momentum;
     unsigned long long seed;
-    const char *data;
+    const char *data, *trace;
 } opts;
 
 static const int sizes[] = { 784, 512, 256, 128, 10 };
@@ -39,8 +41,8 @@ static int parse(int argc, char **argv, opts *o)
         { "np", 1, 0, 'N' },     { "epochs", 1, 0, 'e' }, { "batch", 1, 0, 'b' },
         { "lr", 1, 0, 'l' },     { "steps", 1, 0, 's' },  { "data", 1, 0, 'd' },
         { "seed", 1, 0, 'S' },   { "microbatches", 1, 0, 'm' }, { "schedule", 1, 0, 'k' },
-        { "check-serial", 1, 0, 'c' }, { 0, 0, 0, 0 } };
-    *o = (opts){ 2, 10, 64, 4, 0, 0, 1, 0.05f, 0.9f, 1, NULL };
+        { "check-serial", 1, 0, 'c' }, { "trace", 1, 0, 't' }, { 0, 0, 0, 0 } };
+    *o = (opts){ 2, 10, 64, 4, 0, 0, 1, 0.05f, 0.9f, 1, NULL, NULL };
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -53,6 +55,7 @@ static int parse(int argc, char **argv, opts *o)
         case 'S': o->seed = strtoull(optarg, NULL, 10); break;
         case 'm': o->micro = atoi(optarg); break;
         case 'c': o->check_serial = atoi(optarg); break;
+        case 't': o->trace = optarg; break;
         case 'k':
             if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
                 return -1;
@@ -133,9 +136,11 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     int correct = 0, rc = COLL_OK;
     for (size_t k = 0; rc == COLL_OK && k < steps; k++) {
         char order[1024];
-        int show = epoch == 0 && k == 0;
-        rc = pipe_step(p, t->perm + k * (size_t)o->batch, o->batch, &loss, &correct,
-                       show ? order : NULL, sizeof(order));
+        int show = epoch == 0 && k == 0, traced = epoch == 0 && k == 1;
+        const size_t *idx = t->perm + k * (size_t)o->batch;
+        rc = traced ? pipe_traced_step(p, idx, o->batch, &loss, &correct, o->trace)
+                    : pipe_step(p, idx, o->batch, &loss, &correct, show ? order : NULL,
+                                sizeof(order));
         if (show)
             printf("order stage %d: %s\n", p->stage, order);
         fflush(stdout);
@@ -205,7 +210,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: pp_train [--np K (1-4)] [--schedule gpipe|1f1b] "
                         "[--microbatches M (divides --batch)] [--epochs E] [--batch B] [--lr LR] "
-                        "[--steps S] [--check-serial K] [--data DIR] [--seed S]\n");
+                        "[--steps S] [--check-serial K] [--data DIR] [--seed S] [--trace FILE]\n");
         return 2;
     }
     int rank, size, status = 0;

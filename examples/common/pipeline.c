@@ -17,6 +17,7 @@ int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int one
                      .micro = micro, .mb = batch / micro, .onef1b = onef1b, .net = net,
                      .train = train };
     p->work = calloc((size_t)micro, sizeof(mlp_work));
+    p->events = calloc((size_t)micro * 2, sizeof(pipe_event));
     p->sends = calloc((size_t)micro * 2, sizeof(coll_req *));
     p->y = malloc((size_t)batch);
     if (!p->work || !p->sends || !p->y)
@@ -32,6 +33,7 @@ void pipe_free(pipeline *p)
     for (int i = 0; p->work && i < p->micro; i++)
         mlp_work_free(&p->work[i]);
     free(p->work);
+    free(p->events);
     free(p->sends);
     free(p->y);
 }
@@ -65,12 +67,19 @@ static float *input_of(const pipeline *p, mlp_work *w)
     return p->lo == 0 ? w->grad[0] : w->act[p->lo];
 }
 
-static void forward_layers(pipeline *p, mlp_work *w, int n)
+static void note(pipeline *p, char kind, int mb, double t0, double t1)
+{
+    p->compute += t1 - t0;
+    if (p->record && p->nevents < 2 * p->micro)
+        p->events[p->nevents++] = (pipe_event){ kind, mb, t0, t1 };
+}
+
+static void forward_layers(pipeline *p, mlp_work *w, int n, int mb)
 {
     double t0 = ex_now_s();
     for (int l = p->lo; l < p->hi; l++)
         mlp_layer_forward(p->net, l, l == p->lo ? input_of(p, w) : w->act[l], w->act[l + 1], n);
-    p->compute += ex_now_s() - t0;
+    note(p, 'F', mb, t0, ex_now_s());
 }
 
 static int forward(pipeline *p, int i, const size_t *idx)
@@ -85,7 +94,7 @@ static int forward(pipeline *p, int i, const size_t *idx)
         rc = timed_recv(p, input_of(p, w), (size_t)p->mb * size[p->lo], p->stage - 1, (uint32_t)i);
     for (int k = 0; k < p->mb; k++) /* labels travel by index: every stage has the data */
         p->y[i * p->mb + k] = p->train->y[mine[k]];
-    forward_layers(p, w, p->mb);
+    forward_layers(p, w, p->mb, i);
     p->stashed++;
     p->peak_stash = p->stashed > p->peak_stash ? p->stashed : p->peak_stash;
     if (rc == COLL_OK && p->stage < p->K - 1)
@@ -108,7 +117,7 @@ static int backward(pipeline *p, int i, int norm, double *loss, int *correct)
     for (int l = p->hi - 1; l >= p->lo; l--)
         mlp_layer_backward(p->net, l, l == p->lo ? input_of(p, w) : w->act[l], w->grad[l + 1],
                            l > 0 ? w->grad[l] : NULL, p->mb);
-    p->compute += ex_now_s() - t0;
+    note(p, 'B', i, t0, ex_now_s());
     p->stashed--;
     if (rc == COLL_OK && p->stage > 0)
         rc = post_send(p, w->grad[p->lo], (size_t)p->mb * size[p->lo], p->stage - 1, (uint32_t)i);
@@ -171,7 +180,7 @@ double pipe_evaluate(pipeline *p, const dataset *test)
             memcpy(in, test->x + at * test->dim, sizeof(float) * (size_t)p->mb * test->dim);
         else if (coll_recv(p->c, in, (size_t)p->mb * size[p->lo], COLL_F32, p->stage - 1, 0))
             return -1;
-        forward_layers(p, w, p->mb);
+        forward_layers(p, w, p->mb, 0);
         if (p->stage < p->K - 1) {
             if (coll_send(p->c, w->act[p->hi], (size_t)p->mb * size[p->hi], COLL_F32,
                           p->stage + 1, 0))
@@ -189,4 +198,83 @@ double pipe_evaluate(pipeline *p, const dataset *test)
     double acc = (double)correct / (double)used;
     coll_broadcast(p->c, &acc, 1, COLL_F64, p->K - 1);
     return acc;
+}
+
+/* Rank 0's view: every stage's events as (kind, micro-batch, start, end), times from the
+ * barrier that started the step on each stage. */
+static void draw(const double *ev, int K, int per, double span)
+{
+    enum { WIDTH = 96 };
+    printf("timeline of one step (%.2f ms; F forward, B backward, . idle):\n", span * 1e3);
+    for (int s = 0; s < K; s++) {
+        char row[WIDTH + 1];
+        memset(row, '.', WIDTH);
+        row[WIDTH] = 0;
+        for (int e = 0; e < per; e++) {
+            const double *v = ev + ((size_t)s * per + e) * 4;
+            if (v[0] == 0)
+                continue;
+            int a = (int)(v[2] / span * WIDTH), b = (int)(v[3] / span * WIDTH);
+            for (int x = a; x <= b && x < WIDTH; x++)
+                row[x] = (char)v[0];
+        }
+        printf("  stage %d |%s|\n", s, row);
+    }
+}
+
+static void write_trace(const double *ev, int K, int per, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return;
+    }
+    fprintf(f, "{\"traceEvents\":[\n");
+    int first = 1;
+    for (int s = 0; s < K; s++) {
+        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                   "\"args\":{\"name\":\"stage %d\"}}", first ? "" : ",\n", s, s);
+        first = 0;
+        for (int e = 0; e < per; e++) {
+            const double *v = ev + ((size_t)s * per + e) * 4;
+            if (v[0] != 0)
+                fprintf(f, ",\n{\"name\":\"%c%d\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                           "\"ts\":%.1f,\"dur\":%.1f}",
+                        (char)v[0], (int)v[1], s, v[2] * 1e6, (v[3] - v[2]) * 1e6);
+        }
+    }
+    fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    fclose(f);
+}
+
+int pipe_traced_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct,
+                     const char *path)
+{
+    int per = 2 * p->micro, rc = coll_barrier(p->c);
+    double base = ex_now_s();
+    p->record = 1;
+    p->nevents = 0;
+    if (rc == COLL_OK)
+        rc = pipe_step(p, idx, norm, loss, correct, NULL, 0);
+    p->record = 0;
+    double *mine = calloc((size_t)per * 4, sizeof(double));
+    double *all = calloc((size_t)per * 4 * (size_t)p->K, sizeof(double));
+    for (int e = 0; e < p->nevents; e++) {
+        const pipe_event *v = &p->events[e];
+        double *o = mine + (size_t)e * 4;
+        o[0] = v->kind, o[1] = v->mb, o[2] = v->t0 - base, o[3] = v->t1 - base;
+    }
+    if (rc == COLL_OK)
+        rc = coll_allgather(p->c, mine, all, (size_t)per * 4, COLL_F64);
+    if (rc == COLL_OK && p->stage == 0) {
+        double span = 1e-9;
+        for (int e = 0; e < per * p->K; e++)
+            span = all[(size_t)e * 4 + 3] > span ? all[(size_t)e * 4 + 3] : span;
+        draw(all, p->K, per, span);
+        if (path)
+            write_trace(all, p->K, per, path);
+    }
+    free(mine);
+    free(all);
+    return rc;
 }

@@ -10,6 +10,12 @@
 #include "mnist.h"
 
 typedef struct {
+    char kind; /* 'F' or 'B' */
+    int mb;
+    double t0, t1; /* seconds, this process's monotonic clock */
+} pipe_event;
+
+typedef struct {
     coll_comm *c; /* rank = stage */
     int stage, K, lo, hi; /* this stage's layers [lo, hi) */
     int micro, mb, onef1b;
@@ -18,6 +24,8 @@ typedef struct {
     coll_req **sends;
     int nsends, stashed, peak_stash;
     double compute, idle; /* seconds in kernels, and waiting for a peer */
+    pipe_event *events;   /* while recording: the kernels of one step */
+    int nevents, record;
     const dataset *train;
     uint8_t *y;
 } pipeline;
@@ -30,6 +38,12 @@ void pipe_free(pipeline *p);
  * With order != NULL, writes the schedule that ran ("F0 F1 B0 ..."). */
 int pipe_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct, char *order,
               size_t orderlen);
+/* Records the next step's kernels, then gathers every stage's on rank 0, which prints an
+ * ASCII timeline (one row per stage) and, with path != NULL, writes a Chrome trace-event
+ * JSON file (one track per stage; open it in Perfetto). Collective over the pipeline. */
+int pipe_traced_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct,
+                     const char *path);
+
 /* Forward only over the test set; every stage gets the accuracy. */
 double pipe_evaluate(pipeline *p, const dataset *test);
 /* This stage's parameters: [*from, *from + return) of net->params. */

@@ -10,13 +10,19 @@ pp=$1
     { echo "dataset-fashion-mnist not installed: skipped"; exit 77; }
 fail() { echo "$out"; echo "FAIL: $1"; exit 1; }
 
-out=$("$pp" --np 3 --schedule 1f1b --microbatches 4 --epochs 1 --steps 20 --check-serial 5) ||
-    fail "pp_train 1f1b exited non-zero"
+trace=${TMPDIR:-/tmp}/pp_trace.$$.json
+out=$("$pp" --np 3 --schedule 1f1b --microbatches 4 --epochs 1 --steps 20 --check-serial 5 \
+    --trace "$trace") || fail "pp_train 1f1b exited non-zero"
 echo "$out"
 echo "$out" | grep -qx "order stage 0: F0 F1 F2 B0 F3 B1 B2 B3" || fail "stage 0 order"
 echo "$out" | grep -qx "order stage 1: F0 F1 B0 F2 B1 F3 B2 B3" || fail "stage 1 order"
 echo "$out" | grep -qx "order stage 2: F0 B0 F1 B1 F2 B2 F3 B3" || fail "stage 2 order"
 echo "$out" | grep -q "bit-identical" || fail "1f1b weights differ from one process"
+echo "$out" | grep -q "^  stage 2 |[FB.]*|$" || fail "no ASCII timeline"
+events=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sum(e['ph']=='X' for e in d['traceEvents']))" "$trace") ||
+    fail "the trace is not JSON"
+rm -f "$trace"
+[ "$events" -eq 24 ] || fail "trace has $events kernel events, want 3 stages x 8"
 for s in 0 1 2; do
     peak=$(echo "$out" | sed -n "s/.*stage $s: .*peak stash \([0-9]*\) .*/\1/p")
     [ -n "$peak" ] && [ "$peak" -le $((3 - s)) ] || fail "stage $s stashed $peak > K-s"
