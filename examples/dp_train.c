@@ -13,63 +13,19 @@
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
-#include "../perf/spawn.h"
+#include "common/options.h"
 #include "collective.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int np, epochs, batch, steps, check_serial;
-    float lr, momentum;
-    unsigned long long seed;
-    coll_codec codec;
-    const char *data, *json;
-} opts;
-
-static int parse(int argc, char **argv, opts *o)
-{
-    static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
-    static struct option longs[] = {
-        { "np", 1, 0, 'N' },    { "epochs", 1, 0, 'e' }, { "batch", 1, 0, 'b' },
-        { "lr", 1, 0, 'l' },    { "codec", 1, 0, 'z' },  { "steps", 1, 0, 's' },
-        { "data", 1, 0, 'd' },  { "json", 1, 0, 'j' },   { "seed", 1, 0, 'S' },
-        { "check-serial", 1, 0, 'c' }, { 0, 0, 0, 0 } };
-    *o = (opts){ 2, 10, 64, 0, 0, 0.05f, 0.9f, 1, COLL_CODEC_NONE, NULL, NULL };
-    int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'N': o->np = atoi(optarg); break;
-        case 'e': o->epochs = atoi(optarg); break;
-        case 'b': o->batch = atoi(optarg); break;
-        case 'l': o->lr = (float)atof(optarg); break;
-        case 's': o->steps = atoi(optarg); break;
-        case 'c': o->check_serial = atoi(optarg); break;
-        case 'd': o->data = optarg; break;
-        case 'j': o->json = optarg; break;
-        case 'S': o->seed = strtoull(optarg, NULL, 10); break;
-        case 'z': {
-            int k = 0;
-            while (k < 4 && strcmp(optarg, codecs[k]))
-                k++;
-            if (k == 4)
-                return -1;
-            o->codec = (coll_codec)k;
-            break;
-        }
-        default: return -1;
-        }
-    }
-    return o->np >= 1 && o->epochs >= 1 && o->batch >= 1 ? 0 : -1;
-}
 
 /* The same shuffled order on every rank: Fisher-Yates from a seeded generator. */
 typedef struct {
     coll_comm *c;
-    const opts *o;
+    const ex_opts *o;
     const dataset *train, *test;
     mlp net, serial;
     mlp_work work, serial_work;
@@ -206,7 +162,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     return 0;
 }
 
-static int train(coll_comm *c, const opts *o)
+static int train(coll_comm *c, const ex_opts *o)
 {
     static const int sizes[] = { 784, 512, 256, 128, 10 };
     int n = coll_size(c), me = coll_rank(c);
@@ -253,29 +209,18 @@ static int train(coll_comm *c, const opts *o)
     return rc;
 }
 
+/* Rank counts are checked in train(): under a launcher --np is not the size. */
+static int valid(const ex_opts *o)
+{
+    (void)o;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    opts o;
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: dp_train [--np N] [--epochs E] [--batch B] [--lr LR] "
-                        "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] "
-                        "[--data DIR] [--json FILE] [--seed S]\n");
-        return 2;
-    }
-    int rank, size, status = 0;
-    char url[600];
-    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
-    if (who != 0)
-        return who < 0 ? 2 : status;
-    coll_config cfg = COLL_CONFIG_INIT;
-    cfg.codec = o.codec;
-    coll_comm *c;
-    int rc = coll_init(&c, url, rank, size, &cfg);
-    if (rc != COLL_OK) {
-        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
-        return 2;
-    }
-    rc = train(c, &o);
-    coll_destroy(c);
-    return rc;
+    return ex_main(argc, argv,
+                   "dp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
+                   "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
+                   "[--json FILE] [--seed S]",
+                   valid, train);
 }

@@ -13,75 +13,20 @@
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
+#include "common/options.h"
 #include "common/pipeline.h"
-#include "../perf/spawn.h"
 #include "collective.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int np, stages, epochs, batch, micro, steps, check_serial, onef1b;
-    float lr, momentum;
-    unsigned long long seed;
-    coll_codec codec;
-    const char *data;
-} opts;
 
 static const int sizes[] = { 784, 512, 256, 128, 10 };
 
-static int parse(int argc, char **argv, opts *o)
-{
-    static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
-    static struct option longs[] = {
-        { "np", 1, 0, 'N' },   { "stages", 1, 0, 'K' }, { "epochs", 1, 0, 'e' },
-        { "batch", 1, 0, 'b' }, { "lr", 1, 0, 'l' },    { "steps", 1, 0, 's' },
-        { "data", 1, 0, 'd' }, { "seed", 1, 0, 'S' },   { "microbatches", 1, 0, 'm' },
-        { "schedule", 1, 0, 'k' }, { "codec", 1, 0, 'z' }, { "check-serial", 1, 0, 'c' },
-        { 0, 0, 0, 0 } };
-    *o = (opts){ 4, 2, 10, 64, 4, 0, 0, 1, 0.05f, 0.9f, 1, COLL_CODEC_NONE, NULL };
-    int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'N': o->np = atoi(optarg); break;
-        case 'K': o->stages = atoi(optarg); break;
-        case 'e': o->epochs = atoi(optarg); break;
-        case 'b': o->batch = atoi(optarg); break;
-        case 'l': o->lr = (float)atof(optarg); break;
-        case 's': o->steps = atoi(optarg); break;
-        case 'd': o->data = optarg; break;
-        case 'S': o->seed = strtoull(optarg, NULL, 10); break;
-        case 'm': o->micro = atoi(optarg); break;
-        case 'c': o->check_serial = atoi(optarg); break;
-        case 'k':
-            if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
-                return -1;
-            o->onef1b = strcmp(optarg, "1f1b") == 0;
-            break;
-        case 'z': {
-            int k = 0;
-            while (k < 4 && strcmp(optarg, codecs[k]))
-                k++;
-            if (k == 4)
-                return -1;
-            o->codec = (coll_codec)k;
-            break;
-        }
-        default: return -1;
-        }
-    }
-    int D = o->stages > 0 ? o->np / o->stages : 0;
-    return o->stages >= 1 && o->stages <= 4 && D >= 1 && D * o->stages == o->np &&
-                   o->batch % (D * o->micro) == 0
-               ? 0
-               : -1;
-}
-
 typedef struct {
-    const opts *o;
+    const ex_opts *o;
     coll_comm *world, *pipe, *group; /* group: the same stage of every replica */
     int replica, D;
     pipeline p;
@@ -130,16 +75,8 @@ static int replicas_identical(trainer *t)
  * the largest over all stages. */
 static double serial_distance(trainer *t, size_t steps)
 {
-    int ignore = 0, B = t->o->batch;
-    float *x = malloc(sizeof(float) * (size_t)B * 784);
-    uint8_t *y = malloc((size_t)B);
-    for (size_t k = 0; k < steps; k++) {
-        ex_gather(t->train, t->perm + k * (size_t)B, B, x, y);
-        mlp_train_batch(&t->serial, &t->whole, x, y, B, B, &ignore);
-        mlp_sgd(&t->serial, t->o->lr, t->o->momentum);
-    }
-    free(x);
-    free(y);
+    ex_train_serial(&t->serial, &t->whole, t->train, t->perm, t->o->batch, steps, t->o->lr,
+                    t->o->momentum);
     size_t from, n = pipe_params(&t->p, &from);
     double num = 0, den = 0, d, worst;
     for (size_t i = from; i < from + n; i++) {
@@ -154,7 +91,7 @@ static double serial_distance(trainer *t, size_t steps)
 
 static int run_epoch(trainer *t, int epoch, double *acc)
 {
-    const opts *o = t->o;
+    const ex_opts *o = t->o;
     size_t steps = t->train->n / (size_t)o->batch;
     if (o->steps > 0 && (size_t)o->steps < steps)
         steps = (size_t)o->steps;
@@ -187,7 +124,8 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     }
     double mine[4] = { t->p.compute, t->p.idle, t->reduce_s,
                        (double)(g1.wire_tx - g0.wire_tx) / (double)steps };
-    double tot[2] = { loss, correct }, sum[2], *all = malloc(sizeof(double) * 4 * (size_t)o->np);
+    int N = coll_size(t->world);
+    double tot[2] = { loss, correct }, sum[2], *all = malloc(sizeof(double) * 4 * (size_t)N);
     coll_allgather(t->world, mine, all, 4, COLL_F64);
     coll_allreduce(t->world, tot, sum, 2, COLL_F64, COLL_SUM);
     *acc = pipe_evaluate(&t->p, t->test);
@@ -198,7 +136,7 @@ static int run_epoch(trainer *t, int epoch, double *acc)
                "%d replicas, %s, M %d, bubble formula %.3f\n",
                epoch, sum[0] / samples, sum[1] / samples, *acc, samples / wall, K, t->D,
                o->onef1b ? "1f1b" : "gpipe", M, (double)(K - 1) / (M + K - 1));
-        for (int r = 0; r < o->np; r++) {
+        for (int r = 0; r < N; r++) {
             double *v = all + 4 * r;
             size_t lo = (size_t)(4 * (r % K) / K), hi = (size_t)(4 * (r % K + 1) / K), P = 0;
             for (size_t l = lo; l < hi; l++)
@@ -213,7 +151,7 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     return 0;
 }
 
-static int train(coll_comm *world, const opts *o)
+static int train(coll_comm *world, const ex_opts *o)
 {
     char err[1200];
     dataset tr, te;
@@ -222,8 +160,14 @@ static int train(coll_comm *world, const opts *o)
         fprintf(stderr, "hybrid_1f1b: %s\n", err);
         return 2;
     }
-    int me = coll_rank(world), K = o->stages;
-    trainer t = { .o = o, .world = world, .replica = me / K, .D = o->np / K, .train = &tr,
+    int me = coll_rank(world), K = o->stages, N = coll_size(world);
+    if (N % K || o->batch % (N / K * o->micro)) {
+        fprintf(stderr, "hybrid_1f1b: %d ranks do not make %d stages with batch %d in %d "
+                        "micro-batches per replica\n", N, K, o->batch, o->micro);
+        mnist_free(&tr), mnist_free(&te);
+        return 2;
+    }
+    trainer t = { .o = o, .world = world, .replica = me / K, .D = N / K, .train = &tr,
                   .test = &te };
     int rc = coll_split(world, me / K, me % K, &t.pipe) || coll_split(world, me % K, me / K, &t.group);
     if (!rc && o->codec != COLL_CODEC_NONE)
@@ -251,27 +195,18 @@ static int train(coll_comm *world, const opts *o)
     return rc;
 }
 
+/* The rank layout is checked in train(): under a launcher --np is not the size. */
+static int valid(const ex_opts *o)
+{
+    return o->stages >= 1 && o->stages <= 4 && o->batch % o->micro == 0;
+}
+
 int main(int argc, char **argv)
 {
-    opts o;
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: hybrid_1f1b [--np N] [--stages K (1-4, divides N)] "
-                        "[--schedule 1f1b|gpipe] [--microbatches M] [--epochs E] [--batch B] "
-                        "[--lr LR] [--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] "
-                        "[--data DIR] [--seed S]   (B divisible by (N/K) x M)\n");
-        return 2;
-    }
-    int rank, size, status = 0;
-    char url[600];
-    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
-    if (who != 0)
-        return who < 0 ? 2 : status;
-    coll_comm *c;
-    if (coll_init(&c, url, rank, size, NULL) != COLL_OK) {
-        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
-        return 2;
-    }
-    int rc = train(c, &o);
-    coll_destroy(c);
-    return rc;
+    return ex_main(argc, argv,
+                   "hybrid_1f1b [--np N] [--stages K (1-4, divides N)] [--schedule 1f1b|gpipe] "
+                   "[--microbatches M] [--epochs E] [--batch B (divisible by N/K x M)] [--lr LR] "
+                   "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
+                   "[--seed S]",
+                   valid, train);
 }

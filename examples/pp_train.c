@@ -17,58 +17,19 @@
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
+#include "common/options.h"
 #include "common/pipeline.h"
-#include "../perf/spawn.h"
 #include "collective.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int np, epochs, batch, micro, steps, check_serial, onef1b;
-    float lr, momentum;
-    unsigned long long seed;
-    const char *data, *trace;
-} opts;
 
 static const int sizes[] = { 784, 512, 256, 128, 10 };
 
-static int parse(int argc, char **argv, opts *o)
-{
-    static struct option longs[] = {
-        { "np", 1, 0, 'N' },     { "epochs", 1, 0, 'e' }, { "batch", 1, 0, 'b' },
-        { "lr", 1, 0, 'l' },     { "steps", 1, 0, 's' },  { "data", 1, 0, 'd' },
-        { "seed", 1, 0, 'S' },   { "microbatches", 1, 0, 'm' }, { "schedule", 1, 0, 'k' },
-        { "check-serial", 1, 0, 'c' }, { "trace", 1, 0, 't' }, { 0, 0, 0, 0 } };
-    *o = (opts){ 2, 10, 64, 4, 0, 0, 1, 0.05f, 0.9f, 1, NULL, NULL };
-    int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'N': o->np = atoi(optarg); break;
-        case 'e': o->epochs = atoi(optarg); break;
-        case 'b': o->batch = atoi(optarg); break;
-        case 'l': o->lr = (float)atof(optarg); break;
-        case 's': o->steps = atoi(optarg); break;
-        case 'd': o->data = optarg; break;
-        case 'S': o->seed = strtoull(optarg, NULL, 10); break;
-        case 'm': o->micro = atoi(optarg); break;
-        case 'c': o->check_serial = atoi(optarg); break;
-        case 't': o->trace = optarg; break;
-        case 'k':
-            if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
-                return -1;
-            o->onef1b = strcmp(optarg, "1f1b") == 0;
-            break;
-        default: return -1;
-        }
-    }
-    return o->np >= 1 && o->np <= 4 && o->micro >= 1 && o->batch % o->micro == 0 ? 0 : -1;
-}
-
 typedef struct {
-    const opts *o;
+    const ex_opts *o;
     pipeline p;
     mlp net, serial;
     mlp_work whole;
@@ -80,16 +41,8 @@ typedef struct {
  * bit for bit. */
 static int serial_matches(trainer *t, size_t steps)
 {
-    int ignore = 0, B = t->o->batch;
-    float *x = malloc(sizeof(float) * (size_t)B * 784);
-    uint8_t *y = malloc((size_t)B);
-    for (size_t k = 0; k < steps; k++) {
-        ex_gather(t->train, t->perm + k * (size_t)B, B, x, y);
-        mlp_train_batch(&t->serial, &t->whole, x, y, B, B, &ignore);
-        mlp_sgd(&t->serial, t->o->lr, t->o->momentum);
-    }
-    free(x);
-    free(y);
+    ex_train_serial(&t->serial, &t->whole, t->train, t->perm, t->o->batch, steps, t->o->lr,
+                    t->o->momentum);
     size_t from, n = pipe_params(&t->p, &from);
     int same = memcmp(t->net.params + from, t->serial.params + from, n * 4) == 0, all;
     coll_allreduce(t->p.c, &same, &all, 1, COLL_I32, COLL_MIN);
@@ -99,7 +52,7 @@ static int serial_matches(trainer *t, size_t steps)
 static void report(trainer *t, int epoch, size_t steps, double wall, double *sum, double acc,
                    const double *all)
 {
-    const opts *o = t->o;
+    const ex_opts *o = t->o;
     int K = t->p.K, M = o->micro;
     double samples = (double)steps * o->batch;
     printf("epoch %d: loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s | schedule %s, "
@@ -123,7 +76,7 @@ static void report(trainer *t, int epoch, size_t steps, double wall, double *sum
 
 static int run_epoch(trainer *t, int epoch, double *acc)
 {
-    const opts *o = t->o;
+    const ex_opts *o = t->o;
     pipeline *p = &t->p;
     size_t steps = t->train->n / (size_t)o->batch;
     if (o->steps > 0 && (size_t)o->steps < steps)
@@ -172,7 +125,7 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     return 0;
 }
 
-static int train(coll_comm *c, const opts *o)
+static int train(coll_comm *c, const ex_opts *o)
 {
     char err[1200];
     dataset tr, te;
@@ -204,26 +157,17 @@ static int train(coll_comm *c, const opts *o)
     return rc;
 }
 
+/* The stage count is checked by pipe_init: under a launcher --np is not the size. */
+static int valid(const ex_opts *o)
+{
+    return o->batch % o->micro == 0;
+}
+
 int main(int argc, char **argv)
 {
-    opts o;
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: pp_train [--np K (1-4)] [--schedule gpipe|1f1b] "
-                        "[--microbatches M (divides --batch)] [--epochs E] [--batch B] [--lr LR] "
-                        "[--steps S] [--check-serial K] [--data DIR] [--seed S] [--trace FILE]\n");
-        return 2;
-    }
-    int rank, size, status = 0;
-    char url[600];
-    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
-    if (who != 0)
-        return who < 0 ? 2 : status;
-    coll_comm *c;
-    if (coll_init(&c, url, rank, size, NULL) != COLL_OK) {
-        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
-        return 2;
-    }
-    int rc = train(c, &o);
-    coll_destroy(c);
-    return rc;
+    return ex_main(argc, argv,
+                   "pp_train [--np K (1-4)] [--schedule gpipe|1f1b] [--microbatches M (divides "
+                   "--batch)] [--epochs E] [--batch B] [--lr LR] [--steps S] [--check-serial K] "
+                   "[--data DIR] [--seed S] [--trace FILE]",
+                   valid, train);
 }

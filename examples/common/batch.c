@@ -1,6 +1,7 @@
 /* Trainer helpers: see batch.h. */
 #include "batch.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,4 +30,19 @@ void ex_gather(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y)
         memcpy(x + (size_t)i * d->dim, d->x + idx[i] * d->dim, d->dim * sizeof(float));
         y[i] = d->y[idx[i]];
     }
+}
+
+void ex_train_serial(mlp *m, mlp_work *w, const dataset *d, const size_t *perm, int batch,
+                     size_t steps, float lr, float momentum)
+{
+    int ignore = 0;
+    float *x = malloc(sizeof(float) * (size_t)batch * d->dim);
+    uint8_t *y = malloc((size_t)batch);
+    for (size_t k = 0; x && y && k < steps; k++) {
+        ex_gather(d, perm + k * (size_t)batch, batch, x, y);
+        mlp_train_batch(m, w, x, y, batch, batch, &ignore);
+        mlp_sgd(m, lr, momentum);
+    }
+    free(x);
+    free(y);
 }

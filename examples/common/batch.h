@@ -3,6 +3,7 @@
 #ifndef EX_BATCH_H
 #define EX_BATCH_H
 
+#include "mlp.h"
 #include "mnist.h"
 
 #include <stddef.h>
@@ -13,5 +14,9 @@ double ex_now_s(void);
 void ex_shuffle(size_t *perm, size_t n, unsigned long long seed);
 /* x, y = samples idx[0..n) of d. */
 void ex_gather(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y);
+
+/* The one-process reference: `steps` steps of SGD on whole batches perm[k*batch ...]. */
+void ex_train_serial(mlp *m, mlp_work *w, const dataset *d, const size_t *perm, int batch,
+                     size_t steps, float lr, float momentum);
 
 #endif

@@ -15,5 +15,6 @@ for args in "--np 4 --stages 2 --check-serial 5" "--np 6 --stages 3 --batch 48 -
     echo "$out" | tail -n 1 | grep -q '^test_accuracy 0\.[0-9]*$' ||
         { echo "FAIL: no final test_accuracy line"; exit 1; }
 done
-"$hy" --np 4 --stages 3 2>&1 | grep -q usage || { echo "FAIL: 4 ranks cannot make 3 stages"; exit 1; }
+"$hy" --np 4 --stages 3 2>&1 | grep -q "do not make 3 stages" ||
+    { echo "FAIL: 4 ranks cannot make 3 stages"; exit 1; }
 echo "hybrid_1f1b: replicas identical, serial within 1e-5"

@@ -1,0 +1,85 @@
+/* Trainer flags and start-up: see options.h. */
+#include "options.h"
+
+#include "../../perf/spawn.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int codec_of(const char *s)
+{
+    static const char *names[] = { "none", "fp16", "bf16", "int8" };
+    for (int k = 0; k < 4; k++)
+        if (strcmp(s, names[k]) == 0)
+            return k;
+    return -1;
+}
+
+int ex_parse(int argc, char **argv, ex_opts *o)
+{
+    static struct option longs[] = {
+        { "np", 1, 0, 'N' },      { "stages", 1, 0, 'K' },       { "epochs", 1, 0, 'e' },
+        { "batch", 1, 0, 'b' },   { "microbatches", 1, 0, 'm' }, { "steps", 1, 0, 's' },
+        { "lr", 1, 0, 'l' },      { "seed", 1, 0, 'S' },         { "codec", 1, 0, 'z' },
+        { "data", 1, 0, 'd' },    { "json", 1, 0, 'j' },         { "trace", 1, 0, 't' },
+        { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { 0, 0, 0, 0 } };
+    *o = (ex_opts){ .np = 2, .stages = 2, .epochs = 10, .batch = 64, .micro = 4, .onef1b = 1,
+                    .lr = 0.05f, .momentum = 0.9f, .seed = 1, .codec = COLL_CODEC_NONE };
+    int c, k;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'N': o->np = atoi(optarg); break;
+        case 'K': o->stages = atoi(optarg); break;
+        case 'e': o->epochs = atoi(optarg); break;
+        case 'b': o->batch = atoi(optarg); break;
+        case 'm': o->micro = atoi(optarg); break;
+        case 's': o->steps = atoi(optarg); break;
+        case 'c': o->check_serial = atoi(optarg); break;
+        case 'l': o->lr = (float)atof(optarg); break;
+        case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+        case 'd': o->data = optarg; break;
+        case 'j': o->json = optarg; break;
+        case 't': o->trace = optarg; break;
+        case 'z':
+            if ((k = codec_of(optarg)) < 0)
+                return -1;
+            o->codec = (coll_codec)k;
+            break;
+        case 'k':
+            if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))
+                return -1;
+            o->onef1b = strcmp(optarg, "1f1b") == 0;
+            break;
+        default: return -1;
+        }
+    }
+    return o->np >= 1 && o->epochs >= 1 && o->batch >= 1 && o->micro >= 1 ? 0 : -1;
+}
+
+int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts *o),
+            int (*train)(coll_comm *c, const ex_opts *o))
+{
+    ex_opts o;
+    if (ex_parse(argc, argv, &o) != 0 || !valid(&o)) {
+        fprintf(stderr, "usage: %s\n", usage);
+        return 2;
+    }
+    int rank, size, status = 0;
+    char url[600];
+    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
+    if (who != 0)
+        return who < 0 ? 2 : status;
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.codec = o.codec;
+    coll_comm *c;
+    if (coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
+        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
+        return 2;
+    }
+    int rc = train(c, &o);
+    coll_destroy(c);
+    return rc;
+}
