@@ -11,7 +11,8 @@ clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -I"$top/include" \
     "$here/fuzz_wire.c" "$top/lib/core/wire.c" -o "$out" || { echo "no libFuzzer: skipped"; exit 77; }
 mkdir -p "$out.corpus"
-"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 "$out.corpus" > "$out.log" 2>&1
+"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 \
+    -artifact_prefix="$out." "$out.corpus" > "$out.log" 2>&1
 status=$?
 tail -n 12 "$out.log"
 rm -f "$out.log"
