@@ -95,7 +95,7 @@ static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int 
 static int replicas_identical(trainer *t)
 {
     int n = coll_size(t->c);
-    uint64_t h = mlp_hash(&t->net), *all = malloc(sizeof(uint64_t) * (size_t)n);
+    uint64_t h = mlp_hash(&t->net, 0, t->net.nparams), *all = malloc(sizeof(uint64_t) * (size_t)n);
     int ok = coll_allgather(t->c, &h, all, 1, COLL_I64) == COLL_OK;
     for (int r = 0; ok && r < n; r++)
         ok = all[r] == h;

@@ -58,10 +58,7 @@ static int step(trainer *t, size_t k, double *loss, int *correct)
 static int replicas_identical(trainer *t)
 {
     size_t from, n = pipe_params(&t->p, &from);
-    uint64_t h = 1469598103934665603ULL, *all = malloc(sizeof(uint64_t) * (size_t)t->D);
-    const unsigned char *b = (const unsigned char *)(t->net.params + from);
-    for (size_t i = 0; i < n * 4; i++)
-        h = (h ^ b[i]) * 1099511628211ULL;
+    uint64_t h = mlp_hash(&t->net, from, n), *all = malloc(sizeof(uint64_t) * (size_t)t->D);
     int ok = coll_allgather(t->group, &h, all, 1, COLL_I64) == COLL_OK;
     for (int r = 0; ok && r < t->D; r++)
         ok = all[r] == h;

@@ -201,11 +201,11 @@ double mlp_accuracy(const mlp *m, mlp_work *w, const float *x, const uint8_t *y,
     return (double)correct / (double)n;
 }
 
-uint64_t mlp_hash(const mlp *m)
+uint64_t mlp_hash(const mlp *m, size_t from, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
-    const unsigned char *p = (const unsigned char *)m->params;
-    for (size_t i = 0; i < m->nparams * sizeof(float); i++)
+    const unsigned char *p = (const unsigned char *)(m->params + from);
+    for (size_t i = 0; i < n * sizeof(float); i++)
         h = (h ^ p[i]) * 1099511628211ULL;
     return h;
 }

@@ -51,7 +51,7 @@ double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, in
 void mlp_sgd(mlp *m, float lr, float momentum);
 /* Accuracy over n samples (batches of w->batch). */
 double mlp_accuracy(const mlp *m, mlp_work *w, const float *x, const uint8_t *y, size_t n);
-/* 64-bit FNV-1a of the parameters, for checking replicas are identical. */
-uint64_t mlp_hash(const mlp *m);
+/* 64-bit FNV-1a of params[from, from + n), for checking replicas are identical. */
+uint64_t mlp_hash(const mlp *m, size_t from, size_t n);
 
 #endif
