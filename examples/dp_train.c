@@ -3,17 +3,20 @@
  * of its slice, the gradients are all-reduced (avg, codec selectable), and every replica
  * applies the same update. Replicas are checked bit-identical every epoch.
  *   dp_train [--np N] [--epochs E] [--batch B] [--lr LR] [--codec none|fp16|bf16|int8]
- *            [--steps S] [--check-serial K] [--data DIR] [--json FILE] [--seed S]
+ *            [--steps S] [--check-serial K] [--data DIR] [--json FILE] [--trace FILE]
+ *            [--seed S] [--lr-schedule cosine|const]
  * --steps limits the steps per epoch (short runs); --check-serial K makes rank 0 also
  * train a single-process copy on the whole global batch for K steps and compare weights
  * (relative L2 within 1e-5, or exit 3). Prints per epoch: loss, train and test accuracy,
- * samples/s, compute / communication time, speedup over one process on the same global
- * batch, bandwidth utilisation and bytes on the wire next to 2P(N-1)/N. Final line:
- * "test_accuracy A". */
+ * samples/s, compute / communication time per rank, speedup over one process on the same
+ * global batch, bandwidth utilisation and bytes on the wire next to 2P(N-1)/N; the second
+ * step is drawn as a timeline (F, B, A per rank) and, with --trace, written as Chrome
+ * trace-event JSON. Final line: "test_accuracy A". */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
+#include "common/timeline.h"
 #include "collective.h"
 
 #include <math.h>
@@ -21,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-/* The same shuffled order on every rank: Fisher-Yates from a seeded generator. */
 typedef struct {
     coll_comm *c;
     const ex_opts *o;
@@ -33,28 +34,10 @@ typedef struct {
     uint8_t *by, *sy;
     size_t *perm;
     double serial_sps; /* one process, same global batch (measured by rank 0) */
+    float lr;          /* this epoch's */
+    timeline tl;
     FILE *json;
 } trainer;
-
-/* Rank 0 times a few steps of the whole global batch on one core: the strong-scaling
- * baseline. The model is restored afterwards. */
-static double measure_serial(trainer *t)
-{
-    int B = t->o->batch, steps = 8, correct = 0;
-    mlp copy;
-    if (mlp_init(&copy, t->net.size, t->net.layers, 0) != 0)
-        return 0;
-    memcpy(copy.params, t->net.params, sizeof(float) * copy.nparams);
-    double t0 = ex_now_s();
-    for (int s = 0; s < steps; s++) {
-        ex_gather(t->train, t->perm + (size_t)s * B, B, t->sx, t->sy);
-        mlp_train_batch(&copy, &t->serial_work, t->sx, t->sy, B, B, &correct);
-        mlp_sgd(&copy, t->o->lr, t->o->momentum);
-    }
-    double sps = steps * B / (ex_now_s() - t0);
-    mlp_free(&copy);
-    return sps;
-}
 
 static double rel_diff(const mlp *a, const mlp *b)
 {
@@ -74,20 +57,26 @@ static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int 
     const size_t *idx = t->perm + s * (size_t)B;
     double t0 = ex_now_s();
     ex_gather(t->train, idx + (size_t)me * b, b, t->bx, t->by);
-    *loss += mlp_train_batch(&t->net, &t->work, t->bx, t->by, b, b, correct);
+    memset(t->net.grads, 0, sizeof(float) * t->net.nparams);
+    mlp_forward(&t->net, &t->work, t->bx, b);
+    double tf = ex_now_s();
+    *loss += mlp_backward(&t->net, &t->work, t->by, b, b, correct);
     double t1 = ex_now_s();
     int rc = coll_allreduce(t->c, t->net.grads, t->net.grads, t->net.nparams, COLL_F32, COLL_AVG);
     double t2 = ex_now_s();
     if (rc != COLL_OK)
         return rc;
-    mlp_sgd(&t->net, t->o->lr, t->o->momentum);
+    tl_add(&t->tl, 'F', -1, t0, tf);
+    tl_add(&t->tl, 'B', -1, tf, t1);
+    tl_add(&t->tl, 'A', -1, t1, t2);
+    mlp_sgd(&t->net, t->lr, t->o->momentum);
     *tc += t1 - t0;
     *tm += t2 - t1;
     if (me == 0 && (int)s < t->o->check_serial) {
         int ignore = 0;
         ex_gather(t->train, idx, B, t->sx, t->sy);
         mlp_train_batch(&t->serial, &t->serial_work, t->sx, t->sy, B, B, &ignore);
-        mlp_sgd(&t->serial, t->o->lr, t->o->momentum);
+        mlp_sgd(&t->serial, t->lr, t->o->momentum);
     }
     return COLL_OK;
 }
@@ -110,14 +99,19 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     if (t->o->steps > 0 && (size_t)t->o->steps < steps)
         steps = (size_t)t->o->steps;
     ex_shuffle(t->perm, t->train->n, t->o->seed * 1000003ULL + (unsigned long long)epoch);
+    t->lr = ex_lr(t->o, epoch);
     if (epoch == 0 && me == 0)
-        t->serial_sps = measure_serial(t);
+        t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, B, t->o->lr, t->o->momentum);
     coll_stats st0, st1;
     coll_get_stats(t->c, &st0);
     double tc = 0, tm = 0, loss = 0, t0 = ex_now_s();
     int correct = 0;
     for (size_t s = 0; s < steps; s++) {
-        int rc = step(t, s, &tc, &tm, &loss, &correct);
+        int traced = epoch == 0 && s == 1, rc = traced ? tl_begin(&t->tl, t->c) : COLL_OK;
+        if (rc == COLL_OK)
+            rc = step(t, s, &tc, &tm, &loss, &correct);
+        if (rc == COLL_OK && traced)
+            rc = tl_end(&t->tl, t->c, "rank", t->o->trace);
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: all-reduce: %s\n", me, coll_last_error(t->c));
             return 1;
@@ -136,27 +130,34 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
         return 2;
     }
-    double stats[3] = { loss, (double)correct, tm }, sum[3];
+    double stats[3] = { loss, (double)correct, tm }, sum[3], times[2] = { tc, tm };
+    double *per = malloc(sizeof(double) * 2 * (size_t)n);
     coll_allreduce(t->c, stats, sum, 3, COLL_F64, COLL_SUM);
+    coll_allgather(t->c, times, per, 2, COLL_F64);
     *test_acc = mlp_accuracy(&t->net, &t->work, t->test->x, t->test->y, t->test->n);
-    if (me != 0)
+    if (me != 0) {
+        free(per);
         return 0;
+    }
     double samples = (double)steps * B, sps = samples / wall;
-    double P = (double)t->net.nparams * 4, formula = 2.0 * P * (n - 1) / n;
+    double P = (double)t->net.nparams * 4, bytes = 2.0 * P * (n - 1) / n;
+    double formula = bytes / 4 * ex_wire_bytes(t->o->codec);
     double wire = (double)(st1.wire_tx - st0.wire_tx) / (double)steps;
     double ar = sum[2] / n / (double)steps; /* mean all-reduce time per step */
-    printf("epoch %d: loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup %.2fx | "
-           "compute %.2fs comm %.2fs | wire %.0f B/step (2P(N-1)/N = %.0f) | "
-           "allreduce %.2f ms, busbw %.3f GB/s\n",
-           epoch, sum[0] / samples, sum[1] / samples, *test_acc, sps,
-           t->serial_sps > 0 ? sps / t->serial_sps : 0, tc, tm, wire, formula, ar * 1e3,
-           n > 1 ? formula / ar / 1e9 : 0);
+    printf("epoch %d: lr %.4f loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup "
+           "%.2fx | wire %.0f B/step (2P(N-1)/N = %.0f) | allreduce %.2f ms, busbw %.3f GB/s\n",
+           epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
+           t->serial_sps > 0 ? sps / t->serial_sps : 0, wire, formula, ar * 1e3,
+           n > 1 ? bytes / ar / 1e9 : 0);
+    for (int r = 0; r < n; r++)
+        printf("  rank %d: compute %.2fs comm %.2fs\n", r, per[2 * r], per[2 * r + 1]);
+    free(per);
     if (t->json)
         fprintf(t->json,
-                "%s{\"epoch\":%d,\"loss\":%.6f,\"train_acc\":%.5f,\"test_acc\":%.5f,"
+                "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,\"test_acc\":%.5f,"
                 "\"samples_per_s\":%.1f,\"speedup\":%.3f,\"compute_s\":%.3f,\"comm_s\":%.3f,"
                 "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
-                epoch ? ",\n" : "", epoch, sum[0] / samples, sum[1] / samples, *test_acc, sps,
+                epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
                 t->serial_sps > 0 ? sps / t->serial_sps : 0, tc, tm, wire, formula);
     fflush(stdout);
     return 0;
@@ -178,7 +179,8 @@ static int train(coll_comm *c, const ex_opts *o)
         return 2;
     }
     trainer t = { .c = c, .o = o, .train = &train_set, .test = &test_set };
-    int rc = mlp_init(&t.net, sizes, 4, o->seed) || mlp_init(&t.serial, sizes, 4, o->seed) ||
+    int rc = tl_init(&t.tl, 3) || mlp_init(&t.net, sizes, 4, o->seed) ||
+             mlp_init(&t.serial, sizes, 4, o->seed) ||
              mlp_work_init(&t.work, &t.net, o->batch) ||
              mlp_work_init(&t.serial_work, &t.net, o->batch);
     t.bx = malloc(sizeof(float) * (size_t)o->batch * 784);
@@ -204,6 +206,7 @@ static int train(coll_comm *c, const ex_opts *o)
     if (me == 0 && !rc)
         printf("test_accuracy %.4f\n", acc);
     mlp_free(&t.net), mlp_free(&t.serial), mlp_work_free(&t.work), mlp_work_free(&t.serial_work);
+    tl_free(&t.tl);
     free(t.bx), free(t.sx), free(t.by), free(t.sy), free(t.perm);
     mnist_free(&train_set), mnist_free(&test_set);
     return rc;
@@ -221,6 +224,6 @@ int main(int argc, char **argv)
     return ex_main(argc, argv,
                    "dp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
-                   "[--json FILE] [--seed S]",
+                   "[--json FILE] [--trace FILE] [--seed S] [--lr-schedule cosine|const]",
                    valid, train);
 }

@@ -5,16 +5,21 @@
  * own layers within its group, then all replicas take the same step.
  *   hybrid_1f1b [--np N] [--stages K] [--schedule 1f1b|gpipe] [--microbatches M]
  *               [--epochs E] [--batch B] [--lr LR] [--codec none|fp16|bf16|int8]
- *               [--steps S] [--check-serial K] [--data DIR] [--seed S]
+ *               [--lr-schedule cosine|const] [--steps S] [--check-serial K] [--data DIR]
+ *               [--seed S] [--json FILE] [--trace FILE]
  * The global batch B is split across the D replicas. Replicas are checked bit-identical
  * every epoch; --check-serial K compares the weights after K steps with one process on
  * the whole batch (relative L2 within 1e-5 allowed: the summation order differs).
- * Final line: "test_accuracy A". */
+ * Prints per epoch the speedup over one process, each rank's compute, pipeline idle and
+ * all-reduce time, peak activations stashed and the group's wire bytes next to 2P(D-1)/D;
+ * the second step is drawn as a timeline (one row per rank: F, B, A) and, with --trace,
+ * written as Chrome trace-event JSON. Final line: "test_accuracy A". */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
 #include "common/pipeline.h"
+#include "common/timeline.h"
 #include "collective.h"
 
 #include <math.h>
@@ -22,8 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const int sizes[] = { 784, 512, 256, 128, 10 };
+
+enum { COMPUTE, IDLE, REDUCE, WIRE, STASH_BYTES, NSTAT }; /* per-rank numbers gathered */
 
 typedef struct {
     const ex_opts *o;
@@ -34,7 +40,10 @@ typedef struct {
     mlp_work whole;
     const dataset *train, *test;
     size_t *perm;
-    double reduce_s;
+    double reduce_s, serial_sps;
+    float lr;
+    timeline tl;
+    FILE *json;
 } trainer;
 
 /* One step: this replica's share through the pipeline, then the stage group averages
@@ -49,9 +58,11 @@ static int step(trainer *t, size_t k, double *loss, int *correct)
     if (rc == COLL_OK)
         rc = coll_allreduce(t->group, t->net.grads + from, t->net.grads + from, n, COLL_F32,
                             COLL_AVG);
-    t->reduce_s += ex_now_s() - t0;
+    double t1 = ex_now_s();
+    t->reduce_s += t1 - t0;
+    tl_add(t->p.tl, 'A', -1, t0, t1);
     if (rc == COLL_OK)
-        mlp_sgd(&t->net, t->o->lr, t->o->momentum);
+        mlp_sgd(&t->net, t->lr, t->o->momentum);
     return rc;
 }
 
@@ -86,6 +97,60 @@ static double serial_distance(trainer *t, size_t steps)
     return worst;
 }
 
+/* Step k, drawn as a timeline over the world when it is the second of the run. */
+static int run_step(trainer *t, int epoch, size_t k, double *loss, int *correct)
+{
+    int traced = epoch == 0 && k == 1, rc = COLL_OK;
+    t->p.tl = traced ? &t->tl : NULL;
+    if (traced)
+        rc = tl_begin(&t->tl, t->world);
+    if (rc == COLL_OK)
+        rc = step(t, k, loss, correct);
+    if (rc == COLL_OK && traced)
+        rc = tl_end(&t->tl, t->world, "rank", t->o->trace);
+    t->p.tl = NULL;
+    return rc;
+}
+
+static void report(trainer *t, int epoch, size_t steps, double wall, const double *sum,
+                   double acc, const double *all)
+{
+    const ex_opts *o = t->o;
+    int K = o->stages, M = o->micro, N = coll_size(t->world), bound[MLP_MAX_LAYERS + 1];
+    double samples = (double)steps * o->batch, sps = samples / wall;
+    double speedup = t->serial_sps > 0 ? sps / t->serial_sps : 0;
+    printf("epoch %d: lr %.4f loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup "
+           "%.2fx | %d stages x %d replicas, %s, M %d, bubble formula %.3f\n",
+           epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps, speedup, K, t->D,
+           o->onef1b ? "1f1b" : "gpipe", M, (double)(K - 1) / (M + K - 1));
+    pipe_split(&t->net, K, bound);
+    if (t->json)
+        fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
+                         "\"test_acc\":%.5f,\"samples_per_s\":%.1f,\"speedup\":%.3f,\"ranks\":[",
+                epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps,
+                speedup);
+    for (int r = 0; r < N; r++) {
+        const double *v = all + NSTAT * r;
+        size_t P = 0;
+        for (int l = bound[r % K]; l < bound[r % K + 1]; l++)
+            P += (size_t)sizes[l] * sizes[l + 1] + sizes[l + 1];
+        double formula = 2.0 * P * ex_wire_bytes(o->codec) * (t->D - 1) / t->D;
+        printf("  rank %d (stage %d, replica %d): compute %.2fs pipeline idle %.2fs "
+               "all-reduce %.2fs | peak activations %.0f KiB | group wire %.0f B/step "
+               "(2P(D-1)/D = %.0f)\n",
+               r, r % K, r / K, v[COMPUTE], v[IDLE], v[REDUCE], v[STASH_BYTES] / 1024, v[WIRE],
+               formula);
+        if (t->json)
+            fprintf(t->json, "%s{\"stage\":%d,\"replica\":%d,\"compute_s\":%.4f,"
+                             "\"idle_s\":%.4f,\"allreduce_s\":%.4f,\"peak_stash_bytes\":%.0f,"
+                             "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
+                    r ? "," : "", r % K, r / K, v[COMPUTE], v[IDLE], v[REDUCE], v[STASH_BYTES],
+                    v[WIRE], formula);
+    }
+    if (t->json)
+        fprintf(t->json, "]}");
+}
+
 static int run_epoch(trainer *t, int epoch, double *acc)
 {
     const ex_opts *o = t->o;
@@ -93,13 +158,16 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     if (o->steps > 0 && (size_t)o->steps < steps)
         steps = (size_t)o->steps;
     ex_shuffle(t->perm, t->train->n, o->seed * 1000003ULL + (unsigned long long)epoch);
+    t->lr = ex_lr(o, epoch);
+    int correct = 0, me = coll_rank(t->world);
+    if (epoch == 0 && me == 0)
+        t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, o->batch, o->lr, o->momentum);
     t->p.compute = t->p.idle = t->reduce_s = 0;
     coll_stats g0, g1;
     coll_get_stats(t->group, &g0);
     double loss = 0, t0 = ex_now_s();
-    int correct = 0, me = coll_rank(t->world);
     for (size_t k = 0; k < steps; k++) {
-        if (step(t, k, &loss, &correct) != COLL_OK) {
+        if (run_step(t, epoch, k, &loss, &correct) != COLL_OK) {
             fprintf(stderr, "rank %d: %s / %s\n", me, coll_last_error(t->pipe),
                     coll_last_error(t->group));
             return 1;
@@ -119,31 +187,16 @@ static int run_epoch(trainer *t, int epoch, double *acc)
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
         return 2;
     }
-    double mine[4] = { t->p.compute, t->p.idle, t->reduce_s,
-                       (double)(g1.wire_tx - g0.wire_tx) / (double)steps };
+    double mine[NSTAT] = { t->p.compute, t->p.idle, t->reduce_s,
+                           (double)(g1.wire_tx - g0.wire_tx) / (double)steps,
+                           (double)t->p.peak_stash * pipe_stash_bytes(&t->p) };
     int N = coll_size(t->world);
-    double tot[2] = { loss, correct }, sum[2], *all = malloc(sizeof(double) * 4 * (size_t)N);
-    coll_allgather(t->world, mine, all, 4, COLL_F64);
+    double tot[2] = { loss, correct }, sum[2], *all = malloc(sizeof(double) * NSTAT * (size_t)N);
+    coll_allgather(t->world, mine, all, NSTAT, COLL_F64);
     coll_allreduce(t->world, tot, sum, 2, COLL_F64, COLL_SUM);
     *acc = pipe_evaluate(&t->p, t->test);
-    if (me == 0) {
-        int K = o->stages, M = o->micro;
-        double samples = (double)steps * o->batch;
-        printf("epoch %d: loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s | %d stages x "
-               "%d replicas, %s, M %d, bubble formula %.3f\n",
-               epoch, sum[0] / samples, sum[1] / samples, *acc, samples / wall, K, t->D,
-               o->onef1b ? "1f1b" : "gpipe", M, (double)(K - 1) / (M + K - 1));
-        for (int r = 0; r < N; r++) {
-            double *v = all + 4 * r;
-            size_t lo = (size_t)(4 * (r % K) / K), hi = (size_t)(4 * (r % K + 1) / K), P = 0;
-            for (size_t l = lo; l < hi; l++)
-                P += (size_t)sizes[l] * sizes[l + 1] + sizes[l + 1];
-            printf("  rank %d (stage %d, replica %d): compute %.2fs pipeline idle %.2fs "
-                   "all-reduce %.2fs | group wire %.0f B/step (2P(D-1)/D = %.0f)\n",
-                   r, r % K, r / K, v[0], v[1], v[2], v[3],
-                   2.0 * P * 4 * (t->D - 1) / t->D);
-        }
-    }
+    if (me == 0)
+        report(t, epoch, steps, wall, sum, *acc, all);
     free(all);
     return 0;
 }
@@ -169,7 +222,7 @@ static int train(coll_comm *world, const ex_opts *o)
     int rc = coll_split(world, me / K, me % K, &t.pipe) || coll_split(world, me % K, me / K, &t.group);
     if (!rc && o->codec != COLL_CODEC_NONE)
         rc = coll_set_codec(t.group, o->codec);
-    rc = rc || mlp_init(&t.net, sizes, 4, o->seed) || mlp_init(&t.serial, sizes, 4, o->seed) ||
+    rc = rc || tl_init(&t.tl, 2 * o->micro + 1) || mlp_init(&t.net, sizes, 4, o->seed) || mlp_init(&t.serial, sizes, 4, o->seed) ||
          mlp_work_init(&t.whole, &t.net, o->batch) ||
          pipe_init(&t.p, t.pipe, &t.net, o->batch / t.D, o->micro, o->onef1b, &tr);
     t.perm = malloc(sizeof(size_t) * tr.n);
@@ -177,11 +230,22 @@ static int train(coll_comm *world, const ex_opts *o)
         printf("# hybrid_1f1b: %d stages x %d replicas, global batch %d (%d per replica, %d "
                "micro-batches), codec %d\n",
                K, t.D, o->batch, o->batch / t.D, o->micro, (int)o->codec);
+    if (me == 0 && o->json && !(t.json = fopen(o->json, "w")))
+        fprintf(stderr, "cannot write %s\n", o->json);
+    if (t.json)
+        fprintf(t.json, "{\"trainer\":\"hybrid_1f1b\",\"stages\":%d,\"replicas\":%d,"
+                        "\"schedule\":\"%s\",\"micro\":%d,\"codec\":%d,\"epochs\":[\n",
+                K, t.D, o->onef1b ? "1f1b" : "gpipe", o->micro, (int)o->codec);
     double acc = 0;
     for (int e = 0; !rc && e < o->epochs; e++)
         rc = run_epoch(&t, e, &acc);
+    if (t.json) {
+        fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
+        fclose(t.json);
+    }
     if (me == 0 && !rc)
         printf("test_accuracy %.4f\n", acc);
+    tl_free(&t.tl);
     pipe_free(&t.p);
     mlp_work_free(&t.whole);
     mlp_free(&t.net), mlp_free(&t.serial);
@@ -204,6 +268,6 @@ int main(int argc, char **argv)
                    "hybrid_1f1b [--np N] [--stages K (1-4, divides N)] [--schedule 1f1b|gpipe] "
                    "[--microbatches M] [--epochs E] [--batch B (divisible by N/K x M)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
-                   "[--seed S]",
+                   "[--seed S] [--lr-schedule cosine|const] [--json FILE] [--trace FILE]",
                    valid, train);
 }

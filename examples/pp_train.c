@@ -1,32 +1,39 @@
 /* pp_train: pipeline-parallel training of the MLP on Fashion-MNIST: the layers are split
- * into K stages (one rank each); each global batch is cut into M micro-batches whose
- * activations flow forward and whose gradients flow back with send/recv.
+ * into K stages (one rank each, cut so the largest stage is as small as it can be);
+ * each global batch is cut into M micro-batches whose activations flow forward and whose
+ * gradients flow back with send/recv.
  *   pp_train [--np K] [--schedule gpipe|1f1b] [--microbatches M] [--epochs E]
- *            [--batch B] [--lr LR] [--steps S] [--check-serial K] [--data DIR] [--seed S]
- *            [--trace FILE]
+ *            [--batch B] [--lr LR] [--lr-schedule cosine|const] [--steps S]
+ *            [--check-serial K] [--data DIR] [--seed S] [--json FILE] [--trace FILE]
+ *            [--sweep M1,M2,...]
  * gpipe: all forwards, then all backwards. 1f1b: stage s runs K-1-s warm-up forwards,
  * then one forward and one backward in turn, then the remaining backwards, so it never
  * holds more than K-s micro-batches of activations. Backwards run in micro-batch order
  * 0..M-1 under both schedules, so each stage adds the same numbers in the same order as
  * one process on the whole batch: --check-serial K compares every stage's weights with
  * such a run after K steps, bit for bit (exit 3 if they differ). Prints per epoch: loss,
- * accuracy, samples/s, per-stage compute and idle time, the measured bubble fraction next
- * to (K-1)/(M+K-1), the most activations stashed, and bytes sent per step next to the
- * formula; the second step is drawn as an ASCII timeline (one row per stage) and, with
- * --trace, written as Chrome trace-event JSON for Perfetto. Final line: "test_accuracy A". */
+ * accuracy, samples/s and the speedup over one process, per-stage compute and idle time,
+ * the measured bubble fraction next to (K-1)/(M+K-1), the peak of activations stashed
+ * (micro-batches and bytes), and bytes sent per step next to the formula; the second step
+ * is drawn as an ASCII timeline (one row per stage) and, with --trace, written as Chrome
+ * trace-event JSON for Perfetto. --sweep trains S steps (--steps, default 10) for each
+ * micro-batch count under both schedules and prints bubble, throughput and activation
+ * memory instead of training epochs. Final line: "test_accuracy A". */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
 #include "common/pipeline.h"
+#include "common/timeline.h"
 #include "collective.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-
 static const int sizes[] = { 784, 512, 256, 128, 10 };
+
+enum { COMPUTE, IDLE, SENT, STASH, STASH_BYTES, NSTAT }; /* per-stage numbers gathered */
 
 typedef struct {
     const ex_opts *o;
@@ -35,6 +42,10 @@ typedef struct {
     mlp_work whole;
     const dataset *train, *test;
     size_t *perm;
+    timeline tl;
+    double serial_sps;
+    float lr;
+    FILE *json;
 } trainer;
 
 /* Every stage trains a one-process copy on the whole batch and compares its own layers,
@@ -49,55 +60,82 @@ static int serial_matches(trainer *t, size_t steps)
     return all;
 }
 
-static void report(trainer *t, int epoch, size_t steps, double wall, double *sum, double acc,
-                   const double *all)
+/* Bytes stage k sends per step by the formula: activations B x width x 4 forward and
+ * gradients B x width x 4 backward, at each boundary it touches. */
+static double formula_bytes(const pipeline *p, int k, int batch)
+{
+    int bound[MLP_MAX_LAYERS + 1];
+    pipe_split(p->net, p->K, bound);
+    double b = 0;
+    if (k < p->K - 1)
+        b += (double)batch * p->net->size[bound[k + 1]] * 4;
+    if (k > 0)
+        b += (double)batch * p->net->size[bound[k]] * 4;
+    return b;
+}
+
+static void report(trainer *t, int epoch, size_t steps, double wall, const double *sum,
+                   double acc, const double *all)
 {
     const ex_opts *o = t->o;
     int K = t->p.K, M = o->micro;
-    double samples = (double)steps * o->batch;
-    printf("epoch %d: loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s | schedule %s, "
-           "K %d, M %d, bubble formula (K-1)/(M+K-1) = %.3f\n",
-           epoch, sum[0] / samples, sum[1] / samples, acc, samples / wall,
+    double samples = (double)steps * o->batch, sps = samples / wall;
+    double speedup = t->serial_sps > 0 ? sps / t->serial_sps : 0;
+    printf("epoch %d: lr %.4f loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup "
+           "%.2fx | schedule %s, K %d, M %d, bubble formula (K-1)/(M+K-1) = %.3f\n",
+           epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps, speedup,
            o->onef1b ? "1f1b" : "gpipe", K, M, (double)(K - 1) / (M + K - 1));
     for (int k = 0; k < K; k++) {
-        const double *v = all + 4 * k;
-        int in = sizes[4 * k / K], out = sizes[4 * (k + 1) / K];
+        const double *v = all + NSTAT * k;
         printf("  stage %d: compute %.2fs idle %.2fs bubble %.3f | peak stash %.0f "
-               "micro-batches | sent %.0f B/step",
-               k, v[0], v[1], v[1] / (v[0] + v[1]), v[3], v[2]);
-        /* per step (B/M) x width x 4 bytes x M micro-batches, each way */
-        if (k < K - 1)
-            printf(" (activations B x %d x 4 = %d", out, o->batch * out * 4);
-        if (k > 0)
-            printf("%sgradients B x %d x 4 = %d", k < K - 1 ? " + " : " (", in, o->batch * in * 4);
-        printf(K > 1 ? " + headers)\n" : "\n");
+               "micro-batches = %.0f KiB | sent %.0f B/step (formula %.0f + headers)\n",
+               k, v[COMPUTE], v[IDLE], v[IDLE] / (v[COMPUTE] + v[IDLE]), v[STASH],
+               v[STASH_BYTES] / 1024, v[SENT], formula_bytes(&t->p, k, o->batch));
     }
+    if (!t->json)
+        return;
+    fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
+                     "\"test_acc\":%.5f,\"samples_per_s\":%.1f,\"speedup\":%.3f,"
+                     "\"bubble_formula\":%.4f,\"stages\":[",
+            epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps,
+            speedup, (double)(K - 1) / (M + K - 1));
+    for (int k = 0; k < K; k++) {
+        const double *v = all + NSTAT * k;
+        fprintf(t->json, "%s{\"compute_s\":%.4f,\"idle_s\":%.4f,\"bubble\":%.4f,"
+                         "\"peak_stash\":%.0f,\"peak_stash_bytes\":%.0f,"
+                         "\"sent_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
+                k ? "," : "", v[COMPUTE], v[IDLE], v[IDLE] / (v[COMPUTE] + v[IDLE]), v[STASH],
+                v[STASH_BYTES], v[SENT], formula_bytes(&t->p, k, o->batch));
+    }
+    fprintf(t->json, "]}");
 }
 
-static int run_epoch(trainer *t, int epoch, double *acc)
+/* Runs `steps` steps from perm; the second step of epoch 0 is drawn. Every stage gets
+ * the per-stage numbers in all[NSTAT x K] and loss / correct summed in sum[2]. */
+static int run_steps(trainer *t, int epoch, size_t steps, double *all, double *sum)
 {
     const ex_opts *o = t->o;
     pipeline *p = &t->p;
-    size_t steps = t->train->n / (size_t)o->batch;
-    if (o->steps > 0 && (size_t)o->steps < steps)
-        steps = (size_t)o->steps;
-    ex_shuffle(t->perm, t->train->n, o->seed * 1000003ULL + (unsigned long long)epoch);
     p->compute = p->idle = 0;
     coll_stats st0, st1;
     coll_get_stats(p->c, &st0);
-    double loss = 0, t0 = ex_now_s();
+    double loss = 0;
     int correct = 0, rc = COLL_OK;
     for (size_t k = 0; rc == COLL_OK && k < steps; k++) {
         char order[1024];
         int show = epoch == 0 && k == 0, traced = epoch == 0 && k == 1;
         const size_t *idx = t->perm + k * (size_t)o->batch;
-        rc = traced ? pipe_traced_step(p, idx, o->batch, &loss, &correct, o->trace)
-                    : pipe_step(p, idx, o->batch, &loss, &correct, show ? order : NULL,
-                                sizeof(order));
-        if (show)
+        p->tl = traced ? &t->tl : NULL;
+        if (traced)
+            rc = tl_begin(&t->tl, p->c);
+        if (rc == COLL_OK)
+            rc = pipe_step(p, idx, o->batch, &loss, &correct, show ? order : NULL, sizeof(order));
+        if (rc == COLL_OK && traced)
+            rc = tl_end(&t->tl, p->c, "stage", o->trace);
+        if (show && rc == COLL_OK)
             printf("order stage %d: %s\n", p->stage, order);
         fflush(stdout);
-        mlp_sgd(&t->net, o->lr, o->momentum);
+        mlp_sgd(&t->net, t->lr, o->momentum);
         if (rc == COLL_OK && epoch == 0 && (int)k + 1 == o->check_serial) {
             int same = serial_matches(t, k + 1);
             if (p->stage == 0)
@@ -111,18 +149,93 @@ static int run_epoch(trainer *t, int epoch, double *acc)
         fprintf(stderr, "stage %d: %s\n", p->stage, coll_last_error(p->c));
         return 1;
     }
-    double wall = ex_now_s() - t0;
     coll_get_stats(p->c, &st1);
-    double mine[4] = { p->compute, p->idle, (double)(st1.wire_tx - st0.wire_tx) / (double)steps,
-                       (double)p->peak_stash };
-    double *all = malloc(sizeof(double) * 4 * (size_t)p->K), tot[2] = { loss, correct }, sum[2];
-    coll_allgather(p->c, mine, all, 4, COLL_F64);
-    coll_allreduce(p->c, tot, sum, 2, COLL_F64, COLL_SUM);
-    *acc = pipe_evaluate(p, t->test);
-    if (p->stage == 0)
-        report(t, epoch, steps, wall, sum, *acc, all);
-    free(all);
+    double mine[NSTAT] = { p->compute, p->idle, (double)(st1.wire_tx - st0.wire_tx) / (double)steps,
+                           (double)p->peak_stash, (double)p->peak_stash * pipe_stash_bytes(p) };
+    double tot[2] = { loss, correct };
+    if (coll_allgather(p->c, mine, all, NSTAT, COLL_F64) ||
+        coll_allreduce(p->c, tot, sum, 2, COLL_F64, COLL_SUM))
+        return 1;
     return 0;
+}
+
+static size_t epoch_steps(const trainer *t)
+{
+    size_t steps = t->train->n / (size_t)t->o->batch;
+    return t->o->steps > 0 && (size_t)t->o->steps < steps ? (size_t)t->o->steps : steps;
+}
+
+static int run_epoch(trainer *t, int epoch, double *acc)
+{
+    size_t steps = epoch_steps(t);
+    ex_shuffle(t->perm, t->train->n, t->o->seed * 1000003ULL + (unsigned long long)epoch);
+    t->lr = ex_lr(t->o, epoch);
+    if (epoch == 0 && t->p.stage == 0)
+        t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, t->o->batch, t->o->lr,
+                                       t->o->momentum);
+    double *all = malloc(sizeof(double) * NSTAT * (size_t)t->p.K), sum[2], t0 = ex_now_s();
+    int rc = run_steps(t, epoch, steps, all, sum);
+    double wall = ex_now_s() - t0;
+    if (rc == 0) {
+        *acc = pipe_evaluate(&t->p, t->test);
+        if (t->p.stage == 0)
+            report(t, epoch, steps, wall, sum, *acc, all);
+    }
+    free(all);
+    return rc;
+}
+
+/* For each micro-batch count and both schedules: a fresh pipeline, S steps, one row of
+ * measured bubble (mean over stages), throughput and stage 0's activation memory. */
+static int sweep(trainer *t, coll_comm *c)
+{
+    const ex_opts *given = t->o;
+    ex_opts o = *given;
+    size_t steps = o.steps > 0 ? (size_t)o.steps : 10;
+    int K = coll_size(c), rc = 0;
+    double *all = malloc(sizeof(double) * NSTAT * (size_t)K), sum[2];
+    ex_shuffle(t->perm, t->train->n, o.seed);
+    t->lr = o.lr;
+    if (coll_rank(c) == 0)
+        printf("# sweep: %d stages, batch %d, %zu steps each\n"
+               "%4s %-6s %12s %10s %10s %10s %16s\n", K, o.batch, steps, "M", "sched",
+               "samples/s", "bubble", "formula", "peak_stash", "stage0_act_KiB");
+    for (int i = 0; !rc && i < o.nsweep; i++) {
+        for (int f = 0; !rc && f < 2; f++) {
+            o.micro = o.sweep[i], o.onef1b = f;
+            t->o = &o;
+            if (o.batch % o.micro || pipe_init(&t->p, c, &t->net, o.batch, o.micro, f, t->train)) {
+                fprintf(stderr, "pp_train: no pipeline of %d stages with %d micro-batches of "
+                                "batch %d\n", K, o.micro, o.batch);
+                rc = 2;
+                break;
+            }
+            rc = run_steps(t, 1, 1, all, sum); /* warm-up: first touches, connections */
+            double t0 = ex_now_s();
+            rc = rc ? rc : run_steps(t, 1, steps, all, sum);
+            double wall = ex_now_s() - t0, bubble = 0;
+            for (int k = 0; k < K; k++)
+                bubble += all[NSTAT * k + IDLE] / (all[NSTAT * k + IDLE] + all[NSTAT * k]) / K;
+            if (!rc && coll_rank(c) == 0)
+                printf("%4d %-6s %12.0f %10.3f %10.3f %10.0f %16.1f\n", o.micro,
+                       f ? "1f1b" : "gpipe", steps * o.batch / wall, bubble,
+                       (double)(K - 1) / (o.micro + K - 1), all[STASH], all[STASH_BYTES] / 1024);
+            pipe_free(&t->p);
+        }
+    }
+    free(all);
+    t->o = given;
+    return rc;
+}
+
+static void describe(const pipeline *p, const ex_opts *o)
+{
+    int bound[MLP_MAX_LAYERS + 1];
+    pipe_split(p->net, p->K, bound);
+    printf("# pp_train: %d stages, layers per stage", p->K);
+    for (int k = 0; k < p->K; k++)
+        printf("%s%d", k ? "+" : " ", bound[k + 1] - bound[k]);
+    printf(", batch %d in %d micro-batches of %d\n", o->batch, o->micro, o->batch / o->micro);
 }
 
 static int train(coll_comm *c, const ex_opts *o)
@@ -135,21 +248,37 @@ static int train(coll_comm *c, const ex_opts *o)
         return 2;
     }
     trainer t = { .o = o, .train = &tr, .test = &te };
-    int rc = mlp_init(&t.net, sizes, 4, o->seed) || mlp_init(&t.serial, sizes, 4, o->seed) ||
-             mlp_work_init(&t.whole, &t.net, o->batch) ||
-             pipe_init(&t.p, c, &t.net, o->batch, o->micro, o->onef1b, &tr);
+    int rc = tl_init(&t.tl, 2 * o->micro) || mlp_init(&t.net, sizes, 4, o->seed) ||
+             mlp_init(&t.serial, sizes, 4, o->seed) || mlp_work_init(&t.whole, &t.net, o->batch);
     t.perm = malloc(sizeof(size_t) * tr.n);
-    int K = coll_size(c);
+    if (!rc && o->nsweep) {
+        rc = sweep(&t, c);
+        goto out;
+    }
+    if (!rc && pipe_init(&t.p, c, &t.net, o->batch, o->micro, o->onef1b, &tr)) {
+        fprintf(stderr, "pp_train: cannot make %d stages of %d layers\n", coll_size(c), 4);
+        rc = 2;
+        goto out;
+    }
+    if (coll_rank(c) == 0 && o->json && !(t.json = fopen(o->json, "w")))
+        fprintf(stderr, "cannot write %s\n", o->json);
+    if (t.json)
+        fprintf(t.json, "{\"trainer\":\"pp\",\"stages\":%d,\"schedule\":\"%s\",\"micro\":%d,"
+                        "\"epochs\":[\n", coll_size(c), o->onef1b ? "1f1b" : "gpipe", o->micro);
     if (coll_rank(c) == 0)
-        printf("# pp_train: %d stages, layers per stage %s, batch %d in %d micro-batches of %d\n",
-               K, K == 1 ? "4" : K == 2 ? "2+2" : K == 3 ? "1+1+2" : "1+1+1+1", o->batch,
-               o->micro, o->batch / o->micro);
+        describe(&t.p, o);
     double acc = 0;
     for (int e = 0; !rc && e < o->epochs; e++)
         rc = run_epoch(&t, e, &acc);
+    if (t.json) {
+        fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
+        fclose(t.json);
+    }
     if (coll_rank(c) == 0 && !rc)
         printf("test_accuracy %.4f\n", acc);
     pipe_free(&t.p);
+out:
+    tl_free(&t.tl);
     mlp_work_free(&t.whole);
     mlp_free(&t.net), mlp_free(&t.serial);
     free(t.perm);
@@ -167,7 +296,8 @@ int main(int argc, char **argv)
 {
     return ex_main(argc, argv,
                    "pp_train [--np K (1-4)] [--schedule gpipe|1f1b] [--microbatches M (divides "
-                   "--batch)] [--epochs E] [--batch B] [--lr LR] [--steps S] [--check-serial K] "
-                   "[--data DIR] [--seed S] [--trace FILE]",
+                   "--batch)] [--epochs E] [--batch B] [--lr LR] [--lr-schedule cosine|const] "
+                   "[--steps S] [--check-serial K] [--data DIR] [--seed S] [--json FILE] "
+                   "[--trace FILE] [--sweep M1,M2,...]",
                    valid, train);
 }

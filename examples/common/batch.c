@@ -46,3 +46,21 @@ void ex_train_serial(mlp *m, mlp_work *w, const dataset *d, const size_t *perm, 
     free(x);
     free(y);
 }
+
+double ex_serial_rate(const mlp *m, const dataset *d, const size_t *perm, int batch, float lr,
+                      float momentum)
+{
+    enum { STEPS = 8 };
+    mlp copy;
+    mlp_work w;
+    double rate = 0;
+    if (mlp_init(&copy, m->size, m->layers, 0) == 0 && mlp_work_init(&w, m, batch) == 0) {
+        memcpy(copy.params, m->params, sizeof(float) * m->nparams);
+        double t0 = ex_now_s();
+        ex_train_serial(&copy, &w, d, perm, batch, STEPS, lr, momentum);
+        rate = STEPS * batch / (ex_now_s() - t0);
+        mlp_work_free(&w);
+    }
+    mlp_free(&copy);
+    return rate;
+}

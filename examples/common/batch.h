@@ -19,4 +19,9 @@ void ex_gather(const dataset *d, const size_t *idx, int n, float *x, uint8_t *y)
 void ex_train_serial(mlp *m, mlp_work *w, const dataset *d, const size_t *perm, int batch,
                      size_t steps, float lr, float momentum);
 
+/* Samples per second of one process training a copy of m on whole batches (a few steps
+ * from perm): the baseline of every trainer's strong-scaling speedup. m is unchanged. */
+double ex_serial_rate(const mlp *m, const dataset *d, const size_t *perm, int batch, float lr,
+                      float momentum);
+
 #endif

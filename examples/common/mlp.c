@@ -157,18 +157,28 @@ double mlp_loss_grad(const float *logits, const uint8_t *y, int n, int classes, 
     return loss;
 }
 
-double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, int n, int norm,
-                       int *correct)
+void mlp_forward(const mlp *m, mlp_work *w, const float *x, int n)
+{
+    w->act[0] = (float *)x;
+    for (int l = 0; l < m->layers; l++)
+        mlp_layer_forward(m, l, w->act[l], w->act[l + 1], n);
+}
+
+double mlp_backward(mlp *m, mlp_work *w, const uint8_t *y, int n, int norm, int *correct)
 {
     int L = m->layers;
-    memset(m->grads, 0, sizeof(float) * m->nparams);
-    w->act[0] = (float *)x;
-    for (int l = 0; l < L; l++)
-        mlp_layer_forward(m, l, w->act[l], w->act[l + 1], n);
     double loss = mlp_loss_grad(w->act[L], y, n, m->size[L], norm, w->grad[L], correct);
     for (int l = L - 1; l >= 0; l--)
         mlp_layer_backward(m, l, w->act[l], w->grad[l + 1], l > 0 ? w->grad[l] : NULL, n);
     return loss;
+}
+
+double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, int n, int norm,
+                       int *correct)
+{
+    memset(m->grads, 0, sizeof(float) * m->nparams);
+    mlp_forward(m, w, x, n);
+    return mlp_backward(m, w, y, n, norm, correct);
 }
 
 void mlp_sgd(mlp *m, float lr, float momentum)
@@ -187,9 +197,7 @@ double mlp_accuracy(const mlp *m, mlp_work *w, const float *x, const uint8_t *y,
     int L = m->layers, C = m->size[L];
     for (size_t s = 0; s < n; s += (size_t)w->batch) {
         int b = (int)(n - s < (size_t)w->batch ? n - s : (size_t)w->batch);
-        w->act[0] = (float *)x + s * (size_t)m->size[0];
-        for (int l = 0; l < L; l++)
-            mlp_layer_forward(m, l, w->act[l], w->act[l + 1], b);
+        mlp_forward(m, w, x + s * (size_t)m->size[0], b);
         for (int i = 0; i < b; i++) {
             const float *z = w->act[L] + (size_t)i * C;
             int best = 0;

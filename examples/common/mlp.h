@@ -43,6 +43,12 @@ void mlp_layer_backward(mlp *m, int l, const float *in, const float *dout, float
 double mlp_loss_grad(const float *logits, const uint8_t *y, int n, int classes, int norm,
                      float *dlogits, int *correct);
 
+/* Forward over n samples: w->act[0] = x, ..., w->act[layers] the logits. */
+void mlp_forward(const mlp *m, mlp_work *w, const float *x, int n);
+/* After mlp_forward on the same samples: the loss gradient, then every layer's backward,
+ * adding to grads (mean loss over `norm` samples). Returns the summed loss; adds correct
+ * predictions. */
+double mlp_backward(mlp *m, mlp_work *w, const uint8_t *y, int n, int norm, int *correct);
 /* Zeroes the gradients, runs forward and backward over n samples, gradients of the mean
  * loss over `norm` samples. Returns the summed loss; adds correct predictions. */
 double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, int n, int norm,

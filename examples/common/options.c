@@ -4,6 +4,7 @@
 #include "../../perf/spawn.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,38 @@ static int codec_of(const char *s)
     return -1;
 }
 
+/* "2,4,8" -> {2, 4, 8}: positive numbers, at most max of them. */
+static int parse_list(const char *s, int *out, int max, int *n)
+{
+    char *end;
+    for (*n = 0; *n < max; s = end + 1) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 20 || (*end != ',' && *end != 0))
+            return -1;
+        out[(*n)++] = (int)v;
+        if (*end == 0)
+            return 0;
+    }
+    return -1;
+}
+
+float ex_lr(const ex_opts *o, int epoch)
+{
+    if (!o->cosine)
+        return o->lr;
+    return (float)(o->lr * 0.5 * (1.0 + cos(3.141592653589793 * epoch / o->epochs)));
+}
+
+double ex_wire_bytes(coll_codec codec)
+{
+    switch (codec) {
+    case COLL_CODEC_FP16:
+    case COLL_CODEC_BF16: return 2.0;
+    case COLL_CODEC_INT8: return 1.0 + 4.0 / 256;
+    default: return 4.0;
+    }
+}
+
 int ex_parse(int argc, char **argv, ex_opts *o)
 {
     static struct option longs[] = {
@@ -24,9 +57,11 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         { "batch", 1, 0, 'b' },   { "microbatches", 1, 0, 'm' }, { "steps", 1, 0, 's' },
         { "lr", 1, 0, 'l' },      { "seed", 1, 0, 'S' },         { "codec", 1, 0, 'z' },
         { "data", 1, 0, 'd' },    { "json", 1, 0, 'j' },         { "trace", 1, 0, 't' },
-        { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { 0, 0, 0, 0 } };
+        { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { "lr-schedule", 1, 0, 'L' },
+        { "sweep", 1, 0, 'w' },   { 0, 0, 0, 0 } };
     *o = (ex_opts){ .np = 2, .stages = 2, .epochs = 10, .batch = 64, .micro = 4, .onef1b = 1,
-                    .lr = 0.05f, .momentum = 0.9f, .seed = 1, .codec = COLL_CODEC_NONE };
+                    .cosine = 1, .lr = 0.05f, .momentum = 0.9f, .seed = 1,
+                    .codec = COLL_CODEC_NONE };
     int c, k;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -47,6 +82,15 @@ int ex_parse(int argc, char **argv, ex_opts *o)
             if ((k = codec_of(optarg)) < 0)
                 return -1;
             o->codec = (coll_codec)k;
+            break;
+        case 'L':
+            if (strcmp(optarg, "cosine") && strcmp(optarg, "const"))
+                return -1;
+            o->cosine = strcmp(optarg, "cosine") == 0;
+            break;
+        case 'w':
+            if (parse_list(optarg, o->sweep, 8, &o->nsweep) != 0)
+                return -1;
             break;
         case 'k':
             if (strcmp(optarg, "gpipe") && strcmp(optarg, "1f1b"))

@@ -6,7 +6,8 @@
 #include "collective.h"
 
 typedef struct {
-    int np, stages, epochs, batch, micro, steps, check_serial, onef1b;
+    int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine;
+    int sweep[8], nsweep; /* micro-batch counts to sweep */
     float lr, momentum;
     unsigned long long seed;
     coll_codec codec;
@@ -14,9 +15,17 @@ typedef struct {
 } ex_opts;
 
 /* Flags: --np --stages --epochs --batch --microbatches --steps --check-serial
- * --schedule gpipe|1f1b --lr --seed --codec none|fp16|bf16|int8 --data --json --trace.
- * Returns 0, or -1 for an unknown flag or value. */
+ * --schedule gpipe|1f1b --lr --lr-schedule cosine|const --seed --codec none|fp16|bf16|int8
+ * --data --json --trace --sweep M1,M2,... Returns 0, or -1 for an unknown flag or value. */
 int ex_parse(int argc, char **argv, ex_opts *o);
+
+/* The learning rate of an epoch: --lr throughout (const), or a cosine from --lr down
+ * towards zero over --epochs (cosine, the default), which steadies the final accuracy. */
+float ex_lr(const ex_opts *o, int epoch);
+
+/* Bytes one f32 value takes on the wire under a codec: 4, 2, or 1 + a 4-byte scale per
+ * block of 256 for int8. */
+double ex_wire_bytes(coll_codec codec);
 
 /* Parses argv; if valid() accepts the options, spawns --np local ranks (or joins the
  * launcher's), creates the communicator with the codec and returns train()'s status;

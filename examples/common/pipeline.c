@@ -7,17 +7,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+static size_t layer_params(const mlp *net, int l)
+{
+    return (size_t)net->size[l] * net->size[l + 1] + net->size[l + 1];
+}
+
+/* The largest stage of the best split of layers [from, L) into k stages; the split goes
+ * to bound[0..k). Nets have at most MLP_MAX_LAYERS layers, so trying every split is cheap. */
+static size_t best_split(const mlp *net, int from, int k, int *bound)
+{
+    int L = net->layers, trial[MLP_MAX_LAYERS + 1];
+    size_t best = (size_t)-1, first = 0;
+    if (k == 1) {
+        for (int l = from; l < L; l++)
+            first += layer_params(net, l);
+        bound[0] = from;
+        return first;
+    }
+    for (int end = from + 1; end <= L - (k - 1); end++) {
+        first += layer_params(net, end - 1);
+        size_t rest = best_split(net, end, k - 1, trial + 1);
+        size_t worst = first > rest ? first : rest;
+        if (worst < best) {
+            best = worst;
+            trial[0] = from;
+            memcpy(bound, trial, sizeof(int) * (size_t)k);
+        }
+    }
+    return best;
+}
+
+void pipe_split(const mlp *net, int K, int *bound)
+{
+    best_split(net, 0, K, bound);
+    bound[K] = net->layers;
+}
+
 int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
               const dataset *train)
 {
-    int K = coll_size(c), s = coll_rank(c), L = net->layers;
-    if (K > L || micro < 1 || batch % micro)
+    int K = coll_size(c), s = coll_rank(c), bound[MLP_MAX_LAYERS + 1];
+    if (K > net->layers || micro < 1 || batch % micro)
         return -1;
-    *p = (pipeline){ .c = c, .stage = s, .K = K, .lo = L * s / K, .hi = L * (s + 1) / K,
+    pipe_split(net, K, bound);
+    *p = (pipeline){ .c = c, .stage = s, .K = K, .lo = bound[s], .hi = bound[s + 1],
                      .micro = micro, .mb = batch / micro, .onef1b = onef1b, .net = net,
                      .train = train };
     p->work = calloc((size_t)micro, sizeof(mlp_work));
-    p->events = calloc((size_t)micro * 2, sizeof(pipe_event));
     p->sends = calloc((size_t)micro * 2, sizeof(coll_req *));
     p->y = malloc((size_t)batch);
     if (!p->work || !p->sends || !p->y)
@@ -33,7 +69,6 @@ void pipe_free(pipeline *p)
     for (int i = 0; p->work && i < p->micro; i++)
         mlp_work_free(&p->work[i]);
     free(p->work);
-    free(p->events);
     free(p->sends);
     free(p->y);
 }
@@ -70,8 +105,7 @@ static float *input_of(const pipeline *p, mlp_work *w)
 static void note(pipeline *p, char kind, int mb, double t0, double t1)
 {
     p->compute += t1 - t0;
-    if (p->record && p->nevents < 2 * p->micro)
-        p->events[p->nevents++] = (pipe_event){ kind, mb, t0, t1 };
+    tl_add(p->tl, kind, mb, t0, t1);
 }
 
 static void forward_layers(pipeline *p, mlp_work *w, int n, int mb)
@@ -200,81 +234,10 @@ double pipe_evaluate(pipeline *p, const dataset *test)
     return acc;
 }
 
-/* Rank 0's view: every stage's events as (kind, micro-batch, start, end), times from the
- * barrier that started the step on each stage. */
-static void draw(const double *ev, int K, int per, double span)
+size_t pipe_stash_bytes(const pipeline *p)
 {
-    enum { WIDTH = 96 };
-    printf("timeline of one step (%.2f ms; F forward, B backward, . idle):\n", span * 1e3);
-    for (int s = 0; s < K; s++) {
-        char row[WIDTH + 1];
-        memset(row, '.', WIDTH);
-        row[WIDTH] = 0;
-        for (int e = 0; e < per; e++) {
-            const double *v = ev + ((size_t)s * per + e) * 4;
-            if (v[0] == 0)
-                continue;
-            int a = (int)(v[2] / span * WIDTH), b = (int)(v[3] / span * WIDTH);
-            for (int x = a; x <= b && x < WIDTH; x++)
-                row[x] = (char)v[0];
-        }
-        printf("  stage %d |%s|\n", s, row);
-    }
-}
-
-static void write_trace(const double *ev, int K, int per, const char *path)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cannot write %s\n", path);
-        return;
-    }
-    fprintf(f, "{\"traceEvents\":[\n");
-    int first = 1;
-    for (int s = 0; s < K; s++) {
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                   "\"args\":{\"name\":\"stage %d\"}}", first ? "" : ",\n", s, s);
-        first = 0;
-        for (int e = 0; e < per; e++) {
-            const double *v = ev + ((size_t)s * per + e) * 4;
-            if (v[0] != 0)
-                fprintf(f, ",\n{\"name\":\"%c%d\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
-                           "\"ts\":%.1f,\"dur\":%.1f}",
-                        (char)v[0], (int)v[1], s, v[2] * 1e6, (v[3] - v[2]) * 1e6);
-        }
-    }
-    fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
-    fclose(f);
-}
-
-int pipe_traced_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct,
-                     const char *path)
-{
-    int per = 2 * p->micro, rc = coll_barrier(p->c);
-    double base = ex_now_s();
-    p->record = 1;
-    p->nevents = 0;
-    if (rc == COLL_OK)
-        rc = pipe_step(p, idx, norm, loss, correct, NULL, 0);
-    p->record = 0;
-    double *mine = calloc((size_t)per * 4, sizeof(double));
-    double *all = calloc((size_t)per * 4 * (size_t)p->K, sizeof(double));
-    for (int e = 0; e < p->nevents; e++) {
-        const pipe_event *v = &p->events[e];
-        double *o = mine + (size_t)e * 4;
-        o[0] = v->kind, o[1] = v->mb, o[2] = v->t0 - base, o[3] = v->t1 - base;
-    }
-    if (rc == COLL_OK)
-        rc = coll_allgather(p->c, mine, all, (size_t)per * 4, COLL_F64);
-    if (rc == COLL_OK && p->stage == 0) {
-        double span = 1e-9;
-        for (int e = 0; e < per * p->K; e++)
-            span = all[(size_t)e * 4 + 3] > span ? all[(size_t)e * 4 + 3] : span;
-        draw(all, p->K, per, span);
-        if (path)
-            write_trace(all, p->K, per, path);
-    }
-    free(mine);
-    free(all);
-    return rc;
+    size_t floats = 0;
+    for (int l = p->lo; l <= p->hi; l++)
+        floats += (size_t)p->net->size[l];
+    return floats * (size_t)p->mb * sizeof(float);
 }

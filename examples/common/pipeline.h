@@ -8,12 +8,7 @@
 #include "collective.h"
 #include "mlp.h"
 #include "mnist.h"
-
-typedef struct {
-    char kind; /* 'F' or 'B' */
-    int mb;
-    double t0, t1; /* seconds, this process's monotonic clock */
-} pipe_event;
+#include "timeline.h"
 
 typedef struct {
     coll_comm *c; /* rank = stage */
@@ -24,12 +19,17 @@ typedef struct {
     coll_req **sends;
     int nsends, stashed, peak_stash;
     double compute, idle; /* seconds in kernels, and waiting for a peer */
-    pipe_event *events;   /* while recording: the kernels of one step */
-    int nevents, record;
+    timeline *tl;         /* where kernels are recorded, or NULL */
     const dataset *train;
     uint8_t *y;
 } pipeline;
 
+/* Cuts the net's layers into K contiguous stages whose largest has the fewest parameters
+ * (a dense layer's forward and backward work grows with its parameters; sparse inputs
+ * make the first layer cheaper than that): stage s holds layers [bound[s], bound[s+1]). */
+void pipe_split(const mlp *net, int K, int *bound);
+/* Returns -1 when the pipeline cannot be built (more stages than layers, micro does not
+ * divide batch, out of memory). */
 int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
               const dataset *train);
 void pipe_free(pipeline *p);
@@ -38,11 +38,9 @@ void pipe_free(pipeline *p);
  * With order != NULL, writes the schedule that ran ("F0 F1 B0 ..."). */
 int pipe_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct, char *order,
               size_t orderlen);
-/* Records the next step's kernels, then gathers every stage's on rank 0, which prints an
- * ASCII timeline (one row per stage) and, with path != NULL, writes a Chrome trace-event
- * JSON file (one track per stage; open it in Perfetto). Collective over the pipeline. */
-int pipe_traced_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct,
-                     const char *path);
+/* Activation bytes one micro-batch keeps on this stage until its backward: the stage's
+ * input and every layer output. */
+size_t pipe_stash_bytes(const pipeline *p);
 
 /* Forward only over the test set; every stage gets the accuracy. */
 double pipe_evaluate(pipeline *p, const dataset *test);
