@@ -82,14 +82,16 @@ void mlp_work_free(mlp_work *w)
     memset(w, 0, sizeof(*w));
 }
 
-void mlp_layer_forward(const mlp *m, int l, const float *in, float *out, int n)
+void mlp_dense_forward(const float *W, const float *b, const float *in, float *out, int n, int K,
+                       int N, int relu)
 {
-    int K = m->size[l], N = m->size[l + 1];
-    const float *restrict W = m->W[l], *restrict b = m->b[l];
     for (int i = 0; i < n; i++) {
         float *restrict o = out + (size_t)i * N;
         const float *x = in + (size_t)i * K;
-        memcpy(o, b, sizeof(float) * (size_t)N);
+        if (b)
+            memcpy(o, b, sizeof(float) * (size_t)N);
+        else
+            memset(o, 0, sizeof(float) * (size_t)N);
         for (int k = 0; k < K; k++) {
             float a = x[k];
             if (a == 0.0f)
@@ -98,20 +100,17 @@ void mlp_layer_forward(const mlp *m, int l, const float *in, float *out, int n)
             for (int j = 0; j < N; j++)
                 o[j] += a * wk[j];
         }
-        if (l < m->layers - 1)
-            for (int j = 0; j < N; j++)
-                o[j] = o[j] > 0.0f ? o[j] : 0.0f;
+        for (int j = 0; relu && j < N; j++)
+            o[j] = o[j] > 0.0f ? o[j] : 0.0f;
     }
 }
 
-void mlp_layer_backward(mlp *m, int l, const float *in, const float *dout, float *din, int n)
+void mlp_dense_backward(const float *W, float *dW, float *db, const float *in, const float *dout,
+                        float *din, int n, int K, int N)
 {
-    int K = m->size[l], N = m->size[l + 1];
-    float *restrict dW = m->dW[l], *restrict db = m->db[l];
-    const float *restrict W = m->W[l];
     for (int i = 0; i < n; i++) {
         const float *restrict d = dout + (size_t)i * N, *x = in + (size_t)i * K;
-        for (int j = 0; j < N; j++)
+        for (int j = 0; db && j < N; j++)
             db[j] += d[j];
         for (int k = 0; k < K; k++) {
             float a = x[k];
@@ -132,6 +131,18 @@ void mlp_layer_backward(mlp *m, int l, const float *in, const float *dout, float
             di[k] = x[k] > 0.0f ? s : 0.0f; /* the input is the previous layer's ReLU */
         }
     }
+}
+
+void mlp_layer_forward(const mlp *m, int l, const float *in, float *out, int n)
+{
+    mlp_dense_forward(m->W[l], m->b[l], in, out, n, m->size[l], m->size[l + 1],
+                      l < m->layers - 1);
+}
+
+void mlp_layer_backward(mlp *m, int l, const float *in, const float *dout, float *din, int n)
+{
+    mlp_dense_backward(m->W[l], m->dW[l], m->db[l], in, dout, din, n, m->size[l],
+                       m->size[l + 1]);
 }
 
 double mlp_loss_grad(const float *logits, const uint8_t *y, int n, int classes, int norm,
@@ -181,14 +192,28 @@ double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, in
     return mlp_backward(m, w, y, n, norm, correct);
 }
 
-void mlp_sgd(mlp *m, float lr, float momentum)
+void mlp_sgd_span(float *params, float *velocity, const float *grads, size_t n, float lr,
+                  float momentum)
 {
-    float *restrict p = m->params, *restrict v = m->velocity;
-    const float *restrict g = m->grads;
-    for (size_t i = 0; i < m->nparams; i++) {
+    float *restrict p = params, *restrict v = velocity;
+    const float *restrict g = grads;
+    for (size_t i = 0; i < n; i++) {
         v[i] = momentum * v[i] + g[i];
         p[i] -= lr * v[i];
     }
+}
+
+void mlp_sgd(mlp *m, float lr, float momentum)
+{
+    mlp_sgd_span(m->params, m->velocity, m->grads, m->nparams, lr, momentum);
+}
+
+size_t mlp_work_bytes(const mlp *m, int batch)
+{
+    size_t floats = 0;
+    for (int l = 0; l <= m->layers; l++)
+        floats += (size_t)m->size[l] * (l > 0 ? 2 : 1);
+    return floats * (size_t)batch * sizeof(float);
 }
 
 double mlp_accuracy(const mlp *m, mlp_work *w, const float *x, const uint8_t *y, size_t n)

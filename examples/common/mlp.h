@@ -32,6 +32,16 @@ void mlp_free(mlp *m);
 int mlp_work_init(mlp_work *w, const mlp *m, int batch);
 void mlp_work_free(mlp_work *w);
 
+/* The dense kernels under every layer, for trainers that hold a slice of a layer (tensor
+ * parallel, sharded): W is K x N row-major. out = in W (+ b when b) over n samples, ReLU'd
+ * when relu. */
+void mlp_dense_forward(const float *W, const float *b, const float *in, float *out, int n, int K,
+                       int N, int relu);
+/* dW += in^T dout and, when db, db += the column sums of dout; when din, din = dout W^T
+ * times the ReLU derivative of in (in is always a ReLU output or the data). */
+void mlp_dense_backward(const float *W, float *dW, float *db, const float *in, const float *dout,
+                        float *din, int n, int K, int N);
+
 /* out = act(in W + b) for layer l over n samples (ReLU on all but the last layer). */
 void mlp_layer_forward(const mlp *m, int l, const float *in, float *out, int n);
 /* Given dout (gradient at layer l's output, after the activation's derivative), adds
@@ -55,6 +65,11 @@ double mlp_train_batch(mlp *m, mlp_work *w, const float *x, const uint8_t *y, in
                        int *correct);
 /* v = momentum v + grads; params -= lr v. */
 void mlp_sgd(mlp *m, float lr, float momentum);
+/* The same update on n values of any slice (a shard). */
+void mlp_sgd_span(float *params, float *velocity, const float *grads, size_t n, float lr,
+                  float momentum);
+/* Bytes mlp_work_init allocates for `batch` samples of m: activations and their gradients. */
+size_t mlp_work_bytes(const mlp *m, int batch);
 /* Accuracy over n samples (batches of w->batch). */
 double mlp_accuracy(const mlp *m, mlp_work *w, const float *x, const uint8_t *y, size_t n);
 /* 64-bit FNV-1a of params[from, from + n), for checking replicas are identical. */

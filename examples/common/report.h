@@ -1,0 +1,16 @@
+/* What every trainer reports the same way: the memory a rank holds, by kind. */
+#ifndef EX_REPORT_H
+#define EX_REPORT_H
+
+#include <stdio.h>
+
+typedef struct {
+    double params, grads, optimizer, activations; /* bytes */
+} ex_memory;
+
+/* "  memory per rank: params ... KiB, grads ..., optimizer ..., activations ..." */
+void ex_print_memory(const char *who, const ex_memory *m);
+/* ,"memory":{"params":...,...} into an open JSON object. */
+void ex_json_memory(FILE *f, const ex_memory *m);
+
+#endif
