@@ -16,6 +16,7 @@
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
+#include "common/report.h"
 #include "common/timeline.h"
 #include "collective.h"
 
@@ -152,13 +153,19 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     for (int r = 0; r < n; r++)
         printf("  rank %d: compute %.2fs comm %.2fs\n", r, per[2 * r], per[2 * r + 1]);
     free(per);
+    ex_memory mem = { P, P, P, (double)mlp_work_bytes(&t->net, B / n) };
+    ex_print_memory("per rank", &mem);
     if (t->json)
         fprintf(t->json,
                 "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,\"test_acc\":%.5f,"
                 "\"samples_per_s\":%.1f,\"speedup\":%.3f,\"compute_s\":%.3f,\"comm_s\":%.3f,"
-                "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
+                "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f",
                 epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
                 t->serial_sps > 0 ? sps / t->serial_sps : 0, tc, tm, wire, formula);
+    if (t->json) {
+        ex_json_memory(t->json, &mem);
+        fprintf(t->json, "}");
+    }
     fflush(stdout);
     return 0;
 }
@@ -191,7 +198,7 @@ static int train(coll_comm *c, const ex_opts *o)
     if (me == 0 && o->json && !(t.json = fopen(o->json, "w")))
         fprintf(stderr, "cannot write %s\n", o->json);
     if (t.json)
-        fprintf(t.json, "{\"trainer\":\"dp\",\"ranks\":%d,\"codec\":%d,\"epochs\":[\n", n,
+        fprintf(t.json, "{\"trainer\":\"dp\",\"ranks\":%d,\"batch\":%d,\"codec\":%d,\"epochs\":[\n", n, o->batch,
                 (int)o->codec);
     if (me == 0)
         printf("# dp_train: %d ranks, global batch %d (%d per rank), %zu parameters, codec %d\n",

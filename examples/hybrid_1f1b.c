@@ -19,6 +19,7 @@
 #include "common/mnist.h"
 #include "common/options.h"
 #include "common/pipeline.h"
+#include "common/report.h"
 #include "common/timeline.h"
 #include "collective.h"
 
@@ -116,14 +117,13 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
                    double acc, const double *all)
 {
     const ex_opts *o = t->o;
-    int K = o->stages, M = o->micro, N = coll_size(t->world), bound[MLP_MAX_LAYERS + 1];
+    int K = o->stages, M = o->micro, N = coll_size(t->world);
     double samples = (double)steps * o->batch, sps = samples / wall;
     double speedup = t->serial_sps > 0 ? sps / t->serial_sps : 0;
     printf("epoch %d: lr %.4f loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup "
            "%.2fx | %d stages x %d replicas, %s, M %d, bubble formula %.3f\n",
            epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps, speedup, K, t->D,
            o->onef1b ? "1f1b" : "gpipe", M, (double)(K - 1) / (M + K - 1));
-    pipe_split(&t->net, K, bound);
     if (t->json)
         fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
                          "\"test_acc\":%.5f,\"samples_per_s\":%.1f,\"speedup\":%.3f,\"ranks\":[",
@@ -131,21 +131,22 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
                 speedup);
     for (int r = 0; r < N; r++) {
         const double *v = all + NSTAT * r;
-        size_t P = 0;
-        for (int l = bound[r % K]; l < bound[r % K + 1]; l++)
-            P += (size_t)sizes[l] * sizes[l + 1] + sizes[l + 1];
+        size_t P = pipe_stage_params(&t->net, K, r % K);
+        ex_memory mem = { 4.0 * P, 4.0 * P, 4.0 * P, v[STASH_BYTES] };
         double formula = 2.0 * P * ex_wire_bytes(o->codec) * (t->D - 1) / t->D;
         printf("  rank %d (stage %d, replica %d): compute %.2fs pipeline idle %.2fs "
-               "all-reduce %.2fs | peak activations %.0f KiB | group wire %.0f B/step "
-               "(2P(D-1)/D = %.0f)\n",
-               r, r % K, r / K, v[COMPUTE], v[IDLE], v[REDUCE], v[STASH_BYTES] / 1024, v[WIRE],
-               formula);
+               "all-reduce %.2fs | params %.0f KiB, peak activations %.0f KiB | group wire "
+               "%.0f B/step (2P(D-1)/D = %.0f)\n",
+               r, r % K, r / K, v[COMPUTE], v[IDLE], v[REDUCE], mem.params / 1024,
+               v[STASH_BYTES] / 1024, v[WIRE], formula);
         if (t->json)
             fprintf(t->json, "%s{\"stage\":%d,\"replica\":%d,\"compute_s\":%.4f,"
                              "\"idle_s\":%.4f,\"allreduce_s\":%.4f,\"peak_stash_bytes\":%.0f,"
-                             "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
+                             "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f",
                     r ? "," : "", r % K, r / K, v[COMPUTE], v[IDLE], v[REDUCE], v[STASH_BYTES],
                     v[WIRE], formula);
+        if (t->json)
+            ex_json_memory(t->json, &mem), fprintf(t->json, "}");
     }
     if (t->json)
         fprintf(t->json, "]}");
@@ -233,9 +234,9 @@ static int train(coll_comm *world, const ex_opts *o)
     if (me == 0 && o->json && !(t.json = fopen(o->json, "w")))
         fprintf(stderr, "cannot write %s\n", o->json);
     if (t.json)
-        fprintf(t.json, "{\"trainer\":\"hybrid_1f1b\",\"stages\":%d,\"replicas\":%d,"
+        fprintf(t.json, "{\"trainer\":\"hybrid_1f1b\",\"ranks\":%d,\"batch\":%d,\"stages\":%d,\"replicas\":%d,"
                         "\"schedule\":\"%s\",\"micro\":%d,\"codec\":%d,\"epochs\":[\n",
-                K, t.D, o->onef1b ? "1f1b" : "gpipe", o->micro, (int)o->codec);
+                N, o->batch, K, t.D, o->onef1b ? "1f1b" : "gpipe", o->micro, (int)o->codec);
     double acc = 0;
     for (int e = 0; !rc && e < o->epochs; e++)
         rc = run_epoch(&t, e, &acc);

@@ -24,6 +24,7 @@
 #include "common/mnist.h"
 #include "common/options.h"
 #include "common/pipeline.h"
+#include "common/report.h"
 #include "common/timeline.h"
 #include "collective.h"
 
@@ -92,6 +93,14 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
                k, v[COMPUTE], v[IDLE], v[IDLE] / (v[COMPUTE] + v[IDLE]), v[STASH],
                v[STASH_BYTES] / 1024, v[SENT], formula_bytes(&t->p, k, o->batch));
     }
+    ex_memory mem[4]; /* K <= layers = 4 */
+    for (int k = 0; k < K; k++) {
+        double P = 4.0 * pipe_stage_params(&t->net, K, k);
+        char who[16];
+        mem[k] = (ex_memory){ P, P, P, all[NSTAT * k + STASH_BYTES] };
+        snprintf(who, sizeof(who), "stage %d", k);
+        ex_print_memory(who, &mem[k]);
+    }
     if (!t->json)
         return;
     fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
@@ -103,9 +112,11 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
         const double *v = all + NSTAT * k;
         fprintf(t->json, "%s{\"compute_s\":%.4f,\"idle_s\":%.4f,\"bubble\":%.4f,"
                          "\"peak_stash\":%.0f,\"peak_stash_bytes\":%.0f,"
-                         "\"sent_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f}",
+                         "\"sent_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f",
                 k ? "," : "", v[COMPUTE], v[IDLE], v[IDLE] / (v[COMPUTE] + v[IDLE]), v[STASH],
                 v[STASH_BYTES], v[SENT], formula_bytes(&t->p, k, o->batch));
+        ex_json_memory(t->json, &mem[k]);
+        fprintf(t->json, "}");
     }
     fprintf(t->json, "]}");
 }
@@ -263,8 +274,8 @@ static int train(coll_comm *c, const ex_opts *o)
     if (coll_rank(c) == 0 && o->json && !(t.json = fopen(o->json, "w")))
         fprintf(stderr, "cannot write %s\n", o->json);
     if (t.json)
-        fprintf(t.json, "{\"trainer\":\"pp\",\"stages\":%d,\"schedule\":\"%s\",\"micro\":%d,"
-                        "\"epochs\":[\n", coll_size(c), o->onef1b ? "1f1b" : "gpipe", o->micro);
+        fprintf(t.json, "{\"trainer\":\"pp\",\"ranks\":%d,\"batch\":%d,\"schedule\":\"%s\","
+                        "\"micro\":%d,\"epochs\":[\n", coll_size(c), o->batch, o->onef1b ? "1f1b" : "gpipe", o->micro);
     if (coll_rank(c) == 0)
         describe(&t.p, o);
     double acc = 0;

@@ -43,6 +43,16 @@ void pipe_split(const mlp *net, int K, int *bound)
     bound[K] = net->layers;
 }
 
+size_t pipe_stage_params(const mlp *net, int K, int k)
+{
+    int bound[MLP_MAX_LAYERS + 1];
+    size_t n = 0;
+    pipe_split(net, K, bound);
+    for (int l = bound[k]; l < bound[k + 1]; l++)
+        n += layer_params(net, l);
+    return n;
+}
+
 int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
               const dataset *train)
 {

@@ -41,6 +41,8 @@ int pipe_step(pipeline *p, const size_t *idx, int norm, double *loss, int *corre
 /* Activation bytes one micro-batch keeps on this stage until its backward: the stage's
  * input and every layer output. */
 size_t pipe_stash_bytes(const pipeline *p);
+/* Parameters of stage k of K, split as pipe_split cuts them. */
+size_t pipe_stage_params(const mlp *net, int K, int k);
 
 /* Forward only over the test set; every stage gets the accuracy. */
 double pipe_evaluate(pipeline *p, const dataset *test);

@@ -5,6 +5,10 @@
                             agrees: formula <= measured <= formula x 1.01 + 4 KiB
                             (segment headers); the run has epochs and a final accuracy
   check.py trace FILE N T   a Chrome trace with N complete events on T named tracks
+  check.py fsdp FSDP DP N PREFETCH
+                            FSDP's parameter memory per rank is its shards (DP's over N,
+                            up to the padding of each layer) plus 1 + PREFETCH buffers of
+                            the largest gathered layer
 """
 import json
 import sys
@@ -47,10 +51,28 @@ def check_trace(path, events, tracks):
     print(f"{path}: {got} events on {names} tracks")
 
 
+SIZES = (784, 512, 256, 128, 10)
+
+
+def check_fsdp(path, dp_path, n, prefetch):
+    fsdp = json.load(open(path))["epochs"][-1]["memory"]["params"]
+    dp = json.load(open(dp_path))["epochs"][-1]["memory"]["params"]
+    counts = [SIZES[l] * SIZES[l + 1] + SIZES[l + 1] for l in range(len(SIZES) - 1)]
+    shards = [-(-c // n) for c in counts]
+    gathered = 4 * (1 + prefetch) * n * max(shards)
+    assert fsdp == 4 * sum(shards) + gathered, f"params {fsdp} B, want {4 * sum(shards) + gathered}"
+    assert abs((fsdp - gathered) - dp / n) <= 4 * len(counts) * (n - 1), \
+        f"shards {fsdp - gathered} B vs DP {dp} B / {n}"
+    print(f"{path}: {fsdp - gathered:.0f} B of shards = DP's {dp:.0f} B / {n}, "
+          f"plus {gathered} B gathered")
+
+
 if __name__ == "__main__":
     try:
         if sys.argv[1] == "json":
             check_json(sys.argv[2])
+        elif sys.argv[1] == "fsdp":
+            check_fsdp(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         else:
             check_trace(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     except (AssertionError, KeyError, ValueError, OSError) as e:
