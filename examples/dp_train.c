@@ -178,13 +178,9 @@ static int train(coll_comm *c, const ex_opts *o)
         fprintf(stderr, "--batch %d must be a multiple of %d ranks\n", o->batch, n);
         return 2;
     }
-    char err[1200];
     dataset train_set, test_set;
-    if (mnist_load(o->data, 1, &train_set, err, sizeof(err)) ||
-        mnist_load(o->data, 0, &test_set, err, sizeof(err))) {
-        fprintf(stderr, "dp_train: %s\n", err);
+    if (ex_load_data(o, "dp_train", &train_set, &test_set) != 0)
         return 2;
-    }
     trainer t = { .c = c, .o = o, .train = &train_set, .test = &test_set };
     int rc = tl_init(&t.tl, 3) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) ||
@@ -219,18 +215,11 @@ static int train(coll_comm *c, const ex_opts *o)
     return rc;
 }
 
-/* Rank counts are checked in train(): under a launcher --np is not the size. */
-static int valid(const ex_opts *o)
-{
-    (void)o;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     return ex_main(argc, argv,
                    "dp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
                    "[--json FILE] [--trace FILE] [--seed S] [--lr-schedule cosine|const]",
-                   valid, train);
+                   NULL, train);
 }

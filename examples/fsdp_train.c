@@ -250,18 +250,14 @@ static void release(trainer *t)
 
 static int train(coll_comm *c, const ex_opts *o)
 {
-    char err[1200];
     dataset tr, te;
     int n = coll_size(c);
     if (o->batch % n) {
         fprintf(stderr, "--batch %d must be a multiple of %d ranks\n", o->batch, n);
         return 2;
     }
-    if (mnist_load(o->data, 1, &tr, err, sizeof(err)) ||
-        mnist_load(o->data, 0, &te, err, sizeof(err))) {
-        fprintf(stderr, "fsdp_train: %s\n", err);
+    if (ex_load_data(o, "fsdp_train", &tr, &te) != 0)
         return 2;
-    }
     trainer t = { .c = c, .o = o, .train = &tr, .test = &te, .n = n, .me = coll_rank(c) };
     int rc = shard_model(&t) || mlp_work_init(&t.work, &t.view, o->batch / n) ||
              mlp_work_init(&t.eval, &t.view, EVAL_BATCH) || tl_init(&t.r.tl, 5 * L);
@@ -287,18 +283,11 @@ static int train(coll_comm *c, const ex_opts *o)
     return rc;
 }
 
-/* Rank counts are checked in train(): under a launcher --np is not the size. */
-static int valid(const ex_opts *o)
-{
-    (void)o;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     return ex_main(argc, argv,
                    "fsdp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
                    "[--lr-schedule cosine|const] [--prefetch 0|1] [--steps S] "
                    "[--check-serial K] [--data DIR] [--seed S] [--json FILE] [--trace FILE]",
-                   valid, train);
+                   NULL, train);
 }

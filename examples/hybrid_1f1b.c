@@ -204,13 +204,9 @@ static int run_epoch(trainer *t, int epoch, double *acc)
 
 static int train(coll_comm *world, const ex_opts *o)
 {
-    char err[1200];
     dataset tr, te;
-    if (mnist_load(o->data, 1, &tr, err, sizeof(err)) ||
-        mnist_load(o->data, 0, &te, err, sizeof(err))) {
-        fprintf(stderr, "hybrid_1f1b: %s\n", err);
+    if (ex_load_data(o, "hybrid_1f1b", &tr, &te) != 0)
         return 2;
-    }
     int me = coll_rank(world), K = o->stages, N = coll_size(world);
     if (N % K || o->batch % (N / K * o->micro)) {
         fprintf(stderr, "hybrid_1f1b: %d ranks do not make %d stages with batch %d in %d "

@@ -251,13 +251,9 @@ static void describe(const pipeline *p, const ex_opts *o)
 
 static int train(coll_comm *c, const ex_opts *o)
 {
-    char err[1200];
     dataset tr, te;
-    if (mnist_load(o->data, 1, &tr, err, sizeof(err)) ||
-        mnist_load(o->data, 0, &te, err, sizeof(err))) {
-        fprintf(stderr, "pp_train: %s\n", err);
+    if (ex_load_data(o, "pp_train", &tr, &te) != 0)
         return 2;
-    }
     trainer t = { .o = o, .train = &tr, .test = &te };
     int rc = tl_init(&t.tl, 2 * o->micro) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) || mlp_work_init(&t.whole, &t.net, o->batch);

@@ -241,7 +241,6 @@ static void release(trainer *t)
 
 static int train(coll_comm *c, const ex_opts *o)
 {
-    char err[1200];
     dataset tr, te;
     int n = coll_size(c);
     if (sizes[1] % n || sizes[3] % n) {
@@ -249,11 +248,8 @@ static int train(coll_comm *c, const ex_opts *o)
                 sizes[1], sizes[3]);
         return 2;
     }
-    if (mnist_load(o->data, 1, &tr, err, sizeof(err)) ||
-        mnist_load(o->data, 0, &te, err, sizeof(err))) {
-        fprintf(stderr, "tp_train: %s\n", err);
+    if (ex_load_data(o, "tp_train", &tr, &te) != 0)
         return 2;
-    }
     trainer t = { .n = n, .me = coll_rank(c), .rows = o->batch > EVAL_BATCH ? o->batch : EVAL_BATCH };
     t.r = (ex_run){ .c = c, .o = o, .train = &tr, .test = &te, .sizes = sizes, .layers = L,
                     .name = "tp", .split_batch = 0, .formula_text = "2(N-1)/N x 4B(256+10+256)",
@@ -282,18 +278,11 @@ static int train(coll_comm *c, const ex_opts *o)
     return rc;
 }
 
-/* Rank counts are checked in train(): under a launcher --np is not the size. */
-static int valid(const ex_opts *o)
-{
-    (void)o;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     return ex_main(argc, argv,
                    "tp_train [--np N (divides 128)] [--epochs E] [--batch B] [--lr LR] "
                    "[--lr-schedule cosine|const] [--steps S] [--check-serial K] [--data DIR] "
                    "[--seed S] [--json FILE] [--trace FILE]",
-                   valid, train);
+                   NULL, train);
 }

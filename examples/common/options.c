@@ -104,11 +104,23 @@ int ex_parse(int argc, char **argv, ex_opts *o)
     return o->np >= 1 && o->epochs >= 1 && o->batch >= 1 && o->micro >= 1 ? 0 : -1;
 }
 
+int ex_load_data(const ex_opts *o, const char *prog, dataset *train, dataset *test)
+{
+    char err[1200];
+    if (mnist_load(o->data, 1, train, err, sizeof(err)) == 0) {
+        if (mnist_load(o->data, 0, test, err, sizeof(err)) == 0)
+            return 0;
+        mnist_free(train);
+    }
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return -1;
+}
+
 int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts *o),
             int (*train)(coll_comm *c, const ex_opts *o))
 {
     ex_opts o;
-    if (ex_parse(argc, argv, &o) != 0 || !valid(&o)) {
+    if (ex_parse(argc, argv, &o) != 0 || (valid && !valid(&o))) {
         fprintf(stderr, "usage: %s\n", usage);
         return 2;
     }

@@ -4,6 +4,7 @@
 #define EX_OPTIONS_H
 
 #include "collective.h"
+#include "mnist.h"
 
 typedef struct {
     int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine, prefetch;
@@ -27,7 +28,11 @@ float ex_lr(const ex_opts *o, int epoch);
  * block of 256 for int8. */
 double ex_wire_bytes(coll_codec codec);
 
-/* Parses argv; if valid() accepts the options, spawns --np local ranks (or joins the
+/* Both halves of Fashion-MNIST from o->data (or the Debian package's directory); on
+ * failure says why on stderr, prefixed with prog, and returns -1. */
+int ex_load_data(const ex_opts *o, const char *prog, dataset *train, dataset *test);
+
+/* Parses argv; if valid() (NULL: any) accepts the options, spawns --np local ranks (or joins the
  * launcher's), creates the communicator with the codec and returns train()'s status;
  * otherwise prints usage and returns 2. */
 int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts *o),
