@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Side-by-side all-reduce comparison: libcollective's coll_perf against MPI.
+
+  compare.py --coll-perf PATH --bench-dir DIR [--ranks 2,4] [--rounds 3]
+             [--min 8] [--max 268435456] [--iters 20] [--out DIR]
+
+Every round runs every contender once per rank count over the same sizes (float sum,
+out of place), one after another, so a noisy machine hurts all of them alike. Each run
+checks its results (#wrong must be 0). Prints, per rank count, the median over rounds of
+the time per call and busbw of each contender, and ours/theirs ratios of busbw (of time
+for sizes under 64 KiB, where latency is what matters); writes busbw.png (gnuplot) and
+results.json into --out.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+
+def contenders(args, n):
+    """(name, command) for n ranks."""
+    sizes = ["-b", str(args.min), "-e", str(args.max), "-f", "2", "-n", str(args.iters),
+             "-w", "3"]
+    ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", str(n)]
+    yield "libcollective", [args.coll_perf, "--np", str(n), *sizes]
+    yield "ompi-tcp", [*ompi, "--mca", "btl", "tcp,self", os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
+    yield "ompi-sm", [*ompi, os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
+    yield "mpich", ["mpirun.mpich", "-np", str(n), os.path.join(args.bench_dir, "mpi_bench_mpich"), *sizes]
+
+
+def parse(text):
+    """size -> (time us, busbw GB/s, wrong) from coll_perf-style rows."""
+    rows = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 9 and not line.startswith("#") and f[0].isdigit() and f[2] == "float":
+            rows[int(f[0])] = (float(f[5]), float(f[7]), int(f[8]))
+    return rows
+
+
+def run_round(args, n, results):
+    for name, cmd in contenders(args, n):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        rows = parse(done.stdout)
+        if done.returncode != 0 or not rows:
+            sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        for size, (t, bw, wrong) in rows.items():
+            if wrong:
+                sys.exit(f"{name} n={n} size {size}: {wrong} wrong values")
+            results.setdefault(name, {}).setdefault(size, []).append((t, bw))
+
+
+def table(n, res):
+    names = list(res)
+    print(f"\n## n = {n}: median time (us) | busbw (GB/s); ratio = ours/theirs "
+          f"(busbw, or time-theirs/time-ours below 64 KiB)")
+    print(f"{'size':>10} " + " ".join(f"{m:>24}" for m in names) + " " +
+          " ".join(f"{'vs ' + m:>14}" for m in names[1:]))
+    for size in sorted(res[names[0]]):
+        med = {m: (statistics.median(t for t, _ in res[m][size]),
+                   statistics.median(b for _, b in res[m][size])) for m in names}
+        ours = med[names[0]]
+        cells = " ".join(f"{med[m][0]:>12.1f} | {med[m][1]:>7.3f}" for m in names)
+        ratios = []
+        for m in names[1:]:
+            r = med[m][0] / ours[0] if size < 65536 else (ours[1] / med[m][1] if med[m][1] else 0)
+            ratios.append(f"{r:>14.2f}")
+        print(f"{size:>10} {cells} {' '.join(ratios)}")
+
+
+def plot(out, results):
+    if not shutil.which("gnuplot"):
+        print("gnuplot not found: no plot")
+        return
+    script = [f"set terminal png size 1000,{420 * len(results)}", f"set output '{out}/busbw.png'",
+              f"set multiplot layout {len(results)},1", "set logscale x 2", "set key left top",
+              "set xlabel 'bytes'", "set ylabel 'busbw GB/s (median)'"]
+    for n, res in results.items():
+        plots = []
+        for m in res:
+            path = f"{out}/busbw_{n}_{m}.dat"
+            with open(path, "w") as f:
+                for size in sorted(res[m]):
+                    f.write(f"{size} {statistics.median(b for _, b in res[m][size])}\n")
+            plots.append(f"'{path}' using 1:2 with linespoints title '{m}'")
+        script += [f"set title 'all-reduce float sum, {n} ranks, loopback'", "plot " + ", ".join(plots)]
+    subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    print(f"\nplot: {out}/busbw.png")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--coll-perf", required=True)
+    ap.add_argument("--bench-dir", required=True)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min", type=int, default=8)
+    ap.add_argument("--max", type=int, default=256 << 20)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", default="compare_out")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = {}
+    ranks = [int(x) for x in args.ranks.split(",")]
+    for r in range(args.rounds):
+        for n in ranks:
+            print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
+            run_round(args, n, results.setdefault(n, {}))
+    for n in ranks:
+        table(n, results[n])
+    json.dump({str(n): res for n, res in results.items()}, open(f"{args.out}/results.json", "w"))
+    plot(args.out, results)
+
+
+if __name__ == "__main__":
+    main()
