@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side all-reduce comparison: libcollective's coll_perf against MPI.
+"""Side-by-side all-reduce comparison: libcollective's coll_perf against Gloo and MPI.
 
   compare.py --coll-perf PATH --bench-dir DIR [--ranks 2,4] [--rounds 3]
              [--min 8] [--max 268435456] [--iters 20] [--out DIR]
@@ -18,6 +18,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 
 def contenders(args, n):
@@ -25,7 +26,12 @@ def contenders(args, n):
     sizes = ["-b", str(args.min), "-e", str(args.max), "-f", "2", "-n", str(args.iters),
              "-w", "3"]
     ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", str(n)]
+    gloo = [sys.executable, os.path.abspath(__file__), "--gloo-ranks", str(n),
+            os.path.join(args.bench_dir, "gloo_bench")]
+    gloo_sizes = [str(args.min), str(args.max), str(args.iters), "3"]
     yield "libcollective", [args.coll_perf, "--np", str(n), *sizes]
+    yield "gloo-ring-chunked", [*gloo, "ring_chunked", *gloo_sizes]
+    yield "gloo-halving-doubling", [*gloo, "halving_doubling", *gloo_sizes]
     yield "ompi-tcp", [*ompi, "--mca", "btl", "tcp,self", os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
     yield "ompi-sm", [*ompi, os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
     yield "mpich", ["mpirun.mpich", "-np", str(n), os.path.join(args.bench_dir, "mpi_bench_mpich"), *sizes]
@@ -91,7 +97,23 @@ def plot(out, results):
     print(f"\nplot: {out}/busbw.png")
 
 
+def gloo_ranks(argv):
+    """--gloo-ranks N BENCH ALGO MIN MAX ITERS WARMUP: N processes of gloo_bench sharing a
+    fresh FileStore directory; rank 0's output on stdout."""
+    n, bench, rest = int(argv[0]), argv[1], argv[2:]
+    with tempfile.TemporaryDirectory() as store:
+        procs = [subprocess.Popen([bench, str(r), str(n), store, *rest],
+                                  stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
+                                  text=True) for r in range(n)]
+        out = procs[0].communicate()[0]
+        codes = [p.wait() for p in procs]
+    sys.stdout.write(out)
+    sys.exit(max(codes))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--gloo-ranks":
+        gloo_ranks(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--coll-perf", required=True)
     ap.add_argument("--bench-dir", required=True)
