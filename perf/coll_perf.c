@@ -1,14 +1,17 @@
 /* coll_perf: bandwidth and correctness test in nccl-tests' format.
- *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast]
+ *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all]
  *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8]
+ *             [-J FILE]
  * Without launcher variables it spawns N local ranks (default 2); under mpirun, srun or
  * torchrun it is one rank and meets the others through env://. Sizes are bytes per rank
  * buffer (the all-gather output, the reduce-scatter input), as in nccl-tests. With a
  * codec (-z) two columns follow: bytes this rank put on the wire per call, and the
  * compression ratio against the uncompressed algorithm's bytes; #wrong then allows the
- * codec's error (int8: 0.1 x ranks on these small-integer inputs). */
+ * codec's error (int8: 0.1 x ranks on these small-integer inputs). sendrecv: every rank
+ * sends to the next and receives from the previous (busbw = algbw); it has no in-place
+ * form, so those columns are empty. -J FILE also writes every row as JSON. */
 #include "spawn.h"
 #include "verify.h"
 
@@ -21,8 +24,9 @@
 #include <string.h>
 #include <time.h>
 
-enum coll { AR, RS, AG, BC };
-static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast" };
+enum coll { AR, RS, AG, BC, SR, NCOLL };
+static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                    "sendrecv" };
 static const char *dt_names[] = { "float", "double", "half", "bfloat16",
                                   "int8",  "uint8",  "int32", "int64" };
 static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
@@ -37,6 +41,8 @@ typedef struct {
     coll_codec codec;
     coll_dtype dt;
     coll_op op;
+    const char *json_path;
+    FILE *json;
 } opts;
 
 static size_t parse_size(const char *s)
@@ -65,10 +71,11 @@ static int parse(int argc, char **argv, opts *o)
     static struct option longs[] = { { "np", required_argument, 0, 'N' },
                                      { "help", no_argument, 0, 'h' },
                                      { 0, 0, 0, 0 } };
-    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_CODEC_NONE, COLL_F32, COLL_SUM };
+    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_CODEC_NONE, COLL_F32, COLL_SUM,
+                 NULL, NULL };
     int c, k;
     static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
-    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:z:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:z:J:h", longs, NULL)) != -1) {
         switch (c) {
         case 'N': o->np = atoi(optarg); break;
         case 'b': o->minb = parse_size(optarg); break;
@@ -78,13 +85,14 @@ static int parse(int argc, char **argv, opts *o)
         case 'w': o->warmup = atoi(optarg); break;
         case 'c': o->check = atoi(optarg); break;
         case 'T': o->timeout_ms = atoi(optarg); break;
+        case 'J': o->json_path = optarg; break;
         case 'z':
             if ((k = lookup(optarg, codecs, 4)) < 0)
                 return -1;
             o->codec = (coll_codec)k;
             break;
         case 'C':
-            if ((k = lookup(optarg, coll_names, 4)) < 0)
+            if ((k = lookup(optarg, coll_names, NCOLL)) < 0)
                 return -1;
             o->coll = (enum coll)k;
             break;
@@ -120,16 +128,48 @@ static size_t count_for(const opts *o, size_t bytes, size_t es, int n)
     return o->coll == RS || o->coll == AG ? count / (size_t)n : count;
 }
 
+/* To the next rank, from the previous one; one rank sends to itself by copying. */
+static int sendrecv(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    coll_req *req;
+    if (n == 1) {
+        memcpy(r, s, count * dt_size[dt]);
+        return COLL_OK;
+    }
+    int rc = coll_isend(c, s, count, dt, (me + 1) % n, 0, &req);
+    if (rc != COLL_OK)
+        return rc;
+    rc = coll_recv(c, r, count, dt, (me + n - 1) % n, 0);
+    int sent = coll_wait(req);
+    return rc != COLL_OK ? rc : sent;
+}
+
 static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count, coll_dtype dt,
                     coll_op op)
 {
     switch (o->coll) {
+    case SR: return sendrecv(c, s, r, count, dt);
     case AR: return coll_allreduce(c, s, r, count, dt, op);
     case RS: return coll_reduce_scatter(c, s, r, count, dt, op);
     case AG: return coll_allgather(c, s, r, count, dt);
     case BC: return coll_broadcast(c, r, count, dt, 0);
+    default: return COLL_EINVAL;
     }
-    return COLL_EINVAL;
+}
+
+static uint64_t count_unlike_rank(const char *got, size_t count, coll_dtype dt, coll_op op,
+                                  int rank)
+{
+    size_t es = dt_size[dt];
+    char *want = malloc(count * es + 1);
+    uint64_t w = want ? 0 : count;
+    if (want)
+        cl_fill(want, count, dt, op, rank, 0);
+    for (size_t i = 0; want && i < count; i++)
+        w += memcmp(got + i * es, want + i * es, es) != 0;
+    free(want);
+    return w;
 }
 
 /* Fresh inputs, one call, then #wrong summed over every rank. */
@@ -146,7 +186,9 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
         cl_fill(r, count, dt, op, 0, 0), memset(r, 0, me ? count * es : 0);
     int rc = run_once(c, o, in, r, count, dt, op);
     uint64_t w = 0;
-    if (o->coll == AR)
+    if (o->coll == SR) /* the previous rank's values, as a one-rank gather would hold them */
+        w = count_unlike_rank(r, count, dt, op, (me + n - 1) % n);
+    else if (o->coll == AR)
         w = cl_check_reduce(r, count, dt, op, n, 0);
     else if (o->coll == RS)
         w = cl_check_reduce(r, count, dt, op, n, (size_t)me * count);
@@ -161,7 +203,7 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
 
 static double bus_factor(enum coll c, int n)
 {
-    return c == AR ? 2.0 * (n - 1) / n : c == BC ? 1.0 : (double)(n - 1) / n;
+    return c == AR ? 2.0 * (n - 1) / n : c == BC || c == SR ? 1.0 : (double)(n - 1) / n;
 }
 
 static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
@@ -199,7 +241,8 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
     size_t shown = (o->coll == RS || o->coll == AG ? count * (size_t)n : count) * es;
     double us[2], wire[2];
     uint64_t wrong[2];
-    for (int ip = 0; ip < 2; ip++) {
+    int forms = o->coll == SR ? 1 : 2;
+    for (int ip = 0; ip < forms; ip++) {
         int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip], &wire[ip]);
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: %s failed: %s: %s\n", coll_rank(c), coll_names[o->coll],
@@ -208,22 +251,37 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
         }
     }
     if (coll_rank(c) == 0) {
-        printf("%12zu  %12zu  %8s  %6s  %6d", shown, shown / es, dt_names[dt],
-               o->coll == AG || o->coll == BC ? "none" : op_names[op], o->coll == BC ? 0 : -1);
-        for (int ip = 0; ip < 2; ip++) {
+        const char *redop = o->coll == AR || o->coll == RS ? op_names[op] : "none";
+        printf("%12zu  %12zu  %8s  %6s  %6d", shown, shown / es, dt_names[dt], redop,
+               o->coll == BC ? 0 : -1);
+        if (o->json)
+            fprintf(o->json, "%s{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
+                             "\"type\":\"%s\",\"redop\":\"%s\"",
+                    *rows ? ",\n" : "", coll_names[o->coll], n, shown, shown / es, dt_names[dt],
+                    redop);
+        for (int ip = 0; ip < forms; ip++) {
             double algbw = (double)shown / us[ip] / 1e3;
             printf("  %9.2f  %6.2f  %6.2f  %6llu", us[ip], algbw, algbw * bus_factor(o->coll, n),
                    (unsigned long long)wrong[ip]);
             *busbw_sum += algbw * bus_factor(o->coll, n);
+            if (o->json)
+                fprintf(o->json, ",\"%s\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
+                                 "\"wrong\":%llu,\"wire_bytes\":%.0f}",
+                        ip ? "in_place" : "out_of_place", us[ip], algbw,
+                        algbw * bus_factor(o->coll, n), (unsigned long long)wrong[ip], wire[ip]);
         }
+        if (forms == 1)
+            printf("  %9s  %6s  %6s  %6s", "-", "-", "-", "-");
+        if (o->json)
+            fprintf(o->json, "}");
         if (o->codec != COLL_CODEC_NONE) /* uncompressed: busbw's bytes, per rank */
             printf("  %12.0f  %6.2f", wire[0],
                    (double)shown * (o->coll == BC ? 1.0 : bus_factor(o->coll, n)) / wire[0]);
         printf("\n");
         fflush(stdout);
     }
-    *rows += 2;
-    return wrong[0] || wrong[1] ? 1 : 0;
+    *rows += forms;
+    return wrong[0] || (forms > 1 && wrong[1]) ? 1 : 0;
 }
 
 static void header(const opts *o, int n)
@@ -253,10 +311,12 @@ static int run_all(coll_comm *c, const opts *o)
     memset(r, 0, cap);
     if (coll_rank(c) == 0)
         header(o, n);
+    if (coll_rank(c) == 0 && o->json)
+        fprintf(o->json, "[\n");
     double busbw = 0;
     for (int d = o->dt_all ? 0 : (int)o->dt; d <= (o->dt_all ? 7 : (int)o->dt) && failed < 2; d++)
         for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? 4 : (int)o->op); p++) {
-            if ((o->coll == AG || o->coll == BC) && p != (int)o->op)
+            if (o->coll != AR && o->coll != RS && p != (int)o->op)
                 continue; /* no reduction: one op is enough */
             for (double b = (double)o->minb; b <= (double)o->maxb && failed < 2; b *= o->factor) {
                 int rc = run_size(c, o, s, r, (size_t)b, (coll_dtype)d, (coll_op)p, &busbw, &rows);
@@ -266,6 +326,8 @@ static int run_all(coll_comm *c, const opts *o)
     if (coll_rank(c) == 0) {
         printf("# Out of bounds values : %s\n", failed ? "FAILED" : "0 OK");
         printf("# Avg bus bandwidth    : %.4f \n#\n", rows ? busbw / rows : 0.0);
+        if (o->json)
+            fprintf(o->json, "\n]\n");
     }
     free(s);
     free(r);
@@ -277,8 +339,9 @@ int main(int argc, char **argv)
     opts o;
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|"
-                        "broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-                        "[-c 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS]\n");
+                        "broadcast|sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+                        "[-c 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] "
+                        "[-z none|fp16|bf16|int8] [-J FILE]\n");
         return 2;
     }
     int rank, size, status = 0;
@@ -303,7 +366,13 @@ int main(int argc, char **argv)
         rc = coll_set_codec(c, o.codec);
         cl_verify_tolerance(o.codec == COLL_CODEC_INT8 ? 0.1 * size : 0);
     }
+    if (rc == COLL_OK && rank == 0 && o.json_path && !(o.json = fopen(o.json_path, "w"))) {
+        perror(o.json_path);
+        rc = COLL_ESYS;
+    }
     int failed = rc != COLL_OK ? 2 : run_all(c, &o);
+    if (o.json)
+        fclose(o.json);
     coll_destroy(c);
     return failed ? 1 : 0;
 }
