@@ -1,7 +1,8 @@
 /* The collective matrix through the public API: every dtype x op, counts 0, 1, 7, n-1,
  * n, n+1 and a large odd count, in place and out of place, for all-reduce,
  * reduce-scatter, all-gather and broadcast, on 1..8 real processes over tcp, plus the
- * same matrix on the loop transport with ranks as threads. Results are compared with an
+ * same matrix on the loop transport with ranks as threads and on shm (processes and
+ * threads). Results are compared with an
  * exact reference, and all-reduce results must be bit-identical on every rank. */
 #include "../common/harness.h"
 #include "../../perf/verify.h"
@@ -125,6 +126,20 @@ START_TEST(matrix_tcp_rendezvous_env_url)
 }
 END_TEST
 
+/* Shared memory: processes, and ranks as threads of one process. */
+START_TEST(matrix_shm_ranks)
+{
+    static const int sizes[] = { 2, 4 };
+    run_matrix(sizes[_i], RDZV_FILE, "shm", 8);
+}
+END_TEST
+
+START_TEST(matrix_shm_threads)
+{
+    run_matrix(3, RDZV_MEM, "shm", 2);
+}
+END_TEST
+
 START_TEST(matrix_loop_threads)
 {
     static const int sizes[] = { 1, 2, 3, 4, 7 };
@@ -141,6 +156,8 @@ int main(void)
     tcase_add_test(t, matrix_tcp_rendezvous_tcp_url);
     tcase_add_test(t, matrix_tcp_rendezvous_env_url);
     tcase_add_loop_test(t, matrix_loop_threads, 0, 5);
+    tcase_add_loop_test(t, matrix_shm_ranks, 0, 2);
+    tcase_add_test(t, matrix_shm_threads);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -66,12 +66,13 @@ static int victim_rank(coll_comm *c, void *arg)
     return 1;
 }
 
-START_TEST(killed_rank_fails_every_survivor_within_twice_the_timeout)
+static void kill_one(int i, const char *transport)
 {
-    srand((unsigned)(_i * 7919 + 17));
-    int n = 3 + _i % 3;
+    srand((unsigned)(i * 7919 + 17));
+    int n = 3 + i % 3;
     kill_plan k = { 1 + rand() % (n - 1), rand() % 40 };
-    run_opts o = { .nranks = n, .rdzv = RDZV_FILE, .timeout_ms = TIMEOUT_MS, .deadline_s = 30 };
+    run_opts o = { .nranks = n, .rdzv = RDZV_FILE, .transport = transport,
+                   .timeout_ms = TIMEOUT_MS, .deadline_s = 30 };
     run_ranks(&o, victim_rank, &k);
     for (int r = 0; r < n; r++) {
         if (r == k.victim)
@@ -80,6 +81,18 @@ START_TEST(killed_rank_fails_every_survivor_within_twice_the_timeout)
             ck_assert_msg(last_exit[r] == 0, "survivor %d of %d (victim %d at %d) exit %d", r, n,
                           k.victim, k.at, last_exit[r]);
     }
+}
+
+START_TEST(killed_rank_fails_every_survivor_within_twice_the_timeout)
+{
+    kill_one(_i, "tcp");
+}
+END_TEST
+
+/* The shm transport learns of the death from the lifeline socket the kernel closes. */
+START_TEST(killed_rank_on_shm_fails_every_survivor)
+{
+    kill_one(_i, "shm");
 }
 END_TEST
 
@@ -281,6 +294,7 @@ int main(void)
     TCase *t = tcase_create("faults");
     tcase_set_timeout(t, 60);
     tcase_add_loop_test(t, killed_rank_fails_every_survivor_within_twice_the_timeout, 0, 24);
+    tcase_add_loop_test(t, killed_rank_on_shm_fails_every_survivor, 0, 6);
     tcase_add_test(t, stopped_rank_makes_the_others_time_out);
     tcase_add_loop_test(t, root_or_order_disagreement_is_emismatch_everywhere, 0, 2);
     tcase_add_test(t, abort_from_another_thread_ends_a_wait);

@@ -1,0 +1,649 @@
+/* The shm transport: ranks on one host. Each one-directional connection is a ring of
+ * bytes in an anonymous shared mapping (memfd) that the sender creates and hands to the
+ * receiver over a Unix-domain socket with SCM_RIGHTS, with the sender's eventfd; the
+ * receiver answers with its own eventfd. Messages (header, then payload) are copied into
+ * the ring and out of it: two copies, no system call per byte. After copying, a side
+ * rings the other's eventfd so its progress thread wakes and moves what it can.
+ * The socket stays open only as a lifeline: EOF on it means the peer closed or died (the
+ * kernel closes it even after SIGKILL), and nothing is left behind on any exit path, as
+ * memfds, eventfds and abstract socket names vanish with their last user.
+ * One mutex per context guards its connections; callers copy directly when they can
+ * (a send into free ring space, a receive from data already there) and the progress
+ * thread does the rest, so nothing depends on the caller polling. */
+#include "../transport.h"
+#include "../../lib/core/log.h"
+#include "../../lib/core/util.h"
+#include "collective.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define RING_CAP ((uint64_t)4 << 20) /* data bytes per connection, a power of two */
+#define RING_DATA 128                /* where the data starts in the mapping */
+
+/* Room for the descriptors a message carries, aligned for cmsghdr, zeroed by users. */
+typedef union {
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+    struct cmsghdr align;
+} fd_ctl;
+
+struct ring { /* shared between the two processes */
+    _Atomic uint64_t head; /* bytes ever written, by the sender */
+    _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
+    uint64_t cap;
+};
+
+struct cl_tr_req {
+    struct cl_tr_req *next;
+    cl_tr_conn *conn;
+    cl_msg_hdr hdr_out;
+    cl_msg_hdr *hdr_in;
+    void *buf;
+    size_t len;   /* send: payload bytes; recv: capacity, then the payload's length */
+    size_t moved; /* bytes copied so far, header included */
+    int status;
+    atomic_int done;
+};
+
+struct cl_tr_conn {
+    cl_tr_ctx *ctx;
+    struct cl_tr_conn *next_all, *next_ready;
+    int is_recv, sock, peer_efd;
+    struct ring *ring;
+    char *data;
+    cl_tr_req *head, *tail; /* pending sends or receives, in order */
+    int dead;      /* status that fails every request from now on */
+    int peer_gone; /* EOF on the lifeline: deliver what is in the ring, then fail */
+    uint8_t hello[CL_HELLO_BYTES];
+    char name[CL_HANDLE_BYTES + 16];
+};
+
+struct cl_tr_listener {
+    cl_tr_ctx *ctx;
+    struct cl_tr_listener *next_all; /* ctx->listeners: freed with the context */
+    int fd;
+    char name[64];
+    int pending[16]; /* accepted sockets whose hello has not arrived yet */
+    int npending;
+};
+
+struct cl_tr_ctx {
+    cl_notifier *notifier;
+    pthread_mutex_t mu;
+    int efd, epfd;
+    pthread_t thread;
+    atomic_int stop;
+    cl_tr_conn *conns;
+    cl_tr_listener *listeners;
+    int down; /* shutdown status */
+};
+
+static void ring_peer(cl_tr_conn *c)
+{
+    uint64_t one = 1;
+    if (c->peer_efd >= 0 && write(c->peer_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        cl_log(COLL_LOG_DEBUG, "shm: cannot wake %s: %s", c->name, strerror(errno));
+}
+
+static void complete(cl_tr_req *r, int status)
+{
+    r->status = status;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    cl_notify(r->conn->ctx->notifier);
+}
+
+static void fail_all(cl_tr_conn *c, int status)
+{
+    if (!c->dead)
+        c->dead = status;
+    while (c->head) {
+        cl_tr_req *r = c->head;
+        c->head = r->next;
+        complete(r, c->dead);
+    }
+    c->tail = NULL;
+}
+
+/* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
+static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into_ring)
+{
+    uint64_t cap = c->ring->cap, at = pos & (cap - 1);
+    size_t first = (size_t)(cap - at < n ? cap - at : n);
+    if (into_ring) {
+        memcpy(c->data + at, mem, first);
+        memcpy(c->data, (char *)mem + first, n - first);
+    } else {
+        memcpy(mem, c->data + at, first);
+        memcpy((char *)mem + first, c->data, n - first);
+    }
+}
+
+/* Sends: as much of the queued messages as fits. Returns 1 if anything moved. */
+static int pump_send(cl_tr_conn *c)
+{
+    int moved = 0;
+    while (c->head && !c->dead) {
+        cl_tr_req *r = c->head;
+        uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
+        uint64_t room = c->ring->cap - (head - atomic_load_explicit(&c->ring->tail,
+                                                                   memory_order_acquire));
+        size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
+        n = n < room ? n : (size_t)room;
+        if (n == 0)
+            break;
+        size_t h = sizeof(cl_msg_hdr), done = 0;
+        if (r->moved < h) {
+            done = n < h - r->moved ? n : h - r->moved;
+            ring_copy(c, head, (char *)&r->hdr_out + r->moved, done, 1);
+        }
+        if (n > done)
+            ring_copy(c, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
+        r->moved += n;
+        atomic_store_explicit(&c->ring->head, head + n, memory_order_release);
+        moved = 1;
+        if (r->moved < total)
+            break;
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        complete(r, COLL_OK);
+    }
+    return moved;
+}
+
+/* A header arrived: sane, and does the payload fit? Fails the connection if not. */
+static int header_ok(cl_tr_conn *c, cl_tr_req *r)
+{
+    if (r->hdr_in->magic != CL_MSG_MAGIC) {
+        fail_all(c, COLL_EPROTO);
+        return 0;
+    }
+    if (r->hdr_in->len > r->len) {
+        cl_log(COLL_LOG_ERROR, "shm: %s sent a %u-byte message for a %zu-byte receive", c->name,
+               r->hdr_in->len, r->len);
+        fail_all(c, COLL_EMISMATCH);
+        return 0;
+    }
+    return 1;
+}
+
+/* Receives: fills posted receives from the ring. Returns 1 if anything moved. */
+static int pump_recv(cl_tr_conn *c)
+{
+    int moved = 0;
+    const size_t h = sizeof(cl_msg_hdr);
+    while (c->head && !c->dead) {
+        cl_tr_req *r = c->head;
+        uint64_t tail = atomic_load_explicit(&c->ring->tail, memory_order_relaxed);
+        uint64_t avail = atomic_load_explicit(&c->ring->head, memory_order_acquire) - tail;
+        size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
+        size_t n = want < avail ? want : (size_t)avail;
+        if (n == 0)
+            break;
+        if (r->moved < h)
+            ring_copy(c, tail, (char *)r->hdr_in + r->moved, n, 0);
+        else
+            ring_copy(c, tail, (char *)r->buf + (r->moved - h), n, 0);
+        r->moved += n;
+        atomic_store_explicit(&c->ring->tail, tail + n, memory_order_release);
+        moved = 1;
+        if (r->moved == h && !header_ok(c, r))
+            break;
+        if (r->moved < h || r->moved < h + r->hdr_in->len)
+            continue;
+        r->len = r->hdr_in->len;
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        complete(r, COLL_OK);
+    }
+    /* The sender is gone and the ring holds no more for the waiting receive. */
+    if (c->peer_gone && c->head && !c->dead &&
+        atomic_load(&c->ring->head) == atomic_load(&c->ring->tail))
+        fail_all(c, COLL_EPEER);
+    return moved;
+}
+
+/* Under ctx->mu. */
+static void pump(cl_tr_conn *c)
+{
+    if (c->is_recv ? pump_recv(c) : pump_send(c))
+        ring_peer(c);
+}
+
+/* The lifeline says something: the peer's eventfd (its answer to our hello) or EOF. */
+static void on_lifeline(cl_tr_conn *c)
+{
+    char b;
+    fd_ctl ctl = { { 0 } };
+    struct iovec v = { &b, 1 };
+    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int)) };
+    ssize_t n = recvmsg(c->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n > 0) {
+        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        if (h && h->cmsg_type == SCM_RIGHTS && c->peer_efd < 0)
+            memcpy(&c->peer_efd, CMSG_DATA(h), sizeof(int));
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    c->peer_gone = 1;
+    epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+    if (!c->is_recv)
+        fail_all(c, COLL_EPEER);
+    cl_log(COLL_LOG_DEBUG, "shm: %s: peer closed", c->name);
+}
+
+static void *progress_main(void *arg)
+{
+    cl_tr_ctx *ctx = arg;
+    struct epoll_event ev[16];
+    while (!atomic_load(&ctx->stop)) {
+        /* The timeout only guards against a lost wake-up; eventfds do the real work. */
+        int n = epoll_wait(ctx->epfd, ev, 16, 100);
+        pthread_mutex_lock(&ctx->mu);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == NULL) {
+                uint64_t v;
+                if (read(ctx->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                    cl_log(COLL_LOG_DEBUG, "shm: eventfd: %s", strerror(errno));
+            } else {
+                on_lifeline(ev[i].data.ptr);
+            }
+        }
+        for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
+            pump(c);
+        pthread_mutex_unlock(&ctx->mu);
+    }
+    return NULL;
+}
+
+static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
+{
+    cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return COLL_ENOMEM;
+    ctx->notifier = cfg->notifier;
+    ctx->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event e = { .events = EPOLLIN, .data.ptr = NULL };
+    pthread_mutex_init(&ctx->mu, NULL);
+    if (ctx->efd < 0 || ctx->epfd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->efd, &e) ||
+        pthread_create(&ctx->thread, NULL, progress_main, ctx)) {
+        if (ctx->efd >= 0)
+            close(ctx->efd);
+        if (ctx->epfd >= 0)
+            close(ctx->epfd);
+        pthread_mutex_destroy(&ctx->mu);
+        free(ctx);
+        return COLL_ESYS;
+    }
+    *out = ctx;
+    return COLL_OK;
+}
+
+static void close_sock(cl_tr_conn *c)
+{
+    if (c->sock >= 0) {
+        epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+        close(c->sock);
+        c->sock = -1;
+    }
+}
+
+static void close_listener_fds(cl_tr_listener *l)
+{
+    for (int i = 0; i < l->npending; i++)
+        close(l->pending[i]);
+    l->npending = 0;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+}
+
+static void shm_ctx_destroy(cl_tr_ctx *ctx)
+{
+    atomic_store(&ctx->stop, 1);
+    uint64_t one = 1;
+    if (write(ctx->efd, &one, sizeof(one)) < 0)
+        cl_log(COLL_LOG_DEBUG, "shm: cannot wake the progress thread: %s", strerror(errno));
+    pthread_join(ctx->thread, NULL);
+    for (cl_tr_conn *c = ctx->conns; c;) {
+        cl_tr_conn *n = c->next_all;
+        fail_all(c, COLL_EABORTED);
+        close_sock(c);
+        if (c->peer_efd >= 0)
+            close(c->peer_efd);
+        if (c->ring)
+            munmap(c->ring, RING_DATA + RING_CAP);
+        free(c);
+        c = n;
+    }
+    for (cl_tr_listener *l = ctx->listeners; l;) {
+        cl_tr_listener *n = l->next_all;
+        close_listener_fds(l);
+        free(l);
+        l = n;
+    }
+    close(ctx->efd);
+    close(ctx->epfd);
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+}
+
+static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
+{
+    static atomic_uint counter;
+    cl_tr_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return COLL_ENOMEM;
+    l->ctx = ctx;
+    snprintf(l->name, sizeof(l->name), "libcollective-shm-%d-%u-%llx", (int)getpid(),
+             atomic_fetch_add(&counter, 1), (unsigned long long)cl_now_ms());
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    memcpy(a.sun_path + 1, l->name, strlen(l->name)); /* abstract: no file to clean up */
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(l->name));
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, len) || listen(l->fd, 128)) {
+        if (l->fd >= 0)
+            close(l->fd);
+        free(l);
+        return COLL_ESYS;
+    }
+    memset(handle, 0, CL_HANDLE_BYTES);
+    snprintf(handle, CL_HANDLE_BYTES, "shm:%s", l->name);
+    pthread_mutex_lock(&ctx->mu);
+    l->next_all = ctx->listeners;
+    ctx->listeners = l;
+    pthread_mutex_unlock(&ctx->mu);
+    *out = l;
+    return COLL_OK;
+}
+
+static int map_ring(cl_tr_conn *c, int memfd, int create)
+{
+    size_t bytes = RING_DATA + RING_CAP;
+    if (create && ftruncate(memfd, (off_t)bytes) != 0)
+        return -1;
+    struct stat st;
+    if (!create && (fstat(memfd, &st) != 0 || (size_t)st.st_size != bytes))
+        return -1; /* not a ring of ours */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    c->ring = p;
+    c->data = (char *)p + RING_DATA;
+    if (create)
+        c->ring->cap = RING_CAP;
+    return c->ring->cap == RING_CAP ? 0 : -1;
+}
+
+static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
+{
+    cl_tr_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ctx = ctx;
+    c->sock = sock;
+    c->peer_efd = -1;
+    c->is_recv = is_recv;
+    return c;
+}
+
+/* Registers a connection with the progress thread. */
+static void conn_link(cl_tr_conn *c)
+{
+    struct epoll_event e = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
+    pthread_mutex_lock(&c->ctx->mu);
+    c->next_all = c->ctx->conns;
+    c->ctx->conns = c;
+    if (c->ctx->down)
+        fail_all(c, c->ctx->down);
+    epoll_ctl(c->ctx->epfd, EPOLL_CTL_ADD, c->sock, &e);
+    pthread_mutex_unlock(&c->ctx->mu);
+}
+
+/* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
+ * 1 when a connection was made, 0 when nothing has arrived yet, -1 to drop it. */
+static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+{
+    uint8_t h[CL_HELLO_BYTES];
+    fd_ctl ctl = { { 0 } };
+    struct iovec v = { h, sizeof(h) };
+    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof(ctl.buf) };
+    ssize_t n = recvmsg(s, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
+    int fds[2] = { -1, -1 };
+    if (ch && ch->cmsg_type == SCM_RIGHTS && ch->cmsg_len == CMSG_LEN(2 * sizeof(int)))
+        memcpy(fds, CMSG_DATA(ch), sizeof(fds));
+    cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 ? conn_new(l->ctx, s, 1) : NULL;
+    int ok = c && map_ring(c, fds[0], 0) == 0;
+    if (fds[0] >= 0)
+        close(fds[0]); /* the mapping keeps the ring */
+    char b = 0;
+    fd_ctl rctl = { { 0 } };
+    struct iovec rv = { &b, 1 };
+    struct msghdr r = { .msg_iov = &rv, .msg_iovlen = 1, .msg_control = rctl.buf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int)) };
+    struct cmsghdr *rh = CMSG_FIRSTHDR(&r);
+    rh->cmsg_level = SOL_SOCKET, rh->cmsg_type = SCM_RIGHTS, rh->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(rh), &l->ctx->efd, sizeof(int));
+    ok = ok && sendmsg(s, &r, MSG_NOSIGNAL) == 1;
+    if (!ok) {
+        if (fds[1] >= 0)
+            close(fds[1]);
+        if (c && c->ring)
+            munmap(c->ring, RING_DATA + RING_CAP);
+        free(c);
+        cl_log(COLL_LOG_WARN, "shm: dropped a connection to %s without a valid hello", l->name);
+        return -1;
+    }
+    c->peer_efd = fds[1];
+    memcpy(c->hello, h, sizeof(h));
+    snprintf(c->name, sizeof(c->name), "shm:%s/in", l->name);
+    memcpy(hello, h, sizeof(h));
+    conn_link(c);
+    *out = c;
+    return 1;
+}
+
+static int shm_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+{
+    int s;
+    while (l->npending < 16 && (s = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
+        l->pending[l->npending++] = s;
+    for (int i = 0; i < l->npending; i++) {
+        int got = take_hello(l, l->pending[i], hello, out);
+        if (got == 0)
+            continue;
+        if (got < 0)
+            close(l->pending[i]);
+        l->pending[i] = l->pending[--l->npending];
+        if (got > 0)
+            return COLL_OK;
+        i--;
+    }
+    return COLL_INPROGRESS;
+}
+
+static void shm_close_listener(cl_tr_listener *l)
+{
+    close_listener_fds(l);
+}
+
+static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
+                       const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+{
+    char name[CL_HANDLE_BYTES + 1];
+    memcpy(name, handle, CL_HANDLE_BYTES);
+    name[CL_HANDLE_BYTES] = 0;
+    if (strncmp(name, "shm:", 4) != 0 || strlen(name + 4) >= sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+        return COLL_EINVAL;
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    memcpy(a.sun_path + 1, name + 4, strlen(name + 4));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name + 4));
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int memfd = memfd_create("libcollective-shm", MFD_CLOEXEC);
+    cl_tr_conn *c = s >= 0 ? conn_new(ctx, s, 0) : NULL;
+    int ok = c && memfd >= 0 && connect(s, (struct sockaddr *)&a, len) == 0 &&
+             map_ring(c, memfd, 1) == 0;
+    fd_ctl ctl = { { 0 } };
+    struct iovec v = { (void *)hello, CL_HELLO_BYTES };
+    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof(ctl.buf) };
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    memcpy(CMSG_DATA(h), (int[]){ memfd, ctx->efd }, 2 * sizeof(int));
+    ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES && fcntl(s, F_SETFL, O_NONBLOCK) == 0;
+    if (memfd >= 0)
+        close(memfd);
+    if (!ok) {
+        if (c && c->ring)
+            munmap(c->ring, RING_DATA + RING_CAP);
+        free(c);
+        if (s >= 0)
+            close(s);
+        return COLL_EPEER;
+    }
+    snprintf(c->name, sizeof(c->name), "%s/out", name);
+    conn_link(c);
+    *out = c;
+    return COLL_OK;
+}
+
+static cl_tr_req *new_req(cl_tr_conn *c)
+{
+    cl_tr_req *r = calloc(1, sizeof(*r));
+    if (r)
+        r->conn = c;
+    return r;
+}
+
+/* Queues r on c and moves what can move now, in the caller's thread. */
+static void enqueue(cl_tr_conn *c, cl_tr_req *r)
+{
+    cl_tr_ctx *ctx = c->ctx;
+    pthread_mutex_lock(&ctx->mu);
+    if (c->dead) {
+        complete(r, c->dead);
+    } else {
+        if (c->tail)
+            c->tail->next = r;
+        else
+            c->head = r;
+        c->tail = r;
+        pump(c);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static int shm_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
+{
+    cl_tr_req *r = new_req(c);
+    if (!r)
+        return COLL_ENOMEM;
+    r->hdr_out = *hdr;
+    r->buf = (void *)buf;
+    r->len = hdr->len;
+    *out = r;
+    enqueue(c, r);
+    return COLL_OK;
+}
+
+static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+{
+    cl_tr_req *r = new_req(c);
+    if (!r)
+        return COLL_ENOMEM;
+    r->hdr_in = hdr;
+    r->buf = buf;
+    r->len = cap;
+    *out = r;
+    enqueue(c, r);
+    return COLL_OK;
+}
+
+static int shm_test(cl_tr_req *r, int *done, size_t *nbytes)
+{
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        *done = 0;
+        return COLL_INPROGRESS;
+    }
+    *done = 1;
+    if (nbytes)
+        *nbytes = r->len;
+    int status = r->status;
+    free(r);
+    return status;
+}
+
+static void shm_close_conn(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->ctx->mu);
+    fail_all(c, COLL_EPEER);
+    close_sock(c);
+    pthread_mutex_unlock(&c->ctx->mu);
+}
+
+/* Only a send connection with no message half written may carry the farewell. */
+static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
+{
+    if (c->is_recv || c->dead || c->head || !c->ring)
+        return;
+    uint64_t head = atomic_load(&c->ring->head);
+    if (c->ring->cap - (head - atomic_load(&c->ring->tail)) < sizeof(*h))
+        return;
+    ring_copy(c, head, (void *)h, sizeof(*h), 1);
+    atomic_store_explicit(&c->ring->head, head + sizeof(*h), memory_order_release);
+    ring_peer(c);
+}
+
+static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
+{
+    pthread_mutex_lock(&ctx->mu);
+    if (!ctx->down)
+        ctx->down = status;
+    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
+        if (farewell)
+            say_farewell(c, farewell);
+        fail_all(c, status);
+        close_sock(c);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static const char *shm_peer_name(cl_tr_conn *c)
+{
+    return c->name;
+}
+
+const cl_transport cl_transport_shm = {
+    .name = "shm",
+    .ctx_create = shm_ctx_create,
+    .ctx_destroy = shm_ctx_destroy,
+    .listen = shm_listen,
+    .accept = shm_accept,
+    .close_listener = shm_close_listener,
+    .connect = shm_connect,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .test = shm_test,
+    .close_conn = shm_close_conn,
+    .shutdown = shm_shutdown,
+    .peer_name = shm_peer_name,
+};
