@@ -4,8 +4,8 @@
 
 #include <string.h>
 
-static const cl_transport *const table[] = { &cl_transport_tcp, &cl_transport_loop,
-                                              &cl_transport_shm };
+static const cl_transport *const table[] = { &cl_transport_auto, &cl_transport_tcp,
+                                              &cl_transport_shm, &cl_transport_loop };
 
 static int complete(const cl_transport *t)
 {
@@ -24,5 +24,5 @@ const cl_transport *cl_transport_find(const char *name)
 
 const char *cl_transport_names(void)
 {
-    return "tcp, loop, shm";
+    return "auto, tcp, shm, loop";
 }

@@ -101,5 +101,6 @@ const char *cl_transport_names(void);
 extern const cl_transport cl_transport_tcp;
 extern const cl_transport cl_transport_loop;
 extern const cl_transport cl_transport_shm;
+extern const cl_transport cl_transport_auto;
 
 #endif

@@ -41,7 +41,7 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         }
         memcpy(&u, user, CL_MIN(user->size, sizeof(u)));
     }
-    const char *tname = u.transport ? u.transport : env_or("COLL_TRANSPORT", "tcp");
+    const char *tname = u.transport ? u.transport : env_or("COLL_TRANSPORT", "auto");
     out->transport = cl_transport_find(tname);
     if (!out->transport) {
         snprintf(err, errlen, "unknown transport '%s' (available: %s)", tname, cl_transport_names());

@@ -145,11 +145,11 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
     if (rc == COLL_OK)
         rc = exchange_first_message(c);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
-        int n = c->size;
-        cl_log(COLL_LOG_INFO, "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d (%s)",
-               c->rank, n, (unsigned long long)c->id, c->tr->name, (c->rank + n - 1) % n, c->rank,
-               (c->rank + 1) % n,
-               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][(c->rank + 1) % n]) : "alone");
+        int n = c->size, prev = (c->rank + n - 1) % n, next = (c->rank + 1) % n;
+        cl_log(COLL_LOG_INFO, "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d: from %d "
+               "via %s, to %d via %s", c->rank, n, (unsigned long long)c->id, c->tr->name, prev,
+               c->rank, next, prev, n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-",
+               next, n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-");
     }
     return rc;
 }

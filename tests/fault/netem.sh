@@ -2,7 +2,9 @@
 # Bad links between two network namespaces joined by a veth pair:
 #  1. netem with 5% loss, 20 ms delay and reordering: every coll_perf result still exact
 #     (kernels without sch_netem: 5% random loss with nftables instead, no delay);
-#  2. the link goes down in the middle of a long all-reduce: both ranks fail within the
+#  2. four ranks, two per namespace: the auto transport joins each pair with shm and the
+#     pairs with tcp, in one communicator, and every result is exact;
+#  3. the link goes down in the middle of a long all-reduce: both ranks fail within the
 #     timeout instead of hanging.
 # Needs root and iproute2 (tc); skips (77) where namespaces cannot be made.
 set -u
@@ -35,12 +37,13 @@ if [ $shaping = nft ]; then
     done
 fi
 
-# rank r in namespace ns; extra arguments go to coll_perf
+# rank r (of $world) in namespace ns; extra arguments go to coll_perf
+world=2
 rank() {
     r=$1 ns=$2 port=$3 timeout=$4
     shift 4
-    ip netns exec "$ns" env RANK="$r" WORLD_SIZE=2 MASTER_ADDR=10.98.0.1 MASTER_PORT="$port" \
-        COLL_SOCKET_IFNAME=v COLL_TIMEOUT_MS="$timeout" "$perf" "$@"
+    ip netns exec "$ns" env RANK="$r" WORLD_SIZE=$world MASTER_ADDR=10.98.0.1 MASTER_PORT="$port" \
+        COLL_SOCKET_IFNAME=v COLL_TIMEOUT_MS="$timeout" COLL_DEBUG=info "$perf" "$@"
 }
 
 port=$((20000 + $$ % 10000))
@@ -59,13 +62,34 @@ cat /tmp/netem.$$.0
 if [ $s0 -ne 0 ] || [ $s1 -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" /tmp/netem.$$.0; then
     echo "FAIL: results over a lossy link (exit $s0 $s1)"; cat /tmp/netem.$$.1; exit 1
 fi
+# One host, two network namespaces: the auto transport must take tcp, not shm.
+grep "transport auto" /tmp/netem.$$.0 | grep -q "to 1 via tcp " ||
+    { echo "FAIL: ranks in two namespaces did not pick tcp"; grep ring /tmp/netem.$$.0; exit 1; }
 
-echo "== link down in the middle of a 64 MiB all-reduce loop (timeout 3 s)"
 for side in "$a va$$" "$b vb$$"; do
     set -- $side
     ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
     ip netns exec "$1" nft delete table inet lossy 2>/dev/null
 done
+
+echo "== four ranks, two per namespace: shm within, tcp across"
+world=4 port=$((port + 1))
+for r in 0 1 2 3; do
+    ns=$a; [ $r -ge 2 ] && ns=$b
+    rank $r "$ns" "$port" 20000 -b 8 -e 16M -f 64 -n 3 -w 1 -c 1 > /tmp/netem.$$.m$r 2>&1 &
+done
+wait
+cat /tmp/netem.$$.m0
+grep -h "transport auto" /tmp/netem.$$.m*
+ok=1
+grep -q "Out of bounds values : 0 OK" /tmp/netem.$$.m0 || ok=0
+grep -q "rank 0/4 .*to 1 via shm " /tmp/netem.$$.m0 || ok=0 # same namespace
+grep -q "rank 1/4 .*to 2 via tcp " /tmp/netem.$$.m1 || ok=0 # across
+rm -f /tmp/netem.$$.m*
+[ $ok = 1 ] || { echo "FAIL: mixed shm/tcp communicator"; exit 1; }
+world=2
+
+echo "== link down in the middle of a 64 MiB all-reduce loop (timeout 3 s)"
 port=$((port + 1))
 start=$(date +%s)
 rank 0 "$a" "$port" 3000 -b 64M -e 64M -n 200 -w 1 -c 0 > /tmp/netem.$$.0 2>&1 &

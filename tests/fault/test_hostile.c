@@ -39,11 +39,13 @@ static void count_refusals(coll_log_level level, const char *msg, void *arg)
         refusals++;
 }
 
-static int connect_to(const char *hostport)
+/* A tcp handle "ip:port", or the auto transport's "auto KEY ip:port shm:NAME". */
+static int connect_to(const char *handle)
 {
     char ip[64];
     unsigned port;
-    if (sscanf(hostport, "%63[^:]:%u", ip, &port) != 2)
+    if (sscanf(handle, "auto %*s %63[^:]:%u", ip, &port) != 2 &&
+        sscanf(handle, "%63[^:]:%u", ip, &port) != 2)
         return -1;
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
     inet_pton(AF_INET, ip, &a.sin_addr);

@@ -455,7 +455,7 @@ static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], c
     }
     c->peer_efd = fds[1];
     memcpy(c->hello, h, sizeof(h));
-    snprintf(c->name, sizeof(c->name), "shm:%s/in", l->name);
+    snprintf(c->name, sizeof(c->name), "%s/in", l->name);
     memcpy(hello, h, sizeof(h));
     conn_link(c);
     *out = c;
@@ -520,7 +520,7 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
             close(s);
         return COLL_EPEER;
     }
-    snprintf(c->name, sizeof(c->name), "%s/out", name);
+    snprintf(c->name, sizeof(c->name), "%s/out", name + 4);
     conn_link(c);
     *out = c;
     return COLL_OK;

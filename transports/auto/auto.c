@@ -1,0 +1,263 @@
+/* The auto transport, the default: shm to peers on this host, tcp to the rest, within
+ * one communicator. It listens on both; its handle carries a host key (hostname, boot id
+ * and network namespace, since abstract Unix sockets do not cross namespaces) next to
+ * both inner handles, and connect() picks shm when the peer's key equals ours. Every
+ * other call goes to the transport that made the connection. */
+#include "../transport.h"
+#include "../../lib/core/log.h"
+#include "collective.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KEY_HEX 16
+
+struct cl_tr_ctx {
+    cl_tr_ctx *inner[2]; /* [0] tcp, [1] shm */
+    char key[KEY_HEX + 1];
+    pthread_mutex_t mu;
+    cl_tr_conn *conns; /* every wrapper, freed with the context */
+    cl_tr_listener *listeners;
+};
+
+struct cl_tr_listener {
+    cl_tr_ctx *ctx;
+    cl_tr_listener *inner[2], *next;
+    int closed;
+};
+
+struct cl_tr_conn {
+    const cl_transport *tr;
+    cl_tr_conn *inner, *next;
+    char name[CL_HANDLE_BYTES + 24]; /* "tcp 10.0.0.2:41711", "shm ..." */
+};
+
+struct cl_tr_req {
+    const cl_transport *tr;
+    cl_tr_req *inner;
+};
+
+static const cl_transport *const inner_tr[2] = { &cl_transport_tcp, &cl_transport_shm };
+
+static void read_line(const char *path, char *out, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    out[0] = 0;
+    if (f) {
+        if (!fgets(out, (int)len, f))
+            out[0] = 0;
+        fclose(f);
+    }
+}
+
+/* FNV-1a of hostname, boot id and network namespace, as 16 hex digits. */
+static void host_key(char key[KEY_HEX + 1])
+{
+    char host[256] = "", boot[64], ns[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+    ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+    ns[n > 0 ? n : 0] = 0;
+    uint64_t h = 1469598103934665603ULL;
+    const char *parts[] = { host, "|", boot, "|", ns };
+    for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)
+        for (const char *s = parts[p]; *s; s++)
+            h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    snprintf(key, KEY_HEX + 1, "%016llx", (unsigned long long)h);
+}
+
+static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
+{
+    cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return COLL_ENOMEM;
+    host_key(ctx->key);
+    for (int k = 0; k < 2; k++) {
+        int rc = inner_tr[k]->ctx_create(cfg, &ctx->inner[k]);
+        if (rc != COLL_OK) {
+            if (k)
+                inner_tr[0]->ctx_destroy(ctx->inner[0]);
+            free(ctx);
+            return rc;
+        }
+    }
+    pthread_mutex_init(&ctx->mu, NULL);
+    *out = ctx;
+    return COLL_OK;
+}
+
+static void auto_ctx_destroy(cl_tr_ctx *ctx)
+{
+    for (int k = 0; k < 2; k++)
+        inner_tr[k]->ctx_destroy(ctx->inner[k]);
+    for (cl_tr_conn *c = ctx->conns; c;) {
+        cl_tr_conn *n = c->next;
+        free(c);
+        c = n;
+    }
+    for (cl_tr_listener *l = ctx->listeners; l;) {
+        cl_tr_listener *n = l->next;
+        free(l);
+        l = n;
+    }
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+}
+
+/* "auto KEY TCP-HANDLE SHM-HANDLE": inner handles never hold spaces. */
+static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
+{
+    cl_tr_listener *l = calloc(1, sizeof(*l));
+    char h[2][CL_HANDLE_BYTES + 1] = { { 0 } };
+    if (!l)
+        return COLL_ENOMEM;
+    l->ctx = ctx;
+    for (int k = 0; k < 2; k++) {
+        int rc = inner_tr[k]->listen(ctx->inner[k], h[k], &l->inner[k]);
+        if (rc != COLL_OK) {
+            if (k)
+                inner_tr[0]->close_listener(l->inner[0]);
+            free(l);
+            return rc;
+        }
+    }
+    char all[3 * CL_HANDLE_BYTES];
+    int n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[0], h[1]);
+    if (n < 0 || n >= CL_HANDLE_BYTES) {
+        for (int k = 0; k < 2; k++)
+            inner_tr[k]->close_listener(l->inner[k]);
+        free(l);
+        return COLL_EINVAL;
+    }
+    memset(handle, 0, CL_HANDLE_BYTES);
+    memcpy(handle, all, (size_t)n);
+    pthread_mutex_lock(&ctx->mu);
+    l->next = ctx->listeners;
+    ctx->listeners = l;
+    pthread_mutex_unlock(&ctx->mu);
+    *out = l;
+    return COLL_OK;
+}
+
+static int wrap_conn(cl_tr_ctx *ctx, const cl_transport *tr, cl_tr_conn *inner,
+                     cl_tr_conn **out)
+{
+    cl_tr_conn *c = malloc(sizeof(*c));
+    if (!c) {
+        tr->close_conn(inner);
+        return COLL_ENOMEM;
+    }
+    *c = (cl_tr_conn){ tr, inner, NULL, "" };
+    snprintf(c->name, sizeof(c->name), "%s %s", tr->name, tr->peer_name(inner));
+    pthread_mutex_lock(&ctx->mu);
+    c->next = ctx->conns;
+    ctx->conns = c;
+    pthread_mutex_unlock(&ctx->mu);
+    *out = c;
+    return COLL_OK;
+}
+
+static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+{
+    for (int k = 0; k < 2; k++) {
+        cl_tr_conn *inner;
+        int rc = inner_tr[k]->accept(l->inner[k], hello, &inner);
+        if (rc == COLL_OK)
+            return wrap_conn(l->ctx, inner_tr[k], inner, out);
+        if (rc != COLL_INPROGRESS)
+            return rc;
+    }
+    return COLL_INPROGRESS;
+}
+
+/* The wrapper itself goes with the context, like the inner transports' listeners. */
+static void auto_close_listener(cl_tr_listener *l)
+{
+    for (int k = 0; k < 2 && !l->closed; k++)
+        inner_tr[k]->close_listener(l->inner[k]);
+    l->closed = 1;
+}
+
+static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
+                        const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+{
+    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[2][CL_HANDLE_BYTES + 1] = { { 0 } };
+    memcpy(all, handle, CL_HANDLE_BYTES);
+    all[CL_HANDLE_BYTES] = 0;
+    if (sscanf(all, "auto %16s %128s %128s", key, h[0], h[1]) != 3)
+        return COLL_EINVAL;
+    int k = strcmp(key, ctx->key) == 0; /* same host and namespace: shm */
+    cl_tr_conn *inner;
+    int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, &inner);
+    return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
+}
+
+static int wrap_req(const cl_transport *tr, int rc, cl_tr_req *inner, cl_tr_req **out)
+{
+    if (rc != COLL_OK)
+        return rc;
+    cl_tr_req *r = malloc(sizeof(*r));
+    if (!r)
+        return COLL_ENOMEM; /* the inner request is lost; its context frees it (tcp) */
+    *r = (cl_tr_req){ tr, inner };
+    *out = r;
+    return COLL_OK;
+}
+
+static int auto_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
+{
+    cl_tr_req *inner = NULL;
+    int rc = c->tr->isend(c->inner, hdr, buf, &inner);
+    return wrap_req(c->tr, rc, inner, out);
+}
+
+static int auto_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+{
+    cl_tr_req *inner = NULL;
+    int rc = c->tr->irecv(c->inner, hdr, buf, cap, &inner);
+    return wrap_req(c->tr, rc, inner, out);
+}
+
+static int auto_test(cl_tr_req *r, int *done, size_t *nbytes)
+{
+    int rc = r->tr->test(r->inner, done, nbytes);
+    if (*done)
+        free(r);
+    return rc;
+}
+
+/* The wrapper stays until the context goes: the core may still name the peer. */
+static void auto_close_conn(cl_tr_conn *c)
+{
+    c->tr->close_conn(c->inner);
+}
+
+static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
+{
+    for (int k = 0; k < 2; k++)
+        inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
+}
+
+static const char *auto_peer_name(cl_tr_conn *c)
+{
+    return c->name;
+}
+
+const cl_transport cl_transport_auto = {
+    .name = "auto",
+    .ctx_create = auto_ctx_create,
+    .ctx_destroy = auto_ctx_destroy,
+    .listen = auto_listen,
+    .accept = auto_accept,
+    .close_listener = auto_close_listener,
+    .connect = auto_connect,
+    .isend = auto_isend,
+    .irecv = auto_irecv,
+    .test = auto_test,
+    .close_conn = auto_close_conn,
+    .shutdown = auto_shutdown,
+    .peer_name = auto_peer_name,
+};
