@@ -4,8 +4,12 @@
 
 #include <string.h>
 
-static const cl_transport *const table[] = { &cl_transport_auto, &cl_transport_tcp,
-                                              &cl_transport_shm, &cl_transport_loop };
+static const cl_transport *const table[] = {
+    &cl_transport_auto, &cl_transport_tcp, &cl_transport_shm, &cl_transport_loop,
+#ifdef CL_HAVE_IBVERBS
+    &cl_transport_ibverbs, &cl_transport_ibverbs_fake,
+#endif
+};
 
 static int complete(const cl_transport *t)
 {
@@ -24,5 +28,9 @@ const cl_transport *cl_transport_find(const char *name)
 
 const char *cl_transport_names(void)
 {
-    return "auto, tcp, shm, loop";
+#ifdef CL_HAVE_IBVERBS
+    return "auto, tcp, shm, loop, ibverbs, ibverbs-fake";
+#else
+    return "auto, tcp, shm, loop (built without ibverbs: no infiniband/verbs.h)";
+#endif
 }

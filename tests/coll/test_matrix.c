@@ -1,8 +1,8 @@
 /* The collective matrix through the public API: every dtype x op, counts 0, 1, 7, n-1,
  * n, n+1 and a large odd count, in place and out of place, for all-reduce,
  * reduce-scatter, all-gather and broadcast, on 1..8 real processes over tcp, plus the
- * same matrix on the loop transport with ranks as threads and on shm (processes and
- * threads). Results are compared with an
+ * same matrix on the loop transport with ranks as threads, on shm (processes and
+ * threads) and on ibverbs over fake verbs (threads). Results are compared with an
  * exact reference, and all-reduce results must be bit-identical on every rank. */
 #include "../common/harness.h"
 #include "../../perf/verify.h"
@@ -147,17 +147,41 @@ START_TEST(matrix_loop_threads)
 }
 END_TEST
 
+/* RDMA through the in-process fake verbs: ranks as threads of one process. */
+START_TEST(matrix_ibverbs_fake_threads)
+{
+    static const int sizes[] = { 2, 3, 4 };
+    run_matrix(sizes[_i], RDZV_MEM, "ibverbs-fake", _i == 0 ? 8 : 2);
+}
+END_TEST
+
+/* MATRIX_TRANSPORT=name: only the matrix on 2 and 4 processes over that transport (the
+ * real-verbs run in tests/rdma uses it for ibverbs). */
+START_TEST(matrix_named_transport)
+{
+    run_matrix(_i == 0 ? 2 : 4, RDZV_FILE, getenv("MATRIX_TRANSPORT"), _i == 0 ? 8 : 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("collective matrix");
     TCase *t = tcase_create("matrix");
     tcase_set_timeout(t, 300);
+    if (getenv("MATRIX_TRANSPORT")) {
+        tcase_add_loop_test(t, matrix_named_transport, 0, 2);
+        suite_add_tcase(s, t);
+        return run_suite(s);
+    }
     tcase_add_loop_test(t, matrix_tcp_ranks, 0, 6);
     tcase_add_test(t, matrix_tcp_rendezvous_tcp_url);
     tcase_add_test(t, matrix_tcp_rendezvous_env_url);
     tcase_add_loop_test(t, matrix_loop_threads, 0, 5);
     tcase_add_loop_test(t, matrix_shm_ranks, 0, 2);
     tcase_add_test(t, matrix_shm_threads);
+#ifdef CL_HAVE_IBVERBS
+    tcase_add_loop_test(t, matrix_ibverbs_fake_threads, 0, 3);
+#endif
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -170,6 +170,44 @@ START_TEST(stopped_rank_makes_the_others_time_out)
 }
 END_TEST
 
+/* A queue pair error (retry count exceeded, injected into the fake verbs after a
+ * random number of writes) on one link: every rank fails within twice the timeout. */
+static int qp_error_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float buf[4096];
+    int rc = COLL_OK;
+    int64_t t0 = cl_now_ms();
+    for (int i = 0; i < 400 && rc == COLL_OK; i++) {
+        for (int k = 0; k < 4096; k++)
+            buf[k] = 1.0f;
+        t0 = cl_now_ms();
+        rc = coll_allreduce(c, buf, buf, 4096, COLL_F32, COLL_SUM);
+    }
+    int64_t took = cl_now_ms() - t0;
+    if ((rc != COLL_EPEER && rc != COLL_ETIMEDOUT) || took > 2 * TIMEOUT_MS) {
+        fprintf(stderr, "rank %d: %s after %lld ms [%s]\n", coll_rank(c), coll_strerror(rc),
+                (long long)took, coll_last_error(c));
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(rdma_queue_pair_error_fails_every_rank)
+{
+    static const char *const faults[] = { "retry", "access", "fatal" };
+    char v[64];
+    srand((unsigned)cl_now_us());
+    snprintf(v, sizeof(v), "%s:%d", faults[_i % 3], 20 + rand() % 200);
+    setenv("COLL_IB_FAKE_FAULT", v, 1);
+    run_opts o = { .nranks = 3, .rdzv = RDZV_MEM, .transport = "ibverbs-fake",
+                   .timeout_ms = TIMEOUT_MS, .deadline_s = 20 };
+    int failed = run_ranks(&o, qp_error_rank, NULL);
+    unsetenv("COLL_IB_FAKE_FAULT");
+    ck_assert_msg(failed == 0, "%s: %d ranks did not fail cleanly", v, failed);
+}
+END_TEST
+
 /* Ranks that disagree on the broadcast root, or call different collectives: every rank
  * gets COLL_EMISMATCH, none hangs. A rank whose part of a pipelined broadcast was already
  * complete (the root, say) learns it from its next operation. */
@@ -301,6 +339,9 @@ int main(void)
     tcase_add_test(t, two_jobs_on_one_host_never_cross);
     tcase_add_test(t, missing_rank_times_out_naming_it);
     tcase_add_test(t, ranks_starting_seconds_apart_still_join);
+#ifdef CL_HAVE_IBVERBS
+    tcase_add_loop_test(t, rdma_queue_pair_error_fails_every_rank, 0, 3);
+#endif
     suite_add_tcase(s, t);
     return run_suite(s);
 }

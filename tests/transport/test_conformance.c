@@ -8,8 +8,12 @@
 #include "../common/suite.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef CL_HAVE_IBVERBS
+#include "../../transports/ibverbs/verbs.h"
+#endif
 
 static const char *tname;
 
@@ -221,9 +225,75 @@ START_TEST(shutdown_sends_farewell_at_a_message_boundary)
 }
 END_TEST
 
+#ifdef CL_HAVE_IBVERBS
+/* A fault on the fake's next RDMA write: later sends fail with COLL_EPEER, and once the
+ * failing side shuts down (as a communicator does) the receive waiting for the lost
+ * message fails too. */
+static void fake_fault_fails_the_connection(cl_fake_fault fault)
+{
+    pair p;
+    pair_open(&p);
+    cl_msg_hdr h = hdr(4, 1), g;
+    uint32_t out = 5, in = 0;
+    cl_tr_req *s, *r;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, &in, 4, &r), COLL_OK);
+    cl_verbs_fake_inject(fault, 1);
+    int rc = COLL_OK;
+    for (int i = 0; i < 100 && rc == COLL_OK; i++) {
+        ck_assert_int_eq(p.tr->isend(p.send, &h, &out, &s), COLL_OK);
+        rc = wait_req(&p, s, NULL);
+    }
+    ck_assert_int_eq(rc, COLL_EPEER);
+    p.tr->shutdown(p.a, COLL_EPEER, NULL);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPEER);
+    pair_close(&p);
+}
+
+START_TEST(fake_retry_exceeded_fails_the_connection)
+{
+    fake_fault_fails_the_connection(CL_FAKE_RETRY_EXCEEDED);
+}
+END_TEST
+
+START_TEST(fake_remote_access_error_fails_the_connection)
+{
+    fake_fault_fails_the_connection(CL_FAKE_REMOTE_ACCESS);
+}
+END_TEST
+
+START_TEST(fake_qp_fatal_event_fails_the_connection)
+{
+    fake_fault_fails_the_connection(CL_FAKE_QP_FATAL);
+}
+END_TEST
+#endif
+
+/* A transport that cannot run here (ibverbs without a device) skips the suite. */
+static int available(void)
+{
+    const cl_transport *tr = cl_transport_find(tname);
+    if (!tr) {
+        printf("transport %s is not built in: skipped\n", tname);
+        return 0;
+    }
+    cl_notifier n;
+    cl_notifier_init(&n);
+    cl_tr_config c = { "lo", 5000, &n };
+    cl_tr_ctx *ctx;
+    int rc = tr->ctx_create(&c, &ctx);
+    if (rc == COLL_OK)
+        tr->ctx_destroy(ctx);
+    cl_notifier_destroy(&n);
+    if (rc == COLL_ENOTSUP)
+        printf("transport %s cannot run here (see the error above): skipped\n", tname);
+    return rc == COLL_OK;
+}
+
 int main(int argc, char **argv)
 {
     tname = argc > 1 ? argv[1] : "loop";
+    if (!available())
+        return 77;
     Suite *s = suite_create(tname);
     TCase *t = tcase_create("conformance");
     tcase_set_timeout(t, 30);
@@ -234,6 +304,13 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
+#ifdef CL_HAVE_IBVERBS
+    if (strcmp(tname, "ibverbs-fake") == 0) {
+        tcase_add_test(t, fake_retry_exceeded_fails_the_connection);
+        tcase_add_test(t, fake_remote_access_error_fails_the_connection);
+        tcase_add_test(t, fake_qp_fatal_event_fails_the_connection);
+    }
+#endif
     suite_add_tcase(s, t);
     return run_suite(s);
 }
