@@ -44,6 +44,7 @@ static char tag_channel, tag_async; /* epoll data for the two device fds */
 
 struct cl_tr_req {
     struct cl_tr_req *next;
+    struct cl_tr_req *live_prev, *live_next; /* ctx->live: every request not yet tested */
     cl_tr_conn *conn;
     cl_msg_hdr hdr_out;
     cl_msg_hdr *hdr_in;
@@ -103,6 +104,7 @@ struct cl_tr_ctx {
     atomic_int stop;
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
+    cl_tr_req *live; /* freed at destroy: a caller may abandon a request (see test) */
     int down;
 };
 
@@ -168,7 +170,8 @@ static uint32_t fill_chunk(cl_tr_req *r, char *slot)
         n = r->moved = HDR;
     }
     size_t p = CL_MIN(SLOT_BYTES - n, total - r->moved);
-    memcpy(slot + n, (char *)r->buf + (r->moved - HDR), p);
+    if (p) /* a zero-length message may have no buffer */
+        memcpy(slot + n, (char *)r->buf + (r->moved - HDR), p);
     r->moved += p;
     return (uint32_t)(n + p);
 }
@@ -221,7 +224,8 @@ static int take_chunk(cl_tr_conn *c, cl_tr_req *r)
         c->off = r->moved = HDR;
     }
     size_t total = HDR + r->hdr_in->len, p = CL_MIN(n - c->off, total - r->moved);
-    memcpy((char *)r->buf + (r->moved - HDR), mem + c->off, p);
+    if (p)
+        memcpy((char *)r->buf + (r->moved - HDR), mem + c->off, p);
     c->off += p;
     r->moved += p;
     if (c->off == n) {
@@ -291,6 +295,11 @@ static void on_completion(cl_tr_conn *c, const struct ibv_wc *wc)
         return;
     }
     uint32_t imm = ntohl(wc->imm_data);
+    if (c->is_recv && (imm == 0 || imm > SLOT_BYTES)) {
+        cl_log(COLL_LOG_ERROR, "ibverbs: %s: a %u-byte chunk does not fit a slot", c->name, imm);
+        fail_all(c, COLL_EPROTO);
+        return;
+    }
     if (c->is_recv)
         c->len[c->arrived++ % SLOTS] = imm;
     else
@@ -552,6 +561,12 @@ static void ib_ctx_destroy(cl_tr_ctx *ctx)
     }
     close(ctx->efd);
     close(ctx->epfd);
+    /* Requests abandoned by callers that gave up on them (a farewell that never came). */
+    for (cl_tr_req *r = ctx->live; r;) {
+        cl_tr_req *n = r->live_next;
+        free(r);
+        r = n;
+    }
     pthread_mutex_destroy(&ctx->mu);
     cl_ib_dev_close(&ctx->dev);
     free(ctx);
@@ -765,6 +780,10 @@ static cl_tr_req *new_req(cl_tr_conn *c)
 static void enqueue(cl_tr_conn *c, cl_tr_req *r)
 {
     pthread_mutex_lock(&c->ctx->mu);
+    r->live_next = c->ctx->live; /* listed until tested, so destroy can free it */
+    if (c->ctx->live)
+        c->ctx->live->live_prev = r;
+    c->ctx->live = r;
     if (c->dead) {
         complete(r, c->dead);
     } else {
@@ -814,6 +833,15 @@ static int ib_test(cl_tr_req *r, int *done, size_t *nbytes)
     if (nbytes)
         *nbytes = r->len;
     int status = r->status;
+    cl_tr_ctx *x = r->conn->ctx;
+    pthread_mutex_lock(&x->mu);
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        x->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+    pthread_mutex_unlock(&x->mu);
     free(r);
     return status;
 }

@@ -53,7 +53,7 @@ const cl_verbs *cl_verbs_fake(void);
 typedef enum {
     CL_FAKE_RETRY_EXCEEDED, /* completion IBV_WC_RETRY_EXC_ERR, the QP goes to error */
     CL_FAKE_REMOTE_ACCESS,  /* completion IBV_WC_REM_ACCESS_ERR, the QP goes to error */
-    CL_FAKE_QP_FATAL,       /* the write is lost and IBV_EVENT_QP_FATAL is raised */
+    CL_FAKE_QP_FATAL,       /* IBV_EVENT_QP_FATAL is raised and the write flushed */
 } cl_fake_fault;
 void cl_verbs_fake_inject(cl_fake_fault fault, int after);
 

@@ -444,9 +444,9 @@ static enum ibv_wc_status do_write(fake_qp *q, struct ibv_send_wr *wr)
     }
     if (inject.armed && --inject.after == 0) {
         inject.armed = 0;
-        if (inject.fault == CL_FAKE_QP_FATAL) {
+        if (inject.fault == CL_FAKE_QP_FATAL) { /* the QP goes to error: work is flushed */
             raise_async(q->qp.context, IBV_EVENT_QP_FATAL, &q->qp);
-            return IBV_WC_SUCCESS;
+            return IBV_WC_WR_FLUSH_ERR;
         }
         return inject.fault == CL_FAKE_RETRY_EXCEEDED ? IBV_WC_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR;
     }

@@ -46,6 +46,7 @@ struct ring { /* shared between the two processes */
 
 struct cl_tr_req {
     struct cl_tr_req *next;
+    struct cl_tr_req *live_prev, *live_next; /* ctx->live: every request not yet tested */
     cl_tr_conn *conn;
     cl_msg_hdr hdr_out;
     cl_msg_hdr *hdr_in;
@@ -86,6 +87,7 @@ struct cl_tr_ctx {
     atomic_int stop;
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
+    cl_tr_req *live; /* freed at destroy: a caller may abandon a request (see test) */
     int down; /* shutdown status */
 };
 
@@ -339,6 +341,12 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
     }
     close(ctx->efd);
     close(ctx->epfd);
+    /* Requests abandoned by callers that gave up on them (a farewell that never came). */
+    for (cl_tr_req *r = ctx->live; r;) {
+        cl_tr_req *n = r->live_next;
+        free(r);
+        r = n;
+    }
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);
 }
@@ -539,6 +547,10 @@ static void enqueue(cl_tr_conn *c, cl_tr_req *r)
 {
     cl_tr_ctx *ctx = c->ctx;
     pthread_mutex_lock(&ctx->mu);
+    r->live_next = ctx->live; /* listed until tested, so destroy can free it */
+    if (ctx->live)
+        ctx->live->live_prev = r;
+    ctx->live = r;
     if (c->dead) {
         complete(r, c->dead);
     } else {
@@ -588,6 +600,15 @@ static int shm_test(cl_tr_req *r, int *done, size_t *nbytes)
     if (nbytes)
         *nbytes = r->len;
     int status = r->status;
+    cl_tr_ctx *x = r->conn->ctx;
+    pthread_mutex_lock(&x->mu);
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        x->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+    pthread_mutex_unlock(&x->mu);
     free(r);
     return status;
 }
