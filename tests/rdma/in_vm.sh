@@ -23,6 +23,8 @@ cat /tmp/out.log
 # One direction: a broadcast from rank 0 to rank 1 (busbw = algbw).
 check coll_perf-broadcast-2-ranks env COLL_TRANSPORT=ibverbs ./coll_perf --np 2 -C broadcast -b 1M -e 8M -f 8 -n 5 -w 1 -c 1
 cat /tmp/out.log
+check coll_perf-broadcast-2-ranks-reg-cache env COLL_IB_REG_CACHE=1 COLL_TRANSPORT=ibverbs ./coll_perf --np 2 -C broadcast -b 1M -e 8M -f 8 -n 5 -w 1 -c 1
+cat /tmp/out.log
 # The reference: perftest's RDMA write bandwidth over the same device, one way (-b: both
 # ways at once, as sendrecv on 2 ranks), 1 MiB and 8 MiB.
 for dir in "" -b; do

@@ -1,18 +1,10 @@
-/* The ibverbs transport. Each one-directional connection is an RC queue pair. The
- * receiver owns a registered region of SLOTS slots; the sender copies each message
- * (header, then payload, cut into slot-sized chunks that never span two messages) into
- * its own registered slot of the same index and moves it with one RDMA WRITE WITH
- * IMMEDIATE, the immediate carrying the chunk length. The receiver copies chunks out into
- * the posted receive in order and grants the slots back: an RDMA WRITE WITH IMMEDIATE
- * whose immediate is the number of chunks consumed so far. A sender holds at most SLOTS
- * chunks unacknowledged, so neither side ever posts more work than its queues hold.
- * Queue pair addresses travel over a TCP bootstrap socket that then stays open as a
- * lifeline: EOF means the peer closed or died, which RDMA alone reports only after the
- * retry timers run out. A progress thread sleeps on the completion channel, the async
- * event fd and the lifelines; callers copy and post directly when they can. */
-#include "ib_dev.h"
+/* The ibverbs transport, set-up half: device, listeners, the TCP bootstrap that carries
+ * queue pair addresses and then stays open as a lifeline (EOF means the peer closed or
+ * died, which RDMA alone reports only after its retry timers run out), and a progress
+ * thread sleeping on the completion channel, the async event fd and the lifelines.
+ * The protocol on the queue pairs is in ib_data.c. */
+#include "ib_conn.h"
 
-#include "../transport.h"
 #include "../tcp/tcp_iface.h"
 #include "../../lib/core/log.h"
 #include "../../lib/core/util.h"
@@ -24,7 +16,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,51 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SLOTS 8
-#define SLOT_BYTES ((size_t)128 << 10)
-#define HDR sizeof(cl_msg_hdr)
-#define WR_RECV 1u
-#define WR_WRITE 2u
-#define BOOT_BYTES (CL_HELLO_BYTES + sizeof(cl_ib_addr))
-
 static char tag_channel, tag_async; /* epoll data for the two device fds */
-
-struct cl_tr_req {
-    struct cl_tr_req *next;
-    struct cl_tr_req *live_prev, *live_next; /* ctx->live: every request not yet tested */
-    cl_tr_conn *conn;
-    cl_msg_hdr hdr_out;
-    cl_msg_hdr *hdr_in;
-    void *buf;
-    size_t len;   /* send: payload bytes; recv: capacity, then the payload's length */
-    size_t moved; /* stream bytes handled, header included */
-    int status;
-    atomic_int done;
-};
-
-struct cl_tr_conn {
-    cl_tr_ctx *ctx;
-    struct cl_tr_conn *next_all;
-    int is_recv, sock, ready, dead, peer_gone;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-    uint32_t psn;
-    char *slots; /* SLOTS x SLOT_BYTES, registered */
-    struct ibv_mr *slots_mr;
-    uint64_t credit; /* send: where grants land; recv: the source of grant writes */
-    struct ibv_mr *credit_mr;
-    uint64_t raddr;
-    uint32_t rkey;
-    uint32_t posted, written, granted; /* send: chunks posted, completed, allowed */
-    uint32_t arrived, consumed, acked; /* recv: chunks landed, copied out, granted back */
-    int grants_out;                    /* recv: grant writes in flight */
-    uint32_t len[SLOTS];               /* recv: bytes in each landed slot */
-    size_t off;                        /* recv: bytes copied out of the current slot */
-    uint8_t boot[BOOT_BYTES];          /* send: the acceptor's answer, as it arrives */
-    size_t nboot;
-    cl_tr_req *head, *tail;
-    char name[CL_HANDLE_BYTES + 32];
-};
 
 typedef struct pending {
     int fd;
@@ -92,236 +39,6 @@ struct cl_tr_listener {
     pending p[16];
     int np;
 };
-
-struct cl_tr_ctx {
-    cl_ib_dev dev;
-    cl_notifier *notifier;
-    int timeout_ms;
-    char ip[64];
-    pthread_mutex_t mu;
-    int efd, epfd;
-    pthread_t thread;
-    atomic_int stop;
-    cl_tr_conn *conns;
-    cl_tr_listener *listeners;
-    cl_tr_req *live; /* freed at destroy: a caller may abandon a request (see test) */
-    int down;
-};
-
-static void complete(cl_tr_req *r, int status)
-{
-    r->status = status;
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    cl_notify(r->conn->ctx->notifier);
-}
-
-static void fail_all(cl_tr_conn *c, int status)
-{
-    if (!c->dead)
-        c->dead = status;
-    while (c->head) {
-        cl_tr_req *r = c->head;
-        c->head = r->next;
-        complete(r, c->dead);
-    }
-    c->tail = NULL;
-}
-
-static void dequeue(cl_tr_conn *c)
-{
-    c->head = c->head->next;
-    if (!c->head)
-        c->tail = NULL;
-}
-
-static int post_recvs(cl_tr_conn *c, int n)
-{
-    for (int i = 0; i < n; i++) {
-        struct ibv_recv_wr wr = { .wr_id = WR_RECV }, *bad;
-        if (c->ctx->dev.v->post_recv(c->qp, &wr, &bad))
-            return -1;
-    }
-    return 0;
-}
-
-/* One RDMA WRITE WITH IMMEDIATE of n bytes from local to the peer's remote address. */
-static int post_write(cl_tr_conn *c, void *local, uint32_t lkey, uint64_t remote, uint32_t n,
-                      uint32_t imm)
-{
-    struct ibv_sge sge = { .addr = (uintptr_t)local, .length = n, .lkey = lkey };
-    struct ibv_send_wr wr = { .wr_id = WR_WRITE, .sg_list = &sge, .num_sge = 1,
-                              .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                              .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(imm),
-                              .wr.rdma = { .remote_addr = remote, .rkey = c->rkey } },
-                       *bad;
-    if (c->ctx->dev.v->post_send(c->qp, &wr, &bad) == 0)
-        return 0;
-    cl_log(COLL_LOG_ERROR, "ibverbs: %s: cannot post a write", c->name);
-    fail_all(c, COLL_EPEER);
-    return -1;
-}
-
-/* The next chunk of the head send into slot `slot`; returns its length. */
-static uint32_t fill_chunk(cl_tr_req *r, char *slot)
-{
-    size_t n = 0, total = HDR + r->len;
-    if (r->moved == 0) {
-        memcpy(slot, &r->hdr_out, HDR);
-        n = r->moved = HDR;
-    }
-    size_t p = CL_MIN(SLOT_BYTES - n, total - r->moved);
-    if (p) /* a zero-length message may have no buffer */
-        memcpy(slot + n, (char *)r->buf + (r->moved - HDR), p);
-    r->moved += p;
-    return (uint32_t)(n + p);
-}
-
-/* Sends: as many chunks as the receiver's grants and our own slots allow. */
-static void pump_send(cl_tr_conn *c)
-{
-    while (c->head && !c->dead && c->ready && c->posted != c->granted &&
-           c->posted - c->written < SLOTS) {
-        cl_tr_req *r = c->head;
-        size_t slot = c->posted % SLOTS;
-        char *mem = c->slots + slot * SLOT_BYTES;
-        uint32_t n = fill_chunk(r, mem);
-        if (post_write(c, mem, c->slots_mr->lkey, c->raddr + slot * SLOT_BYTES, n, n))
-            return;
-        c->posted++;
-        if (r->moved == HDR + r->len) {
-            dequeue(c);
-            complete(r, COLL_OK);
-        }
-    }
-}
-
-/* A header arrived: sane, and does the payload fit? Fails the connection if not. */
-static int header_ok(cl_tr_conn *c, cl_tr_req *r, uint32_t chunk)
-{
-    if (chunk < HDR || r->hdr_in->magic != CL_MSG_MAGIC) {
-        fail_all(c, COLL_EPROTO);
-        return 0;
-    }
-    if (r->hdr_in->len > r->len) {
-        cl_log(COLL_LOG_ERROR, "ibverbs: %s sent a %u-byte message for a %zu-byte receive",
-               c->name, r->hdr_in->len, r->len);
-        fail_all(c, COLL_EMISMATCH);
-        return 0;
-    }
-    return 1;
-}
-
-/* Copies landed chunks into the head receive; 0 when the stream is malformed. */
-static int take_chunk(cl_tr_conn *c, cl_tr_req *r)
-{
-    size_t slot = c->consumed % SLOTS;
-    const char *mem = c->slots + slot * SLOT_BYTES;
-    uint32_t n = c->len[slot];
-    if (r->moved == 0) {
-        memcpy(r->hdr_in, mem, HDR);
-        if (!header_ok(c, r, n))
-            return 0;
-        c->off = r->moved = HDR;
-    }
-    size_t total = HDR + r->hdr_in->len, p = CL_MIN(n - c->off, total - r->moved);
-    if (p)
-        memcpy((char *)r->buf + (r->moved - HDR), mem + c->off, p);
-    c->off += p;
-    r->moved += p;
-    if (c->off == n) {
-        c->consumed++;
-        c->off = 0;
-    }
-    if (r->moved < total)
-        return 1;
-    if (c->off != 0) { /* chunks never span messages */
-        fail_all(c, COLL_EPROTO);
-        return 0;
-    }
-    r->len = r->hdr_in->len;
-    dequeue(c);
-    complete(r, COLL_OK);
-    return 1;
-}
-
-/* Grants consumed slots back, in batches unless the receiver has caught up. */
-static void grant(cl_tr_conn *c)
-{
-    uint32_t fresh = c->consumed - c->acked;
-    if (fresh == 0 || c->grants_out >= SLOTS || c->dead)
-        return;
-    if (fresh < SLOTS / 2 && c->arrived != c->consumed)
-        return;
-    c->credit = c->consumed;
-    if (post_write(c, &c->credit, c->credit_mr->lkey, c->raddr, sizeof(c->credit), c->consumed))
-        return;
-    c->acked = c->consumed;
-    c->grants_out++;
-}
-
-static void pump_recv(cl_tr_conn *c)
-{
-    while (c->head && !c->dead && c->consumed != c->arrived && take_chunk(c, c->head))
-        ;
-    grant(c);
-    /* The sender is gone and nothing more can land for the waiting receive. */
-    if (c->peer_gone && c->head && !c->dead && c->consumed == c->arrived)
-        fail_all(c, COLL_EPEER);
-}
-
-/* Under ctx->mu. */
-static void pump(cl_tr_conn *c)
-{
-    if (c->is_recv)
-        pump_recv(c);
-    else
-        pump_send(c);
-}
-
-static void on_completion(cl_tr_conn *c, const struct ibv_wc *wc)
-{
-    if (wc->status != IBV_WC_SUCCESS) {
-        /* Flushed requests only follow the error that moved the QP to its error state. */
-        cl_log(wc->status == IBV_WC_WR_FLUSH_ERR ? COLL_LOG_DEBUG : COLL_LOG_ERROR,
-               "ibverbs: %s: %s", c->name, c->ctx->dev.v->wc_status_str(wc->status));
-        fail_all(c, COLL_EPEER);
-        return;
-    }
-    if (wc->wr_id == WR_WRITE) {
-        if (c->is_recv)
-            c->grants_out--;
-        else
-            c->written++;
-        return;
-    }
-    uint32_t imm = ntohl(wc->imm_data);
-    if (c->is_recv && (imm == 0 || imm > SLOT_BYTES)) {
-        cl_log(COLL_LOG_ERROR, "ibverbs: %s: a %u-byte chunk does not fit a slot", c->name, imm);
-        fail_all(c, COLL_EPROTO);
-        return;
-    }
-    if (c->is_recv)
-        c->len[c->arrived++ % SLOTS] = imm;
-    else
-        c->granted = imm + SLOTS;
-    if (post_recvs(c, 1))
-        fail_all(c, COLL_EPEER);
-}
-
-/* Drains c's CQ, re-arms its notification and drains again (the standard race fix). */
-static void poll_conn(cl_tr_conn *c)
-{
-    const cl_verbs *v = c->ctx->dev.v;
-    struct ibv_wc wc[16];
-    for (int pass = 0; pass < 2; pass++) {
-        int n;
-        while ((n = v->poll_cq(c->cq, 16, wc)) > 0)
-            for (int i = 0; i < n; i++)
-                on_completion(c, &wc[i]);
-        if (pass == 0)
-            v->req_notify_cq(c->cq, 0);
-    }
-}
 
 static void drain_channel(cl_tr_ctx *ctx)
 {
@@ -357,7 +74,7 @@ static void drain_async(cl_tr_ctx *ctx)
             if (all_fatal || c->qp == ev.element.qp) {
                 if (!c->dead)
                     cl_log(COLL_LOG_ERROR, "ibverbs: %s: %s", c->name, event_name(t));
-                fail_all(c, COLL_EPEER);
+                cl_ib_fail_all(c, COLL_EPEER);
             }
         ctx->dev.v->ack_async_event(&ev);
     }
@@ -380,9 +97,9 @@ static void on_lifeline(cl_tr_conn *c)
             cl_ib_addr a;
             memcpy(&a, c->boot, sizeof(a));
             c->raddr = a.addr, c->rkey = a.rkey;
-            if (cl_ib_qp_connect(&c->ctx->dev, c->qp, &a, c->psn) || post_recvs(c, SLOTS)) {
+            if (cl_ib_qp_connect(&c->ctx->dev, c->qp, &a, c->psn) || cl_ib_post_recvs(c, RECV_DEPTH)) {
                 cl_log(COLL_LOG_ERROR, "ibverbs: %s: cannot bring the queue pair up", c->name);
-                fail_all(c, COLL_EPEER);
+                cl_ib_fail_all(c, COLL_EPEER);
             }
             c->ready = 1;
             c->granted = SLOTS;
@@ -398,7 +115,7 @@ static void on_lifeline(cl_tr_conn *c)
     c->peer_gone = 1;
     close_sock(c);
     if (!c->is_recv)
-        fail_all(c, COLL_EPEER);
+        cl_ib_fail_all(c, COLL_EPEER);
     cl_log(COLL_LOG_DEBUG, "ibverbs: %s: peer closed", c->name);
 }
 
@@ -425,8 +142,8 @@ static void *progress_main(void *arg)
             }
         }
         for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-            poll_conn(c);
-            pump(c);
+            cl_ib_poll(c);
+            cl_ib_pump(c);
         }
         pthread_mutex_unlock(&ctx->mu);
     }
@@ -456,12 +173,18 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         rc = COLL_ENOTSUP;
         cl_ib_dev_close(&ctx->dev);
     }
+    if (rc == COLL_OK && !(ctx->mrs = cl_mr_cache_new(v, ctx->dev.pd))) {
+        snprintf(err, sizeof(err), "ibverbs: out of memory");
+        rc = COLL_ENOMEM;
+        cl_ib_dev_close(&ctx->dev);
+    }
     if (rc != COLL_OK) {
         cl_log(COLL_LOG_ERROR, "%s", err);
         free(ctx);
         return rc;
     }
     ctx->notifier = cfg->notifier;
+    ctx->reqs = (cl_req_owner){ &ctx->mu, cfg->notifier, NULL };
     ctx->timeout_ms = cfg->timeout_ms;
     ctx->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -475,6 +198,7 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         if (ctx->epfd >= 0)
             close(ctx->epfd);
         pthread_mutex_destroy(&ctx->mu);
+        cl_mr_cache_free(ctx->mrs);
         cl_ib_dev_close(&ctx->dev);
         free(ctx);
         return COLL_ESYS;
@@ -504,8 +228,8 @@ static void conn_free(cl_tr_conn *c)
         v->destroy_cq(c->cq);
     if (c->slots_mr)
         v->dereg_mr(c->slots_mr);
-    if (c->credit_mr)
-        v->dereg_mr(c->credit_mr);
+    if (c->box_mr)
+        v->dereg_mr(c->box_mr);
     free(c->slots);
     if (c->sock >= 0)
         close(c->sock);
@@ -531,7 +255,7 @@ static void drain_writes(cl_tr_ctx *ctx)
         busy = 0;
         pthread_mutex_lock(&ctx->mu);
         for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
-            busy |= !c->is_recv && !c->dead && c->written != c->posted;
+            busy |= !c->is_recv && !c->dead && (c->written != c->posted || c->pieces_out);
         pthread_mutex_unlock(&ctx->mu);
         if (busy)
             cl_sleep_ms(1);
@@ -549,7 +273,7 @@ static void ib_ctx_destroy(cl_tr_ctx *ctx)
     drain_channel(ctx); /* every event acknowledged before its CQ goes */
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next_all;
-        fail_all(c, COLL_EABORTED);
+        cl_ib_fail_all(c, COLL_EABORTED);
         conn_free(c);
         c = n;
     }
@@ -561,13 +285,9 @@ static void ib_ctx_destroy(cl_tr_ctx *ctx)
     }
     close(ctx->efd);
     close(ctx->epfd);
-    /* Requests abandoned by callers that gave up on them (a farewell that never came). */
-    for (cl_tr_req *r = ctx->live; r;) {
-        cl_tr_req *n = r->live_next;
-        free(r);
-        r = n;
-    }
+    cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
     pthread_mutex_destroy(&ctx->mu);
+    cl_mr_cache_free(ctx->mrs);
     cl_ib_dev_close(&ctx->dev);
     free(ctx);
 }
@@ -610,12 +330,12 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
     c->psn = (uint32_t)(cl_hash(&c, sizeof(c), (uint64_t)cl_now_us()) & 0xffffff);
     int remote = is_recv ? IBV_ACCESS_REMOTE_WRITE : 0;
     c->slots = aligned_alloc(4096, SLOTS * SLOT_BYTES);
-    c->cq = v->create_cq(ctx->dev.ctx, 2 * SLOTS + 4, c, ctx->dev.channel, 0);
+    c->cq = v->create_cq(ctx->dev.ctx, SEND_DEPTH + RECV_DEPTH, c, ctx->dev.channel, 0);
     if (!c->slots || !c->cq ||
-        !(c->qp = cl_ib_qp_create(&ctx->dev, c->cq, SLOTS + 1, c)) ||
+        !(c->qp = cl_ib_qp_create(&ctx->dev, c->cq, SEND_DEPTH, RECV_DEPTH, c)) ||
         !(c->slots_mr = v->reg_mr(ctx->dev.pd, c->slots, SLOTS * SLOT_BYTES,
                                   IBV_ACCESS_LOCAL_WRITE | remote)) ||
-        !(c->credit_mr = v->reg_mr(ctx->dev.pd, &c->credit, sizeof(c->credit),
+        !(c->box_mr = v->reg_mr(ctx->dev.pd, &c->box, sizeof(c->box),
                                    IBV_ACCESS_LOCAL_WRITE | (is_recv ? 0 : IBV_ACCESS_REMOTE_WRITE))) ||
         v->req_notify_cq(c->cq, 0)) {
         cl_log(COLL_LOG_ERROR, "ibverbs: cannot create a queue pair or register its slots");
@@ -634,7 +354,7 @@ static void conn_link(cl_tr_conn *c)
     c->next_all = c->ctx->conns;
     c->ctx->conns = c;
     if (c->ctx->down)
-        fail_all(c, c->ctx->down);
+        cl_ib_fail_all(c, c->ctx->down);
     epoll_ctl(c->ctx->epfd, EPOLL_CTL_ADD, c->sock, &e);
     pthread_mutex_unlock(&c->ctx->mu);
 }
@@ -656,7 +376,7 @@ static int accept_one(cl_tr_listener *l, pending *p, uint8_t hello[CL_HELLO_BYTE
     cl_ib_local_addr(&l->ctx->dev, c->qp, c->psn, &mine);
     mine.addr = (uintptr_t)c->slots, mine.rkey = c->slots_mr->rkey;
     c->raddr = peer.addr, c->rkey = peer.rkey;
-    if (cl_ib_qp_connect(&l->ctx->dev, c->qp, &peer, c->psn) || post_recvs(c, SLOTS) ||
+    if (cl_ib_qp_connect(&l->ctx->dev, c->qp, &peer, c->psn) || cl_ib_post_recvs(c, RECV_DEPTH) ||
         send_all(p->fd, &mine, sizeof(mine))) {
         cl_log(COLL_LOG_WARN, "ibverbs: cannot bring up the queue pair of a connection");
         c->sock = -1;
@@ -754,7 +474,7 @@ static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     uint8_t boot[BOOT_BYTES];
     cl_ib_addr mine;
     cl_ib_local_addr(&ctx->dev, c->qp, c->psn, &mine);
-    mine.addr = (uintptr_t)&c->credit, mine.rkey = c->credit_mr->rkey;
+    mine.addr = (uintptr_t)&c->box, mine.rkey = c->box_mr->rkey;
     memcpy(boot, hello, CL_HELLO_BYTES);
     memcpy(boot + CL_HELLO_BYTES, &mine, sizeof(mine));
     /* A fresh socket's buffer takes the few bytes at once, even non-blocking. */
@@ -768,106 +488,38 @@ static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     return COLL_OK;
 }
 
-static cl_tr_req *new_req(cl_tr_conn *c)
-{
-    cl_tr_req *r = calloc(1, sizeof(*r));
-    if (r)
-        r->conn = c;
-    return r;
-}
-
 /* Queues r on c and moves what can move now, in the caller's thread. */
-static void enqueue(cl_tr_conn *c, cl_tr_req *r)
+static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
+    if (!r)
+        return COLL_ENOMEM;
     pthread_mutex_lock(&c->ctx->mu);
-    r->live_next = c->ctx->live; /* listed until tested, so destroy can free it */
-    if (c->ctx->live)
-        c->ctx->live->live_prev = r;
-    c->ctx->live = r;
-    if (c->dead) {
-        complete(r, c->dead);
-    } else {
-        if (c->tail)
-            c->tail->next = r;
-        else
-            c->head = r;
-        c->tail = r;
-        pump(c);
-    }
+    cl_reqq_push(&c->q, r);
+    if (c->dead)
+        cl_ib_fail_all(c, c->dead);
+    else
+        cl_ib_pump(c);
     pthread_mutex_unlock(&c->ctx->mu);
+    *out = r;
+    return COLL_OK;
 }
 
 static int ib_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
 {
-    cl_tr_req *r = new_req(c);
-    if (!r)
-        return COLL_ENOMEM;
-    r->hdr_out = *hdr;
-    r->buf = (void *)buf;
-    r->len = hdr->len;
-    *out = r;
-    enqueue(c, r);
-    return COLL_OK;
+    return enqueue(c, cl_req_send(&c->ctx->reqs, hdr, buf), out);
 }
 
 static int ib_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
 {
-    cl_tr_req *r = new_req(c);
-    if (!r)
-        return COLL_ENOMEM;
-    r->hdr_in = hdr;
-    r->buf = buf;
-    r->len = cap;
-    *out = r;
-    enqueue(c, r);
-    return COLL_OK;
-}
-
-static int ib_test(cl_tr_req *r, int *done, size_t *nbytes)
-{
-    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
-        *done = 0;
-        return COLL_INPROGRESS;
-    }
-    *done = 1;
-    if (nbytes)
-        *nbytes = r->len;
-    int status = r->status;
-    cl_tr_ctx *x = r->conn->ctx;
-    pthread_mutex_lock(&x->mu);
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else
-        x->live = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
-    pthread_mutex_unlock(&x->mu);
-    free(r);
-    return status;
+    return enqueue(c, cl_req_recv(&c->ctx->reqs, hdr, buf, cap), out);
 }
 
 static void ib_close_conn(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->ctx->mu);
-    fail_all(c, COLL_EPEER);
+    cl_ib_fail_all(c, COLL_EPEER);
     close_sock(c);
     pthread_mutex_unlock(&c->ctx->mu);
-}
-
-/* Only a ready send connection with no message half written and a free slot may carry
- * the farewell; returns 1 if it was posted. */
-static int say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
-{
-    if (c->is_recv || c->dead || c->head || !c->ready || c->posted == c->granted ||
-        c->posted - c->written >= SLOTS)
-        return 0;
-    size_t slot = c->posted % SLOTS;
-    char *mem = c->slots + slot * SLOT_BYTES;
-    memcpy(mem, h, HDR);
-    if (post_write(c, mem, c->slots_mr->lkey, c->raddr + slot * SLOT_BYTES, HDR, HDR))
-        return 0;
-    c->posted++;
-    return 1;
 }
 
 /* Waits (briefly) until the farewells have landed: closing the lifeline first could let
@@ -878,7 +530,7 @@ static void flush_farewells(cl_tr_ctx *ctx)
     for (;;) {
         int waiting = 0;
         for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-            poll_conn(c);
+            cl_ib_poll(c);
             waiting |= !c->is_recv && !c->dead && c->written != c->posted;
         }
         if (!waiting || cl_now_ms() > deadline)
@@ -894,11 +546,11 @@ static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         ctx->down = status;
     int said = 0;
     for (cl_tr_conn *c = ctx->conns; c && farewell; c = c->next_all)
-        said |= say_farewell(c, farewell);
+        said |= cl_ib_farewell(c, farewell);
     if (said)
         flush_farewells(ctx);
     for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-        fail_all(c, status);
+        cl_ib_fail_all(c, status);
         close_sock(c);
     }
     pthread_mutex_unlock(&ctx->mu);
@@ -912,7 +564,7 @@ static const char *ib_peer_name(cl_tr_conn *c)
 #define IB_OPS                                                                              \
     .ctx_destroy = ib_ctx_destroy, .listen = ib_listen, .accept = ib_accept,                \
     .close_listener = ib_close_listener, .connect = ib_connect, .isend = ib_isend,          \
-    .irecv = ib_irecv, .test = ib_test, .close_conn = ib_close_conn, .shutdown = ib_shutdown, \
+    .irecv = ib_irecv, .test = cl_req_test, .close_conn = ib_close_conn, .shutdown = ib_shutdown, \
     .peer_name = ib_peer_name
 
 const cl_transport cl_transport_ibverbs = { .name = "ibverbs", .ctx_create = ib_ctx_create,

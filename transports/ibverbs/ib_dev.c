@@ -117,11 +117,12 @@ void cl_ib_dev_close(cl_ib_dev *d)
     d->channel = NULL, d->pd = NULL, d->ctx = NULL;
 }
 
-struct ibv_qp *cl_ib_qp_create(cl_ib_dev *d, struct ibv_cq *cq, int depth, void *qp_context)
+struct ibv_qp *cl_ib_qp_create(cl_ib_dev *d, struct ibv_cq *cq, int send_depth, int recv_depth,
+                               void *qp_context)
 {
     struct ibv_qp_init_attr ia = {
         .qp_context = qp_context, .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-        .cap = { .max_send_wr = (uint32_t)depth, .max_recv_wr = (uint32_t)depth,
+        .cap = { .max_send_wr = (uint32_t)send_depth, .max_recv_wr = (uint32_t)recv_depth,
                  .max_send_sge = 1, .max_recv_sge = 1 },
     };
     struct ibv_qp *qp = d->v->create_qp(d->pd, &ia);

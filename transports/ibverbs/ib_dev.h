@@ -33,9 +33,10 @@ typedef struct cl_ib_addr {
 int cl_ib_dev_open(const cl_verbs *v, cl_ib_dev *d, char *err, size_t errlen);
 void cl_ib_dev_close(cl_ib_dev *d);
 
-/* An RC queue pair in INIT on cq (send and receive) with room for `depth` work
- * requests each way, or NULL. */
-struct ibv_qp *cl_ib_qp_create(cl_ib_dev *d, struct ibv_cq *cq, int depth, void *qp_context);
+/* An RC queue pair in INIT on cq (send and receive) with room for the given numbers of
+ * send and receive work requests, or NULL. */
+struct ibv_qp *cl_ib_qp_create(cl_ib_dev *d, struct ibv_cq *cq, int send_depth, int recv_depth,
+                               void *qp_context);
 
 /* Moves qp to RTS against the remote end; returns 0 or an errno. */
 int cl_ib_qp_connect(cl_ib_dev *d, struct ibv_qp *qp, const cl_ib_addr *remote, uint32_t psn);

@@ -10,6 +10,7 @@
  * One mutex per context guards its connections; callers copy directly when they can
  * (a send into free ring space, a receive from data already there) and the progress
  * thread does the rest, so nothing depends on the caller polling. */
+#include "../reqq.h"
 #include "../transport.h"
 #include "../../lib/core/log.h"
 #include "../../lib/core/util.h"
@@ -44,26 +45,13 @@ struct ring { /* shared between the two processes */
     uint64_t cap;
 };
 
-struct cl_tr_req {
-    struct cl_tr_req *next;
-    struct cl_tr_req *live_prev, *live_next; /* ctx->live: every request not yet tested */
-    cl_tr_conn *conn;
-    cl_msg_hdr hdr_out;
-    cl_msg_hdr *hdr_in;
-    void *buf;
-    size_t len;   /* send: payload bytes; recv: capacity, then the payload's length */
-    size_t moved; /* bytes copied so far, header included */
-    int status;
-    atomic_int done;
-};
-
 struct cl_tr_conn {
     cl_tr_ctx *ctx;
     struct cl_tr_conn *next_all, *next_ready;
     int is_recv, sock, peer_efd;
     struct ring *ring;
     char *data;
-    cl_tr_req *head, *tail; /* pending sends or receives, in order */
+    cl_reqq q;     /* pending sends or receives, in order */
     int dead;      /* status that fails every request from now on */
     int peer_gone; /* EOF on the lifeline: deliver what is in the ring, then fail */
     uint8_t hello[CL_HELLO_BYTES];
@@ -87,7 +75,7 @@ struct cl_tr_ctx {
     atomic_int stop;
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
-    cl_tr_req *live; /* freed at destroy: a caller may abandon a request (see test) */
+    cl_req_owner reqs;
     int down; /* shutdown status */
 };
 
@@ -98,23 +86,11 @@ static void ring_peer(cl_tr_conn *c)
         cl_log(COLL_LOG_DEBUG, "shm: cannot wake %s: %s", c->name, strerror(errno));
 }
 
-static void complete(cl_tr_req *r, int status)
-{
-    r->status = status;
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    cl_notify(r->conn->ctx->notifier);
-}
-
 static void fail_all(cl_tr_conn *c, int status)
 {
     if (!c->dead)
         c->dead = status;
-    while (c->head) {
-        cl_tr_req *r = c->head;
-        c->head = r->next;
-        complete(r, c->dead);
-    }
-    c->tail = NULL;
+    cl_reqq_fail(&c->q, c->dead);
 }
 
 /* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
@@ -135,8 +111,8 @@ static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into
 static int pump_send(cl_tr_conn *c)
 {
     int moved = 0;
-    while (c->head && !c->dead) {
-        cl_tr_req *r = c->head;
+    while (c->q.head && !c->dead) {
+        cl_tr_req *r = c->q.head;
         uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
         uint64_t room = c->ring->cap - (head - atomic_load_explicit(&c->ring->tail,
                                                                    memory_order_acquire));
@@ -156,10 +132,7 @@ static int pump_send(cl_tr_conn *c)
         moved = 1;
         if (r->moved < total)
             break;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
-        complete(r, COLL_OK);
+        cl_reqq_finish_head(&c->q, COLL_OK);
     }
     return moved;
 }
@@ -185,8 +158,8 @@ static int pump_recv(cl_tr_conn *c)
 {
     int moved = 0;
     const size_t h = sizeof(cl_msg_hdr);
-    while (c->head && !c->dead) {
-        cl_tr_req *r = c->head;
+    while (c->q.head && !c->dead) {
+        cl_tr_req *r = c->q.head;
         uint64_t tail = atomic_load_explicit(&c->ring->tail, memory_order_relaxed);
         uint64_t avail = atomic_load_explicit(&c->ring->head, memory_order_acquire) - tail;
         size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
@@ -205,13 +178,10 @@ static int pump_recv(cl_tr_conn *c)
         if (r->moved < h || r->moved < h + r->hdr_in->len)
             continue;
         r->len = r->hdr_in->len;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
-        complete(r, COLL_OK);
+        cl_reqq_finish_head(&c->q, COLL_OK);
     }
     /* The sender is gone and the ring holds no more for the waiting receive. */
-    if (c->peer_gone && c->head && !c->dead &&
+    if (c->peer_gone && c->q.head && !c->dead &&
         atomic_load(&c->ring->head) == atomic_load(&c->ring->tail))
         fail_all(c, COLL_EPEER);
     return moved;
@@ -278,6 +248,7 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     if (!ctx)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
+    ctx->reqs = (cl_req_owner){ &ctx->mu, cfg->notifier, NULL };
     ctx->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event e = { .events = EPOLLIN, .data.ptr = NULL };
@@ -341,12 +312,7 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
     }
     close(ctx->efd);
     close(ctx->epfd);
-    /* Requests abandoned by callers that gave up on them (a farewell that never came). */
-    for (cl_tr_req *r = ctx->live; r;) {
-        cl_tr_req *n = r->live_next;
-        free(r);
-        r = n;
-    }
+    cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
     pthread_mutex_destroy(&ctx->mu);
     free(ctx);
 }
@@ -534,83 +500,30 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     return COLL_OK;
 }
 
-static cl_tr_req *new_req(cl_tr_conn *c)
-{
-    cl_tr_req *r = calloc(1, sizeof(*r));
-    if (r)
-        r->conn = c;
-    return r;
-}
-
 /* Queues r on c and moves what can move now, in the caller's thread. */
-static void enqueue(cl_tr_conn *c, cl_tr_req *r)
+static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
-    cl_tr_ctx *ctx = c->ctx;
-    pthread_mutex_lock(&ctx->mu);
-    r->live_next = ctx->live; /* listed until tested, so destroy can free it */
-    if (ctx->live)
-        ctx->live->live_prev = r;
-    ctx->live = r;
-    if (c->dead) {
-        complete(r, c->dead);
-    } else {
-        if (c->tail)
-            c->tail->next = r;
-        else
-            c->head = r;
-        c->tail = r;
+    if (!r)
+        return COLL_ENOMEM;
+    pthread_mutex_lock(&c->ctx->mu);
+    cl_reqq_push(&c->q, r);
+    if (c->dead)
+        fail_all(c, c->dead);
+    else
         pump(c);
-    }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(&c->ctx->mu);
+    *out = r;
+    return COLL_OK;
 }
 
 static int shm_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
 {
-    cl_tr_req *r = new_req(c);
-    if (!r)
-        return COLL_ENOMEM;
-    r->hdr_out = *hdr;
-    r->buf = (void *)buf;
-    r->len = hdr->len;
-    *out = r;
-    enqueue(c, r);
-    return COLL_OK;
+    return enqueue(c, cl_req_send(&c->ctx->reqs, hdr, buf), out);
 }
 
 static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
 {
-    cl_tr_req *r = new_req(c);
-    if (!r)
-        return COLL_ENOMEM;
-    r->hdr_in = hdr;
-    r->buf = buf;
-    r->len = cap;
-    *out = r;
-    enqueue(c, r);
-    return COLL_OK;
-}
-
-static int shm_test(cl_tr_req *r, int *done, size_t *nbytes)
-{
-    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
-        *done = 0;
-        return COLL_INPROGRESS;
-    }
-    *done = 1;
-    if (nbytes)
-        *nbytes = r->len;
-    int status = r->status;
-    cl_tr_ctx *x = r->conn->ctx;
-    pthread_mutex_lock(&x->mu);
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else
-        x->live = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
-    pthread_mutex_unlock(&x->mu);
-    free(r);
-    return status;
+    return enqueue(c, cl_req_recv(&c->ctx->reqs, hdr, buf, cap), out);
 }
 
 static void shm_close_conn(cl_tr_conn *c)
@@ -624,7 +537,7 @@ static void shm_close_conn(cl_tr_conn *c)
 /* Only a send connection with no message half written may carry the farewell. */
 static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
-    if (c->is_recv || c->dead || c->head || !c->ring)
+    if (c->is_recv || c->dead || c->q.head || !c->ring)
         return;
     uint64_t head = atomic_load(&c->ring->head);
     if (c->ring->cap - (head - atomic_load(&c->ring->tail)) < sizeof(*h))
@@ -663,7 +576,7 @@ const cl_transport cl_transport_shm = {
     .connect = shm_connect,
     .isend = shm_isend,
     .irecv = shm_irecv,
-    .test = shm_test,
+    .test = cl_req_test,
     .close_conn = shm_close_conn,
     .shutdown = shm_shutdown,
     .peer_name = shm_peer_name,

@@ -1,0 +1,86 @@
+/* The ibverbs transport's connection state, shared by its set-up half (ib.c: device,
+ * bootstrap sockets, progress thread) and its data path (ib_data.c: the protocol).
+ * Everything here is guarded by the context's mutex. */
+#ifndef CL_IB_CONN_H
+#define CL_IB_CONN_H
+
+#include "ib_dev.h"
+#include "mr_cache.h"
+
+#include "../reqq.h"
+#include "../transport.h"
+
+#define SLOTS 8
+#define SLOT_BYTES ((size_t)128 << 10)
+#define HDR sizeof(cl_msg_hdr)
+#define BOOT_BYTES (CL_HELLO_BYTES + sizeof(cl_ib_addr))
+
+/* Sender: slot writes plus zero-copy writes in flight; receiver: grants and one
+ * clear-to-send. Receive queues: a landed chunk per slot plus one "done". */
+#define SEND_DEPTH (2 * SLOTS + 2)
+#define RECV_DEPTH (SLOTS + 1)
+
+/* What a receiver writes into its sender's mailbox with a clear-to-send. */
+typedef struct cl_ib_box {
+    uint64_t addr;
+    uint32_t rkey, pad;
+} cl_ib_box;
+
+struct cl_tr_conn {
+    cl_tr_ctx *ctx;
+    struct cl_tr_conn *next_all;
+    int is_recv, sock, ready, dead, peer_gone;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    uint32_t psn;
+    char *slots; /* SLOTS x SLOT_BYTES, registered */
+    struct ibv_mr *slots_mr;
+    cl_ib_box box; /* send: where clear-to-sends land; recv: their source */
+    struct ibv_mr *box_mr;
+    uint64_t raddr; /* send: the receiver's slots; recv: the sender's box */
+    uint32_t rkey;
+    uint32_t posted, written, granted, grant_seen; /* send: slot writes */
+    struct ibv_mr *src_mr; /* send: the head message's payload, going zero-copy */
+    int cts;               /* send: the receiver said where it goes */
+    size_t sent;           /* send: zero-copy bytes posted */
+    int pieces_out;        /* send: zero-copy writes in flight */
+    uint32_t arrived, consumed, acked; /* recv: chunks landed, copied out, granted back */
+    int grants_out;                    /* recv: grant writes in flight */
+    uint32_t len[SLOTS];               /* recv: bytes in each landed slot */
+    uint8_t kind[SLOTS];               /* recv: a chunk, or a zero-copy announcement */
+    size_t off;                        /* recv: bytes copied out of the current slot */
+    struct ibv_mr *dst_mr;             /* recv: the head receive's buffer, being written */
+    int done_seen;                     /* recv: the zero-copy payload has landed */
+    uint8_t boot[BOOT_BYTES];          /* send: the acceptor's answer, as it arrives */
+    size_t nboot;
+    cl_reqq q;
+    char name[CL_HANDLE_BYTES + 32];
+};
+
+struct cl_tr_ctx {
+    cl_ib_dev dev;
+    cl_mr_cache *mrs;
+    cl_notifier *notifier;
+    int timeout_ms;
+    char ip[64];
+    pthread_mutex_t mu;
+    int efd, epfd;
+    pthread_t thread;
+    atomic_int stop;
+    cl_tr_conn *conns;
+    cl_tr_listener *listeners;
+    cl_req_owner reqs;
+    int down;
+};
+
+/* Fails every queued request of c with status (the first status sticks). */
+void cl_ib_fail_all(cl_tr_conn *c, int status);
+int cl_ib_post_recvs(cl_tr_conn *c, int n);
+/* Moves what can move on c: sends into slots or zero-copy, landed chunks into receives. */
+void cl_ib_pump(cl_tr_conn *c);
+/* Drains c's completion queue and re-arms its notification. */
+void cl_ib_poll(cl_tr_conn *c);
+/* A header-only message on a send connection at a message boundary; 1 if posted. */
+int cl_ib_farewell(cl_tr_conn *c, const cl_msg_hdr *h);
+
+#endif

@@ -1,0 +1,49 @@
+/* Requests queued per connection, for transports whose progress copies into and out of
+ * the caller's buffers (shm, ibverbs): one definition of the request, its completion,
+ * its test-and-free, and the list that lets a context free requests a caller abandoned.
+ * The owner's mutex (the context's) guards the queues and the list. */
+#ifndef CL_REQQ_H
+#define CL_REQQ_H
+
+#include "transport.h"
+
+#include <stdatomic.h>
+
+typedef struct cl_req_owner {
+    pthread_mutex_t *mu;
+    cl_notifier *notifier;
+    cl_tr_req *live; /* every request not yet tested */
+} cl_req_owner;
+
+struct cl_tr_req {
+    struct cl_tr_req *next; /* in its connection's queue */
+    struct cl_tr_req *live_prev, *live_next;
+    cl_req_owner *owner;
+    cl_msg_hdr hdr_out;
+    cl_msg_hdr *hdr_in;
+    void *buf;
+    size_t len;   /* send: payload bytes; recv: capacity, then the payload's length */
+    size_t moved; /* stream bytes handled, header included */
+    int status;
+    atomic_int done;
+};
+
+typedef struct cl_reqq {
+    cl_tr_req *head, *tail;
+} cl_reqq;
+
+/* A send (hdr, buf) or, with hdr_in set, a receive (buf of cap bytes); NULL if no memory. */
+cl_tr_req *cl_req_send(cl_req_owner *o, const cl_msg_hdr *hdr, const void *buf);
+cl_tr_req *cl_req_recv(cl_req_owner *o, cl_msg_hdr *hdr, void *buf, size_t cap);
+/* Under o->mu: lists r as live and appends it to q. */
+void cl_reqq_push(cl_reqq *q, cl_tr_req *r);
+/* Removes the head of q and completes it with status. */
+void cl_reqq_finish_head(cl_reqq *q, int status);
+/* Completes every queued request with status. */
+void cl_reqq_fail(cl_reqq *q, int status);
+/* The transport's test(): done, status and size once complete; frees the request. */
+int cl_req_test(cl_tr_req *r, int *done, size_t *nbytes);
+/* At context destroy, after the progress thread stopped: frees what nobody will test. */
+void cl_req_owner_free_live(cl_req_owner *o);
+
+#endif
