@@ -43,20 +43,25 @@ void cl_reqq_push(cl_reqq *q, cl_tr_req *r)
     q->tail = r;
 }
 
-static void complete(cl_tr_req *r, int status)
+void cl_req_complete(cl_tr_req *r, int status)
 {
     r->status = status;
     atomic_store_explicit(&r->done, 1, memory_order_release);
     cl_notify(r->owner->notifier);
 }
 
-void cl_reqq_finish_head(cl_reqq *q, int status)
+cl_tr_req *cl_reqq_pop(cl_reqq *q)
 {
     cl_tr_req *r = q->head;
     q->head = r->next;
     if (!q->head)
         q->tail = NULL;
-    complete(r, status);
+    return r;
+}
+
+void cl_reqq_finish_head(cl_reqq *q, int status)
+{
+    cl_req_complete(cl_reqq_pop(q), status);
 }
 
 void cl_reqq_fail(cl_reqq *q, int status)

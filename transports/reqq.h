@@ -37,6 +37,10 @@ cl_tr_req *cl_req_send(cl_req_owner *o, const cl_msg_hdr *hdr, const void *buf);
 cl_tr_req *cl_req_recv(cl_req_owner *o, cl_msg_hdr *hdr, void *buf, size_t cap);
 /* Under o->mu: lists r as live and appends it to q. */
 void cl_reqq_push(cl_reqq *q, cl_tr_req *r);
+/* Removes the head of q and returns it. */
+cl_tr_req *cl_reqq_pop(cl_reqq *q);
+/* Marks r done with status and wakes waiters. */
+void cl_req_complete(cl_tr_req *r, int status);
 /* Removes the head of q and completes it with status. */
 void cl_reqq_finish_head(cl_reqq *q, int status);
 /* Completes every queued request with status. */

@@ -26,6 +26,15 @@ typedef struct cl_ib_box {
     uint32_t rkey, pad;
 } cl_ib_box;
 
+/* A zero-copy message whose writes are all posted: it completes when they land, while
+ * the next message is already being announced. */
+#define FLIGHTS 4
+typedef struct cl_ib_flight {
+    cl_tr_req *req;
+    struct ibv_mr *mr;
+    int pieces; /* writes still to complete */
+} cl_ib_flight;
+
 struct cl_tr_conn {
     cl_tr_ctx *ctx;
     struct cl_tr_conn *next_all;
@@ -43,7 +52,10 @@ struct cl_tr_conn {
     struct ibv_mr *src_mr; /* send: the head message's payload, going zero-copy */
     int cts;               /* send: the receiver said where it goes */
     size_t sent;           /* send: zero-copy bytes posted */
-    int pieces_out;        /* send: zero-copy writes in flight */
+    int pieces, pieces_done; /* send: the head message's zero-copy writes */
+    int pieces_out;          /* send: zero-copy writes in flight, all messages */
+    cl_ib_flight fly[FLIGHTS]; /* send: messages whose writes are posted, oldest first */
+    int nfly;
     uint32_t arrived, consumed, acked; /* recv: chunks landed, copied out, granted back */
     int grants_out;                    /* recv: grant writes in flight */
     uint32_t len[SLOTS];               /* recv: bytes in each landed slot */

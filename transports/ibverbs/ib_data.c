@@ -6,6 +6,8 @@
  *   the receiver registers the destination and answers with a clear-to-send naming its
  *   address and key; the sender registers the source and RDMA-writes the payload straight
  *   into it, the last write carrying an immediate that tells the receiver it is done.
+ *   The sender announces the next message as soon as those writes are posted, so the
+ *   receiver can clear it the moment the previous one lands.
  * The receiver grants slots back (an immediate with the count consumed so far), so a
  * sender never has more than SLOTS slot writes unanswered and no queue ever overflows.
  * The immediate's top two bits say what it carries. */
@@ -39,6 +41,11 @@ void cl_ib_fail_all(cl_tr_conn *c, int status)
     if (c->dst_mr)
         cl_mr_put(c->ctx->mrs, c->dst_mr);
     c->src_mr = c->dst_mr = NULL;
+    for (int i = 0; i < c->nfly; i++) {
+        cl_mr_put(c->ctx->mrs, c->fly[i].mr);
+        cl_req_complete(c->fly[i].req, c->dead);
+    }
+    c->nfly = 0;
     cl_reqq_fail(&c->q, c->dead);
 }
 
@@ -107,8 +114,15 @@ static int send_chunk(cl_tr_conn *c, cl_tr_req *r)
     return 1;
 }
 
-/* The head message, zero-copy: announce, wait for clear-to-send, write, wait for the
- * writes to land. 1 when it is done. */
+/* A zero-copy message whose writes have all landed. */
+static void landed(cl_tr_conn *c, cl_tr_req *r, struct ibv_mr *mr)
+{
+    cl_mr_put(c->ctx->mrs, mr);
+    cl_req_complete(r, COLL_OK);
+}
+
+/* The head message, zero-copy: announce, wait for clear-to-send, write. Once every write
+ * is posted the message waits in c->fly and the next one goes. 1 when it moved on. */
 static int send_direct(cl_tr_conn *c, cl_tr_req *r)
 {
     if (r->moved == 0) {
@@ -123,15 +137,32 @@ static int send_direct(cl_tr_conn *c, cl_tr_req *r)
                  c->box.addr + c->sent, c->box.rkey, last ? IMM(IMM_DONE, 0) : ~0u))
             return 0;
         c->sent += n;
-        c->pieces_out++;
+        c->pieces_out++, c->pieces++;
     }
-    if (!c->cts || c->sent < r->len || c->pieces_out)
+    if (!c->cts || c->sent < r->len || c->nfly == FLIGHTS)
         return 0;
-    cl_mr_put(c->ctx->mrs, c->src_mr);
+    cl_reqq_pop(&c->q);
+    if (c->pieces == c->pieces_done)
+        landed(c, r, c->src_mr);
+    else
+        c->fly[c->nfly++] = (cl_ib_flight){ r, c->src_mr, c->pieces - c->pieces_done };
     c->src_mr = NULL;
-    c->cts = 0, c->sent = 0;
-    cl_reqq_finish_head(&c->q, COLL_OK);
+    c->cts = 0, c->sent = 0, c->pieces = c->pieces_done = 0;
     return 1;
+}
+
+/* Writes complete in posting order: the oldest message in flight, else the head's. */
+static void piece_done(cl_tr_conn *c)
+{
+    c->pieces_out--;
+    if (c->nfly == 0) {
+        c->pieces_done++;
+        return;
+    }
+    if (--c->fly[0].pieces > 0)
+        return;
+    landed(c, c->fly[0].req, c->fly[0].mr);
+    memmove(c->fly, c->fly + 1, (size_t)--c->nfly * sizeof(c->fly[0]));
 }
 
 static void pump_send(cl_tr_conn *c)
@@ -295,7 +326,7 @@ static void on_completion(cl_tr_conn *c, const struct ibv_wc *wc)
                "ibverbs: %s: %s", c->name, c->ctx->dev.v->wc_status_str(wc->status));
         cl_ib_fail_all(c, COLL_EPEER);
     } else if (wc->wr_id == WR_PIECE) {
-        c->pieces_out--;
+        piece_done(c);
     } else if (wc->wr_id == WR_SLOT) {
         if (c->is_recv)
             c->grants_out--;
