@@ -5,6 +5,8 @@
  * The protocol on the queue pairs is in ib_data.c. */
 #include "ib_conn.h"
 
+#include "../progress.h"
+
 #include "../tcp/tcp_iface.h"
 #include "../../lib/core/log.h"
 #include "../../lib/core/util.h"
@@ -19,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,7 +83,7 @@ static void drain_async(cl_tr_ctx *ctx)
 static void close_sock(cl_tr_conn *c)
 {
     if (c->sock >= 0) {
-        epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+        cl_progress_unwatch(&c->ctx->pg, c->sock);
         close(c->sock);
         c->sock = -1;
     }
@@ -119,41 +119,22 @@ static void on_lifeline(cl_tr_conn *c)
     cl_log(COLL_LOG_DEBUG, "ibverbs: %s: peer closed", c->name);
 }
 
-static void *progress_main(void *arg)
+static void on_ready(void *arg, void *tag)
 {
-    cl_tr_ctx *ctx = arg;
-    struct epoll_event ev[16];
-    while (!atomic_load(&ctx->stop)) {
-        /* The timeout only guards against a lost wake-up. */
-        int n = epoll_wait(ctx->epfd, ev, 16, 100);
-        pthread_mutex_lock(&ctx->mu);
-        for (int i = 0; i < n; i++) {
-            void *p = ev[i].data.ptr;
-            uint64_t v;
-            if (p == NULL) {
-                if (read(ctx->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-                    cl_log(COLL_LOG_DEBUG, "ibverbs: eventfd: %s", strerror(errno));
-            } else if (p == &tag_channel) {
-                drain_channel(ctx);
-            } else if (p == &tag_async) {
-                drain_async(ctx);
-            } else {
-                on_lifeline(p);
-            }
-        }
-        for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-            cl_ib_poll(c);
-            cl_ib_pump(c);
-        }
-        pthread_mutex_unlock(&ctx->mu);
-    }
-    return NULL;
+    if (tag == &tag_channel)
+        drain_channel(arg);
+    else if (tag == &tag_async)
+        drain_async(arg);
+    else
+        on_lifeline(tag);
 }
 
-static int watch(cl_tr_ctx *ctx, int fd, void *tag)
+static void on_round(void *arg)
 {
-    struct epoll_event e = { .events = EPOLLIN, .data.ptr = tag };
-    return epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &e);
+    for (cl_tr_conn *c = ((cl_tr_ctx *)arg)->conns; c; c = c->next_all) {
+        cl_ib_poll(c);
+        cl_ib_pump(c);
+    }
 }
 
 static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *cfg,
@@ -184,24 +165,20 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         return rc;
     }
     ctx->notifier = cfg->notifier;
-    ctx->reqs = (cl_req_owner){ &ctx->mu, cfg->notifier, NULL };
+    ctx->reqs = (cl_req_owner){ &ctx->pg.mu, cfg->notifier, NULL };
     ctx->timeout_ms = cfg->timeout_ms;
-    ctx->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-    pthread_mutex_init(&ctx->mu, NULL);
-    if (ctx->efd < 0 || ctx->epfd < 0 || watch(ctx, ctx->efd, NULL) ||
-        watch(ctx, ctx->dev.channel->fd, &tag_channel) ||
-        watch(ctx, ctx->dev.ctx->async_fd, &tag_async) ||
-        pthread_create(&ctx->thread, NULL, progress_main, ctx)) {
-        if (ctx->efd >= 0)
-            close(ctx->efd);
-        if (ctx->epfd >= 0)
-            close(ctx->epfd);
-        pthread_mutex_destroy(&ctx->mu);
+    if ((rc = cl_progress_start(&ctx->pg, on_ready, on_round, ctx)) == COLL_OK &&
+        (cl_progress_watch(&ctx->pg, ctx->dev.channel->fd, &tag_channel) ||
+         cl_progress_watch(&ctx->pg, ctx->dev.ctx->async_fd, &tag_async))) {
+        cl_progress_stop(&ctx->pg);
+        cl_progress_close(&ctx->pg);
+        rc = COLL_ESYS;
+    }
+    if (rc != COLL_OK) {
         cl_mr_cache_free(ctx->mrs);
         cl_ib_dev_close(&ctx->dev);
         free(ctx);
-        return COLL_ESYS;
+        return rc;
     }
     *out = ctx;
     return COLL_OK;
@@ -253,10 +230,10 @@ static void drain_writes(cl_tr_ctx *ctx)
     int64_t deadline = cl_now_ms() + ctx->timeout_ms;
     for (int busy = 1; busy && cl_now_ms() < deadline;) {
         busy = 0;
-        pthread_mutex_lock(&ctx->mu);
+        pthread_mutex_lock(&ctx->pg.mu);
         for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
             busy |= !c->is_recv && !c->dead && (c->written != c->posted || c->pieces_out);
-        pthread_mutex_unlock(&ctx->mu);
+        pthread_mutex_unlock(&ctx->pg.mu);
         if (busy)
             cl_sleep_ms(1);
     }
@@ -265,11 +242,7 @@ static void drain_writes(cl_tr_ctx *ctx)
 static void ib_ctx_destroy(cl_tr_ctx *ctx)
 {
     drain_writes(ctx);
-    atomic_store(&ctx->stop, 1);
-    uint64_t one = 1;
-    if (write(ctx->efd, &one, sizeof(one)) < 0)
-        cl_log(COLL_LOG_DEBUG, "ibverbs: cannot wake the progress thread: %s", strerror(errno));
-    pthread_join(ctx->thread, NULL);
+    cl_progress_stop(&ctx->pg);
     drain_channel(ctx); /* every event acknowledged before its CQ goes */
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next_all;
@@ -283,10 +256,8 @@ static void ib_ctx_destroy(cl_tr_ctx *ctx)
         free(l);
         l = n;
     }
-    close(ctx->efd);
-    close(ctx->epfd);
     cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
-    pthread_mutex_destroy(&ctx->mu);
+    cl_progress_close(&ctx->pg);
     cl_mr_cache_free(ctx->mrs);
     cl_ib_dev_close(&ctx->dev);
     free(ctx);
@@ -311,10 +282,10 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "ib:%s:%u", ctx->ip, ntohs(a.sin_port));
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(&ctx->pg.mu);
     l->next_all = ctx->listeners;
     ctx->listeners = l;
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(&ctx->pg.mu);
     *out = l;
     return COLL_OK;
 }
@@ -349,14 +320,13 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
 /* Registers a connection with the progress thread. */
 static void conn_link(cl_tr_conn *c)
 {
-    struct epoll_event e = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     c->next_all = c->ctx->conns;
     c->ctx->conns = c;
     if (c->ctx->down)
         cl_ib_fail_all(c, c->ctx->down);
-    epoll_ctl(c->ctx->epfd, EPOLL_CTL_ADD, c->sock, &e);
-    pthread_mutex_unlock(&c->ctx->mu);
+    cl_progress_watch(&c->ctx->pg, c->sock, c);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
 }
 
 static int send_all(int fd, const void *p, size_t n)
@@ -493,13 +463,13 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
     if (!r)
         return COLL_ENOMEM;
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     cl_reqq_push(&c->q, r);
     if (c->dead)
         cl_ib_fail_all(c, c->dead);
     else
         cl_ib_pump(c);
-    pthread_mutex_unlock(&c->ctx->mu);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
     *out = r;
     return COLL_OK;
 }
@@ -516,10 +486,10 @@ static int ib_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr
 
 static void ib_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     cl_ib_fail_all(c, COLL_EPEER);
     close_sock(c);
-    pthread_mutex_unlock(&c->ctx->mu);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
 }
 
 /* Waits (briefly) until the farewells have landed: closing the lifeline first could let
@@ -541,7 +511,7 @@ static void flush_farewells(cl_tr_ctx *ctx)
 
 static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(&ctx->pg.mu);
     if (!ctx->down)
         ctx->down = status;
     int said = 0;
@@ -553,7 +523,7 @@ static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         cl_ib_fail_all(c, status);
         close_sock(c);
     }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(&ctx->pg.mu);
 }
 
 static const char *ib_peer_name(cl_tr_conn *c)

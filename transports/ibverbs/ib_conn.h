@@ -1,12 +1,13 @@
 /* The ibverbs transport's connection state, shared by its set-up half (ib.c: device,
  * bootstrap sockets, progress thread) and its data path (ib_data.c: the protocol).
- * Everything here is guarded by the context's mutex. */
+ * Everything here is guarded by the context's mutex (ctx->pg.mu). */
 #ifndef CL_IB_CONN_H
 #define CL_IB_CONN_H
 
 #include "ib_dev.h"
 #include "mr_cache.h"
 
+#include "../progress.h"
 #include "../reqq.h"
 #include "../transport.h"
 
@@ -75,10 +76,7 @@ struct cl_tr_ctx {
     cl_notifier *notifier;
     int timeout_ms;
     char ip[64];
-    pthread_mutex_t mu;
-    int efd, epfd;
-    pthread_t thread;
-    atomic_int stop;
+    cl_progress pg; /* its mutex guards everything here */
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
     cl_req_owner reqs;

@@ -10,6 +10,7 @@
  * One mutex per context guards its connections; callers copy directly when they can
  * (a send into free ring space, a receive from data already there) and the progress
  * thread does the rest, so nothing depends on the caller polling. */
+#include "../progress.h"
 #include "../reqq.h"
 #include "../transport.h"
 #include "../../lib/core/log.h"
@@ -22,8 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -69,10 +68,7 @@ struct cl_tr_listener {
 
 struct cl_tr_ctx {
     cl_notifier *notifier;
-    pthread_mutex_t mu;
-    int efd, epfd;
-    pthread_t thread;
-    atomic_int stop;
+    cl_progress pg; /* its mutex guards the connections */
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
     cl_req_owner reqs;
@@ -187,7 +183,7 @@ static int pump_recv(cl_tr_conn *c)
     return moved;
 }
 
-/* Under ctx->mu. */
+/* Under the context's mutex. */
 static void pump(cl_tr_conn *c)
 {
     if (c->is_recv ? pump_recv(c) : pump_send(c))
@@ -212,34 +208,22 @@ static void on_lifeline(cl_tr_conn *c)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     c->peer_gone = 1;
-    epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+    cl_progress_unwatch(&c->ctx->pg, c->sock);
     if (!c->is_recv)
         fail_all(c, COLL_EPEER);
     cl_log(COLL_LOG_DEBUG, "shm: %s: peer closed", c->name);
 }
 
-static void *progress_main(void *arg)
+static void on_ready(void *arg, void *conn)
 {
-    cl_tr_ctx *ctx = arg;
-    struct epoll_event ev[16];
-    while (!atomic_load(&ctx->stop)) {
-        /* The timeout only guards against a lost wake-up; eventfds do the real work. */
-        int n = epoll_wait(ctx->epfd, ev, 16, 100);
-        pthread_mutex_lock(&ctx->mu);
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL) {
-                uint64_t v;
-                if (read(ctx->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-                    cl_log(COLL_LOG_DEBUG, "shm: eventfd: %s", strerror(errno));
-            } else {
-                on_lifeline(ev[i].data.ptr);
-            }
-        }
-        for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
-            pump(c);
-        pthread_mutex_unlock(&ctx->mu);
-    }
-    return NULL;
+    (void)arg;
+    on_lifeline(conn);
+}
+
+static void on_round(void *arg)
+{
+    for (cl_tr_conn *c = ((cl_tr_ctx *)arg)->conns; c; c = c->next_all)
+        pump(c);
 }
 
 static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
@@ -248,18 +232,8 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     if (!ctx)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
-    ctx->reqs = (cl_req_owner){ &ctx->mu, cfg->notifier, NULL };
-    ctx->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event e = { .events = EPOLLIN, .data.ptr = NULL };
-    pthread_mutex_init(&ctx->mu, NULL);
-    if (ctx->efd < 0 || ctx->epfd < 0 || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->efd, &e) ||
-        pthread_create(&ctx->thread, NULL, progress_main, ctx)) {
-        if (ctx->efd >= 0)
-            close(ctx->efd);
-        if (ctx->epfd >= 0)
-            close(ctx->epfd);
-        pthread_mutex_destroy(&ctx->mu);
+    ctx->reqs = (cl_req_owner){ &ctx->pg.mu, cfg->notifier, NULL };
+    if (cl_progress_start(&ctx->pg, on_ready, on_round, ctx) != COLL_OK) {
         free(ctx);
         return COLL_ESYS;
     }
@@ -270,7 +244,7 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 static void close_sock(cl_tr_conn *c)
 {
     if (c->sock >= 0) {
-        epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+        cl_progress_unwatch(&c->ctx->pg, c->sock);
         close(c->sock);
         c->sock = -1;
     }
@@ -288,11 +262,7 @@ static void close_listener_fds(cl_tr_listener *l)
 
 static void shm_ctx_destroy(cl_tr_ctx *ctx)
 {
-    atomic_store(&ctx->stop, 1);
-    uint64_t one = 1;
-    if (write(ctx->efd, &one, sizeof(one)) < 0)
-        cl_log(COLL_LOG_DEBUG, "shm: cannot wake the progress thread: %s", strerror(errno));
-    pthread_join(ctx->thread, NULL);
+    cl_progress_stop(&ctx->pg);
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next_all;
         fail_all(c, COLL_EABORTED);
@@ -310,10 +280,8 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
         free(l);
         l = n;
     }
-    close(ctx->efd);
-    close(ctx->epfd);
     cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
-    pthread_mutex_destroy(&ctx->mu);
+    cl_progress_close(&ctx->pg);
     free(ctx);
 }
 
@@ -338,10 +306,10 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "shm:%s", l->name);
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(&ctx->pg.mu);
     l->next_all = ctx->listeners;
     ctx->listeners = l;
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(&ctx->pg.mu);
     *out = l;
     return COLL_OK;
 }
@@ -379,14 +347,13 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
 /* Registers a connection with the progress thread. */
 static void conn_link(cl_tr_conn *c)
 {
-    struct epoll_event e = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     c->next_all = c->ctx->conns;
     c->ctx->conns = c;
     if (c->ctx->down)
         fail_all(c, c->ctx->down);
-    epoll_ctl(c->ctx->epfd, EPOLL_CTL_ADD, c->sock, &e);
-    pthread_mutex_unlock(&c->ctx->mu);
+    cl_progress_watch(&c->ctx->pg, c->sock, c);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
 }
 
 /* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
@@ -416,7 +383,7 @@ static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], c
                         .msg_controllen = CMSG_SPACE(sizeof(int)) };
     struct cmsghdr *rh = CMSG_FIRSTHDR(&r);
     rh->cmsg_level = SOL_SOCKET, rh->cmsg_type = SCM_RIGHTS, rh->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(rh), &l->ctx->efd, sizeof(int));
+    memcpy(CMSG_DATA(rh), &l->ctx->pg.efd, sizeof(int));
     ok = ok && sendmsg(s, &r, MSG_NOSIGNAL) == 1;
     if (!ok) {
         if (fds[1] >= 0)
@@ -482,7 +449,7 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                         .msg_controllen = sizeof(ctl.buf) };
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    memcpy(CMSG_DATA(h), (int[]){ memfd, ctx->efd }, 2 * sizeof(int));
+    memcpy(CMSG_DATA(h), (int[]){ memfd, ctx->pg.efd }, 2 * sizeof(int));
     ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES && fcntl(s, F_SETFL, O_NONBLOCK) == 0;
     if (memfd >= 0)
         close(memfd);
@@ -505,13 +472,13 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
     if (!r)
         return COLL_ENOMEM;
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     cl_reqq_push(&c->q, r);
     if (c->dead)
         fail_all(c, c->dead);
     else
         pump(c);
-    pthread_mutex_unlock(&c->ctx->mu);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
     *out = r;
     return COLL_OK;
 }
@@ -528,10 +495,10 @@ static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
 
 static void shm_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(&c->ctx->pg.mu);
     fail_all(c, COLL_EPEER);
     close_sock(c);
-    pthread_mutex_unlock(&c->ctx->mu);
+    pthread_mutex_unlock(&c->ctx->pg.mu);
 }
 
 /* Only a send connection with no message half written may carry the farewell. */
@@ -549,7 +516,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 
 static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(&ctx->pg.mu);
     if (!ctx->down)
         ctx->down = status;
     for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
@@ -558,7 +525,7 @@ static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         fail_all(c, status);
         close_sock(c);
     }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(&ctx->pg.mu);
 }
 
 static const char *shm_peer_name(cl_tr_conn *c)
