@@ -104,5 +104,7 @@ extern const cl_transport cl_transport_shm;
 extern const cl_transport cl_transport_auto;
 extern const cl_transport cl_transport_ibverbs;      /* libibverbs, dlopen()ed */
 extern const cl_transport cl_transport_ibverbs_fake; /* the same over in-process fake verbs */
+/* 1 when libibverbs loads and lists at least one device (checked once, quietly). */
+int cl_ibverbs_present(void);
 
 #endif

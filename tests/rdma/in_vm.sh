@@ -20,6 +20,21 @@ check coll_perf-allreduce-4-ranks env COLL_TRANSPORT=ibverbs ./coll_perf --np 4 
 cat /tmp/out.log
 check coll_perf-sendrecv-2-ranks env COLL_TRANSPORT=ibverbs ./coll_perf --np 2 -C sendrecv -b 1M -e 8M -f 8 -n 5 -w 1 -c 1
 cat /tmp/out.log
+# The default transport (auto) between two "hosts" (rank 1 in its own UTS namespace with
+# another hostname, so the host keys differ) with RDMA at both ends: ibverbs, not tcp.
+auto_picks_ibverbs() ( # a subshell: its variables stay inside
+  export RANK WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29411 COLL_DEBUG=info
+  RANK=0 ./coll_perf -b 1M -e 1M -n 2 -w 1 -c 1 > /tmp/auto0.log 2>&1 &
+  RANK=1 unshare -u sh -c 'hostname another-host && exec ./coll_perf -b 1M -e 1M -n 2 -w 1 -c 1' \
+    > /tmp/auto1.log 2>&1
+  local rc1=$? rc0=0
+  wait $! || rc0=$?
+  cat /tmp/auto0.log /tmp/auto1.log | grep -E "ring|Out of bounds"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && grep -q "to 1 via ibverbs" /tmp/auto0.log &&
+    grep -q "to 0 via ibverbs" /tmp/auto1.log
+)
+check auto-picks-ibverbs-across-hosts auto_picks_ibverbs
+cat /tmp/out.log
 # One direction: a broadcast from rank 0 to rank 1 (busbw = algbw).
 check coll_perf-broadcast-2-ranks env COLL_TRANSPORT=ibverbs ./coll_perf --np 2 -C broadcast -b 1M -e 8M -f 8 -n 5 -w 1 -c 1
 cat /tmp/out.log

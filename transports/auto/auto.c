@@ -1,8 +1,9 @@
-/* The auto transport, the default: shm to peers on this host, tcp to the rest, within
- * one communicator. It listens on both; its handle carries a host key (hostname, boot id
- * and network namespace, since abstract Unix sockets do not cross namespaces) next to
- * both inner handles, and connect() picks shm when the peer's key equals ours. Every
- * other call goes to the transport that made the connection. */
+/* The auto transport, the default: shm to peers on this host, ibverbs to other hosts
+ * when both ends have an RDMA device, tcp to the rest, within one communicator. It
+ * listens on each; its handle carries a host key (hostname, boot id and network
+ * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
+ * handles, and connect() picks shm when the peer's key equals ours. Every other call
+ * goes to the transport that made the connection. */
 #include "../transport.h"
 #include "../../lib/core/log.h"
 #include "collective.h"
@@ -14,9 +15,10 @@
 #include <unistd.h>
 
 #define KEY_HEX 16
+#define NINNER 3 /* tcp, shm, ibverbs (optional) */
 
 struct cl_tr_ctx {
-    cl_tr_ctx *inner[2]; /* [0] tcp, [1] shm */
+    cl_tr_ctx *inner[NINNER]; /* [0] tcp, [1] shm, [2] ibverbs or NULL */
     char key[KEY_HEX + 1];
     pthread_mutex_t mu;
     cl_tr_conn *conns; /* every wrapper, freed with the context */
@@ -25,7 +27,7 @@ struct cl_tr_ctx {
 
 struct cl_tr_listener {
     cl_tr_ctx *ctx;
-    cl_tr_listener *inner[2], *next;
+    cl_tr_listener *inner[NINNER], *next;
     int closed;
 };
 
@@ -40,7 +42,17 @@ struct cl_tr_req {
     cl_tr_req *inner;
 };
 
-static const cl_transport *const inner_tr[2] = { &cl_transport_tcp, &cl_transport_shm };
+#ifdef CL_HAVE_IBVERBS
+static const cl_transport *const inner_tr[NINNER] = { &cl_transport_tcp, &cl_transport_shm,
+                                                      &cl_transport_ibverbs };
+#else
+static const cl_transport *const inner_tr[NINNER] = { &cl_transport_tcp, &cl_transport_shm,
+                                                      NULL };
+static int cl_ibverbs_present(void)
+{
+    return 0;
+}
+#endif
 
 static void read_line(const char *path, char *out, size_t len)
 {
@@ -84,6 +96,9 @@ static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
             return rc;
         }
     }
+    /* RDMA is a bonus: without it (or if it fails to start) other hosts get tcp. */
+    if (cl_ibverbs_present() && inner_tr[2]->ctx_create(cfg, &ctx->inner[2]) != COLL_OK)
+        ctx->inner[2] = NULL;
     pthread_mutex_init(&ctx->mu, NULL);
     *out = ctx;
     return COLL_OK;
@@ -91,8 +106,9 @@ static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 
 static void auto_ctx_destroy(cl_tr_ctx *ctx)
 {
-    for (int k = 0; k < 2; k++)
-        inner_tr[k]->ctx_destroy(ctx->inner[k]);
+    for (int k = 0; k < NINNER; k++)
+        if (ctx->inner[k])
+            inner_tr[k]->ctx_destroy(ctx->inner[k]);
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next;
         free(c);
@@ -107,28 +123,38 @@ static void auto_ctx_destroy(cl_tr_ctx *ctx)
     free(ctx);
 }
 
-/* "auto KEY TCP-HANDLE SHM-HANDLE": inner handles never hold spaces. */
+static void close_inner_listeners(cl_tr_listener *l)
+{
+    for (int k = 0; k < NINNER; k++)
+        if (l->inner[k])
+            inner_tr[k]->close_listener(l->inner[k]);
+}
+
+/* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|-": inner handles never hold spaces. */
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
-    char h[2][CL_HANDLE_BYTES + 1] = { { 0 } };
+    char h[NINNER][CL_HANDLE_BYTES + 1] = { { 0 }, { 0 }, "-" };
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
-    for (int k = 0; k < 2; k++) {
-        int rc = inner_tr[k]->listen(ctx->inner[k], h[k], &l->inner[k]);
+    for (int k = 0; k < NINNER; k++) {
+        int rc = ctx->inner[k] ? inner_tr[k]->listen(ctx->inner[k], h[k], &l->inner[k]) : COLL_OK;
         if (rc != COLL_OK) {
-            if (k)
-                inner_tr[0]->close_listener(l->inner[0]);
+            close_inner_listeners(l);
             free(l);
             return rc;
         }
     }
-    char all[3 * CL_HANDLE_BYTES];
-    int n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[0], h[1]);
+    char all[4 * CL_HANDLE_BYTES];
+    int n = snprintf(all, sizeof(all), "auto %s %s %s %s", ctx->key, h[0], h[1], h[2]);
+    if (n >= CL_HANDLE_BYTES && l->inner[2]) { /* no room for RDMA: other hosts get tcp */
+        inner_tr[2]->close_listener(l->inner[2]);
+        l->inner[2] = NULL;
+        n = snprintf(all, sizeof(all), "auto %s %s %s -", ctx->key, h[0], h[1]);
+    }
     if (n < 0 || n >= CL_HANDLE_BYTES) {
-        for (int k = 0; k < 2; k++)
-            inner_tr[k]->close_listener(l->inner[k]);
+        close_inner_listeners(l);
         free(l);
         return COLL_EINVAL;
     }
@@ -162,8 +188,10 @@ static int wrap_conn(cl_tr_ctx *ctx, const cl_transport *tr, cl_tr_conn *inner,
 
 static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NINNER; k++) {
         cl_tr_conn *inner;
+        if (!l->inner[k])
+            continue;
         int rc = inner_tr[k]->accept(l->inner[k], hello, &inner);
         if (rc == COLL_OK)
             return wrap_conn(l->ctx, inner_tr[k], inner, out);
@@ -176,20 +204,21 @@ static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_c
 /* The wrapper itself goes with the context, like the inner transports' listeners. */
 static void auto_close_listener(cl_tr_listener *l)
 {
-    for (int k = 0; k < 2 && !l->closed; k++)
-        inner_tr[k]->close_listener(l->inner[k]);
+    if (!l->closed)
+        close_inner_listeners(l);
     l->closed = 1;
 }
 
 static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                         const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[2][CL_HANDLE_BYTES + 1] = { { 0 } };
+    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[NINNER][CL_HANDLE_BYTES + 1] = { { 0 } };
     memcpy(all, handle, CL_HANDLE_BYTES);
     all[CL_HANDLE_BYTES] = 0;
-    if (sscanf(all, "auto %16s %128s %128s", key, h[0], h[1]) != 3)
+    if (sscanf(all, "auto %16s %128s %128s %128s", key, h[0], h[1], h[2]) != 4)
         return COLL_EINVAL;
-    int k = strcmp(key, ctx->key) == 0; /* same host and namespace: shm */
+    int k = strcmp(key, ctx->key) == 0 ? 1                       /* this host: shm */
+            : ctx->inner[2] && strcmp(h[2], "-") != 0 ? 2 : 0; /* RDMA at both ends */
     cl_tr_conn *inner;
     int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, &inner);
     return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
@@ -237,8 +266,9 @@ static void auto_close_conn(cl_tr_conn *c)
 
 static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    for (int k = 0; k < 2; k++)
-        inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
+    for (int k = 0; k < NINNER; k++)
+        if (ctx->inner[k])
+            inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
 }
 
 static const char *auto_peer_name(cl_tr_conn *c)

@@ -191,6 +191,26 @@ static int ib_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     return ctx_create(v, err, cfg, out);
 }
 
+static int has_device;
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+static void probe(void)
+{
+    char err[256];
+    const cl_verbs *v = cl_verbs_dl(err, sizeof(err));
+    int n = 0;
+    struct ibv_device **list = v ? v->get_device_list(&n) : NULL;
+    if (list)
+        v->free_device_list(list);
+    has_device = n > 0;
+}
+
+int cl_ibverbs_present(void)
+{
+    pthread_once(&probe_once, probe);
+    return has_device;
+}
+
 static int fake_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     return ctx_create(cl_verbs_fake(), NULL, cfg, out);
