@@ -114,8 +114,11 @@ static void on_lifeline(cl_tr_conn *c)
     }
     c->peer_gone = 1;
     close_sock(c);
-    if (!c->is_recv)
-        cl_ib_fail_all(c, COLL_EPEER);
+    if (!c->is_recv) { /* a write acknowledged before the EOF counts; one in flight decides
+                        * by its own completion (success, or an error once retries run out) */
+        cl_ib_poll(c);
+        cl_ib_fail_queued(c, COLL_EPEER);
+    }
     cl_log(COLL_LOG_DEBUG, "ibverbs: %s: peer closed", c->name);
 }
 

@@ -83,8 +83,11 @@ struct cl_tr_ctx {
     int down;
 };
 
-/* Fails every queued request of c with status (the first status sticks). */
+/* Fails every request of c with status (the first status sticks). */
 void cl_ib_fail_all(cl_tr_conn *c, int status);
+/* The same, but messages whose writes are all posted wait for their completions: the
+ * peer may have received them and gone before the acknowledgements were polled. */
+void cl_ib_fail_queued(cl_tr_conn *c, int status);
 int cl_ib_post_recvs(cl_tr_conn *c, int n);
 /* Moves what can move on c: sends into slots or zero-copy, landed chunks into receives. */
 void cl_ib_pump(cl_tr_conn *c);

@@ -32,7 +32,7 @@ enum { IMM_GRANT, IMM_CTS };                 /* receiver to sender */
 
 /* Registrations end with the failure, so a late write cannot reach a buffer that its
  * owner got back. */
-void cl_ib_fail_all(cl_tr_conn *c, int status)
+void cl_ib_fail_queued(cl_tr_conn *c, int status)
 {
     if (!c->dead)
         c->dead = status;
@@ -41,12 +41,17 @@ void cl_ib_fail_all(cl_tr_conn *c, int status)
     if (c->dst_mr)
         cl_mr_put(c->ctx->mrs, c->dst_mr);
     c->src_mr = c->dst_mr = NULL;
+    cl_reqq_fail(&c->q, c->dead);
+}
+
+void cl_ib_fail_all(cl_tr_conn *c, int status)
+{
+    cl_ib_fail_queued(c, status);
     for (int i = 0; i < c->nfly; i++) {
         cl_mr_put(c->ctx->mrs, c->fly[i].mr);
         cl_req_complete(c->fly[i].req, c->dead);
     }
     c->nfly = 0;
-    cl_reqq_fail(&c->q, c->dead);
 }
 
 int cl_ib_post_recvs(cl_tr_conn *c, int n)
@@ -276,6 +281,8 @@ static void grant(cl_tr_conn *c)
 
 static void pump_recv(cl_tr_conn *c)
 {
+    if (c->peer_gone) /* what landed before the peer left must be seen before judging */
+        cl_ib_poll(c);
     while (c->q.head && !c->dead &&
            (c->dst_mr ? take_direct(c, c->q.head)
                       : c->consumed != c->arrived && take_chunk(c, c->q.head)))
