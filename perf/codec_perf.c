@@ -1,6 +1,6 @@
 /* codec_perf: throughput of every codec kernel next to memcpy of the same f32 bytes,
  * timed in the same run on one core (median of repetitions), at 4 MiB and 64 MiB of
- * f32 input, for the AVX2/F16C path and the portable path.
+ * f32 input, for the AVX-512 int8 encoder (where present), AVX2/F16C and the portable path.
  *   codec_perf [-r REPS]    ratio = memcpy time / kernel time (>1: faster than memcpy) */
 #include "../lib/kernels/codec.h"
 
@@ -50,6 +50,7 @@ int main(int argc, char **argv)
         reps = c == 'r' ? atoi(optarg) : reps;
     reps = reps < 1 ? 1 : reps > 63 ? 63 : reps;
     static const char *kinds[] = { "encode", "decode", "decode-add" };
+    static const char *paths[] = { "c", "avx2", "avx512" }; /* avx512: int8 encode only */
     printf("# codec_perf: median of %d, GB/s of f32 input, ratio = memcpy time / kernel time\n",
            reps);
     printf("# %-5s %-10s %8s %6s %10s %10s %7s\n", "codec", "kernel", "MiB", "path", "GB/s",
@@ -63,16 +64,16 @@ int main(int argc, char **argv)
             x[i] = (float)((i * 2654435761u) % 20001) / 1000.0f - 10.0f;
         memset(y, 0, n * 4);
         for (int codec = COLL_CODEC_FP16; codec <= COLL_CODEC_INT8; codec++)
-            for (int simd = 1; simd >= 0; simd--) {
-                int vec = cl_codec_use_simd(simd);
-                if (simd && !vec)
+            for (int level = 2; level >= 0; level--) {
+                int vec = cl_codec_use_simd(level);
+                if (vec != level)
                     continue;
                 cl_encode((coll_codec)codec, enc, x, n);
                 for (int k = ENC; k <= DEC_ADD; k++) {
                     double tm = median_time(COPY, (coll_codec)codec, x, enc, y, n, reps);
                     double tk = median_time(k, (coll_codec)codec, x, enc, y, n, reps);
                     printf("  %-5s %-10s %8zu %6s %10.2f %10.2f %7.2f\n",
-                           cl_codec_name(codec), kinds[k], n * 4 >> 20, vec ? "avx2" : "c",
+                           cl_codec_name(codec), kinds[k], n * 4 >> 20, paths[vec],
                            n * 4 / tk / 1e9, n * 4 / tm / 1e9, tm / tk);
                 }
             }

@@ -17,22 +17,24 @@
 #endif
 
 static int simd = -1; /* -1: not decided yet */
+static int simd512;      /* AVX-512BW on top of AVX2: the int8 quantizer uses it */
 
-int cl_codec_use_simd(int on)
+int cl_codec_use_simd(int level)
 {
 #if HAVE_X86
-    simd = on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    simd = level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    simd512 = simd && level >= 2 && __builtin_cpu_supports("avx512bw");
 #else
-    (void)on;
-    simd = 0;
+    (void)level;
+    simd = simd512 = 0;
 #endif
-    return simd;
+    return simd + simd512;
 }
 
 static int use_simd(void)
 {
     if (simd < 0)
-        cl_codec_use_simd(1);
+        cl_codec_use_simd(2);
     return simd;
 }
 
@@ -123,7 +125,13 @@ static void q8_decode_block(float *out, const unsigned char *src, size_t n, int 
 
 /* ---- AVX2 / F16C ----------------------------------------------------------------- */
 #if HAVE_X86
+#define CL_MIN_SZ(a, b) ((a) < (b) ? (a) : (b))
+enum { Q8_GROUP = 2 };
 #define AVX __attribute__((target("avx2,f16c")))
+/* The absmax pass prefetches 8 KiB ahead: the hardware prefetcher alone left the int8
+ * encoder waiting on memory (1.0x memcpy at 64 MiB; 1.3-1.7x with it). Prefetching past
+ * the end of a buffer is harmless. */
+enum { Q8_PREFETCH = 2048 };
 
 AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
 {
@@ -131,10 +139,13 @@ AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
     __m256i m[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                      _mm256_setzero_si256() };
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) /* four chains hide the max latency */
+    for (; i + 32 <= n; i += 32) { /* four chains hide the max latency */
+        _mm_prefetch((const char *)(x + i + Q8_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + Q8_PREFETCH + 16), _MM_HINT_T0);
         for (int k = 0; k < 4; k++)
             m[k] = _mm256_max_epu32(
                 m[k], _mm256_and_si256(_mm256_loadu_si256((const void *)(x + i + 8 * k)), mask));
+    }
     __m256i v = _mm256_max_epu32(_mm256_max_epu32(m[0], m[1]), _mm256_max_epu32(m[2], m[3]));
     __m128i h = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
@@ -143,12 +154,8 @@ AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
     return t > r ? t : r;
 }
 
-AVX static void q8_encode_block_avx(unsigned char *dst, const float *x, size_t n)
+AVX static void q8_quantize_avx(int8_t *q, const float *x, size_t n, float inv)
 {
-    float inv;
-    if (!q8_start_block(dst, absmax_bits_avx(x, n), n, &inv))
-        return;
-    int8_t *q = (int8_t *)(dst + 4);
     __m256 vinv = _mm256_set1_ps(inv);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -162,6 +169,66 @@ AVX static void q8_encode_block_avx(unsigned char *dst, const float *x, size_t n
     }
     for (; i < n; i++)
         q[i] = (int8_t)(int)rne(x[i] * inv);
+}
+
+#ifndef PF
+#define PF 2048
+#endif
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx2,f16c")))
+
+/* The same rounding (cvtps to nearest even) with AVX-512's saturating narrowing: one
+ * instruction where AVX2 needs two packs and a lane permute. */
+AVX512 static void q8_quantize_avx512(int8_t *q, const float *x, size_t n, float inv)
+{
+    __m512 vinv = _mm512_set1_ps(inv);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((void *)(q + i),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(
+                             _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
+    for (; i < n; i++)
+        q[i] = (int8_t)(int)rne(x[i] * inv);
+}
+
+AVX512 static uint32_t absmax_bits_avx512(const float *x, size_t n)
+{
+    const __m512i mask = _mm512_set1_epi32(0x7fffffff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i + Q8_PREFETCH), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + Q8_PREFETCH + 16), _MM_HINT_T0);
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), mask));
+        m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), mask));
+    }
+    uint32_t r = _mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1)), t = absmax_bits(x + i, n - i);
+    return t > r ? t : r;
+}
+
+/* Scales of up to 8 blocks first, then their values: the absmax reductions of different
+ * blocks overlap, instead of each block's quantization waiting on its own reduction. */
+AVX static void q8_encode_group_avx(unsigned char *dst, const float *x, size_t n)
+{
+    uint32_t amax[Q8_GROUP];
+    size_t nb = (n + CL_Q8_BLOCK - 1) / CL_Q8_BLOCK;
+    for (size_t b = 0; b < nb; b++)
+        amax[b] = (simd512 ? absmax_bits_avx512 : absmax_bits_avx)(
+            x + b * CL_Q8_BLOCK, CL_MIN_SZ(n - b * CL_Q8_BLOCK, CL_Q8_BLOCK));
+    for (size_t b = 0; b < nb; b++) {
+        size_t m = CL_MIN_SZ(n - b * CL_Q8_BLOCK, CL_Q8_BLOCK);
+        unsigned char *d = dst + b * (4 + CL_Q8_BLOCK);
+        float inv;
+        if (q8_start_block(d, amax[b], m, &inv))
+            (simd512 ? q8_quantize_avx512 : q8_quantize_avx)((int8_t *)(d + 4),
+                                                             x + b * CL_Q8_BLOCK, m, inv);
+    }
+}
+
+AVX static void q8_encode_avx(unsigned char *dst, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += Q8_GROUP * CL_Q8_BLOCK)
+        q8_encode_group_avx(dst + i + 4 * (i / CL_Q8_BLOCK), x + i,
+                            CL_MIN_SZ(n - i, Q8_GROUP * CL_Q8_BLOCK));
 }
 
 AVX static void q8_decode_block_avx(float *out, const unsigned char *src, size_t n, int add)
@@ -279,14 +346,17 @@ static void half_decode(float *dst, const uint16_t *src, size_t n, int bf, int a
 
 static void q8_code(void *dst, const void *src, size_t n, int op)
 {
+#if HAVE_X86
+    if (op == 0 && use_simd()) {
+        q8_encode_avx(dst, src, n);
+        return;
+    }
+#endif
     for (size_t i = 0; i < n; i += CL_Q8_BLOCK) {
         size_t m = n - i < CL_Q8_BLOCK ? n - i : CL_Q8_BLOCK, at = i + 4 * (i / CL_Q8_BLOCK);
 #if HAVE_X86
         if (use_simd()) {
-            if (op == 0)
-                q8_encode_block_avx((unsigned char *)dst + at, (const float *)src + i, m);
-            else
-                q8_decode_block_avx((float *)dst + i, (const unsigned char *)src + at, m, op == 2);
+            q8_decode_block_avx((float *)dst + i, (const unsigned char *)src + at, m, op == 2);
             continue;
         }
 #endif

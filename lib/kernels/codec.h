@@ -22,8 +22,9 @@ void cl_decode(coll_codec codec, float *dst, const void *src, size_t n);
 /* acc[i] += decode(src)[i] */
 void cl_decode_add(coll_codec codec, float *acc, const void *src, size_t n);
 
-/* Forces the portable path (0) or the best available (1); for tests and benchmarks.
- * Returns whether the vector path is in use now. */
-int cl_codec_use_simd(int on);
+/* Caps the kernels at the portable path (0), AVX2/F16C (1) or AVX2 plus AVX-512BW for the
+ * int8 encoder (2, the default); for tests and benchmarks. Returns the level in use now,
+ * at most the one asked for (lower where the CPU lacks the instructions). */
+int cl_codec_use_simd(int level);
 
 #endif
