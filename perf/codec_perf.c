@@ -49,13 +49,13 @@ int main(int argc, char **argv)
     while ((c = getopt(argc, argv, "r:")) != -1)
         reps = c == 'r' ? atoi(optarg) : reps;
     reps = reps < 1 ? 1 : reps > 63 ? 63 : reps;
-    static const char *kinds[] = { "encode", "decode", "decode-add" };
-    static const char *paths[] = { "c", "avx2", "avx512" }; /* avx512: int8 encode only */
+    static const char *kinds[] = {"encode", "decode", "decode-add"};
+    static const char *paths[] = {"c", "avx2", "avx512"}; /* avx512: int8 encode only */
     printf("# codec_perf: median of %d, GB/s of f32 input, ratio = memcpy time / kernel time\n",
            reps);
     printf("# %-5s %-10s %8s %6s %10s %10s %7s\n", "codec", "kernel", "MiB", "path", "GB/s",
            "memcpy", "ratio");
-    size_t sizes[] = { 1u << 20, 16u << 20 }; /* floats: 4 MiB, 64 MiB */
+    size_t sizes[] = {1u << 20, 16u << 20}; /* floats: 4 MiB, 64 MiB */
     for (int si = 0; si < 2; si++) {
         size_t n = sizes[si];
         float *x = malloc(n * 4), *y = malloc(n * 4);
@@ -72,9 +72,9 @@ int main(int argc, char **argv)
                 for (int k = ENC; k <= DEC_ADD; k++) {
                     double tm = median_time(COPY, (coll_codec)codec, x, enc, y, n, reps);
                     double tk = median_time(k, (coll_codec)codec, x, enc, y, n, reps);
-                    printf("  %-5s %-10s %8zu %6s %10.2f %10.2f %7.2f\n",
-                           cl_codec_name(codec), kinds[k], n * 4 >> 20, paths[vec],
-                           n * 4 / tk / 1e9, n * 4 / tm / 1e9, tm / tk);
+                    printf("  %-5s %-10s %8zu %6s %10.2f %10.2f %7.2f\n", cl_codec_name(codec),
+                           kinds[k], n * 4 >> 20, paths[vec], n * 4 / tk / 1e9, n * 4 / tm / 1e9,
+                           tm / tk);
                 }
             }
         free(x);

@@ -36,7 +36,7 @@
 /* The per-message header, little-endian on the wire (every supported host is). */
 typedef struct cl_msg_hdr {
     uint16_t magic;
-    uint8_t coll;  /* cl_coll_kind */
+    uint8_t coll; /* cl_coll_kind */
     uint8_t dtype;
     uint8_t op;
     uint8_t codec;
@@ -68,6 +68,8 @@ typedef struct cl_tr_listener cl_tr_listener;
 typedef struct cl_tr_conn cl_tr_conn;
 typedef struct cl_tr_req cl_tr_req;
 
+enum { CL_POLL_BEGIN, CL_POLL, CL_POLL_END };
+
 typedef struct cl_tr_config {
     const char *device;    /* interface name or NCCL-style list; NULL: auto */
     int timeout_ms;        /* a connection that sends no hello in this time is dropped */
@@ -89,6 +91,12 @@ typedef struct cl_transport {
     int (*test)(cl_tr_req *r, int *done, size_t *nbytes);
     void (*close_conn)(cl_tr_conn *c);
     void (*shutdown)(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell);
+    /* Optional (NULL: progress needs no caller). A waiter that polls moves bytes on its
+     * own thread instead of waiting for the transport's thread to wake up. CL_POLL_BEGIN:
+     * this thread polls from now on (peers may skip waking this side); CL_POLL: move what
+     * can move now, without blocking; CL_POLL_END: it stops (and may sleep), so wake-ups
+     * resume and a last poll takes what arrived meanwhile. Calls pair up per thread. */
+    void (*poll)(cl_tr_ctx *ctx, int mode);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
 } cl_transport;

@@ -10,6 +10,7 @@
 #include "../core/wire.h"
 #include "../kernels/reduce.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct {
     void *rbuf[WINDOW];
     size_t rbytes[WINDOW];
     size_t r_posted, r_done, s_posted, s_done;
+    int64_t idle_since; /* us; 0 while progressing */
+    int polling;        /* between CL_POLL_BEGIN and CL_POLL_END */
 } flight;
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
@@ -63,21 +66,36 @@ pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, si
     seg = seg ? seg : seg_align;
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     size_t maxc = base + (rem != 0);
+    if (maxc && maxc < seg) /* staging no larger than a chunk: small messages malloc little */
+        seg = (maxc + seg_align - 1) / seg_align * seg_align;
     size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
-    return (pass){ .comm = c, .req = r, .order = order, .from = (c->rank + n - 1) % n,
-                   .to = (c->rank + 1) % n, .units = segs * (size_t)(n - 1), .lag = segs,
-                   .segs_per_chunk = segs, .seg_elems = seg, .esize = esize,
-                   .chunk_base = base, .chunk_rem = rem };
+    return (pass){.comm = c,
+                  .req = r,
+                  .order = order,
+                  .from = (c->rank + n - 1) % n,
+                  .to = (c->rank + 1) % n,
+                  .units = segs * (size_t)(n - 1),
+                  .lag = segs,
+                  .segs_per_chunk = segs,
+                  .seg_elems = seg,
+                  .esize = esize,
+                  .chunk_base = base,
+                  .chunk_rem = rem};
 }
 
 static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
 {
     coll_req *q = p->req;
-    return (cl_msg_hdr){ .magic = CL_MSG_MAGIC, .coll = (uint8_t)q->kind,
-                         .dtype = (uint8_t)q->dtype, .op = (uint8_t)q->op,
-                         .codec = (uint8_t)p->codec, .len = (uint32_t)bytes,
-                         .seq = q->seq, .unit = (uint32_t)u, .tag = (uint32_t)q->root,
-                         .count = q->count };
+    return (cl_msg_hdr){.magic = CL_MSG_MAGIC,
+                        .coll = (uint8_t)q->kind,
+                        .dtype = (uint8_t)q->dtype,
+                        .op = (uint8_t)q->op,
+                        .codec = (uint8_t)p->codec,
+                        .len = (uint32_t)bytes,
+                        .seq = q->seq,
+                        .unit = (uint32_t)u,
+                        .tag = (uint32_t)q->root,
+                        .count = q->count};
 }
 
 static void *slot_at(char *base, size_t i, size_t bytes)
@@ -107,8 +125,8 @@ static int post_recv(flight *f)
     void *dst = p->ops->recv(p, u, slot_at(f->rslots, slot, p->slot_bytes), &bytes);
     f->rbuf[slot] = dst;
     f->rbytes[slot] = bytes;
-    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)],
-                                &f->rh[slot], dst, bytes, &f->rq[slot]);
+    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)], &f->rh[slot],
+                                dst, bytes, &f->rq[slot]);
     if (rc == COLL_OK)
         f->r_posted++;
     return rc;
@@ -158,12 +176,12 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
                   : COLL_OK;
     if (why != COLL_OK)
         return why;
-    const char *what = rc == COLL_EPEER ? "closed the connection or could not be reached"
-                                        : coll_strerror(rc);
+    const char *what =
+        rc == COLL_EPEER ? "closed the connection or could not be reached" : coll_strerror(rc);
     if (rc == COLL_EPEER)
         cl_comm_blame(c, peer, rc);
-    cl_comm_fail(c, rc, "rank %d %s #%u: %s peer %d (%s): %s", c->rank,
-                 cl_kind_name(p->req->kind), p->req->seq, dir, peer,
+    cl_comm_fail(c, rc, "rank %d %s #%u: %s peer %d (%s): %s", c->rank, cl_kind_name(p->req->kind),
+                 p->req->seq, dir, peer,
                  c->tr->peer_name(c->conns[CL_CH_COLL][dir[0] == 's' ? 0 : 1][peer]), what);
     return rc;
 }
@@ -224,7 +242,7 @@ static void drain(flight *f)
     coll_comm *c = f->p->comm;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     for (int i = 0; i < WINDOW; i++) {
-        cl_tr_req **qs[2] = { &f->rq[i], &f->sq[i] };
+        cl_tr_req **qs[2] = {&f->rq[i], &f->sq[i]};
         for (int k = 0; k < 2; k++) {
             int done = 0;
             while (*qs[k]) {
@@ -237,6 +255,35 @@ static void drain(flight *f)
             }
         }
     }
+}
+
+static void set_polling(flight *f, int on)
+{
+    coll_comm *c = f->p->comm;
+    if (f->polling != on && c->tr->poll)
+        c->tr->poll(c->ctx, on ? CL_POLL_BEGIN : CL_POLL_END);
+    f->polling = on;
+}
+
+/* Spin phase: for up to spin_us after the last progress, move bytes on this thread
+ * instead of sleeping until the transport's thread wakes us (a wake-up costs tens of
+ * microseconds, more than a small message). */
+static int poll_a_while(flight *f)
+{
+    coll_comm *c = f->p->comm;
+    int64_t now = cl_now_us();
+    if (!f->idle_since)
+        f->idle_since = now;
+    if (now - f->idle_since >= c->spin_us) {
+        set_polling(f, 0);
+        return 0;
+    }
+    set_polling(f, 1);
+    if (c->tr->poll)
+        c->tr->poll(c->ctx, CL_POLL);
+    else
+        sched_yield(); /* the transport's thread is the one that needs the core */
+    return 1;
 }
 
 static int step(flight *f, int64_t *deadline)
@@ -253,8 +300,11 @@ static int step(flight *f, int64_t *deadline)
     int64_t now = cl_now_ms();
     if (progress) {
         *deadline = now + c->timeout_ms;
+        f->idle_since = 0;
         return COLL_OK;
     }
+    if (poll_a_while(f))
+        return COLL_OK;
     if (now >= *deadline) {
         cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
                      c->rank, cl_kind_name(f->p->req->kind), f->p->req->seq, c->timeout_ms,
@@ -262,15 +312,14 @@ static int step(flight *f, int64_t *deadline)
                                   f->r_done < f->r_posted));
         return COLL_ETIMEDOUT;
     }
-    /* No spinning: with more ranks than cores (2 cores here) a 30 us spin tripled the
-     * 8-byte all-reduce time, because the spinner starves the thread that does the I/O. */
     cl_notifier_wait(&c->notifier, seen, *deadline);
+    f->idle_since = 0; /* woken: poll again before the next sleep */
     return COLL_OK;
 }
 
 int cl_pass_run(pass *p)
 {
-    flight f = { .p = p };
+    flight f = {.p = p};
     if (p->slot_bytes) {
         f.rslots = malloc(2 * WINDOW * p->slot_bytes);
         if (!f.rslots)
@@ -279,8 +328,11 @@ int cl_pass_run(pass *p)
     }
     int64_t deadline = cl_now_ms() + p->comm->timeout_ms;
     int rc = COLL_OK;
+    /* Polling from the start: the first messages need no wake-up of either side. */
+    set_polling(&f, p->comm->spin_us > 0);
     while (rc == COLL_OK && !finished(&f))
         rc = step(&f, &deadline);
+    set_polling(&f, 0);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
             cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,

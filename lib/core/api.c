@@ -3,10 +3,10 @@
  * Bad input is a status and a log line, never a crash. */
 #include "comm.h"
 
-#include "log.h"
-#include "util.h"
 #include "../kernels/codec.h"
 #include "../kernels/reduce.h"
+#include "log.h"
+#include "util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,8 +38,8 @@ static int check(const char *fn, coll_comm *c, const void *s, const void *r, siz
 static coll_codec codec_for(coll_comm *c, int kind, int dtype, int op)
 {
     int reduces = kind == CL_ALLREDUCE || kind == CL_REDUCE_SCATTER;
-    int fits = dtype == COLL_F32 && (kind == CL_ALLGATHER ||
-                                     (reduces && (op == COLL_SUM || op == COLL_AVG)));
+    int fits = dtype == COLL_F32 &&
+               (kind == CL_ALLGATHER || (reduces && (op == COLL_SUM || op == COLL_AVG)));
     return fits ? c->codec : COLL_CODEC_NONE;
 }
 
@@ -48,11 +48,21 @@ static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t cou
 {
     coll_req *q = calloc(1, sizeof(*q));
     if (q)
-        *q = (coll_req){ .comm = c, .kind = kind, .sbuf = s, .rbuf = r, .count = count,
-                         .dtype = (coll_dtype)dtype, .op = (coll_op)op, .root = root,
-                         .tag = tag, .codec = codec_for(c, kind, dtype, op) };
+        *q = (coll_req){.comm = c,
+                        .kind = kind,
+                        .sbuf = s,
+                        .rbuf = r,
+                        .count = count,
+                        .dtype = (coll_dtype)dtype,
+                        .op = (coll_op)op,
+                        .root = root,
+                        .tag = tag,
+                        .codec = codec_for(c, kind, dtype, op)};
     return q;
 }
+
+/* What the blocking calls pass as `out`: run the operation and return its status. */
+static coll_req *blocking;
 
 static int launch(coll_comm *c, coll_req *q, coll_req **out)
 {
@@ -65,9 +75,13 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
             free(q);
             return rc;
         }
+    } else if (out == &blocking) {
+        return cl_engine_call(c, q);
     } else {
         cl_engine_submit(c, q);
     }
+    if (out == &blocking)
+        return cl_req_wait(q);
     *out = q;
     return COLL_OK;
 }
@@ -78,18 +92,13 @@ static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, i
     return launch(c, make(c, kind, s, r, count, dtype, op, root, tag), out);
 }
 
-static int finish_blocking(int rc, coll_req *q)
-{
-    return rc == COLL_OK ? coll_wait(q) : rc;
-}
-
 static int check_op(const char *fn, int op)
 {
     return cl_op_valid(op) ? COLL_OK : bad(fn, "invalid reduction op");
 }
 
-int coll_iallreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
-                    coll_op op, coll_req **req)
+int coll_iallreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op,
+                    coll_req **req)
 {
     int rc = check(__func__, c, s, r, count, 1, dt);
     if (rc == COLL_OK)
@@ -119,20 +128,18 @@ int coll_iallgather(coll_comm *c, const void *s, void *r, size_t count, coll_dty
     return rc == COLL_OK ? start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
 }
 
-int coll_ibroadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root,
-                    coll_req **req)
+int coll_ibroadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root, coll_req **req)
 {
     int rc = check(__func__, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK && (root < 0 || root >= c->size))
         rc = bad(__func__, "root out of range");
     if (rc == COLL_OK && !req)
         rc = bad(__func__, "req is NULL");
-    return rc == COLL_OK ? start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req)
-                         : rc;
+    return rc == COLL_OK ? start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
 }
 
-static int check_p2p(const char *fn, coll_comm *c, const void *buf, size_t count, int dt,
-                     int peer, coll_req **req)
+static int check_p2p(const char *fn, coll_comm *c, const void *buf, size_t count, int dt, int peer,
+                     coll_req **req)
 {
     int rc = check(fn, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK && (peer < 0 || peer >= c->size || peer == c->rank))
@@ -146,8 +153,8 @@ static int check_p2p(const char *fn, coll_comm *c, const void *buf, size_t count
     return rc;
 }
 
-int coll_isend(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer,
-               uint32_t tag, coll_req **req)
+int coll_isend(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag,
+               coll_req **req)
 {
     int rc = check_p2p(__func__, c, buf, count, dt, peer, req);
     return rc == COLL_OK ? start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req) : rc;
@@ -162,31 +169,23 @@ int coll_irecv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, u
 
 int coll_allreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op)
 {
-    coll_req *q = NULL;
-    int rc = coll_iallreduce(c, s, r, count, dt, op, &q);
-    return finish_blocking(rc, q);
+    return coll_iallreduce(c, s, r, count, dt, op, &blocking);
 }
 
 int coll_reduce_scatter(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
                         coll_op op)
 {
-    coll_req *q = NULL;
-    int rc = coll_ireduce_scatter(c, s, r, count, dt, op, &q);
-    return finish_blocking(rc, q);
+    return coll_ireduce_scatter(c, s, r, count, dt, op, &blocking);
 }
 
 int coll_allgather(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
 {
-    coll_req *q = NULL;
-    int rc = coll_iallgather(c, s, r, count, dt, &q);
-    return finish_blocking(rc, q);
+    return coll_iallgather(c, s, r, count, dt, &blocking);
 }
 
 int coll_broadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root)
 {
-    coll_req *q = NULL;
-    int rc = coll_ibroadcast(c, buf, count, dt, root, &q);
-    return finish_blocking(rc, q);
+    return coll_ibroadcast(c, buf, count, dt, root, &blocking);
 }
 
 int coll_barrier(coll_comm *c)
@@ -194,24 +193,18 @@ int coll_barrier(coll_comm *c)
     if (!c)
         return bad(__func__, "communicator is NULL");
     int rc = cl_comm_state(c);
-    coll_req *q = NULL;
-    if (rc == COLL_OK)
-        rc = start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, &q);
-    return finish_blocking(rc, q);
+    return rc == COLL_OK ? start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, &blocking)
+                         : rc;
 }
 
 int coll_send(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    coll_req *q = NULL;
-    int rc = coll_isend(c, buf, count, dt, peer, tag, &q);
-    return finish_blocking(rc, q);
+    return coll_isend(c, buf, count, dt, peer, tag, &blocking);
 }
 
 int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    coll_req *q = NULL;
-    int rc = coll_irecv(c, buf, count, dt, peer, tag, &q);
-    return finish_blocking(rc, q);
+    return coll_irecv(c, buf, count, dt, peer, tag, &blocking);
 }
 
 /* Collective: every rank learns every rank's choice, so a disagreement is
@@ -245,8 +238,8 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
                cl_op_name(op));
         rc = COLL_ENOTSUP;
     }
-    if (rc == COLL_OK && (codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8 || !req ||
-                          (count && !residual)))
+    if (rc == COLL_OK &&
+        (codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8 || !req || (count && !residual)))
         rc = bad(__func__, "invalid codec, or residual or req is NULL");
     if (rc != COLL_OK)
         return rc;
@@ -261,9 +254,7 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
 int coll_allreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
                       coll_codec codec, float *residual)
 {
-    coll_req *q = NULL;
-    int rc = coll_iallreduce_ef(c, s, r, count, op, codec, residual, &q);
-    return finish_blocking(rc, q);
+    return coll_iallreduce_ef(c, s, r, count, op, codec, residual, &blocking);
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)
@@ -271,9 +262,8 @@ int coll_get_stats(const coll_comm *c, coll_stats *out)
     if (!c || !out)
         return COLL_EINVAL;
     coll_comm *m = (coll_comm *)c;
-    *out = (coll_stats){ atomic_load(&m->ops), atomic_load(&m->bytes_in),
-                         atomic_load(&m->wire_tx), atomic_load(&m->wire_rx),
-                         atomic_load(&m->errors) };
+    *out = (coll_stats){atomic_load(&m->ops), atomic_load(&m->bytes_in), atomic_load(&m->wire_tx),
+                        atomic_load(&m->wire_rx), atomic_load(&m->errors)};
     return COLL_OK;
 }
 

@@ -54,6 +54,7 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->id = id;
     c->timeout_ms = cfg->timeout_ms;
     c->segment_bytes = cfg->segment_bytes;
+    c->spin_us = cfg->spin_us;
     c->codec = cfg->codec;
     c->secret = cfg->secret;
     c->tr = cfg->transport;
@@ -70,7 +71,7 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->p2p_seq[1] = calloc((size_t)size, sizeof(uint32_t));
     if (!c->p2p_seq[0] || !c->p2p_seq[1])
         goto fail;
-    cl_tr_config tc = { cfg->device, cfg->timeout_ms, &c->notifier };
+    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier};
     if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK)
         goto fail;
     if ((rc = c->tr->listen(c->ctx, handle, l)) != COLL_OK)
@@ -148,7 +149,8 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
     char key[64];
     snprintf(key, sizeof(key), "addr/%d", rv->rank);
     if ((rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err))) ||
-        (rc = agree_job(c, deadline)) || (rc = c->store->ops->set(c->store, key, handle, sizeof(handle))))
+        (rc = agree_job(c, deadline)) ||
+        (rc = c->store->ops->set(c->store, key, handle, sizeof(handle))))
         goto fail;
     if (!(handles = calloc((size_t)c->size, CL_HANDLE_BYTES))) {
         rc = COLL_ENOMEM;
@@ -215,7 +217,7 @@ static int members_of(const int *ck, int n, int color, member *out)
     int m = 0;
     for (int i = 0; i < n; i++)
         if (ck[2 * i] == color)
-            out[m++] = (member){ color, ck[2 * i + 1], i };
+            out[m++] = (member){color, ck[2 * i + 1], i};
     qsort(out, (size_t)m, sizeof(*out), by_key);
     return m;
 }
@@ -223,12 +225,14 @@ static int members_of(const int *ck, int n, int color, member *out)
 static int split_connect(coll_comm *parent, const member *mem, int m, int newrank, int color,
                          coll_comm **out)
 {
-    cl_config cfg = { parent->tr, parent->device[0] ? parent->device : NULL, parent->timeout_ms,
-                      parent->segment_bytes, parent->secret, parent->codec };
-    char handle[CL_HANDLE_BYTES] = { 0 };
+    cl_config cfg = {parent->tr,         parent->device[0] ? parent->device : NULL,
+                     parent->timeout_ms, parent->segment_bytes,
+                     parent->secret,     parent->codec,
+                     parent->spin_us};
+    char handle[CL_HANDLE_BYTES] = {0};
     char *all = calloc((size_t)parent->size, CL_HANDLE_BYTES);
     char *mine = calloc((size_t)(m ? m : 1), CL_HANDLE_BYTES);
-    uint64_t seed[3] = { parent->id, parent->splits, (uint64_t)(int64_t)color };
+    uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
     uint64_t id = cl_hash(seed, sizeof(seed), parent->job);
     coll_comm *c = NULL;
     cl_tr_listener *l = NULL;
@@ -262,7 +266,7 @@ int coll_split(coll_comm *comm, int color, int key, coll_comm **out)
     if (!comm || !out)
         return COLL_EINVAL;
     *out = NULL;
-    int n = comm->size, ck[2] = { color < 0 ? -1 : color, key };
+    int n = comm->size, ck[2] = {color < 0 ? -1 : color, key};
     int *all = calloc((size_t)n * 2, sizeof(int));
     member *mem = calloc((size_t)n, sizeof(member));
     int rc = all && mem ? coll_allgather(comm, ck, all, 2, COLL_I32) : COLL_ENOMEM;

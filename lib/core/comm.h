@@ -11,8 +11,16 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-enum cl_coll_kind { CL_ALLREDUCE = 1, CL_REDUCE_SCATTER, CL_ALLGATHER, CL_BROADCAST,
-                    CL_BARRIER, CL_SEND, CL_RECV, CL_SPLIT };
+enum cl_coll_kind {
+    CL_ALLREDUCE = 1,
+    CL_REDUCE_SCATTER,
+    CL_ALLGATHER,
+    CL_BROADCAST,
+    CL_BARRIER,
+    CL_SEND,
+    CL_RECV,
+    CL_SPLIT
+};
 enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
 /* The header-only frame a failing rank sends on its way out: tag = -status, count = its
  * rank, seq = the operation it was running. */
@@ -46,6 +54,7 @@ struct coll_comm {
     uint64_t id, job, secret;
     int timeout_ms;
     size_t segment_bytes;
+    int spin_us;
     coll_codec codec;
     char device[64];
     const cl_transport *tr;
@@ -58,19 +67,20 @@ struct coll_comm {
     pthread_cond_t cv;
     coll_req *qhead, *qtail;
     int stop;
+    int busy; /* a collective is running, on the engine thread or a caller's */
     pthread_t engine;
-    uint32_t seq;        /* collectives issued */
+    uint32_t seq;         /* collectives issued */
     uint32_t *p2p_seq[2]; /* per peer: messages sent, messages received */
     uint32_t splits;
 
-    int status; /* first failure, sticky */
+    int status;                   /* first failure, sticky */
     int cause_rank, cause_status; /* where the failure began, passed on in the farewell */
     atomic_int aborted;
     char err[512];
 
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
 
-    void *scratch; /* engine thread only */
+    void *scratch; /* the running collective's (see busy) */
     size_t scratch_bytes;
 };
 
@@ -94,8 +104,11 @@ int cl_comm_state(coll_comm *c);
 int cl_engine_start(coll_comm *c);
 void cl_engine_stop(coll_comm *c);
 void cl_engine_submit(coll_comm *c, coll_req *r);
+/* A blocking collective: runs r on the calling thread when nothing is queued or running,
+ * else queues it behind the others and waits. Frees r; returns its status. */
+int cl_engine_call(coll_comm *c, coll_req *r);
 
-/* Runs one collective to completion on the engine thread; returns its status. */
+/* Runs one collective to completion (engine thread or cl_engine_call); returns its status. */
 int cl_run_collective(coll_comm *c, coll_req *r);
 
 /* Point-to-point requests bypass the engine: posted to the transport at once. */
@@ -108,7 +121,7 @@ int cl_req_wait(coll_req *r);
 /* Connects the full mesh of this communicator, given every rank's listener handle. */
 int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles);
 
-/* The engine's scratch buffer, grown to at least `bytes`. NULL when out of memory. */
+/* The running collective's scratch buffer, grown to at least `bytes`. NULL when out of memory. */
 void *cl_scratch(coll_comm *c, size_t bytes);
 
 #endif

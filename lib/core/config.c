@@ -2,8 +2,8 @@
  * environment variables, and says which was used at info level. */
 #include "config.h"
 
-#include "log.h"
 #include "../kernels/codec.h"
+#include "log.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -25,9 +25,8 @@ static const char *default_device(const cl_rdzv *rv)
 {
     if (strcmp(rv->scheme, "tcp") != 0)
         return strcmp(rv->scheme, "mem") == 0 ? "lo" : NULL;
-    return strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0
-               ? "lo"
-               : NULL;
+    return strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0 ? "lo"
+                                                                                           : NULL;
 }
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,
@@ -36,7 +35,8 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     coll_config u = COLL_CONFIG_INIT;
     if (user) {
         if (user->size < sizeof(size_t) || user->size > 4096) {
-            snprintf(err, errlen, "coll_config.size is %zu: start from COLL_CONFIG_INIT", user->size);
+            snprintf(err, errlen, "coll_config.size is %zu: start from COLL_CONFIG_INIT",
+                     user->size);
             return COLL_EINVAL;
         }
         memcpy(&u, user, CL_MIN(user->size, sizeof(u)));
@@ -44,7 +44,8 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     const char *tname = u.transport ? u.transport : env_or("COLL_TRANSPORT", "auto");
     out->transport = cl_transport_find(tname);
     if (!out->transport) {
-        snprintf(err, errlen, "unknown transport '%s' (available: %s)", tname, cl_transport_names());
+        snprintf(err, errlen, "unknown transport '%s' (available: %s)", tname,
+                 cl_transport_names());
         return COLL_ENOTSUP;
     }
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
@@ -67,6 +68,12 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     out->codec = u.codec != COLL_CODEC_NONE ? u.codec : (coll_codec)env_codec;
+    const char *spin = env_or("COLL_SPIN_US", NULL);
+    out->spin_us = spin ? atoi(spin) : CL_DEFAULT_SPIN_US;
+    if (out->spin_us < 0 || out->spin_us > 1000000) {
+        snprintf(err, errlen, "COLL_SPIN_US must be 0 to 1000000, not '%s'", spin);
+        return COLL_EINVAL;
+    }
     const char *secret = getenv("COLL_SECRET");
     out->secret = secret ? cl_hash(secret, strlen(secret), 0x5ec7e7) : 0;
     return COLL_OK;

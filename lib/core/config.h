@@ -10,6 +10,9 @@
 
 #define CL_DEFAULT_TIMEOUT_MS 30000
 #define CL_DEFAULT_SEGMENT (512u * 1024u)
+/* A waiting collective polls this long before sleeping: a peer's answer to a small
+ * message comes within tens of microseconds, a sleep and wake-up cost as much again. */
+#define CL_DEFAULT_SPIN_US 100
 
 typedef struct cl_config {
     const cl_transport *transport;
@@ -18,6 +21,7 @@ typedef struct cl_config {
     size_t segment_bytes;
     uint64_t secret; /* hash of $COLL_SECRET, 0 when unset */
     coll_codec codec;
+    int spin_us; /* how long a waiting collective polls before it sleeps */
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

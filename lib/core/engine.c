@@ -1,7 +1,10 @@
 /* The per-communicator progress engine: a thread that runs queued collectives in order,
- * like a stream. Callers enqueue and return (non-blocking) or enqueue and wait. It never
- * runs point-to-point messages: those go to the transport directly so a receive never
- * queues behind a send. */
+ * like a stream. Callers enqueue and return (non-blocking) or enqueue and wait; a
+ * blocking call that finds nothing queued or running runs on its own thread instead, as
+ * MPI does: two thread hand-offs (to the engine and back) cost more than a small
+ * all-reduce itself. One collective runs at a time either way (`busy`), in issue order.
+ * It never runs point-to-point messages: those go to the transport directly so a
+ * receive never queues behind a send. */
 #include "comm.h"
 
 #include "../algo/algo.h"
@@ -25,37 +28,46 @@ int cl_run_collective(coll_comm *c, coll_req *r)
 static coll_req *next_request(coll_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    while (!c->qhead && !c->stop)
+    while ((!c->qhead || c->busy) && !c->stop)
         pthread_cond_wait(&c->cv, &c->mu);
     coll_req *r = c->qhead;
     if (r) {
         c->qhead = r->next;
         if (!c->qhead)
             c->qtail = NULL;
+        c->busy = 1;
     }
     pthread_mutex_unlock(&c->mu);
     return r;
 }
 
-static void finish(coll_comm *c, coll_req *r, int status)
+/* A request run by its own caller has no other waiter: wake the engine only if work
+ * queued behind it (a needless wake-up costs more than a small all-reduce). */
+static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
 {
     if (status == COLL_OK)
         atomic_fetch_add(&c->ops, 1);
     pthread_mutex_lock(&c->mu);
     r->status = status;
     r->done = 1;
-    pthread_cond_broadcast(&c->cv);
+    c->busy = 0;
+    if (!by_caller || c->qhead)
+        pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+static void run(coll_comm *c, coll_req *r, int by_caller)
+{
+    int state = cl_comm_state(c);
+    finish(c, r, state != COLL_OK ? state : cl_run_collective(c, r), by_caller);
 }
 
 static void *engine_main(void *arg)
 {
     coll_comm *c = arg;
     coll_req *r;
-    while ((r = next_request(c)) != NULL) {
-        int state = cl_comm_state(c);
-        finish(c, r, state != COLL_OK ? state : cl_run_collective(c, r));
-    }
+    while ((r = next_request(c)) != NULL)
+        run(c, r, 0);
     return NULL;
 }
 
@@ -87,6 +99,25 @@ void cl_engine_submit(coll_comm *c, coll_req *r)
     c->qtail = r;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+int cl_engine_call(coll_comm *c, coll_req *r)
+{
+    pthread_mutex_lock(&c->mu);
+    int here = !c->qhead && !c->busy;
+    if (here) {
+        c->busy = 1;
+        r->seq = ++c->seq;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!here) {
+        cl_engine_submit(c, r);
+        return cl_req_wait(r);
+    }
+    run(c, r, 1);
+    int rc = r->status;
+    free(r);
+    return rc;
 }
 
 void *cl_scratch(coll_comm *c, size_t bytes)

@@ -28,9 +28,9 @@ const char *coll_strerror(int status)
 
 const char *cl_kind_name(int kind)
 {
-    static const char *names[] = { "invalid",   "allreduce", "reduce_scatter", "allgather",
-                                   "broadcast", "barrier",   "send",           "recv",
-                                   "split" };
+    static const char *names[] = {"invalid",   "allreduce", "reduce_scatter",
+                                  "allgather", "broadcast", "barrier",
+                                  "send",      "recv",      "split"};
     return kind >= CL_ALLREDUCE && kind <= CL_SPLIT ? names[kind] : names[0];
 }
 
@@ -62,8 +62,11 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     cl_log(COLL_LOG_ERROR, "%s", c->err);
     /* Closing every link makes the failure reach every peer within one timeout; the
      * farewell tells them why, so a mismatch is a mismatch on every rank. */
-    cl_msg_hdr bye = { .magic = CL_MSG_MAGIC, .coll = CL_FAREWELL, .seq = seq,
-                       .tag = (uint32_t)-cause_status, .count = (uint64_t)cause_rank };
+    cl_msg_hdr bye = {.magic = CL_MSG_MAGIC,
+                      .coll = CL_FAREWELL,
+                      .seq = seq,
+                      .tag = (uint32_t)-cause_status,
+                      .count = (uint64_t)cause_rank};
     c->tr->shutdown(c->ctx, status, &bye);
     cl_notify(&c->notifier);
 }
@@ -84,7 +87,7 @@ int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t
 
 int cl_await_farewell(coll_comm *c, int peer, int ch, const char *what, uint32_t seq)
 {
-    cl_msg_hdr h = { 0 };
+    cl_msg_hdr h = {0};
     cl_tr_req *r;
     if (c->tr->irecv(c->conns[ch][1][peer], &h, NULL, 0, &r) != COLL_OK)
         return COLL_OK;

@@ -2,9 +2,9 @@
 #include "log.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -16,7 +16,7 @@ static coll_log_level level = COLL_LOG_WARN;
 
 static coll_log_level level_from_env(void)
 {
-    static const char *names[] = { "error", "warn", "info", "debug", "trace" };
+    static const char *names[] = {"error", "warn", "info", "debug", "trace"};
     const char *v = getenv("COLL_DEBUG");
     if (!v)
         return COLL_LOG_WARN;
@@ -55,7 +55,7 @@ void coll_set_log(coll_log_fn fn, void *arg, coll_log_level l)
 
 void cl_log(coll_log_level l, const char *fmt, ...)
 {
-    static const char *tags[] = { "", "ERROR", "WARN", "INFO", "DEBUG", "TRACE" };
+    static const char *tags[] = {"", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
     if (!cl_log_enabled(l))
         return;
     char msg[1024];

@@ -14,7 +14,7 @@
 
 static cl_hello_expect expectation(const coll_comm *c)
 {
-    return (cl_hello_expect){ c->job, c->secret, c->id, c->rank, c->size, CL_CHANNELS };
+    return (cl_hello_expect){c->job, c->secret, c->id, c->rank, c->size, CL_CHANNELS};
 }
 
 /* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
@@ -86,7 +86,7 @@ static int exchange_first_message(coll_comm *c)
     int n = c->size, k = 0, rc = COLL_OK;
     cl_tr_req **reqs = calloc((size_t)(4 * n), sizeof(*reqs));
     cl_msg_hdr *in = calloc((size_t)(2 * n), sizeof(*in));
-    cl_msg_hdr h = { .magic = CL_MSG_MAGIC };
+    cl_msg_hdr h = {.magic = CL_MSG_MAGIC};
     if (!reqs || !in)
         rc = COLL_ENOMEM;
     for (int ch = 0; ch < CL_CHANNELS && rc == COLL_OK; ch++)
@@ -112,8 +112,8 @@ static int exchange_first_message(coll_comm *c)
         }
         if (r != COLL_OK && rc == COLL_OK) {
             int j = (i / 2) % (n - 1), peer = j < c->rank ? j : j + 1;
-            cl_comm_fail(c, r, "rank %d: the first message with rank %d failed: %s", c->rank,
-                         peer, coll_strerror(r));
+            cl_comm_fail(c, r, "rank %d: the first message with rank %d failed: %s", c->rank, peer,
+                         coll_strerror(r));
             rc = r;
         }
     }
@@ -133,8 +133,8 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
             int rc = c->tr->connect(c->ctx, handles + (size_t)p * CL_HANDLE_BYTES, raw,
                                     &c->conns[ch][0][p]);
             if (rc != COLL_OK) {
-                cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank,
-                             p, CL_HANDLE_BYTES, handles + (size_t)p * CL_HANDLE_BYTES,
+                cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, p,
+                             CL_HANDLE_BYTES, handles + (size_t)p * CL_HANDLE_BYTES,
                              coll_strerror(rc));
                 return rc;
             }
@@ -146,10 +146,12 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
         rc = exchange_first_message(c);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
         int n = c->size, prev = (c->rank + n - 1) % n, next = (c->rank + 1) % n;
-        cl_log(COLL_LOG_INFO, "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d: from %d "
-               "via %s, to %d via %s", c->rank, n, (unsigned long long)c->id, c->tr->name, prev,
-               c->rank, next, prev, n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-",
-               next, n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-");
+        cl_log(COLL_LOG_INFO,
+               "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d: from %d "
+               "via %s, to %d via %s",
+               c->rank, n, (unsigned long long)c->id, c->tr->name, prev, c->rank, next, prev,
+               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-", next,
+               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-");
     }
     return rc;
 }

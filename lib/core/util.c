@@ -15,13 +15,13 @@ int64_t cl_now_ms(void)
 
 struct timespec cl_deadline_timespec(int64_t deadline_ms)
 {
-    struct timespec ts = { (time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L };
+    struct timespec ts = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000L};
     return ts;
 }
 
 void cl_sleep_ms(int ms)
 {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 

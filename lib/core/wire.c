@@ -7,9 +7,16 @@
 
 void cl_hello_make(const cl_hello_expect *me, int channel, uint8_t out[CL_HELLO_BYTES])
 {
-    cl_hello h = { CL_HELLO_MAGIC, CL_PROTO_VERSION,
-                   COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR, me->job, me->secret, me->comm,
-                   (uint32_t)me->rank, (uint32_t)channel, (uint32_t)me->size, 0 };
+    cl_hello h = {CL_HELLO_MAGIC,
+                  CL_PROTO_VERSION,
+                  COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR,
+                  me->job,
+                  me->secret,
+                  me->comm,
+                  (uint32_t)me->rank,
+                  (uint32_t)channel,
+                  (uint32_t)me->size,
+                  0};
     memcpy(out, &h, sizeof(h));
 }
 

@@ -17,7 +17,7 @@
 #endif
 
 static int simd = -1; /* -1: not decided yet */
-static int simd512;      /* AVX-512BW on top of AVX2: the int8 quantizer uses it */
+static int simd512;   /* AVX-512BW on top of AVX2: the int8 quantizer uses it */
 
 int cl_codec_use_simd(int level)
 {
@@ -50,7 +50,7 @@ size_t cl_codec_bytes(coll_codec codec, size_t n)
 
 const char *cl_codec_name(int codec)
 {
-    static const char *names[] = { "none", "fp16", "bf16", "int8" };
+    static const char *names[] = {"none", "fp16", "bf16", "int8"};
     return codec >= 0 && codec <= COLL_CODEC_INT8 ? names[codec] : "invalid";
 }
 
@@ -136,8 +136,8 @@ enum { Q8_PREFETCH = 2048 };
 AVX static uint32_t absmax_bits_avx(const float *x, size_t n)
 {
     const __m256i mask = _mm256_set1_epi32(0x7fffffff);
-    __m256i m[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                     _mm256_setzero_si256() };
+    __m256i m[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
     size_t i = 0;
     for (; i + 32 <= n; i += 32) { /* four chains hide the max latency */
         _mm_prefetch((const char *)(x + i + Q8_PREFETCH), _MM_HINT_T0);
@@ -183,9 +183,8 @@ AVX512 static void q8_quantize_avx512(int8_t *q, const float *x, size_t n, float
     __m512 vinv = _mm512_set1_ps(inv);
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((void *)(q + i),
-                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(
-                             _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
+        _mm_storeu_si128((void *)(q + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(
+                                              _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
     for (; i < n; i++)
         q[i] = (int8_t)(int)rne(x[i] * inv);
 }
@@ -219,8 +218,8 @@ AVX static void q8_encode_group_avx(unsigned char *dst, const float *x, size_t n
         unsigned char *d = dst + b * (4 + CL_Q8_BLOCK);
         float inv;
         if (q8_start_block(d, amax[b], m, &inv))
-            (simd512 ? q8_quantize_avx512 : q8_quantize_avx)((int8_t *)(d + 4),
-                                                             x + b * CL_Q8_BLOCK, m, inv);
+            (simd512 ? q8_quantize_avx512 : q8_quantize_avx)((int8_t *)(d + 4), x + b * CL_Q8_BLOCK,
+                                                             m, inv);
     }
 }
 

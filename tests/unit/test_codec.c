@@ -20,9 +20,14 @@ static float *nasty(size_t n, unsigned seed)
     for (size_t i = 0; i < n; i++) {
         int k = rand() % 40;
         float g = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
-        x[i] = k == 0 ? INFINITY : k == 1 ? -INFINITY : k == 2 ? NAN : k == 3 ? 1e-40f
-             : k == 4 ? -0.0f : k == 5 ? 70000.0f : k == 6 ? cl_bits_f32((uint32_t)rand())
-                                                  : g;
+        x[i] = k == 0   ? INFINITY
+               : k == 1 ? -INFINITY
+               : k == 2 ? NAN
+               : k == 3 ? 1e-40f
+               : k == 4 ? -0.0f
+               : k == 5 ? 70000.0f
+               : k == 6 ? cl_bits_f32((uint32_t)rand())
+                        : g;
     }
     return x;
 }
@@ -100,8 +105,8 @@ START_TEST(q8_blocks_scale_and_bound_the_error)
             continue;
         }
         float scale = i < 256 ? s0 : i < 512 ? s1 : s3;
-        ck_assert_msg(fabsf(d[i] - x[i]) <= scale * 0.5f * 1.0001f, "element %d: %g vs %g", i,
-                      d[i], x[i]);
+        ck_assert_msg(fabsf(d[i] - x[i]) <= scale * 0.5f * 1.0001f, "element %d: %g vs %g", i, d[i],
+                      x[i]);
     }
 }
 END_TEST

@@ -4,8 +4,8 @@
  * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
  * handles, and connect() picks shm when the peer's key equals ours. Every other call
  * goes to the transport that made the connection. */
-#include "../transport.h"
 #include "../../lib/core/log.h"
+#include "../transport.h"
 #include "collective.h"
 
 #include <pthread.h>
@@ -43,11 +43,10 @@ struct cl_tr_req {
 };
 
 #ifdef CL_HAVE_IBVERBS
-static const cl_transport *const inner_tr[NINNER] = { &cl_transport_tcp, &cl_transport_shm,
-                                                      &cl_transport_ibverbs };
+static const cl_transport *const inner_tr[NINNER] = {&cl_transport_tcp, &cl_transport_shm,
+                                                     &cl_transport_ibverbs};
 #else
-static const cl_transport *const inner_tr[NINNER] = { &cl_transport_tcp, &cl_transport_shm,
-                                                      NULL };
+static const cl_transport *const inner_tr[NINNER] = {&cl_transport_tcp, &cl_transport_shm, NULL};
 static int cl_ibverbs_present(void)
 {
     return 0;
@@ -74,7 +73,7 @@ static void host_key(char key[KEY_HEX + 1])
     ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
     ns[n > 0 ? n : 0] = 0;
     uint64_t h = 1469598103934665603ULL;
-    const char *parts[] = { host, "|", boot, "|", ns };
+    const char *parts[] = {host, "|", boot, "|", ns};
     for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)
         for (const char *s = parts[p]; *s; s++)
             h = (h ^ (unsigned char)*s) * 1099511628211ULL;
@@ -134,7 +133,7 @@ static void close_inner_listeners(cl_tr_listener *l)
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
-    char h[NINNER][CL_HANDLE_BYTES + 1] = { { 0 }, { 0 }, "-" };
+    char h[NINNER][CL_HANDLE_BYTES + 1] = {{0}, {0}, "-"};
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
@@ -168,15 +167,14 @@ static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_liste
     return COLL_OK;
 }
 
-static int wrap_conn(cl_tr_ctx *ctx, const cl_transport *tr, cl_tr_conn *inner,
-                     cl_tr_conn **out)
+static int wrap_conn(cl_tr_ctx *ctx, const cl_transport *tr, cl_tr_conn *inner, cl_tr_conn **out)
 {
     cl_tr_conn *c = malloc(sizeof(*c));
     if (!c) {
         tr->close_conn(inner);
         return COLL_ENOMEM;
     }
-    *c = (cl_tr_conn){ tr, inner, NULL, "" };
+    *c = (cl_tr_conn){tr, inner, NULL, ""};
     snprintf(c->name, sizeof(c->name), "%s %s", tr->name, tr->peer_name(inner));
     pthread_mutex_lock(&ctx->mu);
     c->next = ctx->conns;
@@ -212,13 +210,14 @@ static void auto_close_listener(cl_tr_listener *l)
 static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                         const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[NINNER][CL_HANDLE_BYTES + 1] = { { 0 } };
+    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[NINNER][CL_HANDLE_BYTES + 1] = {{0}};
     memcpy(all, handle, CL_HANDLE_BYTES);
     all[CL_HANDLE_BYTES] = 0;
     if (sscanf(all, "auto %16s %128s %128s %128s", key, h[0], h[1], h[2]) != 4)
         return COLL_EINVAL;
-    int k = strcmp(key, ctx->key) == 0 ? 1                       /* this host: shm */
-            : ctx->inner[2] && strcmp(h[2], "-") != 0 ? 2 : 0; /* RDMA at both ends */
+    int k = strcmp(key, ctx->key) == 0                ? 1 /* this host: shm */
+            : ctx->inner[2] && strcmp(h[2], "-") != 0 ? 2
+                                                      : 0; /* RDMA at both ends */
     cl_tr_conn *inner;
     int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, &inner);
     return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
@@ -231,7 +230,7 @@ static int wrap_req(const cl_transport *tr, int rc, cl_tr_req *inner, cl_tr_req 
     cl_tr_req *r = malloc(sizeof(*r));
     if (!r)
         return COLL_ENOMEM; /* the inner request is lost; its context frees it (tcp) */
-    *r = (cl_tr_req){ tr, inner };
+    *r = (cl_tr_req){tr, inner};
     *out = r;
     return COLL_OK;
 }
@@ -271,6 +270,13 @@ static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
             inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
 }
 
+static void auto_poll(cl_tr_ctx *ctx, int mode)
+{
+    for (int k = 0; k < NINNER; k++)
+        if (ctx->inner[k] && inner_tr[k]->poll)
+            inner_tr[k]->poll(ctx->inner[k], mode);
+}
+
 static const char *auto_peer_name(cl_tr_conn *c)
 {
     return c->name;
@@ -289,5 +295,6 @@ const cl_transport cl_transport_auto = {
     .test = auto_test,
     .close_conn = auto_close_conn,
     .shutdown = auto_shutdown,
+    .poll = auto_poll,
     .peer_name = auto_peer_name,
 };

@@ -10,11 +10,11 @@
  * One mutex per context guards its connections; callers copy directly when they can
  * (a send into free ring space, a receive from data already there) and the progress
  * thread does the rest, so nothing depends on the caller polling. */
+#include "../../lib/core/log.h"
+#include "../../lib/core/util.h"
 #include "../progress.h"
 #include "../reqq.h"
 #include "../transport.h"
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
 #include "collective.h"
 
 #include <errno.h>
@@ -38,11 +38,17 @@ typedef union {
     struct cmsghdr align;
 } fd_ctl;
 
-struct ring { /* shared between the two processes */
-    _Atomic uint64_t head; /* bytes ever written, by the sender */
-    _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
+/* Shared between the two processes; each side writes only its own cache line. A side's
+ * wake flag says it has requests waiting and no thread polling for them: only then must
+ * the other side ring its eventfd. With callers polling, a message costs no system call. */
+struct ring {
+    _Alignas(64) _Atomic uint64_t head; /* bytes ever written, by the sender */
+    _Atomic uint32_t tx_wake;
     uint64_t cap;
+    _Alignas(64) _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
+    _Atomic uint32_t rx_wake;
 };
+_Static_assert(sizeof(struct ring) <= RING_DATA, "ring header fits before the data");
 
 struct cl_tr_conn {
     cl_tr_ctx *ctx;
@@ -72,12 +78,31 @@ struct cl_tr_ctx {
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
     cl_req_owner reqs;
-    int down; /* shutdown status */
+    int down;    /* shutdown status */
+    int pollers; /* threads between CL_POLL_BEGIN and CL_POLL_END */
 };
 
+static _Atomic uint32_t *wake_flag(cl_tr_conn *c, int peer)
+{
+    return (c->is_recv ^ peer) ? &c->ring->rx_wake : &c->ring->tx_wake;
+}
+
+/* Our wake flag from our queue and pollers. Raised before the pump that follows it, with a
+ * fence between (store flag, fence, read head/tail), pairing with ring_peer's (store
+ * head/tail, fence, read flag): either the peer rings or our pump sees its bytes. */
+static void update_wake(cl_tr_conn *c)
+{
+    if (c->ring)
+        atomic_store_explicit(wake_flag(c, 0), c->q.head && !c->ctx->pollers, memory_order_relaxed);
+}
+
+/* After moving bytes: wakes the peer's thread if it waits with nobody polling. */
 static void ring_peer(cl_tr_conn *c)
 {
     uint64_t one = 1;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(wake_flag(c, 1), memory_order_relaxed))
+        return;
     if (c->peer_efd >= 0 && write(c->peer_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         cl_log(COLL_LOG_DEBUG, "shm: cannot wake %s: %s", c->name, strerror(errno));
 }
@@ -110,8 +135,8 @@ static int pump_send(cl_tr_conn *c)
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
         uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
-        uint64_t room = c->ring->cap - (head - atomic_load_explicit(&c->ring->tail,
-                                                                   memory_order_acquire));
+        uint64_t room =
+            c->ring->cap - (head - atomic_load_explicit(&c->ring->tail, memory_order_acquire));
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         n = n < room ? n : (size_t)room;
         if (n == 0)
@@ -186,7 +211,9 @@ static int pump_recv(cl_tr_conn *c)
 /* Under the context's mutex. */
 static void pump(cl_tr_conn *c)
 {
-    if (c->is_recv ? pump_recv(c) : pump_send(c))
+    int moved = c->is_recv ? pump_recv(c) : pump_send(c);
+    update_wake(c);
+    if (moved)
         ring_peer(c);
 }
 
@@ -194,10 +221,12 @@ static void pump(cl_tr_conn *c)
 static void on_lifeline(cl_tr_conn *c)
 {
     char b;
-    fd_ctl ctl = { { 0 } };
-    struct iovec v = { &b, 1 };
-    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = CMSG_SPACE(sizeof(int)) };
+    fd_ctl ctl = {{0}};
+    struct iovec v = {&b, 1};
+    struct msghdr m = {.msg_iov = &v,
+                       .msg_iovlen = 1,
+                       .msg_control = ctl.buf,
+                       .msg_controllen = CMSG_SPACE(sizeof(int))};
     ssize_t n = recvmsg(c->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n > 0) {
         struct cmsghdr *h = CMSG_FIRSTHDR(&m);
@@ -232,7 +261,7 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     if (!ctx)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
-    ctx->reqs = (cl_req_owner){ &ctx->pg.mu, cfg->notifier, NULL };
+    ctx->reqs = (cl_req_owner){&ctx->pg.mu, cfg->notifier, NULL};
     if (cl_progress_start(&ctx->pg, on_ready, on_round, ctx) != COLL_OK) {
         free(ctx);
         return COLL_ESYS;
@@ -294,7 +323,7 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     l->ctx = ctx;
     snprintf(l->name, sizeof(l->name), "libcollective-shm-%d-%u-%llx", (int)getpid(),
              atomic_fetch_add(&counter, 1), (unsigned long long)cl_now_ms());
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, l->name, strlen(l->name)); /* abstract: no file to clean up */
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(l->name));
     l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -361,15 +390,15 @@ static void conn_link(cl_tr_conn *c)
 static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     uint8_t h[CL_HELLO_BYTES];
-    fd_ctl ctl = { { 0 } };
-    struct iovec v = { h, sizeof(h) };
-    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = sizeof(ctl.buf) };
+    fd_ctl ctl = {{0}};
+    struct iovec v = {h, sizeof(h)};
+    struct msghdr m = {
+        .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
     ssize_t n = recvmsg(s, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
     struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
-    int fds[2] = { -1, -1 };
+    int fds[2] = {-1, -1};
     if (ch && ch->cmsg_type == SCM_RIGHTS && ch->cmsg_len == CMSG_LEN(2 * sizeof(int)))
         memcpy(fds, CMSG_DATA(ch), sizeof(fds));
     cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 ? conn_new(l->ctx, s, 1) : NULL;
@@ -377,10 +406,12 @@ static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], c
     if (fds[0] >= 0)
         close(fds[0]); /* the mapping keeps the ring */
     char b = 0;
-    fd_ctl rctl = { { 0 } };
-    struct iovec rv = { &b, 1 };
-    struct msghdr r = { .msg_iov = &rv, .msg_iovlen = 1, .msg_control = rctl.buf,
-                        .msg_controllen = CMSG_SPACE(sizeof(int)) };
+    fd_ctl rctl = {{0}};
+    struct iovec rv = {&b, 1};
+    struct msghdr r = {.msg_iov = &rv,
+                       .msg_iovlen = 1,
+                       .msg_control = rctl.buf,
+                       .msg_controllen = CMSG_SPACE(sizeof(int))};
     struct cmsghdr *rh = CMSG_FIRSTHDR(&r);
     rh->cmsg_level = SOL_SOCKET, rh->cmsg_type = SCM_RIGHTS, rh->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(rh), &l->ctx->pg.efd, sizeof(int));
@@ -433,9 +464,10 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     char name[CL_HANDLE_BYTES + 1];
     memcpy(name, handle, CL_HANDLE_BYTES);
     name[CL_HANDLE_BYTES] = 0;
-    if (strncmp(name, "shm:", 4) != 0 || strlen(name + 4) >= sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+    if (strncmp(name, "shm:", 4) != 0 ||
+        strlen(name + 4) >= sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
         return COLL_EINVAL;
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, name + 4, strlen(name + 4));
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name + 4));
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -443,13 +475,13 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     cl_tr_conn *c = s >= 0 ? conn_new(ctx, s, 0) : NULL;
     int ok = c && memfd >= 0 && connect(s, (struct sockaddr *)&a, len) == 0 &&
              map_ring(c, memfd, 1) == 0;
-    fd_ctl ctl = { { 0 } };
-    struct iovec v = { (void *)hello, CL_HELLO_BYTES };
-    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = sizeof(ctl.buf) };
+    fd_ctl ctl = {{0}};
+    struct iovec v = {(void *)hello, CL_HELLO_BYTES};
+    struct msghdr m = {
+        .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    memcpy(CMSG_DATA(h), (int[]){ memfd, ctx->pg.efd }, 2 * sizeof(int));
+    memcpy(CMSG_DATA(h), (int[]){memfd, ctx->pg.efd}, 2 * sizeof(int));
     ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES && fcntl(s, F_SETFL, O_NONBLOCK) == 0;
     if (memfd >= 0)
         close(memfd);
@@ -474,6 +506,8 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
         return COLL_ENOMEM;
     pthread_mutex_lock(&c->ctx->pg.mu);
     cl_reqq_push(&c->q, r);
+    update_wake(c);
+    atomic_thread_fence(memory_order_seq_cst);
     if (c->dead)
         fail_all(c, c->dead);
     else
@@ -528,6 +562,27 @@ static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
     pthread_mutex_unlock(&ctx->pg.mu);
 }
 
+/* A poller never waits for the mutex: the progress thread holding it is moving bytes. */
+static void shm_poll(cl_tr_ctx *ctx, int mode)
+{
+    if (mode == CL_POLL) {
+        if (pthread_mutex_trylock(&ctx->pg.mu) != 0)
+            return;
+        on_round(ctx);
+        pthread_mutex_unlock(&ctx->pg.mu);
+        return;
+    }
+    pthread_mutex_lock(&ctx->pg.mu);
+    ctx->pollers += mode == CL_POLL_BEGIN ? 1 : -1;
+    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
+        update_wake(c);
+    if (mode == CL_POLL_END && ctx->pollers == 0) {
+        atomic_thread_fence(memory_order_seq_cst);
+        on_round(ctx);
+    }
+    pthread_mutex_unlock(&ctx->pg.mu);
+}
+
 static const char *shm_peer_name(cl_tr_conn *c)
 {
     return c->name;
@@ -546,5 +601,6 @@ const cl_transport cl_transport_shm = {
     .test = cl_req_test,
     .close_conn = shm_close_conn,
     .shutdown = shm_shutdown,
+    .poll = shm_poll,
     .peer_name = shm_peer_name,
 };
