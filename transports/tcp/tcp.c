@@ -1,63 +1,33 @@
-/* The tcp transport on libuv. One loop thread per context owns every libuv handle;
- * other threads hand it work through a command queue and uv_async_send, because libuv
- * is not thread-safe otherwise. This file must never block the loop thread and never
- * touch a request after marking it done (the owner may free it at once). */
+/* The tcp transport on libuv. One loop thread per context owns every libuv handle:
+ * listening, connecting, the hello with its timeout, and watching data sockets that
+ * nobody polls. Other threads hand it work through a command queue and uv_async_send,
+ * because libuv is not thread-safe otherwise. Message bytes move in tcp_io.c, on any
+ * thread, under each connection's own mutex. This file must never block the loop thread
+ * and never touch a request after marking it done (the owner may free it at once). */
+#include "tcp_conn.h"
 #include "tcp_iface.h"
 
-#include "../transport.h"
 #include "../../lib/core/log.h"
 #include "../../lib/core/util.h"
 #include "collective.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <uv.h>
 
-enum cmd_kind { CMD_SEND, CMD_RECV, CMD_CONNECT, CMD_LISTEN, CMD_CLOSE, CMD_SHUTDOWN, CMD_STOP };
-
-struct cl_tr_req {
-    uv_write_t w; /* sends: libuv owns it until write_cb */
-    struct cl_tr_req *next;
-    struct cl_tr_req *all_prev, *all_next; /* ctx->reqs, for cleanup */
-    cl_tr_conn *conn;
-    cl_msg_hdr hdr_out;
-    cl_msg_hdr *hdr_in;
-    void *buf;
-    size_t len; /* send: payload bytes; recv: capacity */
-    size_t got; /* recv: bytes received so far, header included */
-    int status;
-    atomic_int done;
-};
-
-struct cl_tr_conn {
-    uv_tcp_t tcp;
-    cl_tr_ctx *ctx;
-    cl_tr_listener *listener;    /* accepted conns: where the hello is delivered */
-    struct cl_tr_conn *next_all; /* ctx->conns */
-    struct cl_tr_conn *next_ready;
-    struct sockaddr_in addr;
-    char name[CL_HANDLE_BYTES + 8];
-    uint8_t hello[CL_HELLO_BYTES];
-    size_t hello_got;
-    uv_timer_t hello_timer;
-    uv_connect_t connect_req;
-    cl_tr_req *sendq_head, *sendq_tail; /* sends waiting for the connection */
-    cl_tr_req *recvq_head, *recvq_tail; /* posted receives, in order */
-    int connected, reading, dead, closed, timer_on;
-};
+enum cmd_kind { CMD_ARM, CMD_CONNECT, CMD_LISTEN, CMD_CLOSE, CMD_SHUTDOWN, CMD_STOP };
 
 struct cl_tr_listener {
     uv_tcp_t tcp;
     cl_tr_ctx *ctx;
     int fd;
-    struct cl_tr_listener *next_all; /* ctx->listeners */
+    struct cl_tr_listener *next_all;     /* ctx->listeners */
     cl_tr_conn *ready_head, *ready_tail; /* accepted with a full hello, under ctx->mu */
     int closed;
 };
@@ -66,34 +36,11 @@ struct cmd {
     enum cmd_kind kind;
     struct cmd *next;
     cl_tr_conn *conn;
-    cl_tr_req *req;
     cl_tr_listener *listener;
     int status;
     cl_msg_hdr farewell;
     int has_farewell;
 };
-
-struct cl_tr_ctx {
-    cl_notifier *notifier;
-    int timeout_ms;
-    char ip[64];
-    uv_loop_t loop;
-    uv_async_t async;
-    pthread_t thread;
-    pthread_mutex_t mu; /* cmds, listener ready queues, reqs list */
-    struct cmd *cmd_head, *cmd_tail;
-    cl_tr_conn *conns;
-    cl_tr_listener *listeners;
-    cl_tr_req *reqs;
-    int shutdown_status; /* loop thread only */
-};
-
-static void complete(cl_tr_req *r, int status)
-{
-    r->status = status;
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    cl_notify(r->conn->ctx->notifier);
-}
 
 static void post(cl_tr_ctx *ctx, struct cmd c)
 {
@@ -112,68 +59,133 @@ static void post(cl_tr_ctx *ctx, struct cmd c)
     uv_async_send(&ctx->async);
 }
 
-/* ---- receive path ---------------------------------------------------------------- */
-
-static void fail_recvs(cl_tr_conn *c, int status)
+void cl_tcp_arm(cl_tr_conn *c)
 {
-    while (c->recvq_head) {
-        cl_tr_req *r = c->recvq_head;
-        c->recvq_head = r->next;
-        complete(r, status);
+    post(c->ctx, (struct cmd){.kind = CMD_ARM, .conn = c});
+}
+
+/* ---- the data socket, seen from the loop ------------------------------------------ */
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    cl_tr_conn *c = h->data;
+    pthread_mutex_lock(&c->io);
+    if (status < 0)
+        cl_tcp_fail(c, COLL_EPEER);
+    cl_tcp_progress(c);
+    cl_tcp_reconcile(c);
+    pthread_mutex_unlock(&c->io);
+}
+
+void cl_tcp_reconcile(cl_tr_conn *c)
+{
+    int want = 0;
+    if (c->fd >= 0 && !c->dead && atomic_load(&c->ctx->pollers) == 0)
+        want = (c->recvq_head ? UV_READABLE : 0) | (c->send_blocked ? UV_WRITABLE : 0);
+    if (want != c->watching && c->has_poll) {
+        if (want)
+            uv_poll_start(&c->poll, want, on_poll);
+        else
+            uv_poll_stop(&c->poll);
+        c->watching = want;
     }
-    c->recvq_tail = NULL;
+    c->asked = want;
+}
+
+static void do_arm(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->io);
+    cl_tcp_progress(c);
+    cl_tcp_reconcile(c);
+    pthread_mutex_unlock(&c->io);
 }
 
 static void mark_dead(cl_tr_conn *c, int status, const char *why)
 {
+    pthread_mutex_lock(&c->io);
     if (!c->dead)
         cl_log(COLL_LOG_DEBUG, "tcp: connection %s failed: %s", c->name, why);
-    c->dead = status;
+    cl_tcp_fail(c, status);
+    pthread_mutex_unlock(&c->io);
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
-    fail_recvs(c, status);
-    while (c->sendq_head) {
-        cl_tr_req *r = c->sendq_head;
-        c->sendq_head = r->next;
-        complete(r, status);
-    }
-    c->sendq_tail = NULL;
 }
+
+static void close_setup_handles(cl_tr_conn *c)
+{
+    if (c->setup_closed)
+        return;
+    c->setup_closed = 1;
+    if (c->timer_on)
+        uv_close((uv_handle_t *)&c->hello_timer, NULL);
+    c->timer_on = 0;
+    if (c->tcp.loop)
+        uv_close((uv_handle_t *)&c->tcp, NULL);
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+    close((int)(intptr_t)h->data);
+}
+
+/* Closes the connection for good; the socket is closed once libuv lets go of it. */
+static void close_conn_handles(cl_tr_conn *c)
+{
+    close_setup_handles(c);
+    pthread_mutex_lock(&c->io);
+    int fd = c->fd, has_poll = c->has_poll;
+    c->fd = -1;
+    c->has_poll = 0;
+    pthread_mutex_unlock(&c->io);
+    if (has_poll) {
+        c->poll.data = (void *)(intptr_t)fd;
+        uv_close((uv_handle_t *)&c->poll, on_poll_closed);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+}
+
+/* After the hello: the socket leaves libuv's stream (which would read and write it on
+ * this thread only) for our own data path; the loop keeps a poll handle on it. */
+static void to_data_mode(cl_tr_conn *c)
+{
+    int fd = -1, dup_fd = -1;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (c->reading)
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+    close_setup_handles(c);
+    if (dup_fd < 0 || uv_poll_init_socket(&c->ctx->loop, &c->poll, dup_fd) != 0) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        mark_dead(c, COLL_EPEER, "cannot take over the socket");
+        return;
+    }
+    c->poll.data = c;
+    pthread_mutex_lock(&c->io);
+    c->fd = dup_fd;
+    c->has_poll = 1;
+    cl_tcp_progress(c);
+    cl_tcp_reconcile(c);
+    pthread_mutex_unlock(&c->io);
+}
+
+/* ---- the hello -------------------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     cl_tr_conn *c = h->data;
-    if (c->hello_got < CL_HELLO_BYTES) {
-        *buf = uv_buf_init((char *)c->hello + c->hello_got,
-                           (unsigned)(CL_HELLO_BYTES - c->hello_got));
-        return;
-    }
-    cl_tr_req *r = c->recvq_head;
-    if (!r) {
-        *buf = uv_buf_init(NULL, 0);
-    } else if (r->got < sizeof(cl_msg_hdr)) {
-        *buf = uv_buf_init((char *)r->hdr_in + r->got, (unsigned)(sizeof(cl_msg_hdr) - r->got));
-    } else {
-        size_t off = r->got - sizeof(cl_msg_hdr), left = r->hdr_in->len - off;
-        *buf = uv_buf_init((char *)r->buf + off, (unsigned)CL_MIN(left, (size_t)1 << 30));
-    }
-}
-
-static void stop_reading_if_idle(cl_tr_conn *c)
-{
-    if (!c->recvq_head && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
+    *buf = uv_buf_init((char *)c->hello + c->hello_got, (unsigned)(CL_HELLO_BYTES - c->hello_got));
 }
 
 static void hello_done(cl_tr_conn *c)
 {
     cl_tr_listener *l = c->listener;
-    uv_timer_stop(&c->hello_timer);
-    stop_reading_if_idle(c);
+    to_data_mode(c);
     pthread_mutex_lock(&c->ctx->mu);
     if (l->ready_tail)
         l->ready_tail->next_ready = c;
@@ -182,41 +194,6 @@ static void hello_done(cl_tr_conn *c)
     l->ready_tail = c;
     pthread_mutex_unlock(&c->ctx->mu);
     cl_notify(c->ctx->notifier);
-}
-
-/* A header has arrived: is it sane, and does the payload fit the posted buffer? */
-static int header_ok(cl_tr_conn *c, cl_tr_req *r)
-{
-    if (r->hdr_in->magic != CL_MSG_MAGIC) {
-        mark_dead(c, COLL_EPROTO, "bad message magic");
-        return 0;
-    }
-    if (r->hdr_in->len > r->len) {
-        cl_log(COLL_LOG_ERROR, "tcp: %s sent a %u-byte message for a %zu-byte receive", c->name,
-               r->hdr_in->len, r->len);
-        mark_dead(c, COLL_EMISMATCH, "message longer than the receive");
-        return 0;
-    }
-    return 1;
-}
-
-static void advance_recv(cl_tr_conn *c, size_t n)
-{
-    cl_tr_req *r = c->recvq_head;
-    int had_header = r->got >= sizeof(cl_msg_hdr);
-    r->got += n;
-    if (r->got < sizeof(cl_msg_hdr))
-        return;
-    if (!had_header && !header_ok(c, r))
-        return;
-    if (r->got - sizeof(cl_msg_hdr) < r->hdr_in->len)
-        return;
-    c->recvq_head = r->next;
-    if (!c->recvq_head)
-        c->recvq_tail = NULL;
-    r->len = r->hdr_in->len;
-    complete(r, COLL_OK);
-    stop_reading_if_idle(c);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -229,78 +206,17 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         mark_dead(c, COLL_EPEER, uv_strerror((int)n));
         return;
     }
-    if (c->hello_got < CL_HELLO_BYTES) {
-        c->hello_got += (size_t)n;
-        if (c->hello_got == CL_HELLO_BYTES)
-            hello_done(c);
-        return;
-    }
-    advance_recv(c, (size_t)n);
+    c->hello_got += (size_t)n;
+    if (c->hello_got == CL_HELLO_BYTES)
+        hello_done(c);
 }
 
 static void start_reading(cl_tr_conn *c)
 {
-    if (c->reading || c->dead)
-        return;
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
         c->reading = 1;
     else
         mark_dead(c, COLL_EPEER, "read_start failed");
-}
-
-static void do_recv(cl_tr_conn *c, cl_tr_req *r)
-{
-    if (c->dead) {
-        complete(r, c->dead);
-        return;
-    }
-    r->next = NULL;
-    if (c->recvq_tail)
-        c->recvq_tail->next = r;
-    else
-        c->recvq_head = r;
-    c->recvq_tail = r;
-    start_reading(c);
-}
-
-/* ---- send path ------------------------------------------------------------------- */
-
-static void on_write(uv_write_t *w, int status)
-{
-    cl_tr_req *r = (cl_tr_req *)w;
-    if (status < 0) {
-        mark_dead(r->conn, COLL_EPEER, uv_strerror(status));
-        complete(r, r->conn->dead ? r->conn->dead : COLL_EPEER);
-        return;
-    }
-    complete(r, COLL_OK);
-}
-
-static void start_write(cl_tr_conn *c, cl_tr_req *r)
-{
-    uv_buf_t b[2] = { uv_buf_init((char *)&r->hdr_out, sizeof(cl_msg_hdr)),
-                      uv_buf_init(r->buf, (unsigned)r->len) };
-    int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, b, r->len ? 2 : 1, on_write);
-    if (rc < 0) {
-        mark_dead(c, COLL_EPEER, uv_strerror(rc));
-        complete(r, c->dead);
-    }
-}
-
-static void do_send(cl_tr_conn *c, cl_tr_req *r)
-{
-    if (c->dead) {
-        complete(r, c->dead);
-    } else if (!c->connected) {
-        r->next = NULL;
-        if (c->sendq_tail)
-            c->sendq_tail->next = r;
-        else
-            c->sendq_head = r;
-        c->sendq_tail = r;
-    } else {
-        start_write(c, r);
-    }
 }
 
 /* ---- connections ----------------------------------------------------------------- */
@@ -312,34 +228,41 @@ static void tune_socket(uv_tcp_t *t)
     uv_tcp_keepalive(t, 1, 30);
 }
 
-static void on_hello_written(uv_write_t *w, int status)
+static int conn_dead(cl_tr_conn *c)
 {
-    cl_tr_conn *c = w->data;
-    free(w);
-    if (status < 0)
-        mark_dead(c, COLL_EPEER, uv_strerror(status));
+    pthread_mutex_lock(&c->io);
+    int dead = c->dead;
+    pthread_mutex_unlock(&c->io);
+    return dead;
+}
+
+/* A fresh socket's buffer takes the 48-byte hello whole; anything else is a failure. */
+static int send_hello(cl_tr_conn *c)
+{
+    int fd = -1;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return -1;
+    ssize_t n;
+    do
+        n = send(fd, c->hello, CL_HELLO_BYTES, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == CL_HELLO_BYTES ? 0 : -1;
 }
 
 static void on_connect(uv_connect_t *req, int status)
 {
     cl_tr_conn *c = req->data;
-    if (status < 0 || c->dead) {
-        mark_dead(c, c->dead ? c->dead : COLL_EPEER, status < 0 ? uv_strerror(status) : "closed");
+    int dead = conn_dead(c);
+    if (status < 0 || dead) {
+        mark_dead(c, dead ? dead : COLL_EPEER, status < 0 ? uv_strerror(status) : "closed");
         return;
     }
     tune_socket(&c->tcp);
-    uv_write_t *w = malloc(sizeof(*w));
-    uv_buf_t b = uv_buf_init((char *)c->hello, CL_HELLO_BYTES);
-    w->data = c;
-    uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_hello_written);
-    c->connected = 1;
-    cl_tr_req *q = c->sendq_head;
-    c->sendq_head = c->sendq_tail = NULL;
-    while (q) {
-        cl_tr_req *next = q->next;
-        start_write(c, q);
-        q = next;
+    if (send_hello(c) != 0) {
+        mark_dead(c, COLL_EPEER, "cannot send the hello");
+        return;
     }
+    to_data_mode(c);
 }
 
 static void do_connect(cl_tr_conn *c)
@@ -360,16 +283,22 @@ static void on_hello_timeout(uv_timer_t *t)
     cl_log(COLL_LOG_WARN, "tcp: dropped connection from %s: no handshake within %d ms", c->name,
            c->ctx->timeout_ms);
     mark_dead(c, COLL_EPROTO, "no hello");
-    uv_close((uv_handle_t *)&c->tcp, NULL);
-    c->closed = 1;
+    close_setup_handles(c);
 }
 
-static void link_conn(cl_tr_ctx *ctx, cl_tr_conn *c)
+static cl_tr_conn *conn_new(cl_tr_ctx *ctx)
 {
+    cl_tr_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ctx = ctx;
+    c->fd = -1;
+    pthread_mutex_init(&c->io, NULL);
     pthread_mutex_lock(&ctx->mu);
     c->next_all = ctx->conns;
     ctx->conns = c;
     pthread_mutex_unlock(&ctx->mu);
+    return c;
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -377,18 +306,15 @@ static void on_connection(uv_stream_t *server, int status)
     cl_tr_listener *l = server->data;
     if (status < 0)
         return;
-    cl_tr_conn *c = calloc(1, sizeof(*c));
+    cl_tr_conn *c = conn_new(l->ctx);
     if (!c)
         return;
-    c->ctx = l->ctx;
     c->listener = l;
-    link_conn(l->ctx, c);
     uv_tcp_init(&l->ctx->loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
-        c->dead = COLL_EPEER;
-        uv_close((uv_handle_t *)&c->tcp, NULL);
-        c->closed = 1;
+        mark_dead(c, COLL_EPEER, "accept failed");
+        close_setup_handles(c);
         return;
     }
     struct sockaddr_storage sa;
@@ -415,17 +341,6 @@ static void do_listen(cl_tr_listener *l)
         cl_log(COLL_LOG_ERROR, "tcp: cannot listen on fd %d", l->fd);
 }
 
-static void close_conn_handles(cl_tr_conn *c)
-{
-    if (!c->closed) {
-        c->closed = 1;
-        if (c->timer_on)
-            uv_close((uv_handle_t *)&c->hello_timer, NULL);
-        c->timer_on = 0;
-        uv_close((uv_handle_t *)&c->tcp, NULL);
-    }
-}
-
 static void do_close(cl_tr_conn *c, cl_tr_listener *l)
 {
     if (c) {
@@ -442,10 +357,10 @@ static void do_close(cl_tr_conn *c, cl_tr_listener *l)
  * the stream, and a full socket must not delay the close. */
 static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
-    if (c->listener || !c->connected || c->dead || c->closed)
-        return;
-    uv_buf_t b = uv_buf_init((char *)h, sizeof(*h));
-    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    pthread_mutex_lock(&c->io);
+    if (!c->listener && c->fd >= 0 && !c->dead && !c->sendq_head)
+        (void)!send(c->fd, h, sizeof(*h), MSG_DONTWAIT | MSG_NOSIGNAL);
+    pthread_mutex_unlock(&c->io);
 }
 
 static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
@@ -459,8 +374,7 @@ static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         if (farewell)
             say_farewell(c, farewell);
         mark_dead(c, status, "communicator shut down");
-        if (c->tcp.loop)
-            close_conn_handles(c);
+        close_conn_handles(c);
     }
 }
 
@@ -469,27 +383,12 @@ static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 static int run_cmd(cl_tr_ctx *ctx, struct cmd *c)
 {
     switch (c->kind) {
-    case CMD_SEND:
-        do_send(c->conn, c->req);
-        break;
-    case CMD_RECV:
-        do_recv(c->conn, c->req);
-        break;
-    case CMD_CONNECT:
-        do_connect(c->conn);
-        break;
-    case CMD_LISTEN:
-        do_listen(c->listener);
-        break;
-    case CMD_CLOSE:
-        do_close(c->conn, c->listener);
-        break;
-    case CMD_SHUTDOWN:
-        do_shutdown(ctx, c->status, c->has_farewell ? &c->farewell : NULL);
-        break;
-    case CMD_STOP:
-        do_shutdown(ctx, COLL_EABORTED, NULL);
-        return 1;
+    case CMD_ARM: do_arm(c->conn); break;
+    case CMD_CONNECT: do_connect(c->conn); break;
+    case CMD_LISTEN: do_listen(c->listener); break;
+    case CMD_CLOSE: do_close(c->conn, c->listener); break;
+    case CMD_SHUTDOWN: do_shutdown(ctx, c->status, c->has_farewell ? &c->farewell : NULL); break;
+    case CMD_STOP: do_shutdown(ctx, COLL_EABORTED, NULL); return 1;
     }
     return 0;
 }
@@ -558,7 +457,7 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 
 static void tcp_ctx_destroy(cl_tr_ctx *ctx)
 {
-    post(ctx, (struct cmd){ .kind = CMD_STOP });
+    post(ctx, (struct cmd){.kind = CMD_STOP});
     pthread_join(ctx->thread, NULL);
     uv_loop_close(&ctx->loop);
     for (struct cmd *c = ctx->cmd_head; c;) {
@@ -568,6 +467,10 @@ static void tcp_ctx_destroy(cl_tr_ctx *ctx)
     }
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next_all;
+        if (c->fd >= 0) /* only if the loop never got to close it */
+            close(c->fd);
+        pthread_mutex_destroy(&c->io);
+        free(c->rb);
         free(c);
         c = n;
     }
@@ -587,7 +490,7 @@ static void tcp_ctx_destroy(cl_tr_ctx *ctx)
 
 static int tcp_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET };
+    struct sockaddr_in a = {.sin_family = AF_INET};
     inet_pton(AF_INET, ctx->ip, &a.sin_addr);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t len = sizeof(a);
@@ -610,7 +513,7 @@ static int tcp_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     pthread_mutex_unlock(&ctx->mu);
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "%s:%u", ctx->ip, ntohs(a.sin_port));
-    post(ctx, (struct cmd){ .kind = CMD_LISTEN, .listener = l });
+    post(ctx, (struct cmd){.kind = CMD_LISTEN, .listener = l});
     *out = l;
     return COLL_OK;
 }
@@ -635,7 +538,7 @@ static int tcp_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_co
 static void tcp_close_listener(cl_tr_listener *l)
 {
     /* The listener struct lives on in the ctx's memory until destroy; handles close now. */
-    post(l->ctx, (struct cmd){ .kind = CMD_CLOSE, .listener = l });
+    post(l->ctx, (struct cmd){.kind = CMD_CLOSE, .listener = l});
 }
 
 static int parse_handle(const char *h, struct sockaddr_in *a)
@@ -655,22 +558,20 @@ static int parse_handle(const char *h, struct sockaddr_in *a)
 static int tcp_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                        const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    cl_tr_conn *c = calloc(1, sizeof(*c));
-    if (!c)
-        return COLL_ENOMEM;
     char h[CL_HANDLE_BYTES + 1];
     memcpy(h, handle, CL_HANDLE_BYTES);
     h[CL_HANDLE_BYTES] = 0;
-    if (parse_handle(h, &c->addr) != COLL_OK) {
-        free(c);
+    struct sockaddr_in addr;
+    if (parse_handle(h, &addr) != COLL_OK)
         return COLL_EINVAL;
-    }
+    cl_tr_conn *c = conn_new(ctx);
+    if (!c)
+        return COLL_ENOMEM;
+    c->addr = addr;
     snprintf(c->name, sizeof(c->name), "%s", h);
-    c->ctx = ctx;
     c->hello_got = CL_HELLO_BYTES;
     memcpy(c->hello, hello, CL_HELLO_BYTES);
-    link_conn(ctx, c);
-    post(ctx, (struct cmd){ .kind = CMD_CONNECT, .conn = c });
+    post(ctx, (struct cmd){.kind = CMD_CONNECT, .conn = c});
     *out = c;
     return COLL_OK;
 }
@@ -700,8 +601,9 @@ static int tcp_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_t
     r->hdr_out = *hdr;
     r->buf = (void *)buf;
     r->len = hdr->len;
-    post(c->ctx, (struct cmd){ .kind = CMD_SEND, .conn = c, .req = r });
     *out = r;
+    if (cl_tcp_enqueue(c, r, 0))
+        cl_tcp_arm(c);
     return COLL_OK;
 }
 
@@ -713,8 +615,9 @@ static int tcp_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
     r->hdr_in = hdr;
     r->buf = buf;
     r->len = cap;
-    post(c->ctx, (struct cmd){ .kind = CMD_RECV, .conn = c, .req = r });
     *out = r;
+    if (cl_tcp_enqueue(c, r, 1))
+        cl_tcp_arm(c);
     return COLL_OK;
 }
 
@@ -743,14 +646,15 @@ static int tcp_test(cl_tr_req *r, int *done, size_t *nbytes)
 
 static void tcp_close_conn(cl_tr_conn *c)
 {
-    post(c->ctx, (struct cmd){ .kind = CMD_CLOSE, .conn = c });
+    post(c->ctx, (struct cmd){.kind = CMD_CLOSE, .conn = c});
 }
 
 static void tcp_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    post(ctx, (struct cmd){ .kind = CMD_SHUTDOWN, .status = status,
-                            .farewell = farewell ? *farewell : (cl_msg_hdr){ 0 },
-                            .has_farewell = farewell != NULL });
+    post(ctx, (struct cmd){.kind = CMD_SHUTDOWN,
+                           .status = status,
+                           .farewell = farewell ? *farewell : (cl_msg_hdr){0},
+                           .has_farewell = farewell != NULL});
 }
 
 static const char *tcp_peer_name(cl_tr_conn *c)
@@ -771,5 +675,6 @@ const cl_transport cl_transport_tcp = {
     .test = tcp_test,
     .close_conn = tcp_close_conn,
     .shutdown = tcp_shutdown,
+    .poll = cl_tcp_poll,
     .peer_name = tcp_peer_name,
 };

@@ -1,0 +1,93 @@
+/* The tcp transport's shared structures (internal): tcp.c sets connections up on the
+ * libuv loop thread; tcp_io.c moves message bytes, on whichever thread gets there first.
+ *
+ * A connection's data path belongs to its `io` mutex, not to the loop: once the hello is
+ * through, the socket is ours (a dup of libuv's, whose handle is closed) and any thread
+ * holding io may read or write it without blocking. The loop thread only watches the
+ * socket (a uv_poll) while requests wait and no caller polls, so a caller that polls
+ * sends and receives small messages with no thread hand-off and no wake-up at all. */
+#ifndef CL_TCP_CONN_H
+#define CL_TCP_CONN_H
+
+#include "../transport.h"
+
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <uv.h>
+
+struct cl_tr_req {
+    struct cl_tr_req *next;
+    struct cl_tr_req *all_prev, *all_next; /* ctx->reqs, for cleanup */
+    cl_tr_conn *conn;
+    cl_msg_hdr hdr_out;
+    cl_msg_hdr *hdr_in;
+    void *buf;
+    size_t len; /* send: payload bytes; recv: capacity, then the payload's length */
+    size_t got; /* stream bytes moved so far, header included */
+    int status;
+    atomic_int done;
+};
+
+struct cl_tr_conn {
+    uv_tcp_t tcp; /* set-up only: connect, the hello, its timer */
+    cl_tr_ctx *ctx;
+    cl_tr_listener *listener;    /* accepted conns: where the hello is delivered */
+    struct cl_tr_conn *next_all; /* ctx->conns */
+    struct cl_tr_conn *next_ready;
+    struct sockaddr_in addr;
+    char name[CL_HANDLE_BYTES + 8];
+    uint8_t hello[CL_HELLO_BYTES];
+    size_t hello_got;
+    uv_timer_t hello_timer;
+    uv_connect_t connect_req;
+    int reading, setup_closed, timer_on; /* loop thread: set-up handles */
+
+    pthread_mutex_t io; /* everything below */
+    int fd;             /* the data socket; -1 before the hello and after close */
+    int dead;           /* status that fails every request from now on */
+    int send_blocked;   /* the socket's buffer was full: wait for writable */
+    int asked;          /* events the loop was asked to watch */
+    int watching;       /* events the poll handle watches (changed by the loop only) */
+    int has_poll;       /* the poll handle exists and must be closed */
+    uv_poll_t poll;
+    cl_tr_req *sendq_head, *sendq_tail;
+    cl_tr_req *recvq_head, *recvq_tail;
+    char *rb; /* bytes read past a header, not yet claimed by a receive */
+    size_t rb_at, rb_end;
+};
+
+struct cl_tr_ctx {
+    cl_notifier *notifier;
+    int timeout_ms;
+    char ip[64];
+    uv_loop_t loop;
+    uv_async_t async;
+    pthread_t thread;
+    pthread_mutex_t mu; /* cmds, conns list, listener ready queues, reqs list */
+    struct cmd *cmd_head, *cmd_tail;
+    cl_tr_conn *conns;
+    struct cl_tr_listener *listeners;
+    cl_tr_req *reqs;
+    int shutdown_status; /* loop thread only */
+    atomic_int pollers;  /* threads between CL_POLL_BEGIN and CL_POLL_END */
+};
+
+/* ---- tcp_io.c: under c->io unless said otherwise ------------------------------------ */
+
+/* Marks r done with status and wakes waiters; r may be freed at once by its owner. */
+void cl_tcp_complete(cl_tr_req *r, int status);
+/* Fails every queued request with status; later ones fail at once. */
+void cl_tcp_fail(cl_tr_conn *c, int status);
+/* Queues a send (is_recv 0) or a receive and moves what can move now. Takes c->io.
+ * Returns 1 when the loop must be asked to watch the socket (cl_tcp_arm). */
+int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv);
+/* Moves what can move now; returns 1 when the loop must be asked to watch the socket. */
+int cl_tcp_progress(cl_tr_conn *c);
+/* Loop thread: makes the poll handle watch what the queues need now. */
+void cl_tcp_reconcile(cl_tr_conn *c);
+/* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */
+void cl_tcp_arm(cl_tr_conn *c);
+/* The transport's poll(): see transport.h. */
+void cl_tcp_poll(cl_tr_ctx *ctx, int mode);
+
+#endif

@@ -1,0 +1,258 @@
+/* The tcp data path: message bytes in and out of a connection's socket with non-blocking
+ * readv/sendmsg, under the connection's io mutex, on the thread of whoever holds it: the
+ * caller posting a request, a caller polling, or the loop thread when the socket turns
+ * ready. One system call per small message each way; receives read the header and what
+ * follows it into a small buffer, large payloads go straight into the caller's memory. */
+#include "tcp_conn.h"
+
+#include "../../lib/core/log.h"
+#include "collective.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define HDR sizeof(cl_msg_hdr)
+enum { RB_BYTES = 16384 }; /* payloads this size or larger skip the buffer */
+
+void cl_tcp_complete(cl_tr_req *r, int status)
+{
+    r->status = status;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    cl_notify(r->conn->ctx->notifier);
+}
+
+static cl_tr_req *pop(cl_tr_req **head, cl_tr_req **tail)
+{
+    cl_tr_req *r = *head;
+    *head = r->next;
+    if (!*head)
+        *tail = NULL;
+    return r;
+}
+
+void cl_tcp_fail(cl_tr_conn *c, int status)
+{
+    if (!c->dead)
+        c->dead = status;
+    while (c->recvq_head)
+        cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), c->dead);
+    while (c->sendq_head)
+        cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), c->dead);
+}
+
+static void fail_io(cl_tr_conn *c, int status, const char *why)
+{
+    if (!c->dead)
+        cl_log(COLL_LOG_DEBUG, "tcp: connection %s failed: %s", c->name, why);
+    cl_tcp_fail(c, status);
+}
+
+/* ---- sends ------------------------------------------------------------------------ */
+
+static int send_some(cl_tr_conn *c)
+{
+    int moved = 0;
+    c->send_blocked = 0;
+    while (c->sendq_head && !c->dead) {
+        cl_tr_req *r = c->sendq_head;
+        struct iovec v[2];
+        int n = 0;
+        if (r->got < HDR)
+            v[n++] = (struct iovec){(char *)&r->hdr_out + r->got, HDR - r->got};
+        size_t off = r->got > HDR ? r->got - HDR : 0;
+        if (r->len > off)
+            v[n++] = (struct iovec){(char *)r->buf + off, r->len - off};
+        struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
+        ssize_t k = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->send_blocked = 1;
+            break;
+        }
+        if (k < 0) {
+            fail_io(c, COLL_EPEER, strerror(errno));
+            break;
+        }
+        moved = 1;
+        r->got += (size_t)k;
+        if (r->got == HDR + r->len)
+            cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), COLL_OK);
+    }
+    return moved;
+}
+
+/* ---- receives --------------------------------------------------------------------- */
+
+/* A header has arrived: is it sane, and does the payload fit the posted buffer? */
+static int header_ok(cl_tr_conn *c, cl_tr_req *r)
+{
+    if (r->hdr_in->magic != CL_MSG_MAGIC) {
+        fail_io(c, COLL_EPROTO, "bad message magic");
+        return 0;
+    }
+    if (r->hdr_in->len > r->len) {
+        cl_log(COLL_LOG_ERROR, "tcp: %s sent a %u-byte message for a %zu-byte receive", c->name,
+               r->hdr_in->len, r->len);
+        fail_io(c, COLL_EMISMATCH, "message longer than the receive");
+        return 0;
+    }
+    return 1;
+}
+
+static size_t wanted(const cl_tr_req *r)
+{
+    return r->got < HDR ? HDR - r->got : HDR + r->hdr_in->len - r->got;
+}
+
+static char *dest(cl_tr_req *r)
+{
+    return r->got < HDR ? (char *)r->hdr_in + r->got : (char *)r->buf + (r->got - HDR);
+}
+
+/* n more bytes of the head receive are in place: check its header, complete it when
+ * whole. 0 when the connection failed. */
+static int took(cl_tr_conn *c, cl_tr_req *r, size_t n)
+{
+    int had_header = r->got >= HDR;
+    r->got += n;
+    if (r->got < HDR)
+        return 1;
+    if (!had_header && !header_ok(c, r))
+        return 0;
+    if (r->got == HDR + r->hdr_in->len) {
+        r->len = r->hdr_in->len;
+        cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), COLL_OK);
+    }
+    return 1;
+}
+
+/* One readv for the head receive: the header (and whatever follows, into rb), a large
+ * payload straight into place, or a small one through rb. -1: stop reading. */
+static ssize_t read_once(cl_tr_conn *c, cl_tr_req *r)
+{
+    size_t want = wanted(r);
+    struct iovec v[2];
+    int n = 0;
+    if (r->got < HDR || want >= RB_BYTES)
+        v[n++] = (struct iovec){dest(r), want};
+    if (want < RB_BYTES || r->got < HDR)
+        v[n++] = (struct iovec){c->rb, RB_BYTES};
+    ssize_t k;
+    do
+        k = readv(c->fd, v, n);
+    while (k < 0 && errno == EINTR);
+    if (k == 0)
+        fail_io(c, COLL_EPEER, "closed by the peer");
+    else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        fail_io(c, COLL_EPEER, strerror(errno));
+    if (k <= 0)
+        return -1;
+    size_t direct = v[0].iov_base == c->rb ? 0 : ((size_t)k < want ? (size_t)k : want);
+    c->rb_at = 0;
+    c->rb_end = (size_t)k - direct;
+    return (ssize_t)direct;
+}
+
+static int recv_some(cl_tr_conn *c)
+{
+    int moved = 0;
+    if (!c->rb && c->recvq_head && !(c->rb = malloc(RB_BYTES))) {
+        fail_io(c, COLL_ENOMEM, "no memory for the read buffer");
+        return 0;
+    }
+    while (c->recvq_head && !c->dead) {
+        cl_tr_req *r = c->recvq_head;
+        if (c->rb_at < c->rb_end) { /* bytes read earlier come first */
+            size_t n = c->rb_end - c->rb_at, want = wanted(r);
+            n = n < want ? n : want;
+            memcpy(dest(r), c->rb + c->rb_at, n);
+            c->rb_at += n;
+            moved = 1;
+            if (!took(c, r, n))
+                break;
+            continue;
+        }
+        ssize_t direct = read_once(c, r);
+        if (direct < 0)
+            break;
+        moved = 1;
+        if (direct > 0 && !took(c, r, (size_t)direct))
+            break;
+    }
+    return moved;
+}
+
+/* ---- who moves the bytes ---------------------------------------------------------- */
+
+static int loop_must_watch(cl_tr_conn *c)
+{
+    if (c->fd < 0 || c->dead || atomic_load(&c->ctx->pollers) > 0)
+        return 0;
+    return (c->recvq_head ? UV_READABLE : 0) | (c->send_blocked ? UV_WRITABLE : 0);
+}
+
+int cl_tcp_progress(cl_tr_conn *c)
+{
+    if (c->fd >= 0 && !c->dead) {
+        send_some(c);
+        recv_some(c);
+    }
+    int want = loop_must_watch(c), more = want & ~c->asked;
+    c->asked |= want;
+    return more != 0;
+}
+
+int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)
+{
+    pthread_mutex_lock(&c->io);
+    r->next = NULL;
+    cl_tr_req **head = is_recv ? &c->recvq_head : &c->sendq_head;
+    cl_tr_req **tail = is_recv ? &c->recvq_tail : &c->sendq_tail;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+    int arm = 0;
+    if (c->dead)
+        cl_tcp_fail(c, c->dead);
+    else
+        arm = cl_tcp_progress(c);
+    pthread_mutex_unlock(&c->io);
+    return arm;
+}
+
+static cl_tr_conn *first_conn(cl_tr_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->mu);
+    cl_tr_conn *c = ctx->conns;
+    pthread_mutex_unlock(&ctx->mu);
+    return c;
+}
+
+/* Polling never waits for a connection's mutex: whoever holds it is moving its bytes.
+ * The last poller to stop hands waiting connections back to the loop thread. */
+void cl_tcp_poll(cl_tr_ctx *ctx, int mode)
+{
+    if (mode == CL_POLL_BEGIN) {
+        atomic_fetch_add(&ctx->pollers, 1);
+        return;
+    }
+    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1;
+    if (mode == CL_POLL_END && !last)
+        return;
+    for (cl_tr_conn *c = first_conn(ctx); c; c = c->next_all) {
+        if (last)
+            pthread_mutex_lock(&c->io);
+        else if (pthread_mutex_trylock(&c->io) != 0)
+            continue;
+        int arm = (c->sendq_head || c->recvq_head) && cl_tcp_progress(c);
+        pthread_mutex_unlock(&c->io);
+        if (arm)
+            cl_tcp_arm(c);
+    }
+}
