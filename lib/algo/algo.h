@@ -61,6 +61,11 @@ int cl_ring_allgather(coll_comm *c, coll_req *r);
 int cl_chain_broadcast(coll_comm *c, coll_req *r);
 int cl_ring_barrier(coll_comm *c, coll_req *r);
 
+/* Small all-reduces on a power-of-two number of ranks: recursive doubling. */
+#define CL_DOUBLING_BYTES (64u * 1024u)
+int cl_doubling_fits(const coll_comm *c, const coll_req *r);
+int cl_doubling_allreduce(coll_comm *c, coll_req *r);
+
 /* The codec forms (f32; sum/avg): every contribution encoded once, accumulated in f32
  * by its chunk's owner; the owner encodes the result once and the ring forwards those
  * bytes unchanged, so every rank decodes the same bits. */

@@ -281,8 +281,9 @@ static int poll_a_while(flight *f)
     set_polling(f, 1);
     if (c->tr->poll)
         c->tr->poll(c->ctx, CL_POLL);
-    else
-        sched_yield(); /* the transport's thread is the one that needs the core */
+    /* The transport's thread, or with more ranks than cores another rank, needs the core. */
+    if (!c->tr->poll || c->crowded)
+        sched_yield();
     return 1;
 }
 

@@ -55,6 +55,7 @@ struct coll_comm {
     int timeout_ms;
     size_t segment_bytes;
     int spin_us;
+    int crowded; /* more ranks than this host has cores: pollers yield */
     coll_codec codec;
     char device[64];
     const cl_transport *tr;

@@ -15,7 +15,10 @@ int cl_run_collective(coll_comm *c, coll_req *r)
 {
     int coded = r->codec != COLL_CODEC_NONE;
     switch (r->kind) {
-    case CL_ALLREDUCE: return coded ? cl_codec_allreduce(c, r) : cl_ring_allreduce(c, r);
+    case CL_ALLREDUCE:
+        if (coded)
+            return cl_codec_allreduce(c, r);
+        return cl_doubling_fits(c, r) ? cl_doubling_allreduce(c, r) : cl_ring_allreduce(c, r);
     case CL_REDUCE_SCATTER:
         return coded ? cl_codec_reduce_scatter(c, r) : cl_ring_reduce_scatter(c, r);
     case CL_ALLGATHER: return coded ? cl_codec_allgather(c, r) : cl_ring_allgather(c, r);

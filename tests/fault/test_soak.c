@@ -2,8 +2,8 @@
  * all-gather, broadcast, barrier, p2p, non-blocking pairs, and a split communicator made
  * and destroyed every 1000 operations). After warm-up, resident memory stays within 5%
  * and no file descriptor or thread is left behind. */
-#include "../common/harness.h"
 #include "../../perf/verify.h"
+#include "../common/harness.h"
 
 #include "../common/suite.h"
 
@@ -27,6 +27,15 @@ static long rss_kb(void)
     return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* ASan keeps freed memory resident in its quarantine (up to 256 MB) to catch use after
+ * free, so RSS grows there without a leak (seen: 65 -> 166 MB; flat with a 1 MB
+ * quarantine); LeakSanitizer checks leaks in that build instead. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#else
+#define RSS_CHECKED 1
+#endif
+
 static int count_dir(const char *path)
 {
     int n = 0;
@@ -41,7 +50,7 @@ static int count_dir(const char *path)
 static int one_op(coll_comm *c, int k, float *a, float *b)
 {
     int n = coll_size(c), me = coll_rank(c);
-    size_t sizes[] = { 1, 100, 5000, 70000 };
+    size_t sizes[] = {1, 100, 5000, 70000};
     size_t count = sizes[k % 4];
     coll_req *q[2];
     switch (k % 7) {
@@ -96,11 +105,11 @@ static int soak_rank(coll_comm *c, void *arg)
     long rss1 = rss_kb();
     int fds1 = count_dir("/proc/self/fd"), threads1 = count_dir("/proc/self/task");
     if (coll_rank(c) == 0)
-        printf("soak: RSS %ld -> %ld KiB, fds %d -> %d, threads %d -> %d\n", rss0, rss1, fds0,
-               fds1, threads0, threads1);
+        printf("soak: RSS %ld -> %ld KiB, fds %d -> %d, threads %d -> %d\n", rss0, rss1, fds0, fds1,
+               threads0, threads1);
     free(a);
     free(b);
-    if (rss1 > rss0 + rss0 / 20 || fds1 != fds0 || threads1 != threads0) {
+    if ((RSS_CHECKED && rss1 > rss0 + rss0 / 20) || fds1 != fds0 || threads1 != threads0) {
         fprintf(stderr, "rank %d: RSS %ld -> %ld KiB, fds %d -> %d, threads %d -> %d\n",
                 coll_rank(c), rss0, rss1, fds0, fds1, threads0, threads1);
         return 1;
@@ -110,7 +119,7 @@ static int soak_rank(coll_comm *c, void *arg)
 
 START_TEST(ten_thousand_mixed_operations_leak_nothing)
 {
-    run_opts o = { .nranks = 4, .rdzv = RDZV_FILE, .timeout_ms = 30000, .deadline_s = 280 };
+    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .timeout_ms = 30000, .deadline_s = 280};
     ck_assert_int_eq(run_ranks(&o, soak_rank, NULL), 0);
 }
 END_TEST

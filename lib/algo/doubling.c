@@ -1,0 +1,67 @@
+/* Recursive doubling all-reduce for small messages on a power-of-two number of ranks:
+ * log2(n) exchanges of the whole vector instead of the ring's 2(n-1) steps, because
+ * below CL_DOUBLING_BYTES the latency of a step, not the bytes, is the cost. At step k
+ * rank r exchanges with r ^ 2^k and both compute (lower half's partial) op (upper half's
+ * partial) in that order, so every rank ends with bit-identical results, as the ring's. */
+#include "algo.h"
+
+#include "../kernels/reduce.h"
+
+#include <string.h>
+
+static const void *rd_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)u, (void)slot;
+    *bytes = p->req->count * p->esize;
+    return p->src; /* a copy of acc: acc changes while the send may still read */
+}
+
+static void *rd_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)u;
+    *bytes = p->req->count * p->esize;
+    return slot;
+}
+
+static void rd_arrived(pass *p, size_t u, void *buf)
+{
+    (void)u;
+    coll_req *r = p->req;
+    int lower = p->comm->rank < p->to;
+    cl_reduce(p->acc, lower ? p->acc : buf, lower ? buf : p->acc, r->count, r->dtype, r->op);
+}
+
+static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived};
+
+int cl_doubling_fits(const coll_comm *c, const coll_req *r)
+{
+    int n = c->size;
+    return n > 1 && (n & (n - 1)) == 0 && r->count * cl_dtype_size(r->dtype) <= CL_DOUBLING_BYTES;
+}
+
+int cl_doubling_allreduce(coll_comm *c, coll_req *r)
+{
+    size_t bytes = r->count * cl_dtype_size(r->dtype);
+    char *copy = cl_scratch(c, bytes);
+    if (!copy)
+        return COLL_ENOMEM;
+    if (r->rbuf != r->sbuf)
+        memcpy(r->rbuf, r->sbuf, bytes);
+    for (int bit = 1; bit < c->size; bit <<= 1) {
+        memcpy(copy, r->rbuf, bytes);
+        pass p = cl_pass_init(c, r, CHUNKS_ONE, r->count, cl_dtype_size(r->dtype), 1);
+        p.ops = &rd_ops;
+        p.units = p.segs_per_chunk = 1;
+        p.lag = 1; /* the send waits for nothing */
+        p.from = p.to = c->rank ^ bit;
+        p.slot_bytes = bytes;
+        p.src = copy;
+        p.acc = r->rbuf;
+        int rc = cl_pass_run(&p);
+        if (rc != COLL_OK)
+            return rc;
+    }
+    if (r->op == COLL_AVG)
+        cl_divide(r->rbuf, r->count, r->dtype, c->size);
+    return COLL_OK;
+}
