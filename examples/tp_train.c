@@ -15,16 +15,16 @@
  * backward, each 2(N-1)/N x 4 bytes a value. --check-serial K compares the slices with one
  * process after K steps (relative L2 within 1e-5: partial sums add in another order).
  * Final line: "test_accuracy A". */
+#include "collective.h"
 #include "common/batch.h"
 #include "common/driver.h"
-#include "collective.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const int sizes[] = { 784, 512, 256, 128, 10 };
+static const int sizes[] = {784, 512, 256, 128, 10};
 enum { L = 4, EVAL_BATCH = 500 };
 
 typedef struct {
@@ -36,7 +36,7 @@ typedef struct {
 } tp_layer;
 
 typedef struct {
-    ex_run r; /* first: the driver's callbacks get this trainer */
+    ex_run r;        /* first: the driver's callbacks get this trainer */
     int n, me, rows; /* rows: the most samples the activation buffers hold */
     tp_layer ly[L];
     float *params, *grads, *velocity;
@@ -215,7 +215,7 @@ static double serial_distance(ex_run *r, size_t steps)
     trainer *t = (trainer *)r;
     mlp serial;
     mlp_work w;
-    double d[2] = { 0, 0 }, all[2];
+    double d[2] = {0, 0}, all[2];
     if (mlp_init(&serial, sizes, L, r->o->seed) || mlp_work_init(&w, &serial, r->o->batch))
         return 1;
     ex_train_serial(&serial, &w, r->train, r->perm, r->o->batch, steps, r->o->lr, r->o->momentum);
@@ -250,11 +250,23 @@ static int train(coll_comm *c, const ex_opts *o)
     }
     if (ex_load_data(o, "tp_train", &tr, &te) != 0)
         return 2;
-    trainer t = { .n = n, .me = coll_rank(c), .rows = o->batch > EVAL_BATCH ? o->batch : EVAL_BATCH };
-    t.r = (ex_run){ .c = c, .o = o, .train = &tr, .test = &te, .sizes = sizes, .layers = L,
-                    .name = "tp", .split_batch = 0, .formula_text = "2(N-1)/N x 4B(256+10+256)",
-                    .step = step, .distance = serial_distance, .evaluate = evaluate };
-    t.r.formula = 2.0 * (n - 1) / n * 4.0 * o->batch * (sizes[2] + sizes[4] + sizes[2]);
+    trainer t = {.n = n, .me = coll_rank(c), .rows = o->batch > EVAL_BATCH ? o->batch : EVAL_BATCH};
+    t.r =
+        (ex_run){.c = c,
+                 .o = o,
+                 .train = &tr,
+                 .test = &te,
+                 .sizes = sizes,
+                 .layers = L,
+                 .name = "tp",
+                 .split_batch = 0,
+                 .formula_text = "all-reduces of B x 256, B x 10, B x 256 (ring 2(N-1)/N, doubling "
+                                 "log2 N; coll_allreduce_wire_bytes)",
+                 .step = step,
+                 .distance = serial_distance,
+                 .evaluate = evaluate};
+    t.r.formula = (double)(2 * coll_allreduce_wire_bytes(c, (size_t)o->batch * sizes[2], COLL_F32) +
+                           coll_allreduce_wire_bytes(c, (size_t)o->batch * sizes[4], COLL_F32));
     int rc = layout(&t) || init_from_seed(&t) || tl_init(&t.r.tl, 3 * L);
     t.bx = malloc(sizeof(float) * (size_t)o->batch * sizes[0]);
     t.by = malloc((size_t)o->batch);
@@ -266,8 +278,10 @@ static int train(coll_comm *c, const ex_opts *o)
     double act = 0; /* activations and their gradients for one global batch */
     for (int l = 0; l <= L; l++)
         act += (l > 0 ? 2.0 : 1.0) * (l == 0 ? sizes[0] : t.ly[l - 1].N);
-    t.r.mem = (ex_memory){ .params = 4.0 * t.nparams, .grads = 4.0 * t.nparams,
-                           .optimizer = 4.0 * t.nparams, .activations = act * 4 * o->batch };
+    t.r.mem = (ex_memory){.params = 4.0 * t.nparams,
+                          .grads = 4.0 * t.nparams,
+                          .optimizer = 4.0 * t.nparams,
+                          .activations = act * 4 * o->batch};
     if (!rc && t.me == 0)
         printf("# tp_train: %d ranks, every rank on the whole batch of %d, %zu parameters per "
                "rank (layers 784x%d | %dx256 | 256x%d | %dx10)\n",

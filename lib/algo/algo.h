@@ -63,8 +63,10 @@ int cl_ring_barrier(coll_comm *c, coll_req *r);
 
 /* Small all-reduces on a power-of-two number of ranks: recursive doubling. */
 #define CL_DOUBLING_BYTES (64u * 1024u)
-int cl_doubling_fits(const coll_comm *c, const coll_req *r);
+int cl_doubling_fits(const coll_comm *c, size_t bytes);
 int cl_doubling_allreduce(coll_comm *c, coll_req *r);
+/* Payload bytes this rank sends for an uncompressed all-reduce, by the algorithm chosen. */
+size_t cl_allreduce_bytes_sent(const coll_comm *c, size_t count, size_t esize);
 
 /* The codec forms (f32; sum/avg): every contribution encoded once, accumulated in f32
  * by its chunk's owner; the owner encodes the result once and the ring forwards those

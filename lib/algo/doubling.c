@@ -18,9 +18,9 @@ static const void *rd_send(pass *p, size_t u, void *slot, size_t *bytes)
 
 static void *rd_recv(pass *p, size_t u, void *slot, size_t *bytes)
 {
-    (void)u;
+    (void)u, (void)slot;
     *bytes = p->req->count * p->esize;
-    return slot;
+    return p->enc; /* the partner's partial */
 }
 
 static void rd_arrived(pass *p, size_t u, void *buf)
@@ -33,16 +33,31 @@ static void rd_arrived(pass *p, size_t u, void *buf)
 
 static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived};
 
-int cl_doubling_fits(const coll_comm *c, const coll_req *r)
+int cl_doubling_fits(const coll_comm *c, size_t bytes)
 {
     int n = c->size;
-    return n > 1 && (n & (n - 1)) == 0 && r->count * cl_dtype_size(r->dtype) <= CL_DOUBLING_BYTES;
+    return n > 1 && (n & (n - 1)) == 0 && bytes <= CL_DOUBLING_BYTES;
+}
+
+size_t cl_allreduce_bytes_sent(const coll_comm *c, size_t count, size_t esize)
+{
+    size_t n = (size_t)c->size, r = (size_t)c->rank, steps = 0;
+    if (cl_doubling_fits(c, count * esize)) {
+        for (size_t bit = 1; bit < n; bit <<= 1)
+            steps++;
+        return steps * count * esize;
+    }
+    /* Ring: every chunk but this rank's in the reduce-scatter, but the next rank's in the
+     * all-gather (chunk k holds base elements, one more for k < rem). */
+    size_t base = count / n, rem = count % n;
+    size_t mine = base + (r < rem), next = base + ((r + 1) % n < rem);
+    return n == 1 ? 0 : (2 * count - mine - next) * esize;
 }
 
 int cl_doubling_allreduce(coll_comm *c, coll_req *r)
 {
     size_t bytes = r->count * cl_dtype_size(r->dtype);
-    char *copy = cl_scratch(c, bytes);
+    char *copy = cl_scratch(c, 2 * bytes); /* what we send, then what we receive */
     if (!copy)
         return COLL_ENOMEM;
     if (r->rbuf != r->sbuf)
@@ -54,8 +69,8 @@ int cl_doubling_allreduce(coll_comm *c, coll_req *r)
         p.units = p.segs_per_chunk = 1;
         p.lag = 1; /* the send waits for nothing */
         p.from = p.to = c->rank ^ bit;
-        p.slot_bytes = bytes;
         p.src = copy;
+        p.enc = copy + bytes;
         p.acc = r->rbuf;
         int rc = cl_pass_run(&p);
         if (rc != COLL_OK)

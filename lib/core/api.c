@@ -3,6 +3,7 @@
  * Bad input is a status and a log line, never a crash. */
 #include "comm.h"
 
+#include "../algo/algo.h"
 #include "../kernels/codec.h"
 #include "../kernels/reduce.h"
 #include "log.h"
@@ -255,6 +256,14 @@ int coll_allreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll
                       coll_codec codec, float *residual)
 {
     return coll_iallreduce_ef(c, s, r, count, op, codec, residual, &blocking);
+}
+
+size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt)
+{
+    size_t es = cl_dtype_size(dt);
+    if (!c || !es || count > SIZE_MAX / es / 2)
+        return 0;
+    return cl_allreduce_bytes_sent(c, count, es);
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

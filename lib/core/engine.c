@@ -8,6 +8,7 @@
 #include "comm.h"
 
 #include "../algo/algo.h"
+#include "../kernels/reduce.h"
 
 #include <stdlib.h>
 
@@ -18,7 +19,8 @@ int cl_run_collective(coll_comm *c, coll_req *r)
     case CL_ALLREDUCE:
         if (coded)
             return cl_codec_allreduce(c, r);
-        return cl_doubling_fits(c, r) ? cl_doubling_allreduce(c, r) : cl_ring_allreduce(c, r);
+        return cl_doubling_fits(c, r->count * cl_dtype_size(r->dtype)) ? cl_doubling_allreduce(c, r)
+                                                                       : cl_ring_allreduce(c, r);
     case CL_REDUCE_SCATTER:
         return coded ? cl_codec_reduce_scatter(c, r) : cl_ring_reduce_scatter(c, r);
     case CL_ALLGATHER: return coded ? cl_codec_allgather(c, r) : cl_ring_allgather(c, r);

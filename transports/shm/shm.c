@@ -351,7 +351,9 @@ static int map_ring(cl_tr_conn *c, int memfd, int create)
     struct stat st;
     if (!create && (fstat(memfd, &st) != 0 || (size_t)st.st_size != bytes))
         return -1; /* not a ring of ours */
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    /* Populated now: no page faults on the data path later (each costs microseconds),
+     * and the memory a connection holds is all there from the start. */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
     if (p == MAP_FAILED)
         return -1;
     c->ring = p;
