@@ -32,30 +32,23 @@ typedef struct coll_req coll_req;   /* opaque non-blocking request */
 enum {
     COLL_OK = 0,
     COLL_INPROGRESS = 1,
-    COLL_EINVAL = -1, /* bad argument */
+    COLL_EINVAL = -1,     /* bad argument */
     COLL_ENOMEM = -2,
-    COLL_ENOTSUP = -3, /* dtype/op/codec/transport not supported here */
-    COLL_ESYS = -4,    /* an OS or library call failed */
+    COLL_ENOTSUP = -3,    /* dtype/op/codec/transport not supported here */
+    COLL_ESYS = -4,       /* an OS or library call failed */
     COLL_ETIMEDOUT = -5,
-    COLL_EPEER = -6,     /* a peer closed, reset or could not be reached */
-    COLL_EMISMATCH = -7, /* ranks disagree on op, count, dtype, codec, tag or sequence */
+    COLL_EPEER = -6,      /* a peer closed, reset or could not be reached */
+    COLL_EMISMATCH = -7,  /* ranks disagree on op, count, dtype, codec, tag or sequence */
     COLL_EABORTED = -8,
-    COLL_ESTATE = -9,  /* communicator already failed: only abort/destroy are valid */
-    COLL_EPROTO = -10, /* bad magic, version or secret on the wire */
+    COLL_ESTATE = -9,     /* communicator already failed: only abort/destroy are valid */
+    COLL_EPROTO = -10,    /* bad magic, version or secret on the wire */
 };
 
-typedef enum {
-    COLL_F32,
-    COLL_F64,
-    COLL_F16,
-    COLL_BF16,
-    COLL_I8,
-    COLL_U8,
-    COLL_I32,
-    COLL_I64
-} coll_dtype;
+typedef enum { COLL_F32, COLL_F64, COLL_F16, COLL_BF16,
+               COLL_I8, COLL_U8, COLL_I32, COLL_I64 } coll_dtype;
 typedef enum { COLL_SUM, COLL_PROD, COLL_MIN, COLL_MAX, COLL_AVG } coll_op;
-typedef enum { COLL_CODEC_NONE, COLL_CODEC_FP16, COLL_CODEC_BF16, COLL_CODEC_INT8 } coll_codec;
+typedef enum { COLL_CODEC_NONE, COLL_CODEC_FP16, COLL_CODEC_BF16,
+               COLL_CODEC_INT8 } coll_codec;
 
 typedef struct coll_config {
     size_t size;           /* sizeof(coll_config): keeps the ABI extensible */
@@ -65,10 +58,7 @@ typedef struct coll_config {
     coll_codec codec;      /* default wire codec for f32 sum/avg */
     size_t segment_bytes;  /* ring segment; 0: library default (512 KiB) */
 } coll_config;
-#define COLL_CONFIG_INIT                                                                           \
-    {                                                                                              \
-        sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0                                     \
-    }
+#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0 }
 
 /* A short English description of a status code; never NULL. */
 COLL_API const char *coll_strerror(int status);
@@ -128,11 +118,12 @@ COLL_API int coll_reduce_scatter(coll_comm *comm, const void *sendbuf, void *rec
                                  size_t recvcount, coll_dtype dtype, coll_op op);
 
 /* recvbuf holds size*sendcount elements; block r comes from rank r. */
-COLL_API int coll_allgather(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
-                            coll_dtype dtype);
+COLL_API int coll_allgather(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                            size_t sendcount, coll_dtype dtype);
 
 /* Copies root's buf to every rank's buf. */
-COLL_API int coll_broadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int root);
+COLL_API int coll_broadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype,
+                            int root);
 
 /* Returns once every rank has entered the barrier. */
 COLL_API int coll_barrier(coll_comm *comm);
@@ -140,8 +131,8 @@ COLL_API int coll_barrier(coll_comm *comm);
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
  * get COLL_EMISMATCH. A send never waits for sends to other peers. */
-COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype, int peer,
-                       uint32_t tag);
+COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
+                       int peer, uint32_t tag);
 COLL_API int coll_recv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
                        uint32_t tag);
 
@@ -150,23 +141,25 @@ COLL_API int coll_recv(coll_comm *comm, void *buf, size_t count, coll_dtype dtyp
  * passed unchanged to every later call on the same buffer; each call adds it before
  * encoding and stores what the codec lost, so the error of repeated all-reduces averages
  * out instead of accumulating. Other dtypes or ops: COLL_ENOTSUP. */
-COLL_API int coll_allreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf, size_t count,
-                               coll_op op, coll_codec codec, float *residual);
-COLL_API int coll_iallreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf, size_t count,
-                                coll_op op, coll_codec codec, float *residual, coll_req **req);
+COLL_API int coll_allreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf,
+                               size_t count, coll_op op, coll_codec codec, float *residual);
+COLL_API int coll_iallreduce_ef(coll_comm *comm, const float *sendbuf, float *recvbuf,
+                                size_t count, coll_op op, coll_codec codec, float *residual,
+                                coll_req **req);
 
 /* Non-blocking forms: the same arguments, then coll_req **req. They make progress
  * without any call to test or wait; buffers must stay valid until the request is done. */
 COLL_API int coll_iallreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                              coll_dtype dtype, coll_op op, coll_req **req);
 COLL_API int coll_ireduce_scatter(coll_comm *comm, const void *sendbuf, void *recvbuf,
-                                  size_t recvcount, coll_dtype dtype, coll_op op, coll_req **req);
-COLL_API int coll_iallgather(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
-                             coll_dtype dtype, coll_req **req);
-COLL_API int coll_ibroadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int root,
-                             coll_req **req);
-COLL_API int coll_isend(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype, int peer,
-                        uint32_t tag, coll_req **req);
+                                  size_t recvcount, coll_dtype dtype, coll_op op,
+                                  coll_req **req);
+COLL_API int coll_iallgather(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                             size_t sendcount, coll_dtype dtype, coll_req **req);
+COLL_API int coll_ibroadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype,
+                             int root, coll_req **req);
+COLL_API int coll_isend(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
+                        int peer, uint32_t tag, coll_req **req);
 COLL_API int coll_irecv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
                         uint32_t tag, coll_req **req);
 
@@ -198,13 +191,8 @@ COLL_API void coll_reset_stats(coll_comm *comm);
  * headers). 0 for a NULL communicator or an invalid dtype. */
 COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, coll_dtype dt);
 
-typedef enum {
-    COLL_LOG_ERROR = 1,
-    COLL_LOG_WARN,
-    COLL_LOG_INFO,
-    COLL_LOG_DEBUG,
-    COLL_LOG_TRACE
-} coll_log_level;
+typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,
+               COLL_LOG_TRACE } coll_log_level;
 typedef void (*coll_log_fn)(coll_log_level level, const char *msg, void *arg);
 
 /* Routes the library's log lines at `level` and above in importance to fn (NULL: stderr).
