@@ -182,7 +182,8 @@ START_TEST(split_makes_groups_by_color_and_key)
 END_TEST
 
 /* A 16 MiB f32 all-reduce puts 2(n-1)/n x 16 MiB on the wire per rank, plus headers
- * under 2%. */
+ * under 2%; coll_allreduce_wire_bytes says the payload exactly, also for a small one
+ * (recursive doubling at n = 4: 2 x 4000 bytes in 2 messages, where the ring has 6000). */
 static int stats_rank(coll_comm *c, void *arg)
 {
     (void)arg;
@@ -201,6 +202,22 @@ static int stats_rank(coll_comm *c, void *arg)
             (unsigned long long)st.wire_rx, (unsigned long long)st.wire_tx);
     FAIL_IF(st.ops != 1 || st.bytes_in != count * 4, "ops %llu bytes_in %llu",
             (unsigned long long)st.ops, (unsigned long long)st.bytes_in);
+    uint64_t said = coll_allreduce_wire_bytes(c, count, COLL_F32);
+    FAIL_IF(said > st.wire_tx || st.wire_tx - said > said / 50, "said %llu, wire_tx %llu",
+            (unsigned long long)said, (unsigned long long)st.wire_tx);
+    coll_reset_stats(c);
+    EXPECT_RC(coll_allreduce(c, buf, buf, 1000, COLL_F32, COLL_SUM), COLL_OK);
+    EXPECT_RC(coll_get_stats(c, &st), COLL_OK);
+    said = coll_allreduce_wire_bytes(c, 1000, COLL_F32);
+    FAIL_IF(n == 4 && said != 8000, "n = 4 small all-reduce: %llu payload bytes, not 8000",
+            (unsigned long long)said);
+    FAIL_IF(st.wire_tx < said || (st.wire_tx - said) % 32 ||
+                st.wire_tx - said > 32 * 2 * (uint64_t)(n - 1),
+            "wire_tx %llu is not %llu payload bytes plus headers", (unsigned long long)st.wire_tx,
+            (unsigned long long)said);
+    FAIL_IF(coll_allreduce_wire_bytes(NULL, 1, COLL_F32) != 0 ||
+                coll_allreduce_wire_bytes(c, 1, (coll_dtype)99) != 0,
+            "bad arguments must give 0");
     free(buf);
     return 0;
 }
