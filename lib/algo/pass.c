@@ -10,7 +10,6 @@
 #include "../core/wire.h"
 #include "../kernels/reduce.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +24,7 @@ typedef struct {
     void *rbuf[WINDOW];
     size_t rbytes[WINDOW];
     size_t r_posted, r_done, s_posted, s_done;
-    int64_t idle_since; /* us; 0 while progressing */
-    int polling;        /* between CL_POLL_BEGIN and CL_POLL_END */
+    cl_spin spin;
 } flight;
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
@@ -257,36 +255,6 @@ static void drain(flight *f)
     }
 }
 
-static void set_polling(flight *f, int on)
-{
-    coll_comm *c = f->p->comm;
-    if (f->polling != on && c->tr->poll)
-        c->tr->poll(c->ctx, on ? CL_POLL_BEGIN : CL_POLL_END);
-    f->polling = on;
-}
-
-/* Spin phase: for up to spin_us after the last progress, move bytes on this thread
- * instead of sleeping until the transport's thread wakes us (a wake-up costs tens of
- * microseconds, more than a small message). */
-static int poll_a_while(flight *f)
-{
-    coll_comm *c = f->p->comm;
-    int64_t now = cl_now_us();
-    if (!f->idle_since)
-        f->idle_since = now;
-    if (now - f->idle_since >= c->spin_us) {
-        set_polling(f, 0);
-        return 0;
-    }
-    set_polling(f, 1);
-    if (c->tr->poll)
-        c->tr->poll(c->ctx, CL_POLL);
-    /* The transport's thread, or with more ranks than cores another rank, needs the core. */
-    if (!c->tr->poll || c->crowded)
-        sched_yield();
-    return 1;
-}
-
 static int step(flight *f, int64_t *deadline)
 {
     coll_comm *c = f->p->comm;
@@ -301,10 +269,10 @@ static int step(flight *f, int64_t *deadline)
     int64_t now = cl_now_ms();
     if (progress) {
         *deadline = now + c->timeout_ms;
-        f->idle_since = 0;
+        cl_spin_progress(&f->spin);
         return COLL_OK;
     }
-    if (poll_a_while(f))
+    if (cl_spin_poll(&f->spin))
         return COLL_OK;
     if (now >= *deadline) {
         cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
@@ -314,7 +282,7 @@ static int step(flight *f, int64_t *deadline)
         return COLL_ETIMEDOUT;
     }
     cl_notifier_wait(&c->notifier, seen, *deadline);
-    f->idle_since = 0; /* woken: poll again before the next sleep */
+    cl_spin_progress(&f->spin); /* woken: poll again before the next sleep */
     return COLL_OK;
 }
 
@@ -329,11 +297,10 @@ int cl_pass_run(pass *p)
     }
     int64_t deadline = cl_now_ms() + p->comm->timeout_ms;
     int rc = COLL_OK;
-    /* Polling from the start: the first messages need no wake-up of either side. */
-    set_polling(&f, p->comm->spin_us > 0);
+    f.spin = cl_spin_start(p->comm);
     while (rc == COLL_OK && !finished(&f))
         rc = step(&f, &deadline);
-    set_polling(&f, 0);
+    cl_spin_stop(&f.spin);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
             cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,

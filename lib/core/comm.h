@@ -116,6 +116,19 @@ int cl_run_collective(coll_comm *c, coll_req *r);
 int cl_p2p_post(coll_comm *c, coll_req *r);
 int cl_p2p_test(coll_req *r, int *done);
 
+/* A waiter's spin phase (spin.c). cl_spin_poll polls once and returns 1 while within
+ * spin_us of the last cl_spin_progress (or of the last sleep); then it stops polling
+ * and returns 0: the caller re-tests, then may sleep. cl_spin_stop before leaving. */
+typedef struct cl_spin {
+    coll_comm *comm;
+    int64_t since; /* us; 0: progress since the last poll */
+    int on;        /* between CL_POLL_BEGIN and CL_POLL_END */
+} cl_spin;
+cl_spin cl_spin_start(coll_comm *c);
+void cl_spin_progress(cl_spin *s);
+int cl_spin_poll(cl_spin *s);
+void cl_spin_stop(cl_spin *s);
+
 /* Waits until a request is done; frees it; returns its status. */
 int cl_req_wait(coll_req *r);
 

@@ -35,21 +35,26 @@ static int wait_p2p(coll_req *r)
     coll_comm *c = r->comm;
     int done = 0, rc = COLL_INPROGRESS, timed_out = 0;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
+    cl_spin spin = cl_spin_start(c);
     for (;;) {
         uint64_t seen = cl_notifier_events(&c->notifier);
         rc = cl_p2p_test(r, &done);
         if (done)
             break;
+        if (cl_spin_poll(&spin))
+            continue;
         if (cl_now_ms() >= deadline) {
             if (timed_out)
-                return COLL_ETIMEDOUT; /* the transport never let go: leave the request */
+                break; /* the transport never let go: leave the request */
             timed_out = 1;
             cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: nothing from peer %d for %d ms",
                          c->rank, cl_kind_name(r->kind), r->seq, r->root, c->timeout_ms);
             deadline = cl_now_ms() + c->timeout_ms;
         }
         cl_notifier_wait(&c->notifier, seen, deadline);
+        cl_spin_progress(&spin);
     }
+    cl_spin_stop(&spin);
     return timed_out ? COLL_ETIMEDOUT : rc;
 }
 
