@@ -55,8 +55,15 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         snprintf(err, errlen, "timeout must be positive, not %d ms", out->timeout_ms);
         return COLL_EINVAL;
     }
-    out->segment_bytes = u.segment_bytes ? u.segment_bytes : CL_DEFAULT_SEGMENT;
-    if (out->segment_bytes > (64u << 20)) {
+    const char *seg = env_or("COLL_SEGMENT_BYTES", NULL);
+    char *end = NULL;
+    unsigned long long env_seg = seg ? strtoull(seg, &end, 10) : CL_DEFAULT_SEGMENT;
+    if (seg && (*end || env_seg == 0 || env_seg > CL_MAX_SEGMENT)) {
+        snprintf(err, errlen, "COLL_SEGMENT_BYTES must be 1 to %u, not '%s'", CL_MAX_SEGMENT, seg);
+        return COLL_EINVAL;
+    }
+    out->segment_bytes = u.segment_bytes ? u.segment_bytes : (size_t)env_seg;
+    if (out->segment_bytes > CL_MAX_SEGMENT) {
         snprintf(err, errlen, "segment_bytes %zu is above the 64 MiB limit", out->segment_bytes);
         return COLL_EINVAL;
     }

@@ -10,6 +10,7 @@
 
 #define CL_DEFAULT_TIMEOUT_MS 30000
 #define CL_DEFAULT_SEGMENT (512u * 1024u)
+#define CL_MAX_SEGMENT (64u << 20)
 /* A waiting collective polls this long before sleeping: a peer's answer to a small
  * message comes within tens of microseconds, a sleep and wake-up cost as much again. */
 #define CL_DEFAULT_SPIN_US 100

@@ -284,6 +284,46 @@ START_TEST(misuse_returns_einval_and_comm_stays_usable)
 }
 END_TEST
 
+/* COLL_SEGMENT_BYTES sets the ring's segment: a 4 KiB segment cuts each chunk of a
+ * 300000-element all-reduce into dozens of pipelined units, all still exact. */
+static int small_segment_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    enum { N = 300000 };
+    float *buf = malloc(N * sizeof(float));
+    FAIL_IF(!buf, "no memory");
+    cl_fill(buf, N, COLL_F32, COLL_SUM, coll_rank(c), 0);
+    EXPECT_RC(coll_allreduce(c, buf, buf, N, COLL_F32, COLL_SUM), COLL_OK);
+    size_t wrong = cl_check_reduce(buf, N, COLL_F32, COLL_SUM, coll_size(c), 0);
+    free(buf);
+    FAIL_IF(wrong, "%zu wrong elements", wrong);
+    return 0;
+}
+
+START_TEST(segment_bytes_from_the_environment)
+{
+    setenv("COLL_SEGMENT_BYTES", "4096", 1);
+    expect_all_pass(3, small_segment_rank, RDZV_FILE);
+}
+END_TEST
+
+/* A malformed COLL_* variable fails coll_init with COLL_EINVAL, naming the variable. */
+START_TEST(bad_environment_is_einval_naming_the_variable)
+{
+    const char *bad[][2] = { { "COLL_SEGMENT_BYTES", "12x" }, { "COLL_SEGMENT_BYTES", "0" },
+                             { "COLL_SPIN_US", "-5" } };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        coll_comm *c = NULL;
+        ck_assert_int_eq(coll_init(&c, "mem://badenv", 0, 1, NULL), COLL_EINVAL);
+        ck_assert_ptr_null(c);
+        ck_assert_msg(strstr(coll_last_error(NULL), bad[i][0]), "error '%s' does not name %s",
+                      coll_last_error(NULL), bad[i][0]);
+        unsetenv(bad[i][0]);
+    }
+}
+END_TEST
+
 static int abort_rank(coll_comm *c, void *arg)
 {
     (void)arg;
@@ -318,6 +358,8 @@ int main(void)
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
     tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
+    tcase_add_test(t, segment_bytes_from_the_environment);
+    tcase_add_test(t, bad_environment_is_einval_naming_the_variable);
     tcase_add_test(t, abort_fails_this_rank_and_its_peers);
     suite_add_tcase(s, t);
     return run_suite(s);
