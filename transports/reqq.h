@@ -24,6 +24,8 @@ struct cl_tr_req {
     void *buf;
     size_t len;   /* send: payload bytes; recv: capacity, then the payload's length */
     size_t moved; /* stream bytes handled, header included */
+    const cl_tr_sink *sink; /* receive: where the payload may go instead of buf */
+    int sinking;            /* the sink accepted this payload */
     int status;
     atomic_int done;
 };

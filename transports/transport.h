@@ -76,6 +76,18 @@ typedef struct cl_tr_config {
     cl_notifier *notifier; /* signalled on every completion */
 } cl_tr_config;
 
+/* Where a receive with a sink sends its payload: straight from the transport's memory
+ * (shm: the ring), piece by piece, so a reduction reads its operand where it lies
+ * instead of after a copy into staging. */
+typedef struct cl_tr_sink {
+    /* The header arrived: 1 to take the payload through take(), 0 to copy it into buf. */
+    int (*accept)(void *arg, const cl_msg_hdr *hdr);
+    /* Payload bytes [off, off + n); n is a multiple of align. */
+    void (*take)(void *arg, size_t off, const void *bytes, size_t n);
+    void *arg;
+    size_t align;
+} cl_tr_sink;
+
 typedef struct cl_transport {
     const char *name;
     int (*ctx_create)(const cl_tr_config *cfg, cl_tr_ctx **out);
@@ -97,6 +109,10 @@ typedef struct cl_transport {
      * can move now, without blocking; CL_POLL_END: it stops (and may sleep), so wake-ups
      * resume and a last poll takes what arrived meanwhile. Calls pair up per thread. */
     void (*poll)(cl_tr_ctx *ctx, int mode);
+    /* Optional (NULL: use irecv). irecv whose payload may go to sink instead of buf (the
+     * transport calls accept() then, or never, which means buf); sink outlives the request. */
+    int (*irecv_sink)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
+                      const cl_tr_sink *sink, cl_tr_req **out);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
 } cl_transport;

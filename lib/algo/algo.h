@@ -20,6 +20,9 @@ typedef struct pass_ops {
     void *(*recv)(pass *p, size_t u, void *slot, size_t *bytes);
     /* Receive unit u arrived at buf (NULL: nothing to do). */
     void (*arrived)(pass *p, size_t u, void *buf);
+    /* Optional: bytes [off, off + n) of receive unit u, where the transport holds them
+     * (a transport with irecv_sink); arrived() is then skipped for u. */
+    void (*take)(pass *p, size_t u, size_t off, const void *bytes, size_t n);
 } pass_ops;
 
 typedef enum { CHUNKS_RS, CHUNKS_AG, CHUNKS_ONE, CHUNKS_DIRECT } chunk_order;

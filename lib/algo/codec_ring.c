@@ -61,7 +61,7 @@ static void drs_arrived(pass *p, size_t u, void *buf)
     cl_decode_add(p->codec, acc, buf, n);
 }
 
-static const pass_ops drs_ops = { drs_send, drs_recv, drs_arrived };
+static const pass_ops drs_ops = { .send = drs_send, .recv = drs_recv, .arrived = drs_arrived };
 
 /* Reduces `count` values (every rank's src) into acc, this rank's chunk in f32. */
 static int direct_reduce_scatter(coll_comm *c, coll_req *r, size_t count, float *acc)
@@ -131,7 +131,7 @@ static void eag_arrived(pass *p, size_t u, void *buf)
     cl_decode(p->codec, (float *)p->acc + off, buf, n);
 }
 
-static const pass_ops eag_ops = { eag_send, eag_recv, eag_arrived };
+static const pass_ops eag_ops = { .send = eag_send, .recv = eag_recv, .arrived = eag_arrived };
 
 /* buf (count values) holds this rank's chunk in f32: encode it once, replace it with
  * its decoded value, and gather every other chunk's encoded bytes into buf decoded. */

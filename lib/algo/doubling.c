@@ -23,15 +23,22 @@ static void *rd_recv(pass *p, size_t u, void *slot, size_t *bytes)
     return p->enc; /* the partner's partial */
 }
 
-static void rd_arrived(pass *p, size_t u, void *buf)
+/* Bytes [off, off + n) of the partner's partial are at buf. */
+static void rd_take(pass *p, size_t u, size_t off, const void *buf, size_t n)
 {
     (void)u;
     coll_req *r = p->req;
+    char *acc = p->acc + off;
     int lower = p->comm->rank < p->to;
-    cl_reduce(p->acc, lower ? p->acc : buf, lower ? buf : p->acc, r->count, r->dtype, r->op);
+    cl_reduce(acc, lower ? acc : buf, lower ? buf : acc, n / p->esize, r->dtype, r->op);
 }
 
-static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived};
+static void rd_arrived(pass *p, size_t u, void *buf)
+{
+    rd_take(p, u, 0, buf, p->req->count * p->esize);
+}
+
+static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived, rd_take};
 
 int cl_doubling_fits(const coll_comm *c, size_t bytes)
 {

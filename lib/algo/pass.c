@@ -16,7 +16,16 @@
 
 enum { WINDOW = 4 };
 
+typedef struct flight flight;
+
+/* A receive whose payload the transport hands over where it lies (cl_tr_sink). */
 typedef struct {
+    flight *f;
+    size_t u;
+    int taken; /* the payload went through take(): nothing left to do on arrival */
+} sink_at;
+
+struct flight {
     pass *p;
     cl_tr_req *rq[WINDOW], *sq[WINDOW];
     cl_msg_hdr rh[WINDOW];
@@ -24,8 +33,10 @@ typedef struct {
     void *rbuf[WINDOW];
     size_t rbytes[WINDOW];
     size_t r_posted, r_done, s_posted, s_done;
+    cl_tr_sink sink[WINDOW];
+    sink_at sink_at[WINDOW];
     cl_spin spin;
-} flight;
+};
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
 {
@@ -116,15 +127,36 @@ static int post_send(flight *f)
     return rc;
 }
 
+/* Only a payload whose header is exactly what this rank expects goes to take(). */
+static int sink_accept(void *arg, const cl_msg_hdr *h)
+{
+    sink_at *at = arg;
+    pass *p = at->f->p;
+    cl_msg_hdr want = header_for(p, at->u, at->f->rbytes[at->u % WINDOW]);
+    at->taken = cl_header_check(h, &want, h->len) == CL_WIRE_OK;
+    return at->taken;
+}
+
+static void sink_take(void *arg, size_t off, const void *bytes, size_t n)
+{
+    sink_at *at = arg;
+    at->f->p->ops->take(at->f->p, at->u, off, bytes, n);
+}
+
 static int post_recv(flight *f)
 {
     pass *p = f->p;
+    const cl_transport *tr = p->comm->tr;
     size_t u = f->r_posted, bytes = 0, slot = u % WINDOW;
     void *dst = p->ops->recv(p, u, slot_at(f->rslots, slot, p->slot_bytes), &bytes);
     f->rbuf[slot] = dst;
     f->rbytes[slot] = bytes;
-    int rc = p->comm->tr->irecv(p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)], &f->rh[slot],
-                                dst, bytes, &f->rq[slot]);
+    f->sink_at[slot] = (sink_at){f, u, 0};
+    f->sink[slot] = (cl_tr_sink){sink_accept, sink_take, &f->sink_at[slot], p->esize};
+    cl_tr_conn *from = p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)];
+    int rc = p->ops->take && tr->irecv_sink
+                 ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
+                 : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
     if (rc == COLL_OK)
         f->r_posted++;
     return rc;
@@ -160,7 +192,7 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
     if (v == CL_WIRE_MISMATCH)
         return mismatch(p, got, &want);
     atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
-    if (p->ops->arrived)
+    if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);
     f->r_done++;
     return COLL_OK;
@@ -302,9 +334,10 @@ int cl_pass_run(pass *p)
         rc = step(&f, &deadline);
     cl_spin_stop(&f.spin);
     if (rc != COLL_OK) {
-        if (rc == COLL_EABORTED)
-            cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,
-                         cl_kind_name(p->req->kind), p->req->seq);
+        /* Every failure fails the communicator (only the first cause is kept): its links
+         * close, so no request of this pass outlives it (a sink points into f). */
+        cl_comm_fail(p->comm, rc, "rank %d %s #%u: %s", p->comm->rank,
+                     cl_kind_name(p->req->kind), p->req->seq, coll_strerror(rc));
         drain(&f);
     }
     free(f.rslots);

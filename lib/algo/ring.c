@@ -28,16 +28,30 @@ static void *rs_recv(pass *p, size_t u, void *slot, size_t *bytes)
     return slot;
 }
 
-static void rs_arrived(pass *p, size_t u, void *buf)
+/* Elements [first, first + n) of receive unit u arrived at buf: reduce them into acc. */
+static void rs_reduce(pass *p, size_t u, size_t first, const void *buf, size_t n)
 {
-    size_t off, n = cl_unit_range(p, u, 1, &off);
-    char *dst = p->acc + off * p->esize;
-    cl_reduce(dst, p->src + off * p->esize, buf, n, p->req->dtype, p->req->op);
+    size_t off;
+    cl_unit_range(p, u, 1, &off);
+    off = (off + first) * p->esize;
+    cl_reduce(p->acc + off, p->src + off, buf, n, p->req->dtype, p->req->op);
     if (p->divide_last && u / p->segs_per_chunk == (size_t)p->comm->size - 2)
-        cl_divide(dst, n, p->req->dtype, p->comm->size);
+        cl_divide(p->acc + off, n, p->req->dtype, p->comm->size);
 }
 
-static const pass_ops rs_ops = { rs_send, rs_recv, rs_arrived };
+static void rs_arrived(pass *p, size_t u, void *buf)
+{
+    size_t off;
+    rs_reduce(p, u, 0, buf, cl_unit_range(p, u, 1, &off));
+}
+
+/* From the transport's memory (the shm ring): no copy into staging first. */
+static void rs_take(pass *p, size_t u, size_t off, const void *bytes, size_t n)
+{
+    rs_reduce(p, u, off / p->esize, bytes, n / p->esize);
+}
+
+static const pass_ops rs_ops = { rs_send, rs_recv, rs_arrived, rs_take };
 
 /* ---- all-gather and broadcast: straight into the buffer, forwarded from there ------ */
 
@@ -57,7 +71,7 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
     return p->acc + off * p->esize;
 }
 
-static const pass_ops ag_ops = { ag_send, ag_recv, NULL };
+static const pass_ops ag_ops = { .send = ag_send, .recv = ag_recv };
 
 /* The reduce-scatter pass leaves rank r's fully reduced chunk r at acc + offset(r). */
 static int reduce_scatter_into(coll_comm *c, coll_req *r, size_t count, const void *src,

@@ -132,6 +132,76 @@ START_TEST(zero_length_and_large_messages)
 }
 END_TEST
 
+/* A receive with a sink (transports that have irecv_sink): payloads come in whole
+ * elements, also where a message wraps around the transport's buffer mid-element (a
+ * 4-byte message first puts every later 8-byte element off the buffer's alignment), and
+ * a payload the sink refuses lands in the buffer instead. */
+typedef struct {
+    unsigned char *dst;
+    size_t align, bad, calls;
+    int accept;
+} sink_state;
+
+static int sink_accept(void *arg, const cl_msg_hdr *h)
+{
+    (void)h;
+    return ((sink_state *)arg)->accept;
+}
+
+static void sink_take(void *arg, size_t off, const void *bytes, size_t n)
+{
+    sink_state *st = arg;
+    st->bad += off % st->align != 0 || n % st->align != 0;
+    st->calls++;
+    memcpy(st->dst + off, bytes, n);
+}
+
+START_TEST(sink_takes_whole_elements_across_the_buffer_end)
+{
+    pair p;
+    pair_open(&p);
+    if (!p.tr->irecv_sink) {
+        pair_close(&p);
+        return;
+    }
+    enum { M = 13 };
+    size_t len[M], total = 0;
+    for (int i = 0; i < M; i++)
+        total += len[i] = i == 0 ? 4 : (1u << 20) + 8 * (size_t)(i * 37);
+    unsigned char *out = malloc(total), *in = calloc(1, total), *spare = calloc(1, total);
+    for (size_t k = 0; k < total; k++)
+        out[k] = (unsigned char)(k * 131 + (k >> 11));
+    sink_state st[M];
+    cl_tr_sink sk[M];
+    cl_msg_hdr h[M], got[M];
+    cl_tr_req *sq[M], *rq[M];
+    size_t at = 0;
+    for (int i = 0; i < M; i++, at += len[i - 1]) {
+        st[i] = (sink_state){ in + at, i == 0 ? 4 : 8, 0, 0, i != 5 };
+        sk[i] = (cl_tr_sink){ sink_accept, sink_take, &st[i], st[i].align };
+        h[i] = hdr((uint32_t)len[i], (uint32_t)i);
+        ck_assert_int_eq(p.tr->irecv_sink(p.recv, &got[i], i == 5 ? in + at : spare, len[i], &sk[i],
+                                          &rq[i]),
+                         COLL_OK);
+        ck_assert_int_eq(p.tr->isend(p.send, &h[i], out + at, &sq[i]), COLL_OK);
+    }
+    for (int i = 0; i < M; i++) {
+        size_t n = 0;
+        ck_assert_int_eq(wait_req(&p, rq[i], &n), COLL_OK);
+        ck_assert_uint_eq(n, len[i]);
+        ck_assert_uint_eq(st[i].bad, 0);
+        ck_assert_msg(i == 5 ? st[i].calls == 0 : st[i].calls > 0, "message %d: %zu takes", i,
+                      st[i].calls);
+        ck_assert_int_eq(wait_req(&p, sq[i], NULL), COLL_OK);
+    }
+    ck_assert_int_eq(memcmp(in, out, total), 0);
+    free(out);
+    free(in);
+    free(spare);
+    pair_close(&p);
+}
+END_TEST
+
 START_TEST(many_in_flight)
 {
     pair p;
@@ -300,6 +370,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, messages_arrive_in_posting_order);
     tcase_add_test(t, zero_length_and_large_messages);
     tcase_add_test(t, many_in_flight);
+    tcase_add_test(t, sink_takes_whole_elements_across_the_buffer_end);
     tcase_add_test(t, message_longer_than_receive_is_emismatch);
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);

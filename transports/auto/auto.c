@@ -242,11 +242,19 @@ static int auto_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_
     return wrap_req(c->tr, rc, inner, out);
 }
 
-static int auto_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+static int auto_irecv_sink(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
+                           const cl_tr_sink *sink, cl_tr_req **out)
 {
     cl_tr_req *inner = NULL;
-    int rc = c->tr->irecv(c->inner, hdr, buf, cap, &inner);
+    int rc = sink && c->tr->irecv_sink
+                 ? c->tr->irecv_sink(c->inner, hdr, buf, cap, sink, &inner)
+                 : c->tr->irecv(c->inner, hdr, buf, cap, &inner);
     return wrap_req(c->tr, rc, inner, out);
+}
+
+static int auto_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+{
+    return auto_irecv_sink(c, hdr, buf, cap, NULL, out);
 }
 
 static int auto_test(cl_tr_req *r, int *done, size_t *nbytes)
@@ -292,6 +300,7 @@ const cl_transport cl_transport_auto = {
     .connect = auto_connect,
     .isend = auto_isend,
     .irecv = auto_irecv,
+    .irecv_sink = auto_irecv_sink,
     .test = auto_test,
     .close_conn = auto_close_conn,
     .shutdown = auto_shutdown,

@@ -128,6 +128,26 @@ static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into
     }
 }
 
+/* Hands n payload bytes at stream position pos to r's sink, in whole elements: an element
+ * split by the ring's end goes through a bounce buffer. */
+static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
+{
+    const cl_tr_sink *s = r->sink;
+    size_t off = r->moved - sizeof(cl_msg_hdr);
+    uint64_t cap = c->ring->cap, at = pos & (cap - 1);
+    size_t first = (size_t)(cap - at < n ? cap - at : n), whole = first - first % s->align;
+    if (whole)
+        s->take(s->arg, off, c->data + at, whole);
+    if (whole < first) {
+        char bounce[16];
+        ring_copy(c, pos + whole, bounce, s->align, 0);
+        s->take(s->arg, off + whole, bounce, s->align);
+        whole += s->align;
+    }
+    if (whole < n)
+        s->take(s->arg, off + whole, c->data + (whole - first), n - whole);
+}
+
 /* Sends: as much of the queued messages as fits. Returns 1 if anything moved. */
 static int pump_send(cl_tr_conn *c)
 {
@@ -185,10 +205,14 @@ static int pump_recv(cl_tr_conn *c)
         uint64_t avail = atomic_load_explicit(&c->ring->head, memory_order_acquire) - tail;
         size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
         size_t n = want < avail ? want : (size_t)avail;
+        if (r->sinking)
+            n -= n % r->sink->align; /* whole elements only; the rest follows */
         if (n == 0)
             break;
         if (r->moved < h)
             ring_copy(c, tail, (char *)r->hdr_in + r->moved, n, 0);
+        else if (r->sinking)
+            ring_take(c, tail, r, n);
         else
             ring_copy(c, tail, (char *)r->buf + (r->moved - h), n, 0);
         r->moved += n;
@@ -196,6 +220,8 @@ static int pump_recv(cl_tr_conn *c)
         moved = 1;
         if (r->moved == h && !header_ok(c, r))
             break;
+        if (r->moved == h && r->sink)
+            r->sinking = r->sink->accept(r->sink->arg, r->hdr_in);
         if (r->moved < h || r->moved < h + r->hdr_in->len)
             continue;
         r->len = r->hdr_in->len;
@@ -540,9 +566,18 @@ static int shm_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_t
     return enqueue(c, cl_req_send(&c->ctx->reqs, hdr, buf), out);
 }
 
+static int shm_irecv_sink(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
+                          const cl_tr_sink *sink, cl_tr_req **out)
+{
+    cl_tr_req *r = cl_req_recv(&c->ctx->reqs, hdr, buf, cap);
+    if (r)
+        r->sink = sink;
+    return enqueue(c, r, out);
+}
+
 static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
 {
-    return enqueue(c, cl_req_recv(&c->ctx->reqs, hdr, buf, cap), out);
+    return shm_irecv_sink(c, hdr, buf, cap, NULL, out);
 }
 
 static void shm_close_conn(cl_tr_conn *c)
@@ -616,6 +651,7 @@ const cl_transport cl_transport_shm = {
     .connect = shm_connect,
     .isend = shm_isend,
     .irecv = shm_irecv,
+    .irecv_sink = shm_irecv_sink,
     .test = cl_req_test,
     .close_conn = shm_close_conn,
     .shutdown = shm_shutdown,
