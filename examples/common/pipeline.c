@@ -100,9 +100,14 @@ static int timed_recv(pipeline *p, float *buf, size_t count, int peer, uint32_t 
     return rc;
 }
 
+/* Only a send that started is waited on later. */
 static int post_send(pipeline *p, const float *buf, size_t count, int peer, uint32_t tag)
 {
-    return coll_isend(p->c, buf, count, COLL_F32, peer, tag, &p->sends[p->nsends++]);
+    coll_req *q;
+    int rc = coll_isend(p->c, buf, count, COLL_F32, peer, tag, &q);
+    if (rc == COLL_OK)
+        p->sends[p->nsends++] = q;
+    return rc;
 }
 
 /* This stage's input: the data on stage 0 (in grad[0], which layer 0 never needs for a

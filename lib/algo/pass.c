@@ -292,8 +292,11 @@ static int step(flight *f, int64_t *deadline)
     coll_comm *c = f->p->comm;
     uint64_t seen = cl_notifier_events(&c->notifier);
     int progress = 0, rc = reap(f, &progress);
-    if (rc == COLL_OK)
-        rc = post_ready(f);
+    /* A transfer that cannot be posted fails the communicator like every other error:
+     * its links close, so no request of this pass outlives it (a sink points into f). */
+    if (rc == COLL_OK && (rc = post_ready(f)) != COLL_OK)
+        cl_comm_fail(c, rc, "rank %d %s #%u: cannot post a transfer: %s", c->rank,
+                     cl_kind_name(f->p->req->kind), f->p->req->seq, coll_strerror(rc));
     if (rc != COLL_OK || finished(f))
         return rc;
     if (atomic_load(&c->aborted))
@@ -334,10 +337,9 @@ int cl_pass_run(pass *p)
         rc = step(&f, &deadline);
     cl_spin_stop(&f.spin);
     if (rc != COLL_OK) {
-        /* Every failure fails the communicator (only the first cause is kept): its links
-         * close, so no request of this pass outlives it (a sink points into f). */
-        cl_comm_fail(p->comm, rc, "rank %d %s #%u: %s", p->comm->rank,
-                     cl_kind_name(p->req->kind), p->req->seq, coll_strerror(rc));
+        if (rc == COLL_EABORTED)
+            cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,
+                         cl_kind_name(p->req->kind), p->req->seq);
         drain(&f);
     }
     free(f.rslots);

@@ -65,8 +65,12 @@ static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t cou
 /* What the blocking calls pass as `out`: run the operation and return its status. */
 static coll_req *blocking;
 
+/* A request that could not start leaves *out NULL (coll_wait(NULL) is COLL_EINVAL), never
+ * whatever the caller's variable held before. */
 static int launch(coll_comm *c, coll_req *q, coll_req **out)
 {
+    if (out != &blocking)
+        *out = NULL;
     if (!q)
         return COLL_ENOMEM;
     atomic_fetch_add(&c->bytes_in, q->count * cl_dtype_size(q->dtype));

@@ -128,24 +128,26 @@ static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into
     }
 }
 
-/* Hands n payload bytes at stream position pos to r's sink, in whole elements: an element
- * split by the ring's end goes through a bounce buffer. */
+/* Hands n payload bytes at stream position pos to r's sink. The payload starts aligned
+ * (sink_fits) and n is whole elements, so the ring's end, a multiple of any element
+ * size, never splits one. */
 static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
 {
     const cl_tr_sink *s = r->sink;
     size_t off = r->moved - sizeof(cl_msg_hdr);
     uint64_t cap = c->ring->cap, at = pos & (cap - 1);
-    size_t first = (size_t)(cap - at < n ? cap - at : n), whole = first - first % s->align;
-    if (whole)
-        s->take(s->arg, off, c->data + at, whole);
-    if (whole < first) {
-        char bounce[16];
-        ring_copy(c, pos + whole, bounce, s->align, 0);
-        s->take(s->arg, off + whole, bounce, s->align);
-        whole += s->align;
-    }
-    if (whole < n)
-        s->take(s->arg, off + whole, c->data + (whole - first), n - whole);
+    size_t first = (size_t)(cap - at < n ? cap - at : n);
+    s->take(s->arg, off, c->data + at, first);
+    if (first < n)
+        s->take(s->arg, off + first, c->data, n - first);
+}
+
+/* The kernels behind a sink load whole typed elements: a payload the stream left off
+ * its element alignment (after a message of odd length) is copied out instead. */
+static int sink_fits(const cl_tr_conn *c, const cl_tr_req *r, uint64_t payload_pos)
+{
+    size_t a = r->sink->align;
+    return a && (a & (a - 1)) == 0 && c->ring->cap % a == 0 && payload_pos % a == 0;
 }
 
 /* Sends: as much of the queued messages as fits. Returns 1 if anything moved. */
@@ -220,7 +222,7 @@ static int pump_recv(cl_tr_conn *c)
         moved = 1;
         if (r->moved == h && !header_ok(c, r))
             break;
-        if (r->moved == h && r->sink)
+        if (r->moved == h && r->sink && sink_fits(c, r, tail + n))
             r->sinking = r->sink->accept(r->sink->arg, r->hdr_in);
         if (r->moved < h || r->moved < h + r->hdr_in->len)
             continue;
