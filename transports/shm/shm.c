@@ -92,8 +92,13 @@ static _Atomic uint32_t *wake_flag(cl_tr_conn *c, int peer)
  * head/tail, fence, read flag): either the peer rings or our pump sees its bytes. */
 static void update_wake(cl_tr_conn *c)
 {
-    if (c->ring)
-        atomic_store_explicit(wake_flag(c, 0), c->q.head && !c->ctx->pollers, memory_order_relaxed);
+    if (!c->ring)
+        return;
+    /* Stored only on a change: the flag shares its cache line with the head or tail the
+     * peer spins on, and every store would take that line away from the peer. */
+    uint32_t want = c->q.head && !c->ctx->pollers;
+    if (atomic_load_explicit(wake_flag(c, 0), memory_order_relaxed) != want)
+        atomic_store_explicit(wake_flag(c, 0), want, memory_order_relaxed);
 }
 
 /* After moving bytes: wakes the peer's thread if it waits with nobody polling. */
