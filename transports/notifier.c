@@ -13,7 +13,8 @@ void cl_notifier_init(cl_notifier *n)
     pthread_mutex_init(&n->mu, NULL);
     pthread_cond_init(&n->cv, &a);
     pthread_condattr_destroy(&a);
-    n->events = 0;
+    atomic_init(&n->events, 0);
+    atomic_init(&n->sleepers, 0);
 }
 
 void cl_notifier_destroy(cl_notifier *n)
@@ -22,27 +23,31 @@ void cl_notifier_destroy(cl_notifier *n)
     pthread_mutex_destroy(&n->mu);
 }
 
+/* Dekker with cl_notifier_wait: the notifier bumps events then reads sleepers; a sleeper
+ * counts itself then reads events (both seq_cst). Either the sleeper sees the new count
+ * or the notifier sees the sleeper and broadcasts under the mutex it waits on. */
 void cl_notify(cl_notifier *n)
 {
+    atomic_fetch_add(&n->events, 1);
+    if (atomic_load(&n->sleepers) == 0)
+        return;
     pthread_mutex_lock(&n->mu);
-    n->events++;
     pthread_cond_broadcast(&n->cv);
     pthread_mutex_unlock(&n->mu);
 }
 
 uint64_t cl_notifier_events(cl_notifier *n)
 {
-    pthread_mutex_lock(&n->mu);
-    uint64_t e = n->events;
-    pthread_mutex_unlock(&n->mu);
-    return e;
+    return atomic_load(&n->events);
 }
 
 void cl_notifier_wait(cl_notifier *n, uint64_t seen, int64_t deadline_ms)
 {
     struct timespec ts = cl_deadline_timespec(deadline_ms);
     pthread_mutex_lock(&n->mu);
-    while (n->events == seen && cl_now_ms() < deadline_ms)
+    atomic_fetch_add(&n->sleepers, 1);
+    while (atomic_load(&n->events) == seen && cl_now_ms() < deadline_ms)
         pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+    atomic_fetch_sub(&n->sleepers, 1);
     pthread_mutex_unlock(&n->mu);
 }

@@ -26,6 +26,7 @@
 #define CL_TRANSPORT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,11 +50,13 @@ typedef struct cl_msg_hdr {
 } cl_msg_hdr;
 _Static_assert(sizeof(cl_msg_hdr) == 32, "wire header is 32 bytes");
 
-/* Completion notifier shared by a communicator's waiters. */
+/* Completion notifier shared by a communicator's waiters. The counter is read and
+ * bumped without the mutex; only a notify that finds a sleeper takes it. */
 typedef struct cl_notifier {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t events;
+    _Atomic uint64_t events;
+    _Atomic int sleepers;
 } cl_notifier;
 
 void cl_notifier_init(cl_notifier *n);

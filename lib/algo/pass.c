@@ -301,14 +301,18 @@ static int step(flight *f, int64_t *deadline)
         return rc;
     if (atomic_load(&c->aborted))
         return COLL_EABORTED;
-    int64_t now = cl_now_ms();
+    /* The clock is read only when polling gives up (a read costs as much as a poll): the
+     * deadline counts from then, at most the spin phase after the last progress. */
     if (progress) {
-        *deadline = now + c->timeout_ms;
+        *deadline = 0;
         cl_spin_progress(&f->spin);
         return COLL_OK;
     }
     if (cl_spin_poll(&f->spin))
         return COLL_OK;
+    int64_t now = cl_now_ms();
+    if (!*deadline)
+        *deadline = now + c->timeout_ms;
     if (now >= *deadline) {
         cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
                      c->rank, cl_kind_name(f->p->req->kind), f->p->req->seq, c->timeout_ms,
@@ -330,7 +334,7 @@ int cl_pass_run(pass *p)
             return COLL_ENOMEM;
         f.sslots = f.rslots + WINDOW * p->slot_bytes;
     }
-    int64_t deadline = cl_now_ms() + p->comm->timeout_ms;
+    int64_t deadline = 0; /* set when polling first gives up (step) */
     int rc = COLL_OK;
     f.spin = cl_spin_start(p->comm);
     while (rc == COLL_OK && !finished(&f))

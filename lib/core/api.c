@@ -47,7 +47,7 @@ static coll_codec codec_for(coll_comm *c, int kind, int dtype, int op)
 static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype,
                       int op, int root, uint32_t tag)
 {
-    coll_req *q = calloc(1, sizeof(*q));
+    coll_req *q = malloc(sizeof(*q)); /* not calloc: glibc's calloc bypasses its tcache */
     if (q)
         *q = (coll_req){.comm = c,
                         .kind = kind,

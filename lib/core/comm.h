@@ -121,8 +121,9 @@ int cl_p2p_test(coll_req *r, int *done);
  * and returns 0: the caller re-tests, then may sleep. cl_spin_stop before leaving. */
 typedef struct cl_spin {
     coll_comm *comm;
-    int64_t since; /* us; 0: progress since the last poll */
-    int on;        /* between CL_POLL_BEGIN and CL_POLL_END */
+    int64_t since;  /* us; 0: progress since the last poll */
+    unsigned polls; /* since the clock was last read */
+    int on;         /* between CL_POLL_BEGIN and CL_POLL_END */
 } cl_spin;
 cl_spin cl_spin_start(coll_comm *c);
 void cl_spin_progress(cl_spin *s);

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define RING_CAP ((uint64_t)4 << 20) /* data bytes per connection, a power of two */
-#define RING_DATA 128                /* where the data starts in the mapping */
+#define RING_DATA 256                /* where the data starts in the mapping */
 
 /* Room for the descriptors a message carries, aligned for cmsghdr, zeroed by users. */
 typedef union {
@@ -38,15 +38,17 @@ typedef union {
     struct cmsghdr align;
 } fd_ctl;
 
-/* Shared between the two processes; each side writes only its own cache line. A side's
- * wake flag says it has requests waiting and no thread polling for them: only then must
- * the other side ring its eventfd. With callers polling, a message costs no system call. */
+/* Shared between the two processes; each side writes only its own cache lines. A side's
+ * wake flag says it has requests waiting and no thread polling: only then must the other
+ * side ring its eventfd. With callers polling, a message costs no system call. The flags
+ * have lines of their own, apart from head and tail, which change with every message:
+ * the peer reads a flag after every move, and finds it in its cache. */
 struct ring {
     _Alignas(64) _Atomic uint64_t head; /* bytes ever written, by the sender */
-    _Atomic uint32_t tx_wake;
     uint64_t cap;
     _Alignas(64) _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
-    _Atomic uint32_t rx_wake;
+    _Alignas(64) _Atomic uint32_t tx_wake;
+    _Alignas(64) _Atomic uint32_t rx_wake;
 };
 _Static_assert(sizeof(struct ring) <= RING_DATA, "ring header fits before the data");
 
@@ -56,7 +58,8 @@ struct cl_tr_conn {
     int is_recv, sock, peer_efd;
     struct ring *ring;
     char *data;
-    cl_reqq q;     /* pending sends or receives, in order */
+    uint64_t tail_seen; /* sender: the receiver's tail when last read (it only grows) */
+    cl_reqq q;          /* pending sends or receives, in order */
     int dead;      /* status that fails every request from now on */
     int peer_gone; /* EOF on the lifeline: deliver what is in the ring, then fail */
     uint8_t hello[CL_HELLO_BYTES];
@@ -162,9 +165,11 @@ static int pump_send(cl_tr_conn *c)
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
         uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
-        uint64_t room =
-            c->ring->cap - (head - atomic_load_explicit(&c->ring->tail, memory_order_acquire));
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
+        /* The tail's line is the receiver's: read it only when the room known is short. */
+        if (c->ring->cap - (head - c->tail_seen) < n)
+            c->tail_seen = atomic_load_explicit(&c->ring->tail, memory_order_acquire);
+        uint64_t room = c->ring->cap - (head - c->tail_seen);
         n = n < room ? n : (size_t)room;
         if (n == 0)
             break;
