@@ -75,7 +75,7 @@ pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, si
     seg = seg ? seg : seg_align;
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     size_t maxc = base + (rem != 0);
-    if (maxc && maxc < seg) /* staging no larger than a chunk: small messages malloc little */
+    if (maxc && maxc < seg) /* staging no larger than a chunk: small messages stage little */
         seg = (maxc + seg_align - 1) / seg_align * seg_align;
     size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
     return (pass){.comm = c,
@@ -329,7 +329,7 @@ int cl_pass_run(pass *p)
 {
     flight f = {.p = p};
     if (p->slot_bytes) {
-        f.rslots = malloc(2 * WINDOW * p->slot_bytes);
+        f.rslots = cl_staging(p->comm, 2 * WINDOW * p->slot_bytes);
         if (!f.rslots)
             return COLL_ENOMEM;
         f.sslots = f.rslots + WINDOW * p->slot_bytes;
@@ -346,6 +346,5 @@ int cl_pass_run(pass *p)
                          cl_kind_name(p->req->kind), p->req->seq);
         drain(&f);
     }
-    free(f.rslots);
     return rc;
 }

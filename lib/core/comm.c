@@ -26,6 +26,7 @@ static void comm_free(coll_comm *c)
     free(c->p2p_seq[0]);
     free(c->p2p_seq[1]);
     free(c->scratch);
+    free(c->staging);
     cl_notifier_destroy(&c->notifier);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);

@@ -83,6 +83,8 @@ struct coll_comm {
 
     void *scratch; /* the running collective's (see busy) */
     size_t scratch_bytes;
+    void *staging; /* the running pass's receive and send slots */
+    size_t staging_bytes;
 };
 
 /* Records the communicator's first failure with its sentence, closes every link so the
@@ -121,8 +123,9 @@ int cl_p2p_test(coll_req *r, int *done);
  * and returns 0: the caller re-tests, then may sleep. cl_spin_stop before leaving. */
 typedef struct cl_spin {
     coll_comm *comm;
-    int64_t since;  /* us; 0: progress since the last poll */
-    unsigned polls; /* since the clock was last read */
+    int64_t since;   /* us; 0: progress or bytes moved since the last poll */
+    int64_t done_at; /* us; 0: a transfer completed since the last poll */
+    unsigned polls;  /* since the clock was last read */
     int on;         /* between CL_POLL_BEGIN and CL_POLL_END */
 } cl_spin;
 cl_spin cl_spin_start(coll_comm *c);
@@ -138,5 +141,8 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles);
 
 /* The running collective's scratch buffer, grown to at least `bytes`. NULL when out of memory. */
 void *cl_scratch(coll_comm *c, size_t bytes);
+/* The running pass's staging slots, likewise: kept between passes, so a pass neither
+ * maps nor faults in fresh memory (a malloc of megabytes is an mmap and a munmap). */
+void *cl_staging(coll_comm *c, size_t bytes);
 
 #endif

@@ -125,15 +125,25 @@ int cl_engine_call(coll_comm *c, coll_req *r)
     return rc;
 }
 
-void *cl_scratch(coll_comm *c, size_t bytes)
+static void *grow(void **buf, size_t *have, size_t bytes)
 {
     bytes = bytes < 64 ? 64 : bytes; /* never NULL for an empty operation */
-    if (bytes > c->scratch_bytes) {
-        void *p = realloc(c->scratch, bytes);
+    if (bytes > *have) {
+        void *p = realloc(*buf, bytes);
         if (!p)
             return NULL;
-        c->scratch = p;
-        c->scratch_bytes = bytes;
+        *buf = p;
+        *have = bytes;
     }
-    return c->scratch;
+    return *buf;
+}
+
+void *cl_scratch(coll_comm *c, size_t bytes)
+{
+    return grow(&c->scratch, &c->scratch_bytes, bytes);
+}
+
+void *cl_staging(coll_comm *c, size_t bytes)
+{
+    return grow(&c->staging, &c->staging_bytes, bytes);
 }

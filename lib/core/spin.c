@@ -1,12 +1,19 @@
 /* The spin phase of every wait: for up to spin_us after the last progress, a waiter moves
  * bytes on its own thread (the transport's poll) instead of sleeping until the
  * transport's thread wakes it; a wake-up costs tens of microseconds, more than a small
- * message. While it polls, peers skip waking this side's threads. */
+ * message. While it polls, peers skip waking this side's threads. Bytes moving count as
+ * progress too, for at most SPIN_BUSY_FACTOR x spin_us after the last completed
+ * transfer: a large message takes longer than spin_us, and giving up the spin midway
+ * hands every later step of the collective to thread wake-ups (seen: 4 MiB all-reduces
+ * on shm at 1000 us instead of 350). The cap keeps a waiter whose peer is silent while
+ * other transfers flow from spinning past the point where its timeout is checked. */
 #include "comm.h"
 
 #include "util.h"
 
 #include <sched.h>
+
+enum { SPIN_BUSY_FACTOR = 20 };
 
 static void set_on(cl_spin *s, int on)
 {
@@ -25,7 +32,7 @@ cl_spin cl_spin_start(coll_comm *c)
 
 void cl_spin_progress(cl_spin *s)
 {
-    s->since = 0;
+    s->since = s->done_at = 0;
 }
 
 int cl_spin_poll(cl_spin *s)
@@ -36,14 +43,17 @@ int cl_spin_poll(cl_spin *s)
         int64_t now = cl_now_us();
         if (!s->since)
             s->since = now;
-        if (now - s->since >= c->spin_us) {
+        if (!s->done_at)
+            s->done_at = now;
+        if (now - s->since >= c->spin_us ||
+            now - s->done_at >= (int64_t)SPIN_BUSY_FACTOR * c->spin_us) {
             set_on(s, 0);
             return 0;
         }
     }
     set_on(s, 1);
-    if (c->tr->poll)
-        c->tr->poll(c->ctx, CL_POLL);
+    if (c->tr->poll && c->tr->poll(c->ctx, CL_POLL))
+        s->since = 0; /* bytes moved: the peer is busy, not gone */
     /* The transport's thread, or with more ranks than cores another rank, needs the core. */
     if (!c->tr->poll || c->crowded)
         sched_yield();

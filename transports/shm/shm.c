@@ -246,13 +246,14 @@ static int pump_recv(cl_tr_conn *c)
     return moved;
 }
 
-/* Under the context's mutex. */
-static void pump(cl_tr_conn *c)
+/* Under the context's mutex. Returns 1 if bytes moved. */
+static int pump(cl_tr_conn *c)
 {
     int moved = c->is_recv ? pump_recv(c) : pump_send(c);
     update_wake(c);
     if (moved)
         ring_peer(c);
+    return moved;
 }
 
 /* The lifeline says something: the peer's eventfd (its answer to our hello) or EOF. */
@@ -287,10 +288,17 @@ static void on_ready(void *arg, void *conn)
     on_lifeline(conn);
 }
 
+static int pump_all(cl_tr_ctx *ctx)
+{
+    int moved = 0;
+    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
+        moved |= pump(c);
+    return moved;
+}
+
 static void on_round(void *arg)
 {
-    for (cl_tr_conn *c = ((cl_tr_ctx *)arg)->conns; c; c = c->next_all)
-        pump(c);
+    pump_all(arg);
 }
 
 static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
@@ -628,14 +636,14 @@ static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 }
 
 /* A poller never waits for the mutex: the progress thread holding it is moving bytes. */
-static void shm_poll(cl_tr_ctx *ctx, int mode)
+static int shm_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL) {
         if (pthread_mutex_trylock(&ctx->pg.mu) != 0)
-            return;
-        on_round(ctx);
+            return 0;
+        int moved = pump_all(ctx);
         pthread_mutex_unlock(&ctx->pg.mu);
-        return;
+        return moved;
     }
     pthread_mutex_lock(&ctx->pg.mu);
     ctx->pollers += mode == CL_POLL_BEGIN ? 1 : -1;
@@ -643,9 +651,10 @@ static void shm_poll(cl_tr_ctx *ctx, int mode)
         update_wake(c);
     if (mode == CL_POLL_END && ctx->pollers == 0) {
         atomic_thread_fence(memory_order_seq_cst);
-        on_round(ctx);
+        pump_all(ctx);
     }
     pthread_mutex_unlock(&ctx->pg.mu);
+    return 0;
 }
 
 static const char *shm_peer_name(cl_tr_conn *c)

@@ -73,7 +73,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
     pthread_mutex_lock(&c->io);
     if (status < 0)
         cl_tcp_fail(c, COLL_EPEER);
-    cl_tcp_progress(c);
+    cl_tcp_progress(c, NULL);
     cl_tcp_reconcile(c);
     pthread_mutex_unlock(&c->io);
 }
@@ -96,7 +96,7 @@ void cl_tcp_reconcile(cl_tr_conn *c)
 static void do_arm(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->io);
-    cl_tcp_progress(c);
+    cl_tcp_progress(c, NULL);
     cl_tcp_reconcile(c);
     pthread_mutex_unlock(&c->io);
 }
@@ -168,7 +168,7 @@ static void to_data_mode(cl_tr_conn *c)
     pthread_mutex_lock(&c->io);
     c->fd = dup_fd;
     c->has_poll = 1;
-    cl_tcp_progress(c);
+    cl_tcp_progress(c, NULL);
     cl_tcp_reconcile(c);
     pthread_mutex_unlock(&c->io);
 }

@@ -195,12 +195,15 @@ static int loop_must_watch(cl_tr_conn *c)
     return (c->recvq_head ? UV_READABLE : 0) | (c->send_blocked ? UV_WRITABLE : 0);
 }
 
-int cl_tcp_progress(cl_tr_conn *c)
+int cl_tcp_progress(cl_tr_conn *c, int *moved)
 {
+    int m = 0;
     if (c->fd >= 0 && !c->dead) {
-        send_some(c);
-        recv_some(c);
+        m = send_some(c);
+        m |= recv_some(c);
     }
+    if (moved)
+        *moved |= m;
     int want = loop_must_watch(c), more = want & ~c->asked;
     c->asked |= want;
     return more != 0;
@@ -221,7 +224,7 @@ int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)
     if (c->dead)
         cl_tcp_fail(c, c->dead);
     else
-        arm = cl_tcp_progress(c);
+        arm = cl_tcp_progress(c, NULL);
     pthread_mutex_unlock(&c->io);
     return arm;
 }
@@ -236,23 +239,24 @@ static cl_tr_conn *first_conn(cl_tr_ctx *ctx)
 
 /* Polling never waits for a connection's mutex: whoever holds it is moving its bytes.
  * The last poller to stop hands waiting connections back to the loop thread. */
-void cl_tcp_poll(cl_tr_ctx *ctx, int mode)
+int cl_tcp_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL_BEGIN) {
         atomic_fetch_add(&ctx->pollers, 1);
-        return;
+        return 0;
     }
-    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1;
+    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1, moved = 0;
     if (mode == CL_POLL_END && !last)
-        return;
+        return 0;
     for (cl_tr_conn *c = first_conn(ctx); c; c = c->next_all) {
         if (last)
             pthread_mutex_lock(&c->io);
         else if (pthread_mutex_trylock(&c->io) != 0)
             continue;
-        int arm = (c->sendq_head || c->recvq_head) && cl_tcp_progress(c);
+        int arm = (c->sendq_head || c->recvq_head) && cl_tcp_progress(c, &moved);
         pthread_mutex_unlock(&c->io);
         if (arm)
             cl_tcp_arm(c);
     }
+    return moved;
 }
