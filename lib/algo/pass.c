@@ -337,6 +337,7 @@ int cl_pass_run(pass *p)
     int64_t deadline = 0; /* set when polling first gives up (step) */
     int rc = COLL_OK;
     f.spin = cl_spin_start(p->comm);
+    cl_spin_expect(&f.spin, (p->chunk_base + 1) * p->esize);
     while (rc == COLL_OK && !finished(&f))
         rc = step(&f, &deadline);
     cl_spin_stop(&f.spin);

@@ -119,16 +119,20 @@ int cl_p2p_post(coll_comm *c, coll_req *r);
 int cl_p2p_test(coll_req *r, int *done);
 
 /* A waiter's spin phase (spin.c). cl_spin_poll polls once and returns 1 while within
- * spin_us of the last cl_spin_progress (or of the last sleep); then it stops polling
- * and returns 0: the caller re-tests, then may sleep. cl_spin_stop before leaving. */
+ * the budget (spin_us, or more after cl_spin_expect) of the last cl_spin_progress, of
+ * the last bytes moved or of the last sleep; then it stops polling and returns 0: the
+ * caller re-tests, then may sleep. cl_spin_stop before leaving. */
 typedef struct cl_spin {
     coll_comm *comm;
-    int64_t since;   /* us; 0: progress or bytes moved since the last poll */
-    int64_t done_at; /* us; 0: a transfer completed since the last poll */
-    unsigned polls;  /* since the clock was last read */
-    int on;         /* between CL_POLL_BEGIN and CL_POLL_END */
+    int64_t since;     /* us; 0: progress or bytes moved since the last poll */
+    int64_t budget_us; /* how long to poll with nothing moving */
+    int64_t done_at;   /* us; 0: a transfer completed since the last poll */
+    unsigned polls;    /* since the clock was last read */
+    int on;            /* between CL_POLL_BEGIN and CL_POLL_END */
 } cl_spin;
 cl_spin cl_spin_start(coll_comm *c);
+/* Each step moves about `bytes`: the peer may go that long without moving any. */
+void cl_spin_expect(cl_spin *s, size_t bytes);
 void cl_spin_progress(cl_spin *s);
 int cl_spin_poll(cl_spin *s);
 void cl_spin_stop(cl_spin *s);

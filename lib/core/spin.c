@@ -1,7 +1,9 @@
 /* The spin phase of every wait: for up to spin_us after the last progress, a waiter moves
  * bytes on its own thread (the transport's poll) instead of sleeping until the
  * transport's thread wakes it; a wake-up costs tens of microseconds, more than a small
- * message. While it polls, peers skip waking this side's threads. Bytes moving count as
+ * message. While it polls, peers skip waking this side's threads. A wait for a step of
+ * many bytes spins longer (cl_spin_expect): the peer is busy reducing or copying the
+ * previous one, which moves nothing we can see. Bytes moving count as
  * progress too, for at most SPIN_BUSY_FACTOR x spin_us after the last completed
  * transfer: a large message takes longer than spin_us, and giving up the spin midway
  * hands every later step of the collective to thread wake-ups (seen: 4 MiB all-reduces
@@ -13,7 +15,7 @@
 
 #include <sched.h>
 
-enum { SPIN_BUSY_FACTOR = 20 };
+enum { SPIN_BUSY_FACTOR = 20, SPIN_BYTES_PER_US = 4096 };
 
 static void set_on(cl_spin *s, int on)
 {
@@ -25,9 +27,16 @@ static void set_on(cl_spin *s, int on)
 
 cl_spin cl_spin_start(coll_comm *c)
 {
-    cl_spin s = {.comm = c};
+    cl_spin s = {.comm = c, .budget_us = c->spin_us};
     set_on(&s, c->spin_us > 0); /* from the start: the first messages need no wake-up */
     return s;
+}
+
+void cl_spin_expect(cl_spin *s, size_t bytes)
+{
+    int64_t cap = (int64_t)SPIN_BUSY_FACTOR * s->comm->spin_us;
+    int64_t want = s->comm->spin_us + (int64_t)(bytes / SPIN_BYTES_PER_US);
+    s->budget_us = want < cap ? want : cap;
 }
 
 void cl_spin_progress(cl_spin *s)
@@ -45,7 +54,7 @@ int cl_spin_poll(cl_spin *s)
             s->since = now;
         if (!s->done_at)
             s->done_at = now;
-        if (now - s->since >= c->spin_us ||
+        if (now - s->since >= s->budget_us ||
             now - s->done_at >= (int64_t)SPIN_BUSY_FACTOR * c->spin_us) {
             set_on(s, 0);
             return 0;
