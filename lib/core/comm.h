@@ -55,6 +55,8 @@ struct coll_comm {
     int timeout_ms;
     size_t segment_bytes;
     int spin_us;
+    _Atomic int spin_boost; /* spin budget multiplier, 0 or 1 to SPIN_CAP (spin.c) */
+    _Atomic int spin_calm;  /* waits since one last slept */
     int crowded; /* more ranks than this host has cores: pollers yield */
     coll_codec codec;
     char device[64];
@@ -127,8 +129,10 @@ typedef struct cl_spin {
     int64_t since;     /* us; 0: progress or bytes moved since the last poll */
     int64_t budget_us; /* how long to poll with nothing moving */
     int64_t done_at;   /* us; 0: a transfer completed since the last poll */
+    int64_t slept_at;  /* us; when the spin last gave up, 0 if not since the progress */
     unsigned polls;    /* since the clock was last read */
     int on;            /* between CL_POLL_BEGIN and CL_POLL_END */
+    int slept;         /* this wait gave up its spin at least once */
 } cl_spin;
 cl_spin cl_spin_start(coll_comm *c);
 /* Each step moves about `bytes`: the peer may go that long without moving any. */

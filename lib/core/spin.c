@@ -1,21 +1,26 @@
-/* The spin phase of every wait: for up to spin_us after the last progress, a waiter moves
+/* The spin phase of every wait: for a budget after the last progress, a waiter moves
  * bytes on its own thread (the transport's poll) instead of sleeping until the
  * transport's thread wakes it; a wake-up costs tens of microseconds, more than a small
- * message. While it polls, peers skip waking this side's threads. A wait for a step of
- * many bytes spins longer (cl_spin_expect): the peer is busy reducing or copying the
- * previous one, which moves nothing we can see. Bytes moving count as
- * progress too, for at most SPIN_BUSY_FACTOR x spin_us after the last completed
- * transfer: a large message takes longer than spin_us, and giving up the spin midway
- * hands every later step of the collective to thread wake-ups (seen: 4 MiB all-reduces
- * on shm at 1000 us instead of 350). The cap keeps a waiter whose peer is silent while
- * other transfers flow from spinning past the point where its timeout is checked. */
+ * message. While it polls, peers skip waking this side's threads.
+ * The budget is COLL_SPIN_US, stretched three ways, each capped at SPIN_CAP x spin_us:
+ * - bytes moving count as progress (after the last completed transfer): a large message
+ *   takes longer than spin_us, and giving the spin up midway hands every later step of
+ *   the collective to thread wake-ups (seen: 4 MiB shm all-reduces at 1000 us, not 350);
+ * - a wait for a step of many bytes spins longer (cl_spin_expect): the peer is busy
+ *   reducing or copying the previous one, which moves nothing we can see;
+ * - a communicator whose waits sleep and are woken soon after spins longer from then on
+ *   (x4 at a time, halved again after SPIN_CALM waits that never slept): once one rank
+ *   sleeps, its peers wait for its wake-up, give up their own spins and sleep too, and
+ *   the pair stays in that slow mode (seen: 128 KiB tcp all-reduces at 385 us, not 45).
+ * The cap keeps a waiter whose peer is silent while other transfers flow from spinning
+ * past the point where its timeout is checked, and lets an idle rank sleep. */
 #include "comm.h"
 
 #include "util.h"
 
 #include <sched.h>
 
-enum { SPIN_BUSY_FACTOR = 20, SPIN_BYTES_PER_US = 4096 };
+enum { SPIN_CAP = 20, SPIN_BYTES_PER_US = 4096, SPIN_CALM = 64 };
 
 static void set_on(cl_spin *s, int on)
 {
@@ -25,23 +30,45 @@ static void set_on(cl_spin *s, int on)
     s->on = on;
 }
 
+static int64_t capped(const coll_comm *c, int64_t us)
+{
+    int64_t cap = (int64_t)SPIN_CAP * c->spin_us;
+    return us < cap ? us : cap;
+}
+
 cl_spin cl_spin_start(coll_comm *c)
 {
-    cl_spin s = {.comm = c, .budget_us = c->spin_us};
+    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
+    cl_spin s = {.comm = c, .budget_us = capped(c, (int64_t)c->spin_us * (boost ? boost : 1))};
     set_on(&s, c->spin_us > 0); /* from the start: the first messages need no wake-up */
     return s;
 }
 
 void cl_spin_expect(cl_spin *s, size_t bytes)
 {
-    int64_t cap = (int64_t)SPIN_BUSY_FACTOR * s->comm->spin_us;
-    int64_t want = s->comm->spin_us + (int64_t)(bytes / SPIN_BYTES_PER_US);
-    s->budget_us = want < cap ? want : cap;
+    int64_t want = capped(s->comm, s->comm->spin_us + (int64_t)(bytes / SPIN_BYTES_PER_US));
+    s->budget_us = want > s->budget_us ? want : s->budget_us;
+}
+
+/* Woken soon after giving up: the peer was about to answer, so spin longer next time. */
+static void after_sleep(cl_spin *s)
+{
+    coll_comm *c = s->comm;
+    if (cl_now_us() - s->slept_at >= 4 * s->budget_us)
+        return;
+    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
+    boost = boost ? boost : 1;
+    if (boost < SPIN_CAP)
+        atomic_store_explicit(&c->spin_boost, boost * 4 < SPIN_CAP ? boost * 4 : SPIN_CAP,
+                              memory_order_relaxed);
+    atomic_store_explicit(&c->spin_calm, 0, memory_order_relaxed);
 }
 
 void cl_spin_progress(cl_spin *s)
 {
-    s->since = s->done_at = 0;
+    if (s->slept_at)
+        after_sleep(s);
+    s->since = s->done_at = s->slept_at = 0;
 }
 
 int cl_spin_poll(cl_spin *s)
@@ -54,9 +81,10 @@ int cl_spin_poll(cl_spin *s)
             s->since = now;
         if (!s->done_at)
             s->done_at = now;
-        if (now - s->since >= s->budget_us ||
-            now - s->done_at >= (int64_t)SPIN_BUSY_FACTOR * c->spin_us) {
+        if (now - s->since >= s->budget_us || now - s->done_at >= capped(c, INT64_MAX)) {
             set_on(s, 0);
+            s->slept = 1;
+            s->slept_at = now;
             return 0;
         }
     }
@@ -72,4 +100,11 @@ int cl_spin_poll(cl_spin *s)
 void cl_spin_stop(cl_spin *s)
 {
     set_on(s, 0);
+    coll_comm *c = s->comm;
+    if (s->slept || atomic_fetch_add_explicit(&c->spin_calm, 1, memory_order_relaxed) < SPIN_CALM)
+        return;
+    atomic_store_explicit(&c->spin_calm, 0, memory_order_relaxed);
+    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
+    if (boost > 1)
+        atomic_store_explicit(&c->spin_boost, boost / 2, memory_order_relaxed);
 }
