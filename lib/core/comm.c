@@ -56,6 +56,7 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->timeout_ms = cfg->timeout_ms;
     c->segment_bytes = cfg->segment_bytes;
     c->spin_us = cfg->spin_us;
+    atomic_init(&c->spin_boost, 1);
     c->crowded = size > sysconf(_SC_NPROCESSORS_ONLN);
     c->codec = cfg->codec;
     c->secret = cfg->secret;

@@ -55,7 +55,7 @@ struct coll_comm {
     int timeout_ms;
     size_t segment_bytes;
     int spin_us;
-    _Atomic int spin_boost; /* spin budget multiplier, 0 or 1 to SPIN_CAP (spin.c) */
+    _Atomic int spin_boost; /* spin budget multiplier, 1 to SPIN_CAP (spin.c) */
     _Atomic int spin_calm;  /* waits since one last slept */
     int crowded; /* more ranks than this host has cores: pollers yield */
     coll_codec codec;

@@ -39,7 +39,7 @@ static int64_t capped(const coll_comm *c, int64_t us)
 cl_spin cl_spin_start(coll_comm *c)
 {
     int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
-    cl_spin s = {.comm = c, .budget_us = capped(c, (int64_t)c->spin_us * (boost ? boost : 1))};
+    cl_spin s = {.comm = c, .budget_us = capped(c, (int64_t)c->spin_us * boost)};
     set_on(&s, c->spin_us > 0); /* from the start: the first messages need no wake-up */
     return s;
 }
@@ -57,7 +57,6 @@ static void after_sleep(cl_spin *s)
     if (cl_now_us() - s->slept_at >= 4 * s->budget_us)
         return;
     int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
-    boost = boost ? boost : 1;
     if (boost < SPIN_CAP)
         atomic_store_explicit(&c->spin_boost, boost * 4 < SPIN_CAP ? boost * 4 : SPIN_CAP,
                               memory_order_relaxed);

@@ -97,8 +97,8 @@ static void update_wake(cl_tr_conn *c)
 {
     if (!c->ring)
         return;
-    /* Stored only on a change: the flag shares its cache line with the head or tail the
-     * peer spins on, and every store would take that line away from the peer. */
+    /* Stored only on a change: the peer reads this flag after every move, and a store
+     * would take its line away from the peer each poll. */
     uint32_t want = c->q.head && !c->ctx->pollers;
     if (atomic_load_explicit(wake_flag(c, 0), memory_order_relaxed) != want)
         atomic_store_explicit(wake_flag(c, 0), want, memory_order_relaxed);
