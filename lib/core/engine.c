@@ -11,6 +11,7 @@
 #include "../kernels/reduce.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int cl_run_collective(coll_comm *c, coll_req *r)
 {
@@ -125,13 +126,17 @@ int cl_engine_call(coll_comm *c, coll_req *r)
     return rc;
 }
 
+/* New memory is touched at once: a page's first touch traps (under some hypervisors for
+ * ~20 us), and a staging slot that a collective needs only now and then would otherwise
+ * put a 512 KiB slot's worth of such traps (3-10 ms) into a random later call. */
 static void *grow(void **buf, size_t *have, size_t bytes)
 {
     bytes = bytes < 64 ? 64 : bytes; /* never NULL for an empty operation */
     if (bytes > *have) {
-        void *p = realloc(*buf, bytes);
+        char *p = realloc(*buf, bytes);
         if (!p)
             return NULL;
+        memset(p + *have, 0, bytes - *have);
         *buf = p;
         *have = bytes;
     }
