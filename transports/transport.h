@@ -111,8 +111,8 @@ typedef struct cl_transport {
      * this thread polls from now on (peers may skip waking this side); CL_POLL: move what
      * can move now, without blocking; CL_POLL_END: it stops (and may sleep), so wake-ups
      * resume and a last poll takes what arrived meanwhile. Calls pair up per thread.
-     * Returns 1 if a CL_POLL moved bytes for some request (the peer is alive and busy). */
-    int (*poll)(cl_tr_ctx *ctx, int mode);
+     * Returns the bytes a CL_POLL moved for any request (> 0: the peer is alive and busy). */
+    size_t (*poll)(cl_tr_ctx *ctx, int mode);
     /* Optional (NULL: use irecv). irecv whose payload may go to sink instead of buf (the
      * transport calls accept() then, or never, which means buf); sink outlives the request. */
     int (*irecv_sink)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,

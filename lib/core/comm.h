@@ -131,6 +131,8 @@ typedef struct cl_spin {
     int64_t done_at;   /* us; 0: a transfer completed since the last poll */
     int64_t slept_at;  /* us; when the spin last gave up, 0 if not since the progress */
     unsigned polls;    /* since the clock was last read */
+    int64_t turn_at;   /* us; when this waiter first moved bytes since it last yielded */
+    unsigned idle;     /* polls that moved nothing, likewise */
     int on;            /* between CL_POLL_BEGIN and CL_POLL_END */
     int slept;         /* this wait gave up its spin at least once */
 } cl_spin;

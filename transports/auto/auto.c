@@ -278,12 +278,12 @@ static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
             inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
 }
 
-static int auto_poll(cl_tr_ctx *ctx, int mode)
+static size_t auto_poll(cl_tr_ctx *ctx, int mode)
 {
-    int moved = 0;
+    size_t moved = 0;
     for (int k = 0; k < NINNER; k++)
         if (ctx->inner[k] && inner_tr[k]->poll)
-            moved |= inner_tr[k]->poll(ctx->inner[k], mode);
+            moved += inner_tr[k]->poll(ctx->inner[k], mode);
     return moved;
 }
 

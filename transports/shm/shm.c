@@ -158,10 +158,10 @@ static int sink_fits(const cl_tr_conn *c, const cl_tr_req *r, uint64_t payload_p
     return a && (a & (a - 1)) == 0 && c->ring->cap % a == 0 && payload_pos % a == 0;
 }
 
-/* Sends: as much of the queued messages as fits. Returns 1 if anything moved. */
-static int pump_send(cl_tr_conn *c)
+/* Sends: as much of the queued messages as fits. Returns the bytes moved. */
+static size_t pump_send(cl_tr_conn *c)
 {
-    int moved = 0;
+    size_t moved = 0;
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
         uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
@@ -182,7 +182,7 @@ static int pump_send(cl_tr_conn *c)
             ring_copy(c, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
         r->moved += n;
         atomic_store_explicit(&c->ring->head, head + n, memory_order_release);
-        moved = 1;
+        moved += n;
         if (r->moved < total)
             break;
         cl_reqq_finish_head(&c->q, COLL_OK);
@@ -206,10 +206,10 @@ static int header_ok(cl_tr_conn *c, cl_tr_req *r)
     return 1;
 }
 
-/* Receives: fills posted receives from the ring. Returns 1 if anything moved. */
-static int pump_recv(cl_tr_conn *c)
+/* Receives: fills posted receives from the ring. Returns the bytes moved. */
+static size_t pump_recv(cl_tr_conn *c)
 {
-    int moved = 0;
+    size_t moved = 0;
     const size_t h = sizeof(cl_msg_hdr);
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
@@ -229,7 +229,7 @@ static int pump_recv(cl_tr_conn *c)
             ring_copy(c, tail, (char *)r->buf + (r->moved - h), n, 0);
         r->moved += n;
         atomic_store_explicit(&c->ring->tail, tail + n, memory_order_release);
-        moved = 1;
+        moved += n;
         if (r->moved == h && !header_ok(c, r))
             break;
         if (r->moved == h && r->sink && sink_fits(c, r, tail + n))
@@ -246,10 +246,10 @@ static int pump_recv(cl_tr_conn *c)
     return moved;
 }
 
-/* Under the context's mutex. Returns 1 if bytes moved. */
-static int pump(cl_tr_conn *c)
+/* Under the context's mutex. Returns the bytes moved. */
+static size_t pump(cl_tr_conn *c)
 {
-    int moved = c->is_recv ? pump_recv(c) : pump_send(c);
+    size_t moved = c->is_recv ? pump_recv(c) : pump_send(c);
     update_wake(c);
     if (moved)
         ring_peer(c);
@@ -288,11 +288,11 @@ static void on_ready(void *arg, void *conn)
     on_lifeline(conn);
 }
 
-static int pump_all(cl_tr_ctx *ctx)
+static size_t pump_all(cl_tr_ctx *ctx)
 {
-    int moved = 0;
+    size_t moved = 0;
     for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
-        moved |= pump(c);
+        moved += pump(c);
     return moved;
 }
 
@@ -636,12 +636,12 @@ static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 }
 
 /* A poller never waits for the mutex: the progress thread holding it is moving bytes. */
-static int shm_poll(cl_tr_ctx *ctx, int mode)
+static size_t shm_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL) {
         if (pthread_mutex_trylock(&ctx->pg.mu) != 0)
             return 0;
-        int moved = pump_all(ctx);
+        size_t moved = pump_all(ctx);
         pthread_mutex_unlock(&ctx->pg.mu);
         return moved;
     }

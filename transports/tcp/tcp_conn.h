@@ -81,14 +81,14 @@ void cl_tcp_fail(cl_tr_conn *c, int status);
 /* Queues a send (is_recv 0) or a receive and moves what can move now. Takes c->io.
  * Returns 1 when the loop must be asked to watch the socket (cl_tcp_arm). */
 int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv);
-/* Moves what can move now (*moved, if given, gets 1 when bytes moved); returns 1 when
+/* Moves what can move now (*moved, if given, grows by the bytes moved); returns 1 when
  * the loop must be asked to watch the socket. */
-int cl_tcp_progress(cl_tr_conn *c, int *moved);
+int cl_tcp_progress(cl_tr_conn *c, size_t *moved);
 /* Loop thread: makes the poll handle watch what the queues need now. */
 void cl_tcp_reconcile(cl_tr_conn *c);
 /* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */
 void cl_tcp_arm(cl_tr_conn *c);
 /* The transport's poll(): see transport.h. */
-int cl_tcp_poll(cl_tr_ctx *ctx, int mode);
+size_t cl_tcp_poll(cl_tr_ctx *ctx, int mode);
 
 #endif

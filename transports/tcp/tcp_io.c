@@ -52,9 +52,9 @@ static void fail_io(cl_tr_conn *c, int status, const char *why)
 
 /* ---- sends ------------------------------------------------------------------------ */
 
-static int send_some(cl_tr_conn *c)
+static size_t send_some(cl_tr_conn *c)
 {
-    int moved = 0;
+    size_t moved = 0;
     c->send_blocked = 0;
     while (c->sendq_head && !c->dead) {
         cl_tr_req *r = c->sendq_head;
@@ -77,7 +77,7 @@ static int send_some(cl_tr_conn *c)
             fail_io(c, COLL_EPEER, strerror(errno));
             break;
         }
-        moved = 1;
+        moved += (size_t)k;
         r->got += (size_t)k;
         if (r->got == HDR + r->len)
             cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), COLL_OK);
@@ -157,9 +157,9 @@ static ssize_t read_once(cl_tr_conn *c, cl_tr_req *r)
     return (ssize_t)direct;
 }
 
-static int recv_some(cl_tr_conn *c)
+static size_t recv_some(cl_tr_conn *c)
 {
-    int moved = 0;
+    size_t moved = 0;
     if (!c->rb && c->recvq_head && !(c->rb = malloc(RB_BYTES))) {
         fail_io(c, COLL_ENOMEM, "no memory for the read buffer");
         return 0;
@@ -171,7 +171,7 @@ static int recv_some(cl_tr_conn *c)
             n = n < want ? n : want;
             memcpy(dest(r), c->rb + c->rb_at, n);
             c->rb_at += n;
-            moved = 1;
+            moved += n;
             if (!took(c, r, n))
                 break;
             continue;
@@ -179,7 +179,7 @@ static int recv_some(cl_tr_conn *c)
         ssize_t direct = read_once(c, r);
         if (direct < 0)
             break;
-        moved = 1;
+        moved += (size_t)direct; /* what went to rb counts when it is copied out */
         if (direct > 0 && !took(c, r, (size_t)direct))
             break;
     }
@@ -195,15 +195,15 @@ static int loop_must_watch(cl_tr_conn *c)
     return (c->recvq_head ? UV_READABLE : 0) | (c->send_blocked ? UV_WRITABLE : 0);
 }
 
-int cl_tcp_progress(cl_tr_conn *c, int *moved)
+int cl_tcp_progress(cl_tr_conn *c, size_t *moved)
 {
-    int m = 0;
+    size_t m = 0;
     if (c->fd >= 0 && !c->dead) {
         m = send_some(c);
-        m |= recv_some(c);
+        m += recv_some(c);
     }
     if (moved)
-        *moved |= m;
+        *moved += m;
     int want = loop_must_watch(c), more = want & ~c->asked;
     c->asked |= want;
     return more != 0;
@@ -239,13 +239,14 @@ static cl_tr_conn *first_conn(cl_tr_ctx *ctx)
 
 /* Polling never waits for a connection's mutex: whoever holds it is moving its bytes.
  * The last poller to stop hands waiting connections back to the loop thread. */
-int cl_tcp_poll(cl_tr_ctx *ctx, int mode)
+size_t cl_tcp_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL_BEGIN) {
         atomic_fetch_add(&ctx->pollers, 1);
         return 0;
     }
-    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1, moved = 0;
+    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1;
+    size_t moved = 0;
     if (mode == CL_POLL_END && !last)
         return 0;
     for (cl_tr_conn *c = first_conn(ctx); c; c = c->next_all) {
