@@ -3,6 +3,7 @@
 
   compare.py --coll-perf PATH --bench-dir DIR [--ranks 2,4] [--rounds 3]
              [--min 8] [--max 268435456] [--iters 20] [--out DIR]
+  compare.py --from DIR/results.json [--out DIR]     (tables and plot of an earlier run)
 
 Contenders: coll_perf over tcp and with its default transport (auto: shm between local
 ranks); Gloo ring_chunked and halving_doubling (tcp); Open MPI forced to
@@ -10,13 +11,14 @@ tcp and with its default shared memory; MPICH on UCX forced to tcp and by defaul
 Every round runs every contender once per rank count over the same sizes (float sum,
 out of place), one after another, so a noisy machine hurts all of them alike; sizes from
 8 MiB on in a second run with a quarter of the iterations. A contender that hangs past
---timeout is left out from then on. Each run
+--timeout is left out from then on (its rows from earlier runs stay). Each run
 checks its results (#wrong must be 0). Prints, per rank count, the median over rounds of
 the time per call and busbw of each contender, and ours/theirs ratios of busbw (of time
 for sizes under 64 KiB, where latency is what matters) of our tcp against the best TCP
 peer and of our default against the best shared-memory MPI (>= 1.0: we lead); writes
 busbw.png (gnuplot) and
-results.json into --out.
+results.json (rewritten after every run, so an interrupted run keeps what it measured)
+into --out.
 """
 import argparse
 import json
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 
 # From this size on a contender runs a quarter of --iters (at least 3): the MPIs move
@@ -96,16 +99,11 @@ def run_bounded(cmd, timeout):
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def run_round(args, n, results, stuck):
-    for lo, hi, iters in pieces(args):
-        for name, cmd in contenders(args, n, lo, hi, iters):
-            if (name, n) not in stuck:
-                run_one(args, n, name, cmd, results, stuck)
-
-
 def run_one(args, n, name, cmd, results, stuck):
     """One run of one contender; its rows go into results."""
+    t0 = time.monotonic()
     done = run_bounded(cmd, args.timeout)
+    print(f"#   {name} n={n}: {time.monotonic() - t0:.0f} s", flush=True)
     if done is None:
         # Seen with MPICH here (its default path and UCX over tcp): a rank spinning for
         # good at some size. One stuck contender must not void everyone's round, nor
@@ -129,12 +127,16 @@ def table(n, res):
           f"(busbw, or their time/our time below 64 KiB)")
     print(f"{'size':>10} " + " ".join(f"{m:>24}" for m in names) +
           f" {'tcp vs best tcp':>16} {'auto vs best shm':>17}")
-    for size in sorted(res[names[0]]):
+    for size in sorted(set().union(*res.values())):
+        # A contender left out after a hang has no rows for the sizes it did not reach.
         med = {m: (statistics.median(t for t, _ in res[m][size]),
-                   statistics.median(b for _, b in res[m][size])) for m in names}
-        cells = " ".join(f"{med[m][0]:>12.1f} | {med[m][1]:>7.3f}" for m in names)
+                   statistics.median(b for _, b in res[m][size])) for m in names if size in res[m]}
+        cells = " ".join(f"{med[m][0]:>12.1f} | {med[m][1]:>7.3f}" if m in med else
+                         f"{'-':>24}" for m in names)
 
         def lead(ours, peers):
+            if ours not in med:
+                return float("nan")
             o = med[ours]
             return min((med[m][0] / o[0] if size < 65536 else
                         (o[1] / med[m][1] if med[m][1] else float("inf")) for m in peers if m in med),
@@ -181,28 +183,54 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--gloo-ranks":
         gloo_ranks(sys.argv[2:])
     ap = argparse.ArgumentParser()
-    ap.add_argument("--coll-perf", required=True)
-    ap.add_argument("--bench-dir", required=True)
+    ap.add_argument("--coll-perf")
+    ap.add_argument("--bench-dir")
+    ap.add_argument("--from", dest="prior", help="results.json of an earlier run: report it")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min", type=int, default=8)
     ap.add_argument("--max", type=int, default=256 << 20)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="compare_out")
-    ap.add_argument("--timeout", type=int, default=240,
+    ap.add_argument("--timeout", type=int, default=120,
                     help="seconds per contender and round; a stuck one is left out from then on")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results, stuck = {}, set()
-    ranks = [int(x) for x in args.ranks.split(",")]
-    for r in range(args.rounds):
-        for n in ranks:
-            print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
-            run_round(args, n, results.setdefault(n, {}), stuck)
-    for n in ranks:
+    if args.prior:
+        results = load(args.prior)
+    elif not (args.coll_perf and args.bench_dir):
+        ap.error("--coll-perf and --bench-dir are needed to run (or --from to report)")
+    else:
+        results = measure(args)
+    for n in results:
         table(n, results[n])
-    json.dump({str(n): res for n, res in results.items()}, open(f"{args.out}/results.json", "w"))
     plot(args.out, results)
+
+
+def measure(args):
+    """Rounds of every contender over every piece of the sizes, per rank count."""
+    results, stuck = {}, set()
+    for r in range(args.rounds):
+        for n in [int(x) for x in args.ranks.split(",")]:
+            print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
+            for lo, hi, iters in pieces(args):
+                for name, cmd in contenders(args, n, lo, hi, iters):
+                    if (name, n) not in stuck:
+                        run_one(args, n, name, cmd, results.setdefault(n, {}), stuck)
+                        save(args.out, results)
+    return results
+
+
+def save(out, results):
+    with open(f"{out}/results.json", "w") as f:
+        json.dump({str(n): res for n, res in results.items()}, f)
+
+
+def load(path):
+    with open(path) as f:
+        raw = json.load(f)
+    return {int(n): {m: {int(size): [tuple(x) for x in rows] for size, rows in sizes.items()}
+                     for m, sizes in res.items()} for n, res in raw.items()}
 
 
 if __name__ == "__main__":
