@@ -10,9 +10,9 @@ ranks); Gloo ring_chunked and halving_doubling (tcp); Open MPI forced to
 tcp and with its default shared memory; MPICH on UCX forced to tcp and by default.
 Every round runs every contender once per rank count over the same sizes (float sum,
 out of place), one after another, so a noisy machine hurts all of them alike; sizes from
-8 MiB on in a second run with a quarter of the iterations. A contender that hangs past
---timeout is left out from then on (its rows from earlier runs stay). Each run
-checks its results (#wrong must be 0). Prints, per rank count, the median over rounds of
+8 MiB on in a second run with an eighth of the iterations and one warm-up call. A
+contender that hangs past --timeout is left out from then on, at every rank count (its rows from earlier runs stay).
+Each run checks its results (#wrong must be 0). Prints, per rank count, the median over rounds of
 the time per call and busbw of each contender, and ours/theirs ratios of busbw (of time
 for sizes under 64 KiB, where latency is what matters) of our tcp against the best TCP
 peer and of our default against the best shared-memory MPI (>= 1.0: we lead); writes
@@ -32,31 +32,33 @@ import tempfile
 import time
 
 
-# From this size on a contender runs a quarter of --iters (at least 3): the MPIs move
-# 256 MiB at about 0.3 GB/s here, and the large sizes, steady from call to call, took
-# most of a round's time.
+# From this size on a contender runs an eighth of --iters (at least 3) after one warm-up
+# call: the MPIs move 256 MiB at about 0.3 GB/s here, and the large sizes, steady from
+# call to call, took most of a round's time (a default run took 21 minutes with a quarter
+# of the iterations and 3 warm-up calls).
 LARGE = 8 << 20
 
 
 def pieces(args):
-    """(min, max, iterations) per run of each contender: the small sizes, the large ones."""
+    """(min, max, iterations, warm-up calls) per run of each contender: the small sizes,
+    the large ones."""
     sizes, s = [], args.min
     while s <= args.max:
         sizes.append(s)
         s *= 2
     small = [x for x in sizes if x < LARGE]
     large = [x for x in sizes if x >= LARGE]
-    out = [(small[0], small[-1], args.iters)] if small else []
-    return out + ([(large[0], large[-1], max(3, args.iters // 4))] if large else [])
+    out = [(small[0], small[-1], args.iters, 3)] if small else []
+    return out + ([(large[0], large[-1], max(3, args.iters // 8), 1)] if large else [])
 
 
-def contenders(args, n, lo, hi, iters):
-    """(name, command) for n ranks over sizes lo..hi, iters calls each."""
-    sizes = ["-b", str(lo), "-e", str(hi), "-f", "2", "-n", str(iters), "-w", "3"]
+def contenders(args, n, lo, hi, iters, warmup):
+    """(name, command) for n ranks over sizes lo..hi, iters calls each after warmup."""
+    sizes = ["-b", str(lo), "-e", str(hi), "-f", "2", "-n", str(iters), "-w", str(warmup)]
     ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", str(n)]
     gloo = [sys.executable, os.path.abspath(__file__), "--gloo-ranks", str(n),
             os.path.join(args.bench_dir, "gloo_bench")]
-    gloo_sizes = [str(lo), str(hi), str(iters), "3"]
+    gloo_sizes = [str(lo), str(hi), str(iters), str(warmup)]
     yield "libcollective-tcp", ["env", "COLL_TRANSPORT=tcp", args.coll_perf, "--np", str(n), *sizes]
     yield "libcollective-auto", [args.coll_perf, "--np", str(n), *sizes]
     yield "gloo-ring-chunked", [*gloo, "ring_chunked", *gloo_sizes]
@@ -108,9 +110,9 @@ def run_one(args, n, name, cmd, results, stuck):
         # Seen with MPICH here (its default path and UCX over tcp): a rank spinning for
         # good at some size. One stuck contender must not void everyone's round, nor
         # cost the timeout again in every later round.
-        print(f"# {name} n={n}: no result within {args.timeout} s, left out of this and "
-              "later rounds", flush=True)
-        stuck.add((name, n))
+        print(f"# {name} n={n}: no result within {args.timeout} s, left out from now on",
+              flush=True)
+        stuck.add(name)
         return
     rows = parse(done.stdout)
     if done.returncode != 0 or not rows:
@@ -192,7 +194,7 @@ def main():
     ap.add_argument("--max", type=int, default=256 << 20)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="compare_out")
-    ap.add_argument("--timeout", type=int, default=120,
+    ap.add_argument("--timeout", type=int, default=90,
                     help="seconds per contender and round; a stuck one is left out from then on")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -213,9 +215,9 @@ def measure(args):
     for r in range(args.rounds):
         for n in [int(x) for x in args.ranks.split(",")]:
             print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
-            for lo, hi, iters in pieces(args):
-                for name, cmd in contenders(args, n, lo, hi, iters):
-                    if (name, n) not in stuck:
+            for lo, hi, iters, warmup in pieces(args):
+                for name, cmd in contenders(args, n, lo, hi, iters, warmup):
+                    if name not in stuck:
                         run_one(args, n, name, cmd, results.setdefault(n, {}), stuck)
                         save(args.out, results)
     return results
