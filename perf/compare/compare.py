@@ -153,7 +153,8 @@ def plot(out, results):
         return
     script = [f"set terminal png size 1000,{420 * len(results)}", f"set output '{out}/busbw.png'",
               f"set multiplot layout {len(results)},1", "set logscale x 2", "set key left top",
-              "set xlabel 'bytes'", "set ylabel 'busbw GB/s (median)'"]
+              "set xlabel 'bytes'", "set format x '%.0b %BB'",
+              "set ylabel 'busbw GB/s (median)'"]
     for n, res in results.items():
         plots = []
         for m in res:
