@@ -11,14 +11,13 @@ tcp and with its default shared memory; MPICH on UCX forced to tcp and by defaul
 Every round runs every contender once per rank count over the same sizes (float sum,
 out of place), one after another, so a noisy machine hurts all of them alike; sizes from
 8 MiB on in a second run with an eighth of the iterations and one warm-up call. A
-contender that hangs past --timeout is left out from then on, at every rank count (its rows from earlier runs stay).
-Each run checks its results (#wrong must be 0). Prints, per rank count, the median over rounds of
-the time per call and busbw of each contender, and ours/theirs ratios of busbw (of time
-for sizes under 64 KiB, where latency is what matters) of our tcp against the best TCP
-peer and of our default against the best shared-memory MPI (>= 1.0: we lead); writes
-busbw.png (gnuplot) and
-results.json (rewritten after every run, so an interrupted run keeps what it measured)
-into --out.
+contender that hangs past --timeout is left out from then on, at every rank count (its
+rows from earlier runs stay). Each run checks its results (#wrong must be 0). Prints, per
+rank count, the median over rounds of the time per call and busbw of each contender, and
+ours/theirs ratios of busbw (of time for sizes under 64 KiB, where latency is what
+matters) of our tcp against the best TCP peer and of our default against the best
+shared-memory MPI (>= 1.0: we lead); writes busbw.png (gnuplot) and results.json
+(rewritten after every run, so an interrupted run keeps what it measured) into --out.
 """
 import argparse
 import json
@@ -182,6 +181,35 @@ def gloo_ranks(argv):
     sys.exit(max(codes))
 
 
+def measure(args):
+    """Rounds of every contender over every piece of the sizes, per rank count."""
+    results, stuck = {}, set()
+    for r in range(args.rounds):
+        for n in [int(x) for x in args.ranks.split(",")]:
+            print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
+            for lo, hi, iters, warmup in pieces(args):
+                for name, cmd in contenders(args, n, lo, hi, iters, warmup):
+                    if name not in stuck:
+                        run_one(args, n, name, cmd, results.setdefault(n, {}), stuck)
+                        save(args.out, results)
+    return results
+
+
+def save(out, results):
+    """results.json, replaced whole: a run stopped while writing keeps the previous one."""
+    tmp = f"{out}/results.json.tmp"
+    with open(tmp, "w") as f:
+        json.dump({str(n): res for n, res in results.items()}, f)
+    os.replace(tmp, f"{out}/results.json")
+
+
+def load(path):
+    with open(path) as f:
+        raw = json.load(f)
+    return {int(n): {m: {int(size): [tuple(x) for x in rows] for size, rows in sizes.items()}
+                     for m, sizes in res.items()} for n, res in raw.items()}
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--gloo-ranks":
         gloo_ranks(sys.argv[2:])
@@ -208,32 +236,6 @@ def main():
     for n in results:
         table(n, results[n])
     plot(args.out, results)
-
-
-def measure(args):
-    """Rounds of every contender over every piece of the sizes, per rank count."""
-    results, stuck = {}, set()
-    for r in range(args.rounds):
-        for n in [int(x) for x in args.ranks.split(",")]:
-            print(f"# round {r + 1}/{args.rounds}, {n} ranks", flush=True)
-            for lo, hi, iters, warmup in pieces(args):
-                for name, cmd in contenders(args, n, lo, hi, iters, warmup):
-                    if name not in stuck:
-                        run_one(args, n, name, cmd, results.setdefault(n, {}), stuck)
-                        save(args.out, results)
-    return results
-
-
-def save(out, results):
-    with open(f"{out}/results.json", "w") as f:
-        json.dump({str(n): res for n, res in results.items()}, f)
-
-
-def load(path):
-    with open(path) as f:
-        raw = json.load(f)
-    return {int(n): {m: {int(size): [tuple(x) for x in rows] for size, rows in sizes.items()}
-                     for m, sizes in res.items()} for n, res in raw.items()}
 
 
 if __name__ == "__main__":
