@@ -244,19 +244,22 @@ static int reap(flight *f, int *progress)
     return COLL_OK;
 }
 
+/* Sends first: a receive posted first tries to read at once, and on a socket that read
+ * finds nothing yet (a wasted system call, ~1.3 us here) while the peer waits for our
+ * bytes too. */
 static int post_ready(flight *f)
 {
     pass *p = f->p;
     int rc = COLL_OK;
     size_t nr = p->from >= 0 ? p->units : 0, ns = p->to >= 0 ? p->units : 0;
-    while (rc == COLL_OK && f->r_posted < nr && f->r_posted - f->r_done < WINDOW)
-        rc = post_recv(f);
     while (rc == COLL_OK && f->s_posted < ns && f->s_posted - f->s_done < WINDOW) {
         size_t need = f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag : 0;
         if (p->from >= 0 && f->r_done < need)
             break;
         rc = post_send(f);
     }
+    while (rc == COLL_OK && f->r_posted < nr && f->r_posted - f->r_done < WINDOW)
+        rc = post_recv(f);
     return rc;
 }
 
