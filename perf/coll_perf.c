@@ -37,6 +37,7 @@ typedef struct {
     size_t minb, maxb;
     double factor;
     int iters, warmup, check, np, timeout_ms;
+    int in_place; /* also time the in-place form (-I) */
     int dt_all, op_all;
     coll_codec codec;
     coll_dtype dt;
@@ -71,11 +72,11 @@ static int parse(int argc, char **argv, opts *o)
     static struct option longs[] = { { "np", required_argument, 0, 'N' },
                                      { "help", no_argument, 0, 'h' },
                                      { 0, 0, 0, 0 } };
-    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 0, 0, COLL_CODEC_NONE, COLL_F32, COLL_SUM,
-                 NULL, NULL };
+    *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 1, 0, 0, COLL_CODEC_NONE, COLL_F32,
+                 COLL_SUM, NULL, NULL };
     int c, k;
     static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
-    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:T:z:J:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:I:d:o:T:z:J:h", longs, NULL)) != -1) {
         switch (c) {
         case 'N': o->np = atoi(optarg); break;
         case 'b': o->minb = parse_size(optarg); break;
@@ -84,6 +85,7 @@ static int parse(int argc, char **argv, opts *o)
         case 'n': o->iters = atoi(optarg); break;
         case 'w': o->warmup = atoi(optarg); break;
         case 'c': o->check = atoi(optarg); break;
+        case 'I': o->in_place = atoi(optarg); break;
         case 'T': o->timeout_ms = atoi(optarg); break;
         case 'J': o->json_path = optarg; break;
         case 'z':
@@ -111,7 +113,7 @@ static int parse(int argc, char **argv, opts *o)
         default: return -1;
         }
     }
-    return o->np >= 1 && o->iters >= 1 && o->factor > 1 && o->minb <= o->maxb ? 0 : -1;
+    return o->np >= 1 && o->iters >= 1 && (o->in_place == 0 || o->in_place == 1) && o->factor > 1 && o->minb <= o->maxb ? 0 : -1;
 }
 
 static double now_us(void)
@@ -241,7 +243,7 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
     size_t shown = (o->coll == RS || o->coll == AG ? count * (size_t)n : count) * es;
     double us[2], wire[2];
     uint64_t wrong[2];
-    int forms = o->coll == SR ? 1 : 2;
+    int forms = o->coll == SR || !o->in_place ? 1 : 2;
     for (int ip = 0; ip < forms; ip++) {
         int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip], &wire[ip]);
         if (rc != COLL_OK) {
@@ -340,7 +342,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|"
                         "broadcast|sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-                        "[-c 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] "
+                        "[-c 0|1] [-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] "
                         "[-z none|fp16|bf16|int8] [-J FILE]\n");
         return 2;
     }

@@ -9,8 +9,9 @@ Contenders: coll_perf over tcp and with its default transport (auto: shm between
 ranks); Gloo ring_chunked and halving_doubling (tcp); Open MPI forced to
 tcp and with its default shared memory; MPICH on UCX forced to tcp and by default.
 Every round runs every contender once per rank count over the same sizes (float sum,
-out of place), one after another, so a noisy machine hurts all of them alike; sizes from
-8 MiB on in a second run with an eighth of the iterations and one warm-up call. A
+out of place), one after another, so a noisy machine hurts all of them alike; sizes
+below 64 KiB in a run with five times the iterations, sizes from 8 MiB on in another with
+an eighth of the iterations and one warm-up call. A
 contender that hangs past --timeout is left out from then on, at every rank count (its
 rows from earlier runs stay). Each run checks its results (#wrong must be 0). Prints, per
 rank count, the median over rounds of the time per call and busbw of each contender, and
@@ -31,24 +32,28 @@ import tempfile
 import time
 
 
-# From this size on a contender runs an eighth of --iters (at least 3) after one warm-up
-# call: the MPIs move 256 MiB at about 0.3 GB/s here, and the large sizes, steady from
-# call to call, took most of a round's time (a default run took 21 minutes with a quarter
-# of the iterations and 3 warm-up calls).
+# Below LATENCY a call takes tens of microseconds, and the mean of --iters calls moved by
+# whole context switches (13 us here): one run's 8-byte row could be 12 or 16 us for the
+# same code. Those sizes run five times the iterations after 10 warm-up calls (a few
+# milliseconds per size, but for Gloo and MPICH on 4 ranks). From LARGE on a contender runs an
+# eighth of --iters (at least 3) after one warm-up call: the MPIs move 256 MiB at about
+# 0.3 GB/s here, and the large sizes, steady from call to call, took most of a round's
+# time (a default run took 21 minutes with a quarter of the iterations and 3 warm-up calls).
+LATENCY = 64 << 10
 LARGE = 8 << 20
 
 
 def pieces(args):
-    """(min, max, iterations, warm-up calls) per run of each contender: the small sizes,
-    the large ones."""
+    """(min, max, iterations, warm-up calls) per run of each contender: latency sizes,
+    middle sizes, large sizes."""
     sizes, s = [], args.min
     while s <= args.max:
         sizes.append(s)
         s *= 2
-    small = [x for x in sizes if x < LARGE]
-    large = [x for x in sizes if x >= LARGE]
-    out = [(small[0], small[-1], args.iters, 3)] if small else []
-    return out + ([(large[0], large[-1], max(3, args.iters // 8), 1)] if large else [])
+    runs = [([x for x in sizes if x < LATENCY], args.iters * 5, 10),
+            ([x for x in sizes if LATENCY <= x < LARGE], args.iters, 3),
+            ([x for x in sizes if x >= LARGE], max(3, args.iters // 8), 1)]
+    return [(got[0], got[-1], iters, warmup) for got, iters, warmup in runs if got]
 
 
 def contenders(args, n, lo, hi, iters, warmup):
@@ -58,8 +63,9 @@ def contenders(args, n, lo, hi, iters, warmup):
     gloo = [sys.executable, os.path.abspath(__file__), "--gloo-ranks", str(n),
             os.path.join(args.bench_dir, "gloo_bench")]
     gloo_sizes = [str(lo), str(hi), str(iters), str(warmup)]
-    yield "libcollective-tcp", ["env", "COLL_TRANSPORT=tcp", args.coll_perf, "--np", str(n), *sizes]
-    yield "libcollective-auto", [args.coll_perf, "--np", str(n), *sizes]
+    ours = [args.coll_perf, "--np", str(n), "-I", "0", *sizes]  # out of place, as the others
+    yield "libcollective-tcp", ["env", "COLL_TRANSPORT=tcp", *ours]
+    yield "libcollective-auto", ours
     yield "gloo-ring-chunked", [*gloo, "ring_chunked", *gloo_sizes]
     yield "gloo-halving-doubling", [*gloo, "halving_doubling", *gloo_sizes]
     yield "ompi-tcp", [*ompi, "--mca", "btl", "tcp,self", os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
@@ -223,7 +229,7 @@ def main():
     ap.add_argument("--max", type=int, default=256 << 20)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="compare_out")
-    ap.add_argument("--timeout", type=int, default=90,
+    ap.add_argument("--timeout", type=int, default=60,
                     help="seconds per contender and round; a stuck one is left out from then on")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
