@@ -11,7 +11,7 @@ tcp and with its default shared memory; MPICH on UCX forced to tcp and by defaul
 Every round runs every contender once per rank count over the same sizes (float sum,
 out of place), one after another, so a noisy machine hurts all of them alike; sizes
 below 64 KiB in a run with five times the iterations, sizes from 8 MiB on in another with
-an eighth of the iterations and one warm-up call. A
+a tenth of the iterations and one warm-up call. A
 contender that hangs past --timeout is left out from then on, at every rank count (its
 rows from earlier runs stay). Each run checks its results (#wrong must be 0). Prints, per
 rank count, the median over rounds of the time per call and busbw of each contender, and
@@ -35,10 +35,10 @@ import time
 # Below LATENCY a call takes tens of microseconds, and the mean of --iters calls moved by
 # whole context switches (13 us here): one run's 8-byte row could be 12 or 16 us for the
 # same code. Those sizes run five times the iterations after 10 warm-up calls (a few
-# milliseconds per size, but for Gloo and MPICH on 4 ranks). From LARGE on a contender runs an
-# eighth of --iters (at least 3) after one warm-up call: the MPIs move 256 MiB at about
-# 0.3 GB/s here, and the large sizes, steady from call to call, took most of a round's
-# time (a default run took 21 minutes with a quarter of the iterations and 3 warm-up calls).
+# milliseconds per size, but for Gloo and MPICH on 4 ranks). From LARGE on a contender
+# runs a tenth of --iters (at least 2) after one warm-up call: the MPIs move 256 MiB at
+# about 0.2 GB/s here, 1-2 s a call, and the large sizes, steady from call to call, took
+# most of a round's time (a default run with 3 calls there took 15.4 minutes).
 LATENCY = 64 << 10
 LARGE = 8 << 20
 
@@ -52,7 +52,7 @@ def pieces(args):
         s *= 2
     runs = [([x for x in sizes if x < LATENCY], args.iters * 5, 10),
             ([x for x in sizes if LATENCY <= x < LARGE], args.iters, 3),
-            ([x for x in sizes if x >= LARGE], max(3, args.iters // 8), 1)]
+            ([x for x in sizes if x >= LARGE], max(2, args.iters // 10), 1)]
     return [(got[0], got[-1], iters, warmup) for got, iters, warmup in runs if got]
 
 
