@@ -113,7 +113,8 @@ static int parse(int argc, char **argv, opts *o)
         default: return -1;
         }
     }
-    return o->np >= 1 && o->iters >= 1 && (o->in_place == 0 || o->in_place == 1) && o->factor > 1 && o->minb <= o->maxb ? 0 : -1;
+    int ok = o->np >= 1 && o->iters >= 1 && (o->in_place == 0 || o->in_place == 1);
+    return ok && o->factor > 1 && o->minb <= o->maxb ? 0 : -1;
 }
 
 static double now_us(void)
