@@ -57,7 +57,6 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->segment_bytes = cfg->segment_bytes;
     c->spin_us = cfg->spin_us;
     atomic_init(&c->spin_boost, 1);
-    c->crowded = size > sysconf(_SC_NPROCESSORS_ONLN);
     c->codec = cfg->codec;
     c->secret = cfg->secret;
     c->tr = cfg->transport;
@@ -86,16 +85,39 @@ fail:
     return rc;
 }
 
-static int comm_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
+/* What each rank publishes at the rendezvous: its transport handle and its machine. */
+typedef struct {
+    char handle[CL_HANDLE_BYTES];
+    uint64_t machine;
+} card;
+
+/* Ranks on one machine share its CPUs: more of them than CPUs, and pollers must yield. */
+static void count_local(coll_comm *c, const card *cards)
 {
+    c->local = 0;
+    for (int p = 0; p < c->size; p++)
+        c->local += cards[p].machine == cards[c->rank].machine;
+    c->crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* cards: one per rank of c, in rank order. */
+static int comm_connect(coll_comm *c, cl_tr_listener *l, const card *cards)
+{
+    char *handles = calloc((size_t)c->size, CL_HANDLE_BYTES);
+    if (!handles)
+        return COLL_ENOMEM;
+    for (int p = 0; p < c->size; p++)
+        memcpy(handles + (size_t)p * CL_HANDLE_BYTES, cards[p].handle, CL_HANDLE_BYTES);
+    count_local(c, cards);
     int rc = cl_mesh_connect(c, l, handles);
+    free(handles);
     if (rc == COLL_OK)
         rc = cl_engine_start(c);
     return rc;
 }
 
-/* Every rank's handle from the store, or a timeout that names who never arrived. */
-static int gather_handles(coll_comm *c, char *handles, int64_t deadline)
+/* Every rank's card from the store, or a timeout that names who never arrived. */
+static int gather_cards(coll_comm *c, card *cards, int64_t deadline)
 {
     int missing = 0, rc = COLL_OK;
     char list[256] = "";
@@ -104,8 +126,7 @@ static int gather_handles(coll_comm *c, char *handles, int64_t deadline)
         size_t len = 0;
         snprintf(key, sizeof(key), "addr/%d", p);
         int64_t d = missing ? cl_now_ms() : deadline; /* after the first miss, just look */
-        int r = cl_store_wait(c->store, key, handles + (size_t)p * CL_HANDLE_BYTES, CL_HANDLE_BYTES,
-                              &len, d);
+        int r = cl_store_wait(c->store, key, &cards[p], sizeof(card), &len, d);
         /* EPEER: rank 0 gave up first and its store went away; same story. */
         if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
             size_t at = strlen(list);
@@ -139,11 +160,11 @@ static int agree_job(coll_comm *c, int64_t deadline)
 static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
-    char handle[CL_HANDLE_BYTES];
+    card mine = {.machine = cl_machine_id()};
     cl_tr_listener *l = NULL;
     coll_comm *c = NULL;
-    char *handles = NULL;
-    int rc = comm_create(cfg, rv->rank, rv->size, 0, &c, &l, handle);
+    card *cards = NULL;
+    int rc = comm_create(cfg, rv->rank, rv->size, 0, &c, &l, mine.handle);
     if (rc != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
                  coll_strerror(rc));
@@ -153,26 +174,26 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
     snprintf(key, sizeof(key), "addr/%d", rv->rank);
     if ((rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err))) ||
         (rc = agree_job(c, deadline)) ||
-        (rc = c->store->ops->set(c->store, key, handle, sizeof(handle))))
+        (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
         goto fail;
-    if (!(handles = calloc((size_t)c->size, CL_HANDLE_BYTES))) {
+    if (!(cards = calloc((size_t)c->size, sizeof(card)))) {
         rc = COLL_ENOMEM;
         goto fail;
     }
-    if ((rc = gather_handles(c, handles, deadline)) != COLL_OK)
+    if ((rc = gather_cards(c, cards, deadline)) != COLL_OK)
         goto fail;
-    if ((rc = comm_connect(c, l, handles)) != COLL_OK) {
+    if ((rc = comm_connect(c, l, cards)) != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "%.500s", c->err);
         goto fail;
     }
-    free(handles);
+    free(cards);
     *out = c;
     return COLL_OK;
 fail:
     if (!init_err[0])
         snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
                  coll_strerror(rc));
-    free(handles);
+    free(cards);
     comm_free(c);
     return rc;
 }
@@ -232,23 +253,22 @@ static int split_connect(coll_comm *parent, const member *mem, int m, int newran
                      parent->timeout_ms, parent->segment_bytes,
                      parent->secret,     parent->codec,
                      parent->spin_us};
-    char handle[CL_HANDLE_BYTES] = {0};
-    char *all = calloc((size_t)parent->size, CL_HANDLE_BYTES);
-    char *mine = calloc((size_t)(m ? m : 1), CL_HANDLE_BYTES);
+    card me = {.machine = cl_machine_id()};
+    card *all = calloc((size_t)parent->size, sizeof(card));
+    card *mine = calloc((size_t)(m ? m : 1), sizeof(card));
     uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
     uint64_t id = cl_hash(seed, sizeof(seed), parent->job);
     coll_comm *c = NULL;
     cl_tr_listener *l = NULL;
     int rc = all && mine ? COLL_OK : COLL_ENOMEM;
     if (rc == COLL_OK && newrank >= 0)
-        rc = comm_create(&cfg, newrank, m, id, &c, &l, handle);
+        rc = comm_create(&cfg, newrank, m, id, &c, &l, me.handle);
     /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
-    int rc2 = coll_allgather(parent, handle, all, CL_HANDLE_BYTES, COLL_U8);
+    int rc2 = coll_allgather(parent, &me, all, sizeof(card), COLL_U8);
     rc = rc != COLL_OK ? rc : rc2;
     if (rc == COLL_OK && c) {
         for (int i = 0; i < m; i++)
-            memcpy(mine + (size_t)i * CL_HANDLE_BYTES, all + (size_t)mem[i].rank * CL_HANDLE_BYTES,
-                   CL_HANDLE_BYTES);
+            mine[i] = all[mem[i].rank];
         c->job = parent->job;
         rc = comm_connect(c, l, mine);
         if (rc != COLL_OK)

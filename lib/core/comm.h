@@ -57,7 +57,8 @@ struct coll_comm {
     int spin_us;
     _Atomic int spin_boost; /* spin budget multiplier, 1 to SPIN_CAP (spin.c) */
     _Atomic int spin_calm;  /* waits since one last slept */
-    int crowded; /* more ranks than this host has cores: pollers yield */
+    int local;   /* ranks of this communicator on this machine, this one included */
+    int crowded; /* more of them than the machine has CPUs: pollers yield */
     coll_codec codec;
     char device[64];
     const cl_transport *tr;

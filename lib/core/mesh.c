@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static cl_hello_expect expectation(const coll_comm *c)
 {
@@ -148,10 +149,11 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
         int n = c->size, prev = (c->rank + n - 1) % n, next = (c->rank + 1) % n;
         cl_log(COLL_LOG_INFO,
                "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d: from %d "
-               "via %s, to %d via %s",
+               "via %s, to %d via %s; %d of %d ranks on this machine, %ld CPUs%s",
                c->rank, n, (unsigned long long)c->id, c->tr->name, prev, c->rank, next, prev,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-", next,
-               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-");
+               n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-", c->local, n,
+               sysconf(_SC_NPROCESSORS_ONLN), c->crowded ? ": crowded, pollers yield" : "");
     }
     return rc;
 }

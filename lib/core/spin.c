@@ -70,7 +70,7 @@ void cl_spin_progress(cl_spin *s)
     s->since = s->done_at = s->slept_at = 0;
 }
 
-/* With more ranks than cores, a poller gives its core away once it has had a turn: moved
+/* With more ranks on a machine than cores, a poller gives its core away once it has had a turn: moved
  * bytes for TURN_US, or polled YIELD_EVERY times for nothing. A yield that switches costs
  * ~13 us here, and a peer on another core often answers within a few polls: yielding
  * after every poll, as this did before, took twice the time for small all-reduces on 4

@@ -1,6 +1,10 @@
 /* Time and hashing helpers used across the library. */
 #include "util.h"
 
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 int64_t cl_now_us(void)
 {
     struct timespec ts;
@@ -34,4 +38,15 @@ uint64_t cl_hash(const void *data, size_t len, uint64_t seed)
         h *= 1099511628211ULL;
     }
     return h;
+}
+
+uint64_t cl_machine_id(void)
+{
+    char id[256] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(id, sizeof(id), f))
+        gethostname(id, sizeof(id) - 1);
+    if (f)
+        fclose(f);
+    return cl_hash(id, strlen(id), 0);
 }

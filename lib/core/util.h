@@ -12,6 +12,9 @@ struct timespec cl_deadline_timespec(int64_t deadline_ms);
 void cl_sleep_ms(int ms);
 /* 64-bit FNV-1a, for job ids and secrets. */
 uint64_t cl_hash(const void *data, size_t len, uint64_t seed);
+/* Which machine this is (its kernel's boot id, else its hostname): ranks that share it
+ * share its CPUs, whatever their network namespace or container. */
+uint64_t cl_machine_id(void);
 
 #define CL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CL_MAX(a, b) ((a) > (b) ? (a) : (b))

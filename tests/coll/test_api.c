@@ -181,6 +181,46 @@ START_TEST(split_makes_groups_by_color_and_key)
 }
 END_TEST
 
+/* The last "ranks on this machine" log line (the info line of each new communicator). */
+static char machine_line[1024];
+
+static void keep_machine_line(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level, (void)arg;
+    if (strstr(msg, "ranks on this machine"))
+        snprintf(machine_line, sizeof(machine_line), "%s", msg);
+}
+
+/* All ranks run here, so a communicator counts all its ranks as sharing this machine's
+ * CPUs, and it is crowded (its pollers yield) only with more ranks than CPUs: a 4-rank
+ * communicator and its 2-rank halves, on a machine of any size. */
+static int machine_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    coll_set_log(keep_machine_line, NULL, COLL_LOG_INFO);
+    for (int halves = 0; halves < 2; halves++) {
+        coll_comm *sub = NULL;
+        machine_line[0] = 0;
+        EXPECT_RC(coll_split(c, halves ? coll_rank(c) % 2 : 0, coll_rank(c), &sub), COLL_OK);
+        int n = coll_size(sub);
+        char want[64];
+        snprintf(want, sizeof(want), "%d of %d ranks on this machine, %ld CPUs", n, n, cpus);
+        int crowded = strstr(machine_line, "crowded") != NULL;
+        coll_destroy(sub);
+        FAIL_IF(!strstr(machine_line, want) || crowded != (n > cpus),
+                "logged \"%s\", want \"%s\"%s", machine_line, want, n > cpus ? ", crowded" : "");
+    }
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    return 0;
+}
+
+START_TEST(ranks_on_one_machine_are_counted)
+{
+    expect_all_pass(4, machine_rank, RDZV_FILE);
+}
+END_TEST
+
 /* A 16 MiB f32 all-reduce puts 2(n-1)/n x 16 MiB on the wire per rank, plus headers
  * under 2%; coll_allreduce_wire_bytes says the payload exactly, also for a small one
  * (recursive doubling at n = 4: 2 x 4000 bytes in 2 messages, where the ring has 6000). */
@@ -355,6 +395,7 @@ int main(void)
     tcase_add_test(t, p2p_tag_mismatch_is_an_error);
     tcase_add_test(t, nonblocking_ops_progress_without_test);
     tcase_add_test(t, split_makes_groups_by_color_and_key);
+    tcase_add_test(t, ranks_on_one_machine_are_counted);
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
     tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
