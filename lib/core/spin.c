@@ -70,11 +70,11 @@ void cl_spin_progress(cl_spin *s)
     s->since = s->done_at = s->slept_at = 0;
 }
 
-/* With more ranks on a machine than cores, a poller gives its core away once it has had a turn: moved
- * bytes for TURN_US, or polled YIELD_EVERY times for nothing. A yield that switches costs
- * ~13 us here, and a peer on another core often answers within a few polls: yielding
- * after every poll, as this did before, took twice the time for small all-reduces on 4
- * and 8 ranks over 2 cores. Moving bytes for long, without yielding, starves the rank
+/* With more ranks on a machine than cores, a poller gives its core away once it has had
+ * a turn: moved bytes for TURN_US, or polled YIELD_EVERY times for nothing. A yield that
+ * switches costs ~13 us here, and a peer on another core often answers within a few
+ * polls: yielding after every poll, as this did before, took twice the time for small
+ * all-reduces on 4 and 8 ranks over 2 cores. Moving bytes for long, without yielding, starves the rank
  * that shares the core and stalls the ring behind it. A turn is a time, not a byte count:
  * a byte costs tcp about four times what it costs shm. */
 static int turn_over(cl_spin *s, size_t moved)
