@@ -5,6 +5,7 @@
  * handles, and connect() picks shm when the peer's key equals ours. Every other call
  * goes to the transport that made the connection. */
 #include "../../lib/core/log.h"
+#include "../../lib/core/util.h"
 #include "../transport.h"
 #include "collective.h"
 
@@ -53,30 +54,16 @@ static int cl_ibverbs_present(void)
 }
 #endif
 
-static void read_line(const char *path, char *out, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    out[0] = 0;
-    if (f) {
-        if (!fgets(out, (int)len, f))
-            out[0] = 0;
-        fclose(f);
-    }
-}
-
-/* FNV-1a of hostname, boot id and network namespace, as 16 hex digits. */
+/* The machine (cl_machine_id: its boot id), hostname and network namespace, hashed as 16
+ * hex digits: ranks with equal keys can reach each other's shared memory. */
 static void host_key(char key[KEY_HEX + 1])
 {
-    char host[256] = "", boot[64], ns[64] = "";
-    gethostname(host, sizeof(host) - 1);
-    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
-    ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
-    ns[n > 0 ? n : 0] = 0;
-    uint64_t h = 1469598103934665603ULL;
-    const char *parts[] = {host, "|", boot, "|", ns};
-    for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++)
-        for (const char *s = parts[p]; *s; s++)
-            h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    char id[400] = "";
+    int at = gethostname(id, 256) == 0 ? (int)strnlen(id, 256) : 0;
+    id[at++] = '|';
+    ssize_t n = readlink("/proc/self/ns/net", id + at, sizeof(id) - (size_t)at - 1);
+    at += n > 0 ? (int)n : 0;
+    uint64_t h = cl_hash(id, (size_t)at, cl_machine_id());
     snprintf(key, KEY_HEX + 1, "%016llx", (unsigned long long)h);
 }
 
