@@ -64,8 +64,12 @@ typedef struct coll_config {
 COLL_API const char *coll_strerror(int status);
 
 /* The sentence describing the communicator's first failure (rank, peer, operation and
- * sequence number), or "" when there was none. Never NULL; comm may be NULL, then it
- * describes the last coll_init failure of the calling thread. */
+ * sequence number); while it has not failed, the last argument error (COLL_EINVAL:
+ * the call and the argument, e.g. "rank 1 coll_allgather: sendbuf is NULL with count 4"),
+ * which does not stick; "" when there was neither. Never NULL; comm may be NULL, then it
+ * describes the last coll_init failure of the calling thread.
+ * An argument error is found on the calling rank before anything is sent: the other
+ * ranks are not told, and wait in their part of the collective until their timeout. */
 COLL_API const char *coll_last_error(const coll_comm *comm);
 
 /* Creates a communicator of `size` ranks; collective over all of them.
@@ -108,16 +112,25 @@ COLL_API int coll_size(const coll_comm *comm);
  * codec stays as it was. Also set by coll_config.codec or $COLL_CODEC at init. */
 COLL_API int coll_set_codec(coll_comm *comm, coll_codec codec);
 
-/* sendbuf == recvbuf means in place. Element-wise reduction of every rank's `count`
- * elements, result on every rank, bit-identical everywhere. f16/bf16 reduce in f32. */
+/* In place, exactly: each call below names the layouts in which what it reads and what
+ * it writes may share memory; any other overlap is COLL_EINVAL on that rank, with a
+ * message, before anything is sent. */
+
+/* Element-wise reduction of every rank's `count` elements, result on every rank,
+ * bit-identical everywhere. f16/bf16 reduce in f32. In place: sendbuf == recvbuf. */
 COLL_API int coll_allreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                             coll_dtype dtype, coll_op op);
 
-/* sendbuf holds size*recvcount elements; rank r receives the reduction of block r. */
+/* sendbuf holds size*recvcount elements; rank r receives the reduction of block r.
+ * In place: recvbuf == sendbuf + rank*recvcount (the result lands in the rank's own
+ * block), or recvbuf == sendbuf (the result lands at the start). */
 COLL_API int coll_reduce_scatter(coll_comm *comm, const void *sendbuf, void *recvbuf,
                                  size_t recvcount, coll_dtype dtype, coll_op op);
 
-/* recvbuf holds size*sendcount elements; block r comes from rank r. */
+/* recvbuf holds size*sendcount elements; block r comes from rank r.
+ * In place: sendbuf == recvbuf + rank*sendcount (the block already at its place, as
+ * NCCL), or sendbuf == recvbuf (the block at the start of the buffer: the library moves
+ * it to its place before anything is overwritten). */
 COLL_API int coll_allgather(coll_comm *comm, const void *sendbuf, void *recvbuf,
                             size_t sendcount, coll_dtype dtype);
 

@@ -64,6 +64,10 @@ int cl_ring_allgather(coll_comm *c, coll_req *r);
 int cl_chain_broadcast(coll_comm *c, coll_req *r);
 int cl_ring_barrier(coll_comm *c, coll_req *r);
 
+/* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
+ * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */
+void cl_place_own_block(coll_comm *c, coll_req *r);
+
 /* Small all-reduces on a power-of-two number of ranks: recursive doubling. */
 #define CL_DOUBLING_BYTES (64u * 1024u)
 int cl_doubling_fits(const coll_comm *c, size_t bytes);

@@ -191,8 +191,6 @@ int cl_codec_reduce_scatter(coll_comm *c, coll_req *r)
 
 int cl_codec_allgather(coll_comm *c, coll_req *r)
 {
-    float *own = (float *)r->rbuf + (size_t)c->rank * r->count;
-    if (r->sbuf != r->rbuf && (const float *)r->sbuf != own && r->count)
-        memcpy(own, r->sbuf, r->count * 4);
+    cl_place_own_block(c, r);
     return encoded_allgather(c, r, r->count * (size_t)c->size, r->rbuf);
 }

@@ -216,6 +216,31 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
     return rc;
 }
 
+/* A send to `peer` failed. A peer that fails says why in a farewell before it closes,
+ * and that farewell may already sit in front of a receive this pass posted from it: a
+ * second receive would queue behind ours and see only the closed link. So the pass's
+ * own receives from the peer are read first (bounded, as cl_await_farewell). */
+static int send_failed(flight *f, int rc, int peer)
+{
+    pass *p = f->p;
+    coll_comm *c = p->comm;
+    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
+    while (rc == COLL_EPEER && f->r_done < f->r_posted && cl_unit_peer(p, f->r_done, 1) == peer &&
+           cl_now_ms() < deadline) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        size_t slot = f->r_done % WINDOW, nbytes = 0;
+        int done = 0, rrc = c->tr->test(f->rq[slot], &done, &nbytes);
+        if (!done) {
+            cl_notifier_wait(&c->notifier, seen, deadline);
+            continue;
+        }
+        f->rq[slot] = NULL;
+        if ((rrc = finish_recv(f, rrc, nbytes)) != COLL_OK)
+            return rrc;
+    }
+    return link_error(p, rc, peer, "send to");
+}
+
 /* Completes whatever finished, oldest first (a connection completes in order). */
 static int reap(flight *f, int *progress)
 {
@@ -239,7 +264,7 @@ static int reap(flight *f, int *progress)
         f->s_done++;
         *progress = 1;
         if (rc != COLL_OK)
-            return link_error(p, rc, cl_unit_peer(p, f->s_done - 1, 0), "send to");
+            return send_failed(f, rc, cl_unit_peer(p, f->s_done - 1, 0));
     }
     return COLL_OK;
 }

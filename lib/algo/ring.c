@@ -125,12 +125,17 @@ int cl_ring_reduce_scatter(coll_comm *c, coll_req *r)
     return rc;
 }
 
-int cl_ring_allgather(coll_comm *c, coll_req *r)
+void cl_place_own_block(coll_comm *c, coll_req *r)
 {
     size_t bytes = r->count * cl_dtype_size(r->dtype);
     char *own = (char *)r->rbuf + (size_t)c->rank * bytes;
-    if (r->sbuf != r->rbuf && r->sbuf != own && bytes)
-        memcpy(own, r->sbuf, bytes);
+    if ((const char *)r->sbuf != own && bytes)
+        memmove(own, r->sbuf, bytes);
+}
+
+int cl_ring_allgather(coll_comm *c, coll_req *r)
+{
+    cl_place_own_block(c, r);
     return c->size == 1 ? COLL_OK : allgather_in(c, r, r->count * (size_t)c->size, r->rbuf);
 }
 

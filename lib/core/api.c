@@ -9,12 +9,29 @@
 #include "log.h"
 #include "util.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-static int bad(const char *fn, const char *what)
+/* An argument error: logged, and kept as coll_last_error(c)'s sentence while the
+ * communicator has not failed (it does not stick: the next call may succeed). */
+static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
 {
+    char what[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
     cl_log(COLL_LOG_WARN, "%s: %s", fn, what);
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        if (c->status == COLL_OK)
+            snprintf(c->err, sizeof(c->err), "rank %d %s: %s", c->rank, fn, what);
+        pthread_mutex_unlock(&c->mu);
+    }
     return COLL_EINVAL;
 }
 
@@ -23,15 +40,28 @@ static int check(const char *fn, coll_comm *c, const void *s, const void *r, siz
                  size_t blocks, int dtype)
 {
     if (!c)
-        return bad(fn, "communicator is NULL");
+        return bad(c, fn, "communicator is NULL");
     size_t es = cl_dtype_size(dtype);
     if (!es)
-        return bad(fn, "invalid dtype");
+        return bad(c, fn, "invalid dtype %d", dtype);
     if (count > SIZE_MAX / es / blocks)
-        return bad(fn, "count x dtype size overflows");
-    if (count && (!s || !r))
-        return bad(fn, "buffer is NULL");
+        return bad(c, fn, "count %zu x dtype size overflows", count);
+    if (count && !s)
+        return bad(c, fn, "sendbuf is NULL with count %zu", count);
+    if (count && !r)
+        return bad(c, fn, "recvbuf is NULL with count %zu", count);
     return cl_comm_state(c);
+}
+
+/* What a call reads, [s, s + sn), and writes, [r, r + rn), may overlap only in one of
+ * the in-place layouts the call allows (`in_place`). */
+static int check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, const void *r,
+                         size_t rn, int in_place)
+{
+    uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
+    if (in_place || !sn || !rn || a >= b + rn || b >= a + sn)
+        return COLL_OK;
+    return bad(c, fn, "sendbuf and recvbuf overlap but are not an in-place layout");
 }
 
 /* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
@@ -97,106 +127,154 @@ static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, i
     return launch(c, make(c, kind, s, r, count, dtype, op, root, tag), out);
 }
 
-static int check_op(const char *fn, int op)
+static int check_op(const char *fn, coll_comm *c, int op)
 {
-    return cl_op_valid(op) ? COLL_OK : bad(fn, "invalid reduction op");
+    return cl_op_valid(op) ? COLL_OK : bad(c, fn, "invalid reduction op %d", op);
+}
+
+static int check_req(const char *fn, coll_comm *c, coll_req **req)
+{
+    return req ? COLL_OK : bad(c, fn, "req is NULL");
+}
+
+/* Each operation once, named by the call the user made (blocking or not). */
+static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
+                     coll_dtype dt, coll_op op, coll_req **req)
+{
+    int rc = check(fn, c, s, r, count, 1, dt);
+    size_t bytes = count * cl_dtype_size(dt);
+    if (rc == COLL_OK)
+        rc = check_overlap(fn, c, s, bytes, r, bytes, s == r);
+    if (rc == COLL_OK)
+        rc = check_op(fn, c, op);
+    if (rc == COLL_OK)
+        rc = check_req(fn, c, req);
+    return rc == COLL_OK ? start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
+}
+
+/* In place: the result at the start of sendbuf, or in this rank's block of it. */
+static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
+                          coll_dtype dt, coll_op op, coll_req **req)
+{
+    int rc = check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
+    size_t bytes = count * cl_dtype_size(dt);
+    if (rc == COLL_OK) {
+        const char *own = (const char *)s + (size_t)c->rank * bytes;
+        rc = check_overlap(fn, c, s, bytes * (size_t)c->size, r, bytes,
+                           r == s || (const char *)r == own);
+    }
+    if (rc == COLL_OK)
+        rc = check_op(fn, c, op);
+    if (rc == COLL_OK)
+        rc = check_req(fn, c, req);
+    return rc == COLL_OK ? start(c, CL_REDUCE_SCATTER, s, r, count, dt, op, 0, 0, req) : rc;
+}
+
+/* In place: this rank's block at the start of recvbuf, or already at its place. */
+static int allgather(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
+                     coll_dtype dt, coll_req **req)
+{
+    int rc = check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
+    size_t bytes = count * cl_dtype_size(dt);
+    if (rc == COLL_OK) {
+        const char *own = (const char *)r + (size_t)c->rank * bytes;
+        rc = check_overlap(fn, c, s, bytes, r, bytes * (size_t)c->size,
+                           s == r || (const char *)s == own);
+    }
+    if (rc == COLL_OK)
+        rc = check_req(fn, c, req);
+    return rc == COLL_OK ? start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
+}
+
+static int broadcast(const char *fn, coll_comm *c, void *buf, size_t count, coll_dtype dt,
+                     int root, coll_req **req)
+{
+    int rc = check(fn, c, buf, buf, count, 1, dt);
+    if (rc == COLL_OK && (root < 0 || root >= c->size))
+        rc = bad(c, fn, "root %d out of range [0, %d)", root, c->size);
+    if (rc == COLL_OK)
+        rc = check_req(fn, c, req);
+    return rc == COLL_OK ? start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
+}
+
+static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t count, int dt,
+               int peer, uint32_t tag, coll_req **req)
+{
+    int rc = check(fn, c, buf, buf, count, 1, dt);
+    if (rc == COLL_OK && (peer < 0 || peer >= c->size || peer == c->rank))
+        rc = bad(c, fn, "peer %d is out of range [0, %d) or this rank", peer, c->size);
+    if (rc == COLL_OK && count * cl_dtype_size(dt) > (1u << 30)) {
+        cl_log(COLL_LOG_WARN, "%s: messages above 1 GiB are not supported", fn);
+        rc = COLL_ENOTSUP;
+    }
+    if (rc == COLL_OK)
+        rc = check_req(fn, c, req);
+    if (rc != COLL_OK)
+        return rc;
+    return kind == CL_SEND ? start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req)
+                           : start(c, CL_RECV, NULL, (void *)buf, count, dt, 0, peer, tag, req);
 }
 
 int coll_iallreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op,
                     coll_req **req)
 {
-    int rc = check(__func__, c, s, r, count, 1, dt);
-    if (rc == COLL_OK)
-        rc = check_op(__func__, op);
-    if (rc == COLL_OK && !req)
-        rc = bad(__func__, "req is NULL");
-    return rc == COLL_OK ? start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
+    return allreduce(__func__, c, s, r, count, dt, op, req);
 }
 
 int coll_ireduce_scatter(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
                          coll_op op, coll_req **req)
 {
-    int rc = check(__func__, c, s, r, count, c ? (size_t)c->size : 1, dt);
-    if (rc == COLL_OK)
-        rc = check_op(__func__, op);
-    if (rc == COLL_OK && !req)
-        rc = bad(__func__, "req is NULL");
-    return rc == COLL_OK ? start(c, CL_REDUCE_SCATTER, s, r, count, dt, op, 0, 0, req) : rc;
+    return reduce_scatter(__func__, c, s, r, count, dt, op, req);
 }
 
 int coll_iallgather(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
                     coll_req **req)
 {
-    int rc = check(__func__, c, s, r, count, c ? (size_t)c->size : 1, dt);
-    if (rc == COLL_OK && !req)
-        rc = bad(__func__, "req is NULL");
-    return rc == COLL_OK ? start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
+    return allgather(__func__, c, s, r, count, dt, req);
 }
 
 int coll_ibroadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root, coll_req **req)
 {
-    int rc = check(__func__, c, buf, buf, count, 1, dt);
-    if (rc == COLL_OK && (root < 0 || root >= c->size))
-        rc = bad(__func__, "root out of range");
-    if (rc == COLL_OK && !req)
-        rc = bad(__func__, "req is NULL");
-    return rc == COLL_OK ? start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
-}
-
-static int check_p2p(const char *fn, coll_comm *c, const void *buf, size_t count, int dt, int peer,
-                     coll_req **req)
-{
-    int rc = check(fn, c, buf, buf, count, 1, dt);
-    if (rc == COLL_OK && (peer < 0 || peer >= c->size || peer == c->rank))
-        rc = bad(fn, "peer out of range or this rank");
-    if (rc == COLL_OK && count * cl_dtype_size(dt) > (1u << 30)) {
-        cl_log(COLL_LOG_WARN, "%s: messages above 1 GiB are not supported", fn);
-        rc = COLL_ENOTSUP;
-    }
-    if (rc == COLL_OK && !req)
-        rc = bad(fn, "req is NULL");
-    return rc;
+    return broadcast(__func__, c, buf, count, dt, root, req);
 }
 
 int coll_isend(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag,
                coll_req **req)
 {
-    int rc = check_p2p(__func__, c, buf, count, dt, peer, req);
-    return rc == COLL_OK ? start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req) : rc;
+    return p2p(__func__, c, CL_SEND, buf, count, dt, peer, tag, req);
 }
 
 int coll_irecv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag,
                coll_req **req)
 {
-    int rc = check_p2p(__func__, c, buf, count, dt, peer, req);
-    return rc == COLL_OK ? start(c, CL_RECV, NULL, buf, count, dt, 0, peer, tag, req) : rc;
+    return p2p(__func__, c, CL_RECV, buf, count, dt, peer, tag, req);
 }
 
 int coll_allreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op)
 {
-    return coll_iallreduce(c, s, r, count, dt, op, &blocking);
+    return allreduce(__func__, c, s, r, count, dt, op, &blocking);
 }
 
 int coll_reduce_scatter(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
                         coll_op op)
 {
-    return coll_ireduce_scatter(c, s, r, count, dt, op, &blocking);
+    return reduce_scatter(__func__, c, s, r, count, dt, op, &blocking);
 }
 
 int coll_allgather(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
 {
-    return coll_iallgather(c, s, r, count, dt, &blocking);
+    return allgather(__func__, c, s, r, count, dt, &blocking);
 }
 
 int coll_broadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root)
 {
-    return coll_ibroadcast(c, buf, count, dt, root, &blocking);
+    return broadcast(__func__, c, buf, count, dt, root, &blocking);
 }
 
 int coll_barrier(coll_comm *c)
 {
     if (!c)
-        return bad(__func__, "communicator is NULL");
+        return bad(c, __func__, "communicator is NULL");
     int rc = cl_comm_state(c);
     return rc == COLL_OK ? start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, &blocking)
                          : rc;
@@ -204,12 +282,12 @@ int coll_barrier(coll_comm *c)
 
 int coll_send(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    return coll_isend(c, buf, count, dt, peer, tag, &blocking);
+    return p2p(__func__, c, CL_SEND, buf, count, dt, peer, tag, &blocking);
 }
 
 int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    return coll_irecv(c, buf, count, dt, peer, tag, &blocking);
+    return p2p(__func__, c, CL_RECV, buf, count, dt, peer, tag, &blocking);
 }
 
 /* Collective: every rank learns every rank's choice, so a disagreement is
@@ -217,7 +295,7 @@ int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, ui
 int coll_set_codec(coll_comm *c, coll_codec codec)
 {
     if (!c || codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8)
-        return bad(__func__, "communicator is NULL or codec invalid");
+        return bad(c, __func__, "communicator is NULL or codec %d invalid", (int)codec);
     int32_t mine = (int32_t)codec, *all = calloc((size_t)c->size, sizeof(int32_t));
     if (!all)
         return COLL_ENOMEM;
@@ -245,7 +323,7 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
     }
     if (rc == COLL_OK &&
         (codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8 || !req || (count && !residual)))
-        rc = bad(__func__, "invalid codec, or residual or req is NULL");
+        rc = bad(c, __func__, "invalid codec, or residual or req is NULL");
     if (rc != COLL_OK)
         return rc;
     coll_req *q = make(c, CL_ALLREDUCE, s, r, count, COLL_F32, op, 0, 0);
