@@ -2,7 +2,7 @@
  * timed in the same run on one core (median of repetitions), at 4 MiB and 64 MiB of
  * f32 input, for the AVX-512 int8 encoder (where present), AVX2/F16C and the portable path.
  *   codec_perf [-r REPS]    ratio = memcpy time / kernel time (>1: faster than memcpy) */
-#include "../lib/kernels/codec.h"
+#include "kernels/codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

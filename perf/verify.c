@@ -1,7 +1,7 @@
 /* Test data and references for collectives: see verify.h. */
 #include "verify.h"
 
-#include "../lib/kernels/half.h"
+#include "kernels/half.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* See progress.h. */
-#include "progress.h"
+#include "transports/progress.h"
 
-#include "../lib/core/log.h"
+#include "base/log.h"
 #include "collective.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* The static table of transports, picked by name. Registration checks every operation
  * is filled in so a half-written transport fails at lookup, not at its first call. */
-#include "transport.h"
+#include "transports/transport.h"
 
 #include <string.h>
 

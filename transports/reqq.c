@@ -1,5 +1,5 @@
 /* See reqq.h. */
-#include "reqq.h"
+#include "transports/reqq.h"
 
 #include "collective.h"
 

@@ -5,7 +5,7 @@
 #ifndef CL_REQQ_H
 #define CL_REQQ_H
 
-#include "transport.h"
+#include "transports/transport.h"
 
 #include <stdatomic.h>
 

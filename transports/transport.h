@@ -25,8 +25,8 @@
 #ifndef CL_TRANSPORT_H
 #define CL_TRANSPORT_H
 
-#include <pthread.h>
-#include <stdatomic.h>
+#include "base/notifier.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,22 +49,6 @@ typedef struct cl_msg_hdr {
     uint64_t count;
 } cl_msg_hdr;
 _Static_assert(sizeof(cl_msg_hdr) == 32, "wire header is 32 bytes");
-
-/* Completion notifier shared by a communicator's waiters. The counter is read and
- * bumped without the mutex; only a notify that finds a sleeper takes it. */
-typedef struct cl_notifier {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    _Atomic uint64_t events;
-    _Atomic int sleepers;
-} cl_notifier;
-
-void cl_notifier_init(cl_notifier *n);
-void cl_notifier_destroy(cl_notifier *n);
-void cl_notify(cl_notifier *n);
-uint64_t cl_notifier_events(cl_notifier *n);
-/* Sleeps until events != seen or the absolute deadline (ms, cl_now_ms clock) passes. */
-void cl_notifier_wait(cl_notifier *n, uint64_t seen, int64_t deadline_ms);
 
 typedef struct cl_tr_ctx cl_tr_ctx;
 typedef struct cl_tr_listener cl_tr_listener;

@@ -1,7 +1,7 @@
 /* Trainer flags and start-up: see options.h. */
 #include "options.h"
 
-#include "../../perf/spawn.h"
+#include "perf/spawn.h"
 
 #include <getopt.h>
 #include <math.h>

@@ -3,7 +3,7 @@
 #ifndef CL_ALGO_H
 #define CL_ALGO_H
 
-#include "../core/comm.h"
+#include "core/comm.h"
 
 /* One segmented pipeline. Units are segments numbered in order, (n-1) steps of
  * segs_per_chunk units (broadcast: one step). Ring passes receive from `from` and send to

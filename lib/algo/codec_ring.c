@@ -7,9 +7,9 @@
  *    and every rank, the owner too, decodes them: bit-identical results everywhere.
  * With a residual buffer (error feedback) each encoding adds the residual first and keeps
  * what the codec lost, so the error averages out over repeated calls. */
-#include "algo.h"
+#include "algo/algo.h"
 
-#include "../kernels/codec.h"
+#include "kernels/codec.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,9 +3,9 @@
  * below CL_DOUBLING_BYTES the latency of a step, not the bytes, is the cost. At step k
  * rank r exchanges with r ^ 2^k and both compute (lower half's partial) op (upper half's
  * partial) in that order, so every rank ends with bit-identical results, as the ring's. */
-#include "algo.h"
+#include "algo/algo.h"
 
-#include "../kernels/reduce.h"
+#include "kernels/reduce.h"
 
 #include <string.h>
 

@@ -2,10 +2,10 @@
  * never interleave with a collective's segments. Matching is FIFO per peer: the n-th
  * receive from a peer takes the n-th message it sent, and a tag, count or dtype that
  * disagrees is COLL_EMISMATCH, not a silent reorder. */
-#include "algo.h"
+#include "algo/algo.h"
 
-#include "../core/util.h"
-#include "../kernels/reduce.h"
+#include "base/util.h"
+#include "kernels/reduce.h"
 
 int cl_p2p_post(coll_comm *c, coll_req *r)
 {

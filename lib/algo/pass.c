@@ -3,12 +3,12 @@
  * and memory stays bounded (window x segment of staging for reduce-scatter). Every
  * received header is checked against what this rank expects: a disagreement between
  * ranks is COLL_EMISMATCH with both sides named, never garbage or a hang. */
-#include "algo.h"
+#include "algo/algo.h"
 
-#include "../core/log.h"
-#include "../core/util.h"
-#include "../core/wire.h"
-#include "../kernels/reduce.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "core/wire.h"
+#include "kernels/reduce.h"
 
 #include <stdio.h>
 #include <stdlib.h>

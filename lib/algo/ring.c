@@ -4,10 +4,10 @@
  * copy, so after n-1 steps it owns the full reduction of chunk r. All-gather: at step s
  * rank r forwards chunk r-s; it forwards the owner's bytes unchanged, so every rank ends
  * with bit-identical results. Per rank each pass puts (n-1)/n of the data on the wire. */
-#include "algo.h"
+#include "algo/algo.h"
 
-#include "../core/log.h"
-#include "../kernels/reduce.h"
+#include "base/log.h"
+#include "kernels/reduce.h"
 
 #include <string.h>
 

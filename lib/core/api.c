@@ -1,13 +1,13 @@
 /* The public operations: check the arguments, build a request, hand it to the engine
  * (collectives) or the transport (point-to-point). Blocking = non-blocking + wait.
  * Bad input is a status and a log line, never a crash. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "../algo/algo.h"
-#include "../kernels/codec.h"
-#include "../kernels/reduce.h"
-#include "log.h"
-#include "util.h"
+#include "algo/algo.h"
+#include "kernels/codec.h"
+#include "kernels/reduce.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /* Communicator life cycle: init (rendezvous, listen, publish, connect), split, abort,
  * destroy. Every acquire is released on every exit through comm_free. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "config.h"
-#include "log.h"
-#include "util.h"
+#include "core/config.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -4,8 +4,8 @@
 
 #include "collective.h"
 
-#include "../../transports/transport.h"
-#include "../rdzv/store.h"
+#include "transports/transport.h"
+#include "rdzv/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,10 +1,10 @@
 /* Reads coll_config (as much of it as the caller's struct size covers) and the COLL_*
  * environment variables, and says which was used at info level. */
-#include "config.h"
+#include "core/config.h"
 
-#include "../kernels/codec.h"
-#include "log.h"
-#include "util.h"
+#include "kernels/codec.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

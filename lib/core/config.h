@@ -2,8 +2,8 @@
 #ifndef CL_CONFIG_H
 #define CL_CONFIG_H
 
-#include "../../transports/transport.h"
-#include "../rdzv/store.h"
+#include "transports/transport.h"
+#include "rdzv/store.h"
 #include "collective.h"
 
 #include <stdint.h>

@@ -5,10 +5,10 @@
  * all-reduce itself. One collective runs at a time either way (`busy`), in issue order.
  * It never runs point-to-point messages: those go to the transport directly so a
  * receive never queues behind a send. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "../algo/algo.h"
-#include "../kernels/reduce.h"
+#include "algo/algo.h"
+#include "kernels/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* Status codes, the sticky first failure of a communicator, and its sentence. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

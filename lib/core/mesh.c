@@ -2,11 +2,11 @@
  * accepts the same from each. The handshake (magic, protocol version, job id, secret,
  * communicator id, rank, channel) is checked here; a stray or hostile connection is
  * logged as a protocol error and dropped, and never takes a slot. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "log.h"
-#include "util.h"
-#include "wire.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "core/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* Waiting on and testing requests. A collective is done when the engine says so; a
  * point-to-point request when its transport request completes, bounded by the timeout
  * since the last progress. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 

@@ -14,9 +14,9 @@
  *   the pair stays in that slow mode (seen: 128 KiB tcp all-reduces at 385 us, not 45).
  * The cap keeps a waiter whose peer is silent while other transfers flow from spinning
  * past the point where its timeout is checked, and lets an idle rank sleep. */
-#include "comm.h"
+#include "core/comm.h"
 
-#include "util.h"
+#include "base/util.h"
 
 #include <sched.h>
 

@@ -1,7 +1,7 @@
 /* Handshake and header checks: see wire.h. */
-#include "wire.h"
+#include "core/wire.h"
 
-#include "comm.h"
+#include "core/comm.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
 #ifndef CL_WIRE_H
 #define CL_WIRE_H
 
-#include "../../transports/transport.h"
+#include "transports/transport.h"
 
 #include <stdint.h>
 

@@ -1,9 +1,9 @@
 /* Codec kernels: see codec.h. The portable loops are written so the compiler can
  * vectorise them; the AVX2/F16C versions do the same arithmetic in the same order, so
  * results are bit-identical whichever path runs (the tests compare them). */
-#include "codec.h"
+#include "kernels/codec.h"
 
-#include "half.h"
+#include "kernels/half.h"
 
 #include <math.h>
 #include <stdint.h>

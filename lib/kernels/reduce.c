@@ -2,9 +2,9 @@
  * to read; f16/bf16 convert blocks to f32, reuse the f32 kernel, and convert back.
  * Integer sums and products compute in the unsigned type so overflow wraps instead of
  * being undefined. */
-#include "reduce.h"
+#include "kernels/reduce.h"
 
-#include "half.h"
+#include "kernels/half.h"
 
 #include <stdint.h>
 

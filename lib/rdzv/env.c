@@ -1,7 +1,7 @@
 /* Parses rendezvous URLs, and reads the variables torchrun, mpirun and Slurm set. */
-#include "store.h"
+#include "rdzv/store.h"
 
-#include "../core/log.h"
+#include "base/log.h"
 #include "collective.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* File store: one file per key in a shared directory, written to a temporary name and
  * renamed, so a reader sees a whole value or none. */
-#include "store.h"
+#include "rdzv/store.h"
 
 #include "collective.h"
 

@@ -1,6 +1,6 @@
 /* In-process store shared by threads that meet under one name; entries live for the
  * process, which is what tests with ranks-as-threads need. */
-#include "store.h"
+#include "rdzv/store.h"
 
 #include "collective.h"
 

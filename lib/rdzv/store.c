@@ -1,7 +1,7 @@
 /* Store dispatch and the one waiting loop every backend shares. */
-#include "store.h"
+#include "rdzv/store.h"
 
-#include "../core/util.h"
+#include "base/util.h"
 #include "collective.h"
 
 #include <stdio.h>

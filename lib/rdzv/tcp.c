@@ -2,10 +2,10 @@
  * from a poll() thread; every rank (rank 0 too) is a client on one blocking socket.
  * The server treats its input as hostile: oversized or malformed requests drop the
  * client, never the server. */
-#include "store.h"
+#include "rdzv/store.h"
 
-#include "../core/log.h"
-#include "../core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "collective.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* One rank started by mpirun (or srun/torchrun): joins through env:// with rank and size
  * from the launcher's variables, checks an all-reduce and an all-gather, exits 0. */
-#include "../../perf/verify.h"
+#include "perf/verify.h"
 #include "collective.h"
 
 #include <stdio.h>

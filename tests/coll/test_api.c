@@ -1,9 +1,9 @@
 /* Behaviour through the public API on real processes: point-to-point matching, the
  * non-blocking forms, split, barrier, statistics, mismatches and misuse. */
-#include "../common/harness.h"
-#include "../../perf/verify.h"
+#include "common/harness.h"
+#include "perf/verify.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -3,9 +3,9 @@
  * element within what the block scales allow, bit-identical results on every rank, an
  * Inf on one rank non-finite everywhere, a codec disagreement COLL_EMISMATCH, wire
  * bytes that match the codec, and error feedback that averages the error away. */
-#include "../common/harness.h"
+#include "common/harness.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <math.h>

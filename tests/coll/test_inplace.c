@@ -2,9 +2,9 @@
  * layouts (the rank's block at its own place, or at the start of the one buffer), with
  * and without a wire codec, on tcp and shm; any other overlap of what a call reads and
  * writes is COLL_EINVAL with a message on that rank, and the communicator stays usable. */
-#include "../common/harness.h"
+#include "common/harness.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -4,10 +4,10 @@
  * same matrix on the loop transport with ranks as threads, on shm (processes and
  * threads) and on ibverbs over fake verbs (threads). Results are compared with an
  * exact reference, and all-reduce results must be bit-identical on every rank. */
-#include "../common/harness.h"
-#include "../../perf/verify.h"
+#include "common/harness.h"
+#include "perf/verify.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <stdint.h>

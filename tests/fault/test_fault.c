@@ -3,10 +3,10 @@
  * the rendezvous, ranks that start seconds apart, two jobs side by side, ranks that
  * disagree on root or collective order, abort from another thread. Survivors must fail
  * within twice the timeout, name the rank, and never hang. */
-#include "../../lib/core/util.h"
-#include "../common/harness.h"
+#include "base/util.h"
+#include "common/harness.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <pthread.h>

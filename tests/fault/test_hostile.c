@@ -3,12 +3,12 @@
  * version or without the job's COLL_SECRET, half a handshake, or a megabyte of junk. Each
  * is refused with a protocol error in the log, and the job's collectives complete with
  * correct results. */
-#include "../../lib/core/util.h"
-#include "../../perf/verify.h"
-#include "../common/harness.h"
+#include "base/util.h"
+#include "perf/verify.h"
+#include "common/harness.h"
 
 #include <arpa/inet.h>
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <netinet/in.h>

@@ -2,10 +2,10 @@
  * all-gather, broadcast, barrier, p2p, non-blocking pairs, and a split communicator made
  * and destroyed every 1000 operations). After warm-up, resident memory stays within 5%
  * and no file descriptor or thread is left behind. */
-#include "../../perf/verify.h"
-#include "../common/harness.h"
+#include "perf/verify.h"
+#include "common/harness.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <dirent.h>

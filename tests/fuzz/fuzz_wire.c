@@ -1,8 +1,8 @@
 /* libFuzzer target for the parsers of untrusted wire input: the connection handshake and
  * the segment header checks (lib/core/wire.c). Beyond "no crash, no sanitizer report",
  * it checks that nothing is accepted that differs from what was expected. */
-#include "../../lib/core/wire.h"
-#include "../../lib/core/comm.h"
+#include "core/wire.h"
+#include "core/comm.h"
 
 #include <stdint.h>
 #include <string.h>

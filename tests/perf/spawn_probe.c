@@ -1,6 +1,6 @@
 /* Starts N ranks with the perf tools' local spawn; each prints its rank and the CPUs it
  * may run on, for spawn_bind.sh to check. Usage: spawn_probe N */
-#include "../../perf/spawn.h"
+#include "perf/spawn.h"
 
 #include <sched.h>
 #include <stdio.h>

@@ -1,11 +1,11 @@
 /* One conformance suite for every transport (transports/transport.h is the contract):
  * handshake delivery, ordering, zero-length and large messages, many in flight, a
  * message longer than the receive, and a closed peer. Run once per transport. */
-#include "../../lib/core/util.h"
-#include "../../transports/transport.h"
+#include "base/util.h"
+#include "transports/transport.h"
 #include "collective.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef CL_HAVE_IBVERBS
-#include "../../transports/ibverbs/verbs.h"
+#include "transports/ibverbs/verbs.h"
 #endif
 
 static const char *tname;

@@ -2,10 +2,10 @@
  * of the cases that break codecs (Inf, NaN, denormals, signed zeros, short tail blocks);
  * the q8b256 format holds its promises (zero block scale 0, non-finite block scale NaN,
  * per-element error within half a quantisation step). */
-#include "../../lib/kernels/codec.h"
-#include "../../lib/kernels/half.h"
+#include "kernels/codec.h"
+#include "kernels/half.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <math.h>

@@ -1,10 +1,10 @@
 /* Reduction kernels against a scalar reference for every dtype x op, and the f16/bf16
  * conversions on the values that break naive code: rounding ties, overflow, denormals,
  * infinities and NaN. */
-#include "../../lib/kernels/half.h"
-#include "../../lib/kernels/reduce.h"
+#include "kernels/half.h"
+#include "kernels/reduce.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <math.h>

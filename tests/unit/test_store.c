@@ -1,10 +1,10 @@
 /* The rendezvous stores (file, mem, tcp) behave alike: set then get, a missing key is
  * "not yet", waiting past the deadline times out; the tcp server survives garbage. */
-#include "../../lib/core/util.h"
-#include "../../lib/rdzv/store.h"
-#include "../common/harness.h"
+#include "base/util.h"
+#include "rdzv/store.h"
+#include "common/harness.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <netinet/in.h>

@@ -1,9 +1,9 @@
 /* The handshake and header checks: a hello from a valid peer is accepted at the slot it
  * names; each wrong field is refused with its reason; header verdicts. */
-#include "../../lib/core/comm.h"
-#include "../../lib/core/wire.h"
+#include "core/comm.h"
+#include "core/wire.h"
 
-#include "../common/suite.h"
+#include "common/suite.h"
 
 #include <check.h>
 #include <string.h>

@@ -4,9 +4,9 @@
  * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
  * handles, and connect() picks shm when the peer's key equals ours. Every other call
  * goes to the transport that made the connection. */
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
-#include "../transport.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "transports/transport.h"
 #include "collective.h"
 
 #include <pthread.h>

@@ -3,13 +3,13 @@
  * died, which RDMA alone reports only after its retry timers run out), and a progress
  * thread sleeping on the completion channel, the async event fd and the lifelines.
  * The protocol on the queue pairs is in ib_data.c. */
-#include "ib_conn.h"
+#include "transports/ibverbs/ib_conn.h"
 
-#include "../progress.h"
+#include "transports/progress.h"
 
-#include "../tcp/tcp_iface.h"
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
+#include "transports/iface.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "collective.h"
 
 #include <arpa/inet.h>
@@ -152,7 +152,7 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         return COLL_ENOMEM;
     char err[200];
     int rc = cl_ib_dev_open(v, &ctx->dev, err, sizeof(err));
-    if (rc == COLL_OK && cl_tcp_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
+    if (rc == COLL_OK && cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
         snprintf(err, sizeof(err), "ibverbs: no interface for the bootstrap socket");
         rc = COLL_ENOTSUP;
         cl_ib_dev_close(&ctx->dev);

@@ -4,12 +4,12 @@
 #ifndef CL_IB_CONN_H
 #define CL_IB_CONN_H
 
-#include "ib_dev.h"
-#include "mr_cache.h"
+#include "transports/ibverbs/ib_dev.h"
+#include "transports/ibverbs/mr_cache.h"
 
-#include "../progress.h"
-#include "../reqq.h"
-#include "../transport.h"
+#include "transports/progress.h"
+#include "transports/reqq.h"
+#include "transports/transport.h"
 
 #define SLOTS 8
 #define SLOT_BYTES ((size_t)128 << 10)

@@ -11,10 +11,10 @@
  * The receiver grants slots back (an immediate with the count consumed so far), so a
  * sender never has more than SLOTS slot writes unanswered and no queue ever overflows.
  * The immediate's top two bits say what it carries. */
-#include "ib_conn.h"
+#include "transports/ibverbs/ib_conn.h"
 
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "collective.h"
 
 #include <arpa/inet.h>

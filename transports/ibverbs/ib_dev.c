@@ -1,9 +1,9 @@
 /* Device, port and GID selection, and queue pair transitions. RoCE has no LIDs: the
  * address handle must carry a global route header with the peer's GID and our GID index,
  * or the QP cannot reach RTR. */
-#include "ib_dev.h"
+#include "transports/ibverbs/ib_dev.h"
 
-#include "../../lib/core/log.h"
+#include "base/log.h"
 #include "collective.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
 #ifndef CL_IB_DEV_H
 #define CL_IB_DEV_H
 
-#include "verbs.h"
+#include "transports/ibverbs/verbs.h"
 
 typedef struct cl_ib_dev {
     const cl_verbs *v;

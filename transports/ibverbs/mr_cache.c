@@ -1,9 +1,9 @@
 /* The registration cache: a small table searched linearly (a communicator uses a handful
  * of buffers), page-aligned registrations so neighbouring uses share one, reference
  * counts so an entry in use is never evicted. */
-#include "mr_cache.h"
+#include "transports/ibverbs/mr_cache.h"
 
-#include "../../lib/core/log.h"
+#include "base/log.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #ifndef CL_IB_MR_CACHE_H
 #define CL_IB_MR_CACHE_H
 
-#include "verbs.h"
+#include "transports/ibverbs/verbs.h"
 
 typedef struct cl_mr_cache cl_mr_cache;
 

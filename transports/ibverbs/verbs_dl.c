@@ -2,7 +2,7 @@
  * that verbs.h makes inline (post_send, post_recv, poll_cq, req_notify_cq) dispatch
  * through the provider's ops in the context and need no symbol; macros (ibv_reg_mr,
  * ibv_query_port, ibv_get_device_list) wrap exported functions that we look up by name. */
-#include "verbs.h"
+#include "transports/ibverbs/verbs.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * access), a write with immediate consumes a posted receive at the peer, completions go
  * to CQ rings and wake completion channels, which are eventfds as in the real library.
  * One mutex guards everything: the fake is for correctness, not speed. */
-#include "verbs.h"
+#include "transports/ibverbs/verbs.h"
 
 #include <errno.h>
 #include <stdlib.h>

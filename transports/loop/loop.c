@@ -2,7 +2,7 @@
  * A send copies straight into a posted receive, or into a queued message when none is
  * posted yet (eager), so it completes at once; a receive completes when its message
  * arrives. It exists to test algorithms fast; it must stay simple enough to trust. */
-#include "../transport.h"
+#include "transports/transport.h"
 #include "collective.h"
 
 #include <stdatomic.h>

@@ -10,11 +10,11 @@
  * One mutex per context guards its connections; callers copy directly when they can
  * (a send into free ring space, a receive from data already there) and the progress
  * thread does the rest, so nothing depends on the caller polling. */
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
-#include "../progress.h"
-#include "../reqq.h"
-#include "../transport.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "transports/progress.h"
+#include "transports/reqq.h"
+#include "transports/transport.h"
 #include "collective.h"
 
 #include <errno.h>

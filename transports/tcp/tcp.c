@@ -4,11 +4,11 @@
  * because libuv is not thread-safe otherwise. Message bytes move in tcp_io.c, on any
  * thread, under each connection's own mutex. This file must never block the loop thread
  * and never touch a request after marking it done (the owner may free it at once). */
-#include "tcp_conn.h"
-#include "tcp_iface.h"
+#include "transports/tcp/tcp_conn.h"
+#include "transports/iface.h"
 
-#include "../../lib/core/log.h"
-#include "../../lib/core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "collective.h"
 
 #include <arpa/inet.h>
@@ -434,7 +434,7 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
     ctx->timeout_ms = cfg->timeout_ms;
-    if (cl_tcp_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
+    if (cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
         cl_log(COLL_LOG_ERROR, "tcp: no network interface matches '%s'", cfg->device);
         free(ctx);
         return COLL_EINVAL;

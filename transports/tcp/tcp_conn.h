@@ -9,7 +9,7 @@
 #ifndef CL_TCP_CONN_H
 #define CL_TCP_CONN_H
 
-#include "../transport.h"
+#include "transports/transport.h"
 
 #include <netinet/in.h>
 #include <stdatomic.h>

@@ -3,9 +3,9 @@
  * caller posting a request, a caller polling, or the loop thread when the socket turns
  * ready. One system call per small message each way; receives read the header and what
  * follows it into a small buffer, large payloads go straight into the caller's memory. */
-#include "tcp_conn.h"
+#include "transports/tcp/tcp_conn.h"
 
-#include "../../lib/core/log.h"
+#include "base/log.h"
 #include "collective.h"
 
 #include <errno.h>

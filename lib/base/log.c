@@ -1,5 +1,5 @@
 /* The log sink. Reads $COLL_DEBUG once; coll_set_log overrides it. */
-#include "log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /* Time and hashing helpers used across the library. */
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /* Interface selection for the tcp transport, in NCCL's syntax: "eth0,ib" are prefixes to
  * accept, "^docker,lo" prefixes to reject, a leading "=" asks for exact names. With no
  * filter, loopback and docker bridges are the last resort, not the first choice. */
-#include "tcp_iface.h"
+#include "transports/iface.h"
 
-#include "../../lib/core/log.h"
+#include "base/log.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -54,7 +54,7 @@ static int pick(const char *filter, char *ip, size_t iplen, char *ifname, size_t
     return found;
 }
 
-int cl_tcp_pick_iface(const char *filter, char *ip, size_t iplen)
+int cl_pick_iface(const char *filter, char *ip, size_t iplen)
 {
     char ifname[64];
     int rc = pick(filter, ip, iplen, ifname, sizeof(ifname));

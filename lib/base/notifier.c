@@ -1,7 +1,7 @@
 /* Completion notifier: transports bump a counter and wake sleepers; waiters compare the
  * counter they saw so no wake-up between test and sleep is ever lost. */
-#include "transport.h"
-#include "../lib/core/util.h"
+#include "base/notifier.h"
+#include "base/util.h"
 
 #include <time.h>
 
