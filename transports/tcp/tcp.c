@@ -662,6 +662,41 @@ static const char *tcp_peer_name(cl_tr_conn *c)
     return c->name;
 }
 
+/* ---- polling from a waiter's thread ------------------------------------------------ */
+
+static cl_tr_conn *first_conn(cl_tr_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->mu);
+    cl_tr_conn *c = ctx->conns;
+    pthread_mutex_unlock(&ctx->mu);
+    return c;
+}
+
+/* Polling never waits for a connection's mutex: whoever holds it is moving its bytes.
+ * The last poller to stop hands waiting connections back to the loop thread. */
+static size_t tcp_poll(cl_tr_ctx *ctx, int mode)
+{
+    if (mode == CL_POLL_BEGIN) {
+        atomic_fetch_add(&ctx->pollers, 1);
+        return 0;
+    }
+    int last = mode == CL_POLL_END && atomic_fetch_sub(&ctx->pollers, 1) == 1;
+    size_t moved = 0;
+    if (mode == CL_POLL_END && !last)
+        return 0;
+    for (cl_tr_conn *c = first_conn(ctx); c; c = c->next_all) {
+        if (last)
+            pthread_mutex_lock(&c->io);
+        else if (pthread_mutex_trylock(&c->io) != 0)
+            continue;
+        int arm = (c->sendq_head || c->recvq_head) && cl_tcp_progress(c, &moved);
+        pthread_mutex_unlock(&c->io);
+        if (arm)
+            cl_tcp_arm(c);
+    }
+    return moved;
+}
+
 const cl_transport cl_transport_tcp = {
     .name = "tcp",
     .ctx_create = tcp_ctx_create,
@@ -675,6 +710,6 @@ const cl_transport cl_transport_tcp = {
     .test = tcp_test,
     .close_conn = tcp_close_conn,
     .shutdown = tcp_shutdown,
-    .poll = cl_tcp_poll,
+    .poll = tcp_poll,
     .peer_name = tcp_peer_name,
 };

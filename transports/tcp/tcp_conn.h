@@ -1,5 +1,6 @@
 /* The tcp transport's shared structures (internal): tcp.c sets connections up on the
- * libuv loop thread; tcp_io.c moves message bytes, on whichever thread gets there first.
+ * libuv loop thread and arms it; tcp_io.c moves message bytes, on whichever thread gets
+ * there first, and calls nothing of tcp.c (the arrows point one way).
  *
  * A connection's data path belongs to its `io` mutex, not to the loop: once the hello is
  * through, the socket is ours (a dup of libuv's, whose handle is closed) and any thread
@@ -88,7 +89,5 @@ int cl_tcp_progress(cl_tr_conn *c, size_t *moved);
 void cl_tcp_reconcile(cl_tr_conn *c);
 /* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */
 void cl_tcp_arm(cl_tr_conn *c);
-/* The transport's poll(): see transport.h. */
-size_t cl_tcp_poll(cl_tr_ctx *ctx, int mode);
 
 #endif
