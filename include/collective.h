@@ -1,5 +1,8 @@
-/* libcollective: ring all-reduce, reduce-scatter, all-gather, broadcast, barrier and
- * tagged point-to-point over pluggable transports (tcp on libuv, in-process loop).
+/* libcollective: all-reduce (ring, or recursive doubling for small messages),
+ * reduce-scatter, all-gather, broadcast, barrier and tagged point-to-point, over
+ * pluggable transports: shared memory (shm) between ranks of one host, RDMA (ibverbs),
+ * tcp on libuv, `auto` (the best of those per peer, the default), and in-process loop
+ * and fake-verbs transports for tests; optional fp16, bf16 and int8 wire codecs.
  *
  * Every function returns COLL_OK (0) or a negative COLL_E* code unless shown otherwise.
  * The first failure on a communicator sticks: later calls return COLL_ESTATE and only
@@ -52,7 +55,8 @@ typedef enum { COLL_CODEC_NONE, COLL_CODEC_FP16, COLL_CODEC_BF16,
 
 typedef struct coll_config {
     size_t size;           /* sizeof(coll_config): keeps the ABI extensible */
-    const char *transport; /* "tcp", "loop"; NULL: $COLL_TRANSPORT or "tcp" */
+    const char *transport; /* "auto", "shm", "tcp", "ibverbs", "ibverbs-fake", "loop";
+                            * NULL: $COLL_TRANSPORT or "auto" */
     const char *device;    /* interface; NULL: $COLL_SOCKET_IFNAME or auto */
     int timeout_ms;        /* every wait; 0: $COLL_TIMEOUT_MS or 30000 */
     coll_codec codec;      /* default wire codec for f32 sum/avg */
