@@ -12,7 +12,10 @@ mkdir -p "$out"
 sed -n '/^```c$/,/^```$/p' "$readme" | sed '1d;$d' > "$out/prog.c"
 [ -s "$out/prog.c" ] || { echo "no C example in $readme"; exit 1; }
 libdir=$(dirname "$lib")
-cc -Wall -Werror -I"$inc" "$out/prog.c" -L"$libdir" -lcollective -Wl,-rpath,"$libdir" \
+# A sanitized library (CI's second pass) needs its runtime in the program too.
+san=""
+ldd "$lib" 2>/dev/null | grep -q libasan && san="-fsanitize=address,undefined"
+cc $san -Wall -Werror -I"$inc" "$out/prog.c" -L"$libdir" -lcollective -Wl,-rpath,"$libdir" \
     -o "$out/prog" || { echo "the README's example does not compile"; exit 1; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 n=3 pids=""
