@@ -24,9 +24,10 @@ for r in $(seq 0 $((n - 1))); do
         timeout 60 "$out/prog" &
     pids="$pids $!"
 done
-status=0
+status=0 r=0
 for p in $pids; do
-    wait "$p" || status=1
+    wait "$p" || { echo "rank $r exited with status $? (port $port)"; status=1; }
+    r=$((r + 1))
 done
 [ $status = 0 ] && echo "the README's example ran on $n ranks" || echo "a rank of the README's example failed"
 exit $status
