@@ -46,10 +46,9 @@ static int check(const char *fn, coll_comm *c, const void *s, const void *r, siz
         return bad(c, fn, "invalid dtype %d", dtype);
     if (count > SIZE_MAX / es / blocks)
         return bad(c, fn, "count %zu x dtype size overflows", count);
-    if (count && !s)
-        return bad(c, fn, "sendbuf is NULL with count %zu", count);
-    if (count && !r)
-        return bad(c, fn, "recvbuf is NULL with count %zu", count);
+    if (count && (!s || !r)) /* broadcast and p2p pass their one buffer as both */
+        return bad(c, fn, "%s is NULL with count %zu", s == r ? "buf" : !s ? "sendbuf" : "recvbuf",
+                   count);
     return cl_comm_state(c);
 }
 
