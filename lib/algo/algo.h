@@ -1,9 +1,44 @@
 /* Algorithms: sequences of transport sends and receives plus local kernels, written once
- * against the transport contract. */
+ * against the transport contract. Each file in lib/algo defines one algorithm (a cl_algo:
+ * name, the collectives it serves, where it fits, what it costs, how it runs); table.c
+ * lists them, and the engine picks from that list. */
 #ifndef CL_ALGO_H
 #define CL_ALGO_H
 
-#include "core/comm.h"
+#include "algo/ctx.h"
+#include "algo/spin.h"
+
+/* What an algorithm moves for one operation on this rank: messages on its critical path
+ * (each costs a latency) and payload bytes it sends. The engine prices these with its
+ * link model; coll_allreduce_wire_bytes reports `bytes`. */
+typedef struct cl_cost {
+    double steps;
+    size_t bytes;
+} cl_cost;
+
+typedef struct cl_algo {
+    const char *name;
+    unsigned serves; /* CL_SERVES(kind) for each collective it runs */
+    /* Can it run this operation on this communicator (rank count, size, codec)? */
+    int (*fits)(const cl_algo_ctx *x, const cl_op *op);
+    cl_cost (*cost)(const cl_algo_ctx *x, const cl_op *op);
+    /* Runs the operation to completion; on failure has reported it (cl_algo_fail). */
+    int (*run)(const cl_algo_ctx *x, cl_op *op);
+} cl_algo;
+
+#define CL_SERVES(kind) (1u << (kind))
+
+/* Every algorithm, NULL-terminated. */
+extern const cl_algo *const cl_algos[];
+/* The algorithm of that name, or NULL. */
+const cl_algo *cl_algo_named(const char *name);
+
+extern const cl_algo cl_algo_ring;     /* ring.c */
+extern const cl_algo cl_algo_doubling; /* doubling.c */
+extern const cl_algo cl_algo_chain;    /* chain.c */
+extern const cl_algo cl_algo_codec;    /* codec_ring.c */
+
+/* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 
 /* One segmented pipeline. Units are segments numbered in order, (n-1) steps of
  * segs_per_chunk units (broadcast: one step). Ring passes receive from `from` and send to
@@ -28,8 +63,8 @@ typedef struct pass_ops {
 typedef enum { CHUNKS_RS, CHUNKS_AG, CHUNKS_ONE, CHUNKS_DIRECT } chunk_order;
 
 struct pass {
-    coll_comm *comm;
-    coll_req *req;
+    const cl_algo_ctx *x;
+    const cl_op *op;
     const pass_ops *ops;
     chunk_order order;
     int from, to; /* ring peers; -1: this rank does not receive / send */
@@ -51,35 +86,22 @@ size_t cl_unit_range(const pass *p, size_t u, int recv, size_t *off);
 /* The peer unit u goes to (recv = 0) or comes from. */
 int cl_unit_peer(const pass *p, size_t u, int recv);
 /* A pass over `count` elements split in n chunks and segments of segment_bytes. */
-pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, size_t esize,
-                  size_t seg_align);
+pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size_t count,
+                  size_t esize, size_t seg_align);
 
-/* Runs the pipeline to completion; on failure fails the communicator. */
+/* Runs the pipeline to completion; on failure reports it (cl_algo_fail). */
 int cl_pass_run(pass *p);
 
-/* Every collective, run on the engine thread. */
-int cl_ring_allreduce(coll_comm *c, coll_req *r);
-int cl_ring_reduce_scatter(coll_comm *c, coll_req *r);
-int cl_ring_allgather(coll_comm *c, coll_req *r);
-int cl_chain_broadcast(coll_comm *c, coll_req *r);
-int cl_ring_barrier(coll_comm *c, coll_req *r);
+/* ---- pieces the algorithms share --------------------------------------------------- */
+
+/* Units straight into the op's buffer (pass.acc) and forwarded from there: all-gather
+ * and broadcast. */
+extern const pass_ops cl_plain_ops;
 
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
  * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */
-void cl_place_own_block(coll_comm *c, coll_req *r);
-
-/* Small all-reduces on a power-of-two number of ranks: recursive doubling. */
-#define CL_DOUBLING_BYTES (64u * 1024u)
-int cl_doubling_fits(const coll_comm *c, size_t bytes);
-int cl_doubling_allreduce(coll_comm *c, coll_req *r);
-/* Payload bytes this rank sends for an uncompressed all-reduce, by the algorithm chosen. */
-size_t cl_allreduce_bytes_sent(const coll_comm *c, size_t count, size_t esize);
-
-/* The codec forms (f32; sum/avg): every contribution encoded once, accumulated in f32
- * by its chunk's owner; the owner encodes the result once and the ring forwards those
- * bytes unchanged, so every rank decodes the same bits. */
-int cl_codec_allreduce(coll_comm *c, coll_req *r);
-int cl_codec_reduce_scatter(coll_comm *c, coll_req *r);
-int cl_codec_allgather(coll_comm *c, coll_req *r);
+void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
+/* A ring all-gather of `count` elements in buf, every rank's chunk already in place. */
+int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf);
 
 #endif

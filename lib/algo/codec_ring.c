@@ -57,18 +57,18 @@ static void *drs_recv(pass *p, size_t u, void *slot, size_t *bytes)
 static void drs_arrived(pass *p, size_t u, void *buf)
 {
     size_t off, n = cl_unit_range(p, u, 1, &off);
-    float *acc = (float *)p->acc + (off - chunk_start(p, (size_t)p->comm->rank));
+    float *acc = (float *)p->acc + (off - chunk_start(p, (size_t)p->x->rank));
     cl_decode_add(p->codec, acc, buf, n);
 }
 
 static const pass_ops drs_ops = { .send = drs_send, .recv = drs_recv, .arrived = drs_arrived };
 
 /* Reduces `count` values (every rank's src) into acc, this rank's chunk in f32. */
-static int direct_reduce_scatter(coll_comm *c, coll_req *r, size_t count, float *acc)
+static int direct_reduce_scatter(const cl_algo_ctx *x, const cl_op *r, size_t count, float *acc)
 {
-    pass p = cl_pass_init(c, r, CHUNKS_DIRECT, count, 4, CL_Q8_BLOCK);
-    size_t own = chunk_start(&p, (size_t)c->rank);
-    size_t len = p.chunk_base + ((size_t)c->rank < p.chunk_rem);
+    pass p = cl_pass_init(x, r, CHUNKS_DIRECT, count, 4, CL_Q8_BLOCK);
+    size_t own = chunk_start(&p, (size_t)x->rank);
+    size_t len = p.chunk_base + ((size_t)x->rank < p.chunk_rem);
     if ((const float *)r->sbuf + own != acc && len)
         memcpy(acc, (const float *)r->sbuf + own, len * 4);
     p.ops = &drs_ops;
@@ -85,7 +85,7 @@ static int direct_reduce_scatter(coll_comm *c, coll_req *r, size_t count, float 
     free(p.tmp);
     if (rc == COLL_OK && r->op == COLL_AVG)
         for (size_t i = 0; i < len; i++)
-            acc[i] /= (float)c->size;
+            acc[i] /= (float)x->size;
     return rc;
 }
 
@@ -135,13 +135,13 @@ static const pass_ops eag_ops = { .send = eag_send, .recv = eag_recv, .arrived =
 
 /* buf (count values) holds this rank's chunk in f32: encode it once, replace it with
  * its decoded value, and gather every other chunk's encoded bytes into buf decoded. */
-static int encoded_allgather(coll_comm *c, coll_req *r, size_t count, float *buf)
+static int encoded_allgather(const cl_algo_ctx *x, const cl_op *r, size_t count, float *buf)
 {
-    pass p = cl_pass_init(c, r, CHUNKS_AG, count, 4, CL_Q8_BLOCK);
+    pass p = cl_pass_init(x, r, CHUNKS_AG, count, 4, CL_Q8_BLOCK);
     p.ops = &eag_ops;
     p.codec = r->codec;
     p.acc = (char *)buf;
-    p.enc = cl_scratch(c, enc_offset(&p, (size_t)c->size, 0) + 64);
+    p.enc = cl_buf_grow(x->scratch, enc_offset(&p, (size_t)x->size, 0) + 64);
     p.tmp = r->residual ? malloc(p.seg_elems * sizeof(float)) : NULL;
     if (!p.enc || (r->residual && !p.tmp)) {
         free(p.tmp);
@@ -155,42 +155,69 @@ static int encoded_allgather(coll_comm *c, coll_req *r, size_t count, float *buf
     }
     free(p.tmp);
     p.tmp = NULL;
-    return c->size > 1 ? cl_pass_run(&p) : COLL_OK;
+    return x->size > 1 ? cl_pass_run(&p) : COLL_OK;
 }
 
-int cl_codec_allreduce(coll_comm *c, coll_req *r)
+static int allreduce(const cl_algo_ctx *x, const cl_op *r)
 {
     float *out = r->rbuf;
-    size_t n = (size_t)c->size, own = r->count / n * (size_t)c->rank +
-                                      ((size_t)c->rank < r->count % n ? (size_t)c->rank
-                                                                      : r->count % n);
+    size_t n = (size_t)x->size, me = (size_t)x->rank;
+    size_t own = r->count / n * me + (me < r->count % n ? me : r->count % n);
     int rc = COLL_OK;
-    if (c->size > 1)
-        rc = direct_reduce_scatter(c, r, r->count, out + own);
+    if (x->size > 1)
+        rc = direct_reduce_scatter(x, r, r->count, out + own);
     else if (r->sbuf != r->rbuf)
         memcpy(out, r->sbuf, r->count * 4);
-    return rc == COLL_OK ? encoded_allgather(c, r, r->count, out) : rc;
+    return rc == COLL_OK ? encoded_allgather(x, r, r->count, out) : rc;
 }
 
-int cl_codec_reduce_scatter(coll_comm *c, coll_req *r)
+static int reduce_scatter(const cl_algo_ctx *x, const cl_op *r)
 {
-    if (c->size == 1) {
+    if (x->size == 1) {
         if (r->sbuf != r->rbuf)
             memcpy(r->rbuf, r->sbuf, r->count * 4);
         return COLL_OK;
     }
     /* In place, block r is read from the input while the result lands at the start. */
-    float *acc = r->sbuf == r->rbuf ? cl_scratch(c, r->count * 4 + 64) : r->rbuf;
+    float *acc = r->sbuf == r->rbuf ? cl_buf_grow(x->scratch, r->count * 4 + 64) : r->rbuf;
     if (!acc)
         return COLL_ENOMEM;
-    int rc = direct_reduce_scatter(c, r, r->count * (size_t)c->size, acc);
+    int rc = direct_reduce_scatter(x, r, r->count * (size_t)x->size, acc);
     if (rc == COLL_OK && acc != r->rbuf)
         memcpy(r->rbuf, acc, r->count * 4);
     return rc;
 }
 
-int cl_codec_allgather(coll_comm *c, coll_req *r)
+static int run(const cl_algo_ctx *x, cl_op *r)
 {
-    cl_place_own_block(c, r);
-    return encoded_allgather(c, r, r->count * (size_t)c->size, r->rbuf);
+    switch (r->kind) {
+    case CL_ALLREDUCE: return allreduce(x, r);
+    case CL_REDUCE_SCATTER: return reduce_scatter(x, r);
+    default:
+        cl_place_own_block(x, r);
+        return encoded_allgather(x, r, r->count * (size_t)x->size, r->rbuf);
+    }
 }
+
+static int fits(const cl_algo_ctx *x, const cl_op *op)
+{
+    (void)x;
+    return op->codec != COLL_CODEC_NONE;
+}
+
+/* As the ring's, with every segment encoded. */
+static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t n = (size_t)x->size, count = op->kind == CL_ALLREDUCE ? op->count : op->count * n;
+    size_t bytes = cl_codec_bytes(op->codec, count - count / n);
+    int passes = op->kind == CL_ALLREDUCE ? 2 : 1;
+    return (cl_cost){passes * (double)(n - 1), (size_t)passes * bytes};
+}
+
+const cl_algo cl_algo_codec = {
+    .name = "codec",
+    .serves = CL_SERVES(CL_ALLREDUCE) | CL_SERVES(CL_REDUCE_SCATTER) | CL_SERVES(CL_ALLGATHER),
+    .fits = fits,
+    .cost = cost,
+    .run = run,
+};

@@ -1,6 +1,6 @@
 /* Recursive doubling all-reduce for small messages on a power-of-two number of ranks:
  * log2(n) exchanges of the whole vector instead of the ring's 2(n-1) steps, because
- * below CL_DOUBLING_BYTES the latency of a step, not the bytes, is the cost. At step k
+ * below DOUBLING_BYTES the latency of a step, not the bytes, is the cost. At step k
  * rank r exchanges with r ^ 2^k and both compute (lower half's partial) op (upper half's
  * partial) in that order, so every rank ends with bit-identical results, as the ring's. */
 #include "algo/algo.h"
@@ -9,17 +9,20 @@
 
 #include <string.h>
 
+/* Past this, the ring's 2(n-1)/n x S beats log2(n) x S on the wire. */
+#define DOUBLING_BYTES (64u * 1024u)
+
 static const void *rd_send(pass *p, size_t u, void *slot, size_t *bytes)
 {
     (void)u, (void)slot;
-    *bytes = p->req->count * p->esize;
+    *bytes = p->op->count * p->esize;
     return p->src; /* a copy of acc: acc changes while the send may still read */
 }
 
 static void *rd_recv(pass *p, size_t u, void *slot, size_t *bytes)
 {
     (void)u, (void)slot;
-    *bytes = p->req->count * p->esize;
+    *bytes = p->op->count * p->esize;
     return p->enc; /* the partner's partial */
 }
 
@@ -27,63 +30,65 @@ static void *rd_recv(pass *p, size_t u, void *slot, size_t *bytes)
 static void rd_take(pass *p, size_t u, size_t off, const void *buf, size_t n)
 {
     (void)u;
-    coll_req *r = p->req;
+    const cl_op *op = p->op;
     char *acc = p->acc + off;
-    int lower = p->comm->rank < p->to;
-    cl_reduce(acc, lower ? acc : buf, lower ? buf : acc, n / p->esize, r->dtype, r->op);
+    int lower = p->x->rank < p->to;
+    cl_reduce(acc, lower ? acc : buf, lower ? buf : acc, n / p->esize, op->dtype, op->op);
 }
 
 static void rd_arrived(pass *p, size_t u, void *buf)
 {
-    rd_take(p, u, 0, buf, p->req->count * p->esize);
+    rd_take(p, u, 0, buf, p->op->count * p->esize);
 }
 
 static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived, rd_take};
 
-int cl_doubling_fits(const coll_comm *c, size_t bytes)
+static int fits(const cl_algo_ctx *x, const cl_op *op)
 {
-    int n = c->size;
-    return n > 1 && (n & (n - 1)) == 0 && bytes <= CL_DOUBLING_BYTES;
+    int n = x->size;
+    return op->codec == COLL_CODEC_NONE && n > 1 && (n & (n - 1)) == 0 &&
+           op->count * cl_dtype_size(op->dtype) <= DOUBLING_BYTES;
 }
 
-size_t cl_allreduce_bytes_sent(const coll_comm *c, size_t count, size_t esize)
+static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t n = (size_t)c->size, r = (size_t)c->rank, steps = 0;
-    if (cl_doubling_fits(c, count * esize)) {
-        for (size_t bit = 1; bit < n; bit <<= 1)
-            steps++;
-        return steps * count * esize;
-    }
-    /* Ring: every chunk but this rank's in the reduce-scatter, but the next rank's in the
-     * all-gather (chunk k holds base elements, one more for k < rem). */
-    size_t base = count / n, rem = count % n;
-    size_t mine = base + (r < rem), next = base + ((r + 1) % n < rem);
-    return n == 1 ? 0 : (2 * count - mine - next) * esize;
+    size_t steps = 0;
+    for (int bit = 1; bit < x->size; bit <<= 1)
+        steps++;
+    return (cl_cost){(double)steps, steps * op->count * cl_dtype_size(op->dtype)};
 }
 
-int cl_doubling_allreduce(coll_comm *c, coll_req *r)
+static int run(const cl_algo_ctx *x, cl_op *op)
 {
-    size_t bytes = r->count * cl_dtype_size(r->dtype);
-    char *copy = cl_scratch(c, 2 * bytes); /* what we send, then what we receive */
+    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    char *copy = cl_buf_grow(x->scratch, 2 * bytes); /* what we send, then what we receive */
     if (!copy)
         return COLL_ENOMEM;
-    if (r->rbuf != r->sbuf)
-        memcpy(r->rbuf, r->sbuf, bytes);
-    for (int bit = 1; bit < c->size; bit <<= 1) {
-        memcpy(copy, r->rbuf, bytes);
-        pass p = cl_pass_init(c, r, CHUNKS_ONE, r->count, cl_dtype_size(r->dtype), 1);
+    if (op->rbuf != op->sbuf)
+        memcpy(op->rbuf, op->sbuf, bytes);
+    for (int bit = 1; bit < x->size; bit <<= 1) {
+        memcpy(copy, op->rbuf, bytes);
+        pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
         p.ops = &rd_ops;
         p.units = p.segs_per_chunk = 1;
         p.lag = 1; /* the send waits for nothing */
-        p.from = p.to = c->rank ^ bit;
+        p.from = p.to = x->rank ^ bit;
         p.src = copy;
         p.enc = copy + bytes;
-        p.acc = r->rbuf;
+        p.acc = op->rbuf;
         int rc = cl_pass_run(&p);
         if (rc != COLL_OK)
             return rc;
     }
-    if (r->op == COLL_AVG)
-        cl_divide(r->rbuf, r->count, r->dtype, c->size);
+    if (op->op == COLL_AVG)
+        cl_divide(op->rbuf, op->count, op->dtype, x->size);
     return COLL_OK;
 }
+
+const cl_algo cl_algo_doubling = {
+    .name = "doubling",
+    .serves = CL_SERVES(CL_ALLREDUCE),
+    .fits = fits,
+    .cost = cost,
+    .run = run,
+};

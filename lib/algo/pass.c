@@ -7,7 +7,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "core/wire.h"
+#include "wire/wire.h"
 #include "kernels/reduce.h"
 
 #include <stdio.h>
@@ -40,7 +40,7 @@ struct flight {
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
 {
-    long n = p->comm->size, r = p->comm->rank, step = (long)(u / p->segs_per_chunk);
+    long n = p->x->size, r = p->x->rank, step = (long)(u / p->segs_per_chunk);
     switch (p->order) {
     case CHUNKS_ONE: return 0;
     case CHUNKS_DIRECT: return (size_t)(recv ? r : (r + step + 1) % n);
@@ -51,7 +51,7 @@ size_t cl_unit_chunk(const pass *p, size_t u, int recv)
 
 int cl_unit_peer(const pass *p, size_t u, int recv)
 {
-    int n = p->comm->size, r = p->comm->rank, step = (int)(u / p->segs_per_chunk);
+    int n = p->x->size, r = p->x->rank, step = (int)(u / p->segs_per_chunk);
     if (p->order != CHUNKS_DIRECT)
         return recv ? p->from : p->to;
     return recv ? (r + n - step - 1) % n : (r + step + 1) % n;
@@ -67,22 +67,22 @@ size_t cl_unit_range(const pass *p, size_t u, int recv, size_t *off)
     return hi - lo;
 }
 
-pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, size_t esize,
-                  size_t seg_align)
+pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size_t count,
+                  size_t esize, size_t seg_align)
 {
-    int n = c->size;
-    size_t seg = c->segment_bytes / esize / seg_align * seg_align;
+    int n = x->size;
+    size_t seg = x->segment_bytes / esize / seg_align * seg_align;
     seg = seg ? seg : seg_align;
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     size_t maxc = base + (rem != 0);
     if (maxc && maxc < seg) /* staging no larger than a chunk: small messages stage little */
         seg = (maxc + seg_align - 1) / seg_align * seg_align;
     size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
-    return (pass){.comm = c,
-                  .req = r,
+    return (pass){.x = x,
+                  .op = op,
                   .order = order,
-                  .from = (c->rank + n - 1) % n,
-                  .to = (c->rank + 1) % n,
+                  .from = (x->rank + n - 1) % n,
+                  .to = (x->rank + 1) % n,
                   .units = segs * (size_t)(n - 1),
                   .lag = segs,
                   .segs_per_chunk = segs,
@@ -94,7 +94,7 @@ pass cl_pass_init(coll_comm *c, coll_req *r, chunk_order order, size_t count, si
 
 static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
 {
-    coll_req *q = p->req;
+    const cl_op *q = p->op;
     return (cl_msg_hdr){.magic = CL_MSG_MAGIC,
                         .coll = (uint8_t)q->kind,
                         .dtype = (uint8_t)q->dtype,
@@ -118,11 +118,10 @@ static int post_send(flight *f)
     size_t u = f->s_posted, bytes = 0, slot = u % WINDOW;
     const void *buf = p->ops->send(p, u, slot_at(f->sslots, slot, p->slot_bytes), &bytes);
     cl_msg_hdr h = header_for(p, u, bytes);
-    int rc = p->comm->tr->isend(p->comm->conns[CL_CH_COLL][0][cl_unit_peer(p, u, 0)], &h, buf,
-                                &f->sq[slot]);
+    int rc = p->x->tr->isend(p->x->send[cl_unit_peer(p, u, 0)], &h, buf, &f->sq[slot]);
     if (rc == COLL_OK) {
         f->s_posted++;
-        atomic_fetch_add(&p->comm->wire_tx, sizeof(h) + h.len);
+        atomic_fetch_add(p->x->wire_tx, sizeof(h) + h.len);
     }
     return rc;
 }
@@ -146,14 +145,14 @@ static void sink_take(void *arg, size_t off, const void *bytes, size_t n)
 static int post_recv(flight *f)
 {
     pass *p = f->p;
-    const cl_transport *tr = p->comm->tr;
+    const cl_transport *tr = p->x->tr;
     size_t u = f->r_posted, bytes = 0, slot = u % WINDOW;
     void *dst = p->ops->recv(p, u, slot_at(f->rslots, slot, p->slot_bytes), &bytes);
     f->rbuf[slot] = dst;
     f->rbytes[slot] = bytes;
     f->sink_at[slot] = (sink_at){f, u, 0};
     f->sink[slot] = (cl_tr_sink){sink_accept, sink_take, &f->sink_at[slot], p->esize};
-    cl_tr_conn *from = p->comm->conns[CL_CH_COLL][1][cl_unit_peer(p, u, 1)];
+    cl_tr_conn *from = p->x->recv[cl_unit_peer(p, u, 1)];
     int rc = p->ops->take && tr->irecv_sink
                  ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
                  : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
@@ -164,15 +163,14 @@ static int post_recv(flight *f)
 
 static int mismatch(pass *p, const cl_msg_hdr *got, const cl_msg_hdr *want)
 {
-    cl_comm_fail(p->comm, COLL_EMISMATCH,
+    return cl_algo_fail(p->x, COLL_EMISMATCH,
                  "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u; "
                  "this rank expects %s #%u count %llu %s %s root %u segment %u",
-                 p->comm->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, want->unit, 1),
+                 p->x->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, want->unit, 1),
                  cl_kind_name(got->coll), got->seq, (unsigned long long)got->count,
                  cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit,
                  cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
                  cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit);
-    return COLL_EMISMATCH;
 }
 
 static int link_error(pass *p, int rc, int peer, const char *dir);
@@ -188,10 +186,10 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
         return link_error(p, rc, cl_unit_peer(p, u, 1), "from");
     cl_wire_verdict v = rc == COLL_OK ? cl_header_check(got, &want, nbytes) : CL_WIRE_MISMATCH;
     if (v == CL_WIRE_FAREWELL)
-        return cl_peer_failed(p->comm, got, cl_kind_name(p->req->kind), p->req->seq);
+        return cl_peer_failed(p->x, got, cl_kind_name(p->op->kind), p->op->seq);
     if (v == CL_WIRE_MISMATCH)
         return mismatch(p, got, &want);
-    atomic_fetch_add(&p->comm->wire_rx, sizeof(want) + nbytes);
+    atomic_fetch_add(p->x->wire_rx, sizeof(want) + nbytes);
     if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);
     f->r_done++;
@@ -200,20 +198,19 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
 
 static int link_error(pass *p, int rc, int peer, const char *dir)
 {
-    coll_comm *c = p->comm;
-    int why = rc == COLL_EPEER && dir[0] == 's'
-                  ? cl_await_farewell(c, peer, CL_CH_COLL, cl_kind_name(p->req->kind), p->req->seq)
-                  : COLL_OK;
+    const cl_algo_ctx *x = p->x;
+    const char *kind = cl_kind_name(p->op->kind);
+    int why = rc == COLL_EPEER && dir[0] == 's' ? cl_await_farewell(x, peer, kind, p->op->seq)
+                                                : COLL_OK;
     if (why != COLL_OK)
         return why;
     const char *what =
         rc == COLL_EPEER ? "closed the connection or could not be reached" : coll_strerror(rc);
     if (rc == COLL_EPEER)
-        cl_comm_blame(c, peer, rc);
-    cl_comm_fail(c, rc, "rank %d %s #%u: %s peer %d (%s): %s", c->rank, cl_kind_name(p->req->kind),
-                 p->req->seq, dir, peer,
-                 c->tr->peer_name(c->conns[CL_CH_COLL][dir[0] == 's' ? 0 : 1][peer]), what);
-    return rc;
+        cl_algo_blame(x, peer, rc);
+    return cl_algo_fail(x, rc, "rank %d %s #%u: %s peer %d (%s): %s", x->rank, kind, p->op->seq,
+                        dir, peer, x->tr->peer_name((dir[0] == 's' ? x->send : x->recv)[peer]),
+                        what);
 }
 
 /* A send to `peer` failed. A peer that fails says why in a farewell before it closes,
@@ -223,15 +220,15 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
 static int send_failed(flight *f, int rc, int peer)
 {
     pass *p = f->p;
-    coll_comm *c = p->comm;
-    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
+    const cl_algo_ctx *x = p->x;
+    int64_t deadline = cl_now_ms() + CL_MIN(x->timeout_ms, 1000);
     while (rc == COLL_EPEER && f->r_done < f->r_posted && cl_unit_peer(p, f->r_done, 1) == peer &&
            cl_now_ms() < deadline) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint64_t seen = cl_notifier_events(x->notifier);
         size_t slot = f->r_done % WINDOW, nbytes = 0;
-        int done = 0, rrc = c->tr->test(f->rq[slot], &done, &nbytes);
+        int done = 0, rrc = x->tr->test(f->rq[slot], &done, &nbytes);
         if (!done) {
-            cl_notifier_wait(&c->notifier, seen, deadline);
+            cl_notifier_wait(x->notifier, seen, deadline);
             continue;
         }
         f->rq[slot] = NULL;
@@ -248,7 +245,7 @@ static int reap(flight *f, int *progress)
     int done, rc;
     size_t nbytes = 0;
     while (f->r_done < f->r_posted) {
-        rc = p->comm->tr->test(f->rq[f->r_done % WINDOW], &done, &nbytes);
+        rc = p->x->tr->test(f->rq[f->r_done % WINDOW], &done, &nbytes);
         if (!done)
             break;
         f->rq[f->r_done % WINDOW] = NULL;
@@ -257,7 +254,7 @@ static int reap(flight *f, int *progress)
             return rc;
     }
     while (f->s_done < f->s_posted) {
-        rc = p->comm->tr->test(f->sq[f->s_done % WINDOW], &done, NULL);
+        rc = p->x->tr->test(f->sq[f->s_done % WINDOW], &done, NULL);
         if (!done)
             break;
         f->sq[f->s_done % WINDOW] = NULL;
@@ -297,19 +294,19 @@ static int finished(const flight *f)
 /* Waits for the requests still posted so no transport touches our buffers after return. */
 static void drain(flight *f)
 {
-    coll_comm *c = f->p->comm;
-    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    const cl_algo_ctx *x = f->p->x;
+    int64_t deadline = cl_now_ms() + x->timeout_ms;
     for (int i = 0; i < WINDOW; i++) {
         cl_tr_req **qs[2] = {&f->rq[i], &f->sq[i]};
         for (int k = 0; k < 2; k++) {
             int done = 0;
             while (*qs[k]) {
-                uint64_t seen = cl_notifier_events(&c->notifier);
-                c->tr->test(*qs[k], &done, NULL);
+                uint64_t seen = cl_notifier_events(x->notifier);
+                x->tr->test(*qs[k], &done, NULL);
                 if (done || cl_now_ms() > deadline)
                     *qs[k] = NULL; /* past the deadline the transport keeps it */
                 else
-                    cl_notifier_wait(&c->notifier, seen, deadline);
+                    cl_notifier_wait(x->notifier, seen, deadline);
             }
         }
     }
@@ -317,17 +314,18 @@ static void drain(flight *f)
 
 static int step(flight *f, int64_t *deadline)
 {
-    coll_comm *c = f->p->comm;
-    uint64_t seen = cl_notifier_events(&c->notifier);
+    const cl_algo_ctx *x = f->p->x;
+    const cl_op *op = f->p->op;
+    uint64_t seen = cl_notifier_events(x->notifier);
     int progress = 0, rc = reap(f, &progress);
     /* A transfer that cannot be posted fails the communicator like every other error:
      * its links close, so no request of this pass outlives it (a sink points into f). */
     if (rc == COLL_OK && (rc = post_ready(f)) != COLL_OK)
-        cl_comm_fail(c, rc, "rank %d %s #%u: cannot post a transfer: %s", c->rank,
-                     cl_kind_name(f->p->req->kind), f->p->req->seq, coll_strerror(rc));
+        cl_algo_fail(x, rc, "rank %d %s #%u: cannot post a transfer: %s", x->rank,
+                     cl_kind_name(op->kind), op->seq, coll_strerror(rc));
     if (rc != COLL_OK || finished(f))
         return rc;
-    if (atomic_load(&c->aborted))
+    if (atomic_load(x->aborted))
         return COLL_EABORTED;
     /* The clock is read only when polling gives up (a read costs as much as a poll): the
      * deadline counts from then, at most the spin phase after the last progress. */
@@ -340,15 +338,14 @@ static int step(flight *f, int64_t *deadline)
         return COLL_OK;
     int64_t now = cl_now_ms();
     if (!*deadline)
-        *deadline = now + c->timeout_ms;
-    if (now >= *deadline) {
-        cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
-                     c->rank, cl_kind_name(f->p->req->kind), f->p->req->seq, c->timeout_ms,
-                     cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
-                                  f->r_done < f->r_posted));
-        return COLL_ETIMEDOUT;
-    }
-    cl_notifier_wait(&c->notifier, seen, *deadline);
+        *deadline = now + x->timeout_ms;
+    if (now >= *deadline)
+        return cl_algo_fail(x, COLL_ETIMEDOUT,
+                            "rank %d %s #%u: no progress for %d ms waiting on peer %d", x->rank,
+                            cl_kind_name(op->kind), op->seq, x->timeout_ms,
+                            cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
+                                         f->r_done < f->r_posted));
+    cl_notifier_wait(x->notifier, seen, *deadline);
     cl_spin_progress(&f->spin); /* woken: poll again before the next sleep */
     return COLL_OK;
 }
@@ -357,22 +354,22 @@ int cl_pass_run(pass *p)
 {
     flight f = {.p = p};
     if (p->slot_bytes) {
-        f.rslots = cl_staging(p->comm, 2 * WINDOW * p->slot_bytes);
+        f.rslots = cl_buf_grow(p->x->staging, 2 * WINDOW * p->slot_bytes);
         if (!f.rslots)
             return COLL_ENOMEM;
         f.sslots = f.rslots + WINDOW * p->slot_bytes;
     }
     int64_t deadline = 0; /* set when polling first gives up (step) */
     int rc = COLL_OK;
-    f.spin = cl_spin_start(p->comm);
+    f.spin = cl_spin_start(p->x);
     cl_spin_expect(&f.spin, (p->chunk_base + 1) * p->esize);
     while (rc == COLL_OK && !finished(&f))
         rc = step(&f, &deadline);
     cl_spin_stop(&f.spin);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
-            cl_comm_fail(p->comm, rc, "rank %d %s #%u: aborted", p->comm->rank,
-                         cl_kind_name(p->req->kind), p->req->seq);
+            cl_algo_fail(p->x, rc, "rank %d %s #%u: aborted", p->x->rank,
+                         cl_kind_name(p->op->kind), p->op->seq);
         drain(&f);
     }
     return rc;

@@ -1,12 +1,11 @@
-/* Ring reduce-scatter, all-gather and all-reduce (= reduce-scatter + all-gather), chain
- * broadcast and barrier, each set up as one or two pipeline passes.
+/* Ring reduce-scatter, all-gather, all-reduce (= reduce-scatter + all-gather) and
+ * barrier, each set up as one or two pipeline passes.
  * Reduce-scatter: at step s rank r sends chunk r-s-1 and reduces chunk r-s-2 into its
  * copy, so after n-1 steps it owns the full reduction of chunk r. All-gather: at step s
  * rank r forwards chunk r-s; it forwards the owner's bytes unchanged, so every rank ends
  * with bit-identical results. Per rank each pass puts (n-1)/n of the data on the wire. */
 #include "algo/algo.h"
 
-#include "base/log.h"
 #include "kernels/reduce.h"
 
 #include <string.h>
@@ -34,9 +33,9 @@ static void rs_reduce(pass *p, size_t u, size_t first, const void *buf, size_t n
     size_t off;
     cl_unit_range(p, u, 1, &off);
     off = (off + first) * p->esize;
-    cl_reduce(p->acc + off, p->src + off, buf, n, p->req->dtype, p->req->op);
-    if (p->divide_last && u / p->segs_per_chunk == (size_t)p->comm->size - 2)
-        cl_divide(p->acc + off, n, p->req->dtype, p->comm->size);
+    cl_reduce(p->acc + off, p->src + off, buf, n, p->op->dtype, p->op->op);
+    if (p->divide_last && u / p->segs_per_chunk == (size_t)p->x->size - 2)
+        cl_divide(p->acc + off, n, p->op->dtype, p->x->size);
 }
 
 static void rs_arrived(pass *p, size_t u, void *buf)
@@ -71,104 +70,125 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
     return p->acc + off * p->esize;
 }
 
-static const pass_ops ag_ops = { .send = ag_send, .recv = ag_recv };
+const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
 /* The reduce-scatter pass leaves rank r's fully reduced chunk r at acc + offset(r). */
-static int reduce_scatter_into(coll_comm *c, coll_req *r, size_t count, const void *src,
-                               void *acc)
+static int reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
+                               const void *src, void *acc)
 {
-    size_t es = cl_dtype_size(r->dtype);
-    pass p = cl_pass_init(c, r, CHUNKS_RS, count, es, 1);
+    size_t es = cl_dtype_size(op->dtype);
+    pass p = cl_pass_init(x, op, CHUNKS_RS, count, es, 1);
     p.ops = &rs_ops;
     p.slot_bytes = p.seg_elems * es;
     p.src = src;
     p.acc = acc;
-    p.divide_last = r->op == COLL_AVG;
+    p.divide_last = op->op == COLL_AVG;
     return cl_pass_run(&p);
 }
 
-static int allgather_in(coll_comm *c, coll_req *r, size_t count, void *buf)
+int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf)
 {
-    pass p = cl_pass_init(c, r, CHUNKS_AG, count, cl_dtype_size(r->dtype), 1);
-    p.ops = &ag_ops;
+    pass p = cl_pass_init(x, op, CHUNKS_AG, count, cl_dtype_size(op->dtype), 1);
+    p.ops = &cl_plain_ops;
     p.acc = buf;
     return cl_pass_run(&p);
 }
 
-int cl_ring_allreduce(coll_comm *c, coll_req *r)
+static int allreduce(const cl_algo_ctx *x, const cl_op *op)
 {
-    if (c->size == 1) {
-        if (r->sbuf != r->rbuf)
-            memcpy(r->rbuf, r->sbuf, r->count * cl_dtype_size(r->dtype));
+    if (x->size == 1) {
+        if (op->sbuf != op->rbuf)
+            memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
         return COLL_OK;
     }
-    int rc = reduce_scatter_into(c, r, r->count, r->sbuf, r->rbuf);
-    return rc == COLL_OK ? allgather_in(c, r, r->count, r->rbuf) : rc;
+    int rc = reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf);
+    return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf) : rc;
 }
 
-int cl_ring_reduce_scatter(coll_comm *c, coll_req *r)
+static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t esize = cl_dtype_size(r->dtype), bytes = r->count * esize;
-    size_t total = r->count * (size_t)c->size;
-    if (c->size == 1) {
-        if (r->sbuf != r->rbuf)
-            memcpy(r->rbuf, r->sbuf, bytes);
+    size_t esize = cl_dtype_size(op->dtype), bytes = op->count * esize;
+    size_t total = op->count * (size_t)x->size;
+    if (x->size == 1) {
+        if (op->sbuf != op->rbuf)
+            memcpy(op->rbuf, op->sbuf, bytes);
         return COLL_OK;
     }
     /* Partial sums of other ranks' blocks need a home the size of the input. */
-    char *acc = cl_scratch(c, total * esize);
+    char *acc = cl_buf_grow(x->scratch, total * esize);
     if (!acc)
         return COLL_ENOMEM;
-    int rc = reduce_scatter_into(c, r, total, r->sbuf, acc);
+    int rc = reduce_scatter_into(x, op, total, op->sbuf, acc);
     if (rc == COLL_OK && bytes)
-        memcpy(r->rbuf, acc + (size_t)c->rank * bytes, bytes);
+        memcpy(op->rbuf, acc + (size_t)x->rank * bytes, bytes);
     return rc;
 }
 
-void cl_place_own_block(coll_comm *c, coll_req *r)
+void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t bytes = r->count * cl_dtype_size(r->dtype);
-    char *own = (char *)r->rbuf + (size_t)c->rank * bytes;
-    if ((const char *)r->sbuf != own && bytes)
-        memmove(own, r->sbuf, bytes);
+    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    char *own = (char *)op->rbuf + (size_t)x->rank * bytes;
+    if ((const char *)op->sbuf != own && bytes)
+        memmove(own, op->sbuf, bytes);
 }
 
-int cl_ring_allgather(coll_comm *c, coll_req *r)
+static int allgather(const cl_algo_ctx *x, const cl_op *op)
 {
-    cl_place_own_block(c, r);
-    return c->size == 1 ? COLL_OK : allgather_in(c, r, r->count * (size_t)c->size, r->rbuf);
-}
-
-/* Root sends segments down the chain root, root+1, ...; each rank forwards a segment as
- * soon as it has it, so the chain is a pipeline, not n-1 whole-buffer hops. */
-int cl_chain_broadcast(coll_comm *c, coll_req *r)
-{
-    int n = c->size, pos = (c->rank - r->root + n) % n;
-    if (n == 1)
-        return COLL_OK;
-    pass p = cl_pass_init(c, r, CHUNKS_ONE, r->count, cl_dtype_size(r->dtype), 1);
-    size_t seg = p.seg_elems;
-    p.ops = &ag_ops;
-    p.units = r->count ? (r->count + seg - 1) / seg : 1;
-    p.segs_per_chunk = p.units;
-    p.chunk_base = r->count;
-    p.chunk_rem = 0;
-    p.lag = 0;
-    p.from = pos == 0 ? -1 : p.from;
-    p.to = pos == n - 1 ? -1 : p.to;
-    p.acc = r->rbuf;
-    return cl_pass_run(&p);
+    cl_place_own_block(x, op);
+    return x->size == 1 ? COLL_OK
+                        : cl_ring_allgather_in(x, op, op->count * (size_t)x->size, op->rbuf);
 }
 
 /* An all-gather of one byte per rank: nobody leaves before everyone's byte arrived. */
-int cl_ring_barrier(coll_comm *c, coll_req *r)
+static int barrier(const cl_algo_ctx *x, cl_op *op)
 {
-    unsigned char *flags = cl_scratch(c, (size_t)c->size);
+    unsigned char *flags = cl_buf_grow(x->scratch, (size_t)x->size);
     if (!flags)
         return COLL_ENOMEM;
-    memset(flags, 1, (size_t)c->size);
-    r->sbuf = r->rbuf = flags;
-    r->count = 1;
-    r->dtype = COLL_U8;
-    return cl_ring_allgather(c, r);
+    memset(flags, 1, (size_t)x->size);
+    op->sbuf = op->rbuf = flags;
+    op->count = 1;
+    op->dtype = COLL_U8;
+    return allgather(x, op);
 }
+
+static int run(const cl_algo_ctx *x, cl_op *op)
+{
+    switch (op->kind) {
+    case CL_ALLREDUCE: return allreduce(x, op);
+    case CL_REDUCE_SCATTER: return reduce_scatter(x, op);
+    case CL_ALLGATHER: return allgather(x, op);
+    default: return barrier(x, op);
+    }
+}
+
+static int fits(const cl_algo_ctx *x, const cl_op *op)
+{
+    (void)x;
+    return op->codec == COLL_CODEC_NONE;
+}
+
+/* Per rank: all-reduce sends every chunk but its own in the reduce-scatter and every
+ * chunk but the next rank's in the all-gather (chunk k holds base elements, one more for
+ * k < rem); reduce-scatter and all-gather send n-1 of the n chunks. */
+static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t n = (size_t)x->size, r = (size_t)x->rank, es = cl_dtype_size(op->dtype);
+    size_t count = op->kind == CL_ALLREDUCE ? op->count : op->count * n;
+    size_t base = count / n, rem = count % n;
+    size_t mine = base + (r < rem), next = base + ((r + 1) % n < rem);
+    if (n == 1)
+        return (cl_cost){0, 0};
+    if (op->kind == CL_ALLREDUCE)
+        return (cl_cost){2.0 * (double)(n - 1), (2 * count - mine - next) * es};
+    return (cl_cost){(double)(n - 1), (count - count / n) * es};
+}
+
+const cl_algo cl_algo_ring = {
+    .name = "ring",
+    .serves = CL_SERVES(CL_ALLREDUCE) | CL_SERVES(CL_REDUCE_SCATTER) | CL_SERVES(CL_ALLGATHER) |
+              CL_SERVES(CL_BARRIER),
+    .fits = fits,
+    .cost = cost,
+    .run = run,
+};

@@ -16,6 +16,18 @@
 
 /* An argument error: logged, and kept as coll_last_error(c)'s sentence while the
  * communicator has not failed (it does not stick: the next call may succeed). */
+static int refuse(coll_comm *c, const char *fn, int status, const char *what)
+{
+    cl_log(COLL_LOG_WARN, "%s: %s", fn, what);
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        if (c->status == COLL_OK)
+            snprintf(c->err, sizeof(c->err), "rank %d %s: %s", c->rank, fn, what);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return status;
+}
+
 static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
@@ -25,14 +37,7 @@ static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    cl_log(COLL_LOG_WARN, "%s: %s", fn, what);
-    if (c) {
-        pthread_mutex_lock(&c->mu);
-        if (c->status == COLL_OK)
-            snprintf(c->err, sizeof(c->err), "rank %d %s: %s", c->rank, fn, what);
-        pthread_mutex_unlock(&c->mu);
-    }
-    return COLL_EINVAL;
+    return refuse(c, fn, COLL_EINVAL, what);
 }
 
 /* Checks shared by every operation; `blocks` elements of `count` move per rank. */
@@ -79,15 +84,15 @@ static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t cou
     coll_req *q = malloc(sizeof(*q)); /* not calloc: glibc's calloc bypasses its tcache */
     if (q)
         *q = (coll_req){.comm = c,
-                        .kind = kind,
-                        .sbuf = s,
-                        .rbuf = r,
-                        .count = count,
-                        .dtype = (coll_dtype)dtype,
-                        .op = (coll_op)op,
-                        .root = root,
-                        .tag = tag,
-                        .codec = codec_for(c, kind, dtype, op)};
+                        .op = {.kind = kind,
+                               .sbuf = s,
+                               .rbuf = r,
+                               .count = count,
+                               .dtype = (coll_dtype)dtype,
+                               .op = (coll_op)op,
+                               .root = root,
+                               .tag = tag,
+                               .codec = codec_for(c, kind, dtype, op)}};
     return q;
 }
 
@@ -102,8 +107,8 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
         *out = NULL;
     if (!q)
         return COLL_ENOMEM;
-    atomic_fetch_add(&c->bytes_in, q->count * cl_dtype_size(q->dtype));
-    if (q->kind == CL_SEND || q->kind == CL_RECV) {
+    atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
+    if (q->op.kind == CL_SEND || q->op.kind == CL_RECV) {
         int rc = cl_p2p_post(c, q);
         if (rc != COLL_OK) {
             free(q);
@@ -131,6 +136,16 @@ static int check_op(const char *fn, coll_comm *c, int op)
     return cl_op_valid(op) ? COLL_OK : bad(c, fn, "invalid reduction op %d", op);
 }
 
+/* COLL_ALGO names an all-reduce algorithm that cannot run this one: COLL_ENOTSUP. */
+static int check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op)
+{
+    char why[160];
+    cl_op o = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = op,
+               .codec = codec_for(c, CL_ALLREDUCE, dt, op)};
+    return !c->force[0] || cl_choose(c, &o, why, sizeof(why)) ? COLL_OK
+                                                              : refuse(c, fn, COLL_ENOTSUP, why);
+}
+
 static int check_req(const char *fn, coll_comm *c, coll_req **req)
 {
     return req ? COLL_OK : bad(c, fn, "req is NULL");
@@ -146,6 +161,8 @@ static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_
         rc = check_overlap(fn, c, s, bytes, r, bytes, s == r);
     if (rc == COLL_OK)
         rc = check_op(fn, c, op);
+    if (rc == COLL_OK)
+        rc = check_algo(fn, c, count, dt, op);
     if (rc == COLL_OK)
         rc = check_req(fn, c, req);
     return rc == COLL_OK ? start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
@@ -327,8 +344,8 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
         return rc;
     coll_req *q = make(c, CL_ALLREDUCE, s, r, count, COLL_F32, op, 0, 0);
     if (q) {
-        q->codec = codec;
-        q->residual = codec == COLL_CODEC_NONE ? NULL : residual;
+        q->op.codec = codec;
+        q->op.residual = codec == COLL_CODEC_NONE ? NULL : residual;
     }
     return launch(c, q, req);
 }
@@ -344,7 +361,10 @@ size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt
     size_t es = cl_dtype_size(dt);
     if (!c || !es || count > SIZE_MAX / es / 2)
         return 0;
-    return cl_allreduce_bytes_sent(c, count, es);
+    char why[160];
+    cl_op op = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = COLL_SUM};
+    const cl_algo *a = cl_choose((coll_comm *)c, &op, why, sizeof(why));
+    return a ? a->cost(&c->algo[CL_CH_COLL], &op).bytes : 0;
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

@@ -25,8 +25,8 @@ static void comm_free(coll_comm *c)
             free(c->conns[ch][d]);
     free(c->p2p_seq[0]);
     free(c->p2p_seq[1]);
-    free(c->scratch);
-    free(c->staging);
+    cl_buf_free(&c->scratch);
+    cl_buf_free(&c->staging);
     cl_notifier_destroy(&c->notifier);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -43,6 +43,26 @@ static void ignore_sigpipe(void)
     }
 }
 
+static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
+{
+    return (cl_algo_ctx){.rank = c->rank,
+                         .size = c->size,
+                         .tr = c->tr,
+                         .tctx = c->ctx,
+                         .send = c->conns[ch][0],
+                         .recv = c->conns[ch][1],
+                         .notifier = &c->notifier,
+                         .timeout_ms = c->timeout_ms,
+                         .segment_bytes = c->segment_bytes,
+                         .scratch = &c->scratch,
+                         .staging = &c->staging,
+                         .wire_tx = &c->wire_tx,
+                         .wire_rx = &c->wire_rx,
+                         .aborted = &c->aborted,
+                         .spin = &c->spin,
+                         .fail = cl_comm_hooks(c)};
+}
+
 /* The communicator with its transport context and a listener, not yet connected. */
 static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
                        cl_tr_listener **l, char handle[CL_HANDLE_BYTES])
@@ -55,9 +75,10 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     c->id = id;
     c->timeout_ms = cfg->timeout_ms;
     c->segment_bytes = cfg->segment_bytes;
-    c->spin_us = cfg->spin_us;
-    atomic_init(&c->spin_boost, 1);
+    c->spin.spin_us = cfg->spin_us;
+    atomic_init(&c->spin.boost, 1);
     c->codec = cfg->codec;
+    snprintf(c->force, sizeof(c->force), "%s", cfg->algo ? cfg->algo : "");
     c->secret = cfg->secret;
     c->tr = cfg->transport;
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
@@ -76,6 +97,8 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
     cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier};
     if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK)
         goto fail;
+    for (int ch = 0; ch < CL_CHANNELS; ch++)
+        c->algo[ch] = algo_ctx(c, ch);
     if ((rc = c->tr->listen(c->ctx, handle, l)) != COLL_OK)
         goto fail;
     *out = c;
@@ -97,7 +120,7 @@ static void count_local(coll_comm *c, const card *cards)
     c->local = 0;
     for (int p = 0; p < c->size; p++)
         c->local += cards[p].machine == cards[c->rank].machine;
-    c->crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
+    c->spin.crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 /* cards: one per rank of c, in rank order. */
@@ -252,7 +275,7 @@ static int split_connect(coll_comm *parent, const member *mem, int m, int newran
     cl_config cfg = {parent->tr,         parent->device[0] ? parent->device : NULL,
                      parent->timeout_ms, parent->segment_bytes,
                      parent->secret,     parent->codec,
-                     parent->spin_us};
+                     parent->spin.spin_us, parent->force[0] ? parent->force : NULL};
     card me = {.machine = cl_machine_id()};
     card *all = calloc((size_t)parent->size, sizeof(card));
     card *mine = calloc((size_t)(m ? m : 1), sizeof(card));

@@ -2,6 +2,8 @@
  * environment variables, and says which was used at info level. */
 #include "core/config.h"
 
+#include "core/comm.h"
+
 #include "kernels/codec.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -79,6 +81,12 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     out->spin_us = spin ? atoi(spin) : CL_DEFAULT_SPIN_US;
     if (out->spin_us < 0 || out->spin_us > 1000000) {
         snprintf(err, errlen, "COLL_SPIN_US must be 0 to 1000000, not '%s'", spin);
+        return COLL_EINVAL;
+    }
+    out->algo = env_or("COLL_ALGO", NULL);
+    if (out->algo && !cl_algo_name_valid(out->algo)) {
+        snprintf(err, errlen, "COLL_ALGO must be ring, doubling, rabenseifner, tree or hier, not '%s'",
+                 out->algo);
         return COLL_EINVAL;
     }
     const char *secret = getenv("COLL_SECRET");

@@ -22,7 +22,8 @@ typedef struct cl_config {
     size_t segment_bytes;
     uint64_t secret; /* hash of $COLL_SECRET, 0 when unset */
     coll_codec codec;
-    int spin_us; /* how long a waiting collective polls before it sleeps */
+    int spin_us;      /* how long a waiting collective polls before it sleeps */
+    const char *algo; /* COLL_ALGO, NULL: the library chooses */
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

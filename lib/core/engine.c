@@ -7,28 +7,16 @@
  * receive never queues behind a send. */
 #include "core/comm.h"
 
-#include "algo/algo.h"
-#include "kernels/reduce.h"
-
 #include <stdlib.h>
-#include <string.h>
 
 int cl_run_collective(coll_comm *c, coll_req *r)
 {
-    int coded = r->codec != COLL_CODEC_NONE;
-    switch (r->kind) {
-    case CL_ALLREDUCE:
-        if (coded)
-            return cl_codec_allreduce(c, r);
-        return cl_doubling_fits(c, r->count * cl_dtype_size(r->dtype)) ? cl_doubling_allreduce(c, r)
-                                                                       : cl_ring_allreduce(c, r);
-    case CL_REDUCE_SCATTER:
-        return coded ? cl_codec_reduce_scatter(c, r) : cl_ring_reduce_scatter(c, r);
-    case CL_ALLGATHER: return coded ? cl_codec_allgather(c, r) : cl_ring_allgather(c, r);
-    case CL_BROADCAST: return cl_chain_broadcast(c, r);
-    case CL_BARRIER: return cl_ring_barrier(c, r);
-    default: return COLL_EINVAL;
-    }
+    char why[160];
+    const cl_algo *a = cl_choose(c, &r->op, why, sizeof(why));
+    if (!a) /* api.c refuses an operation no algorithm runs: never here */
+        return COLL_ENOTSUP;
+    cl_tell_choice(c, a, &r->op);
+    return a->run(&c->algo[CL_CH_COLL], &r->op);
 }
 
 static coll_req *next_request(coll_comm *c)
@@ -96,7 +84,7 @@ void cl_engine_stop(coll_comm *c)
 void cl_engine_submit(coll_comm *c, coll_req *r)
 {
     pthread_mutex_lock(&c->mu);
-    r->seq = ++c->seq;
+    r->op.seq = ++c->seq;
     r->next = NULL;
     if (c->qtail)
         c->qtail->next = r;
@@ -113,7 +101,7 @@ int cl_engine_call(coll_comm *c, coll_req *r)
     int here = !c->qhead && !c->busy;
     if (here) {
         c->busy = 1;
-        r->seq = ++c->seq;
+        r->op.seq = ++c->seq;
     }
     pthread_mutex_unlock(&c->mu);
     if (!here) {
@@ -124,31 +112,4 @@ int cl_engine_call(coll_comm *c, coll_req *r)
     int rc = r->status;
     free(r);
     return rc;
-}
-
-/* New memory is touched at once: a page's first touch traps (under some hypervisors for
- * ~20 us), and a staging slot that a collective needs only now and then would otherwise
- * put a 512 KiB slot's worth of such traps (3-10 ms) into a random later call. */
-static void *grow(void **buf, size_t *have, size_t bytes)
-{
-    bytes = bytes < 64 ? 64 : bytes; /* never NULL for an empty operation */
-    if (bytes > *have) {
-        char *p = realloc(*buf, bytes);
-        if (!p)
-            return NULL;
-        memset(p + *have, 0, bytes - *have);
-        *buf = p;
-        *have = bytes;
-    }
-    return *buf;
-}
-
-void *cl_scratch(coll_comm *c, size_t bytes)
-{
-    return grow(&c->scratch, &c->scratch_bytes, bytes);
-}
-
-void *cl_staging(coll_comm *c, size_t bytes)
-{
-    return grow(&c->staging, &c->staging_bytes, bytes);
 }

@@ -26,15 +26,7 @@ const char *coll_strerror(int status)
     }
 }
 
-const char *cl_kind_name(int kind)
-{
-    static const char *names[] = {"invalid",   "allreduce", "reduce_scatter",
-                                  "allgather", "broadcast", "barrier",
-                                  "send",      "recv",      "split"};
-    return kind >= CL_ALLREDUCE && kind <= CL_SPLIT ? names[kind] : names[0];
-}
-
-void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
+static void fail_msg(coll_comm *c, int status, const char *msg)
 {
     uint32_t seq;
     int cause_rank, cause_status;
@@ -50,10 +42,7 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     cause_status = c->cause_status;
     if (first) {
         c->status = status;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err, sizeof(c->err), fmt, ap);
-        va_end(ap);
+        snprintf(c->err, sizeof(c->err), "%s", msg);
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -71,39 +60,14 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     cl_notify(&c->notifier);
 }
 
-int cl_peer_failed(coll_comm *c, const cl_msg_hdr *h, const char *what, uint32_t seq)
+void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
 {
-    int status = -(int)h->tag;
-    if (status >= 0 || status < COLL_EPROTO)
-        status = COLL_EPROTO;
-    /* A peer that failed for a reason of its own: this rank's links are fine. */
-    int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
-               status == COLL_ESYS || status == COLL_ESTATE;
-    cl_comm_blame(c, (int)h->count, status);
-    cl_comm_fail(c, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
-                 c->rank, what, seq, (unsigned long long)h->count, coll_strerror(status), h->seq);
-    return mine ? COLL_EPEER : status;
-}
-
-int cl_await_farewell(coll_comm *c, int peer, int ch, const char *what, uint32_t seq)
-{
-    cl_msg_hdr h = {0};
-    cl_tr_req *r;
-    if (c->tr->irecv(c->conns[ch][1][peer], &h, NULL, 0, &r) != COLL_OK)
-        return COLL_OK;
-    /* A farewell is written before the close that failed our send: it is here already,
-     * or nearly. Past this bound the request stays with the transport until destroy. */
-    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
-    int done = 0, rc = COLL_EPEER;
-    while (!done && cl_now_ms() < deadline) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
-        rc = c->tr->test(r, &done, NULL);
-        if (!done)
-            cl_notifier_wait(&c->notifier, seen, deadline);
-    }
-    if (done && rc == COLL_OK && h.coll == CL_FAREWELL)
-        return cl_peer_failed(c, &h, what, seq);
-    return COLL_OK;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fail_msg(c, status, msg);
 }
 
 void cl_comm_blame(coll_comm *c, int rank, int status)
@@ -124,4 +88,19 @@ int cl_comm_state(coll_comm *c)
     int failed = c->status != COLL_OK;
     pthread_mutex_unlock(&c->mu);
     return failed ? COLL_ESTATE : COLL_OK;
+}
+
+static void hook_fail(void *owner, int status, const char *msg)
+{
+    fail_msg(owner, status, msg);
+}
+
+static void hook_blame(void *owner, int rank, int status)
+{
+    cl_comm_blame(owner, rank, status);
+}
+
+cl_fail_hooks cl_comm_hooks(coll_comm *c)
+{
+    return (cl_fail_hooks){c, hook_blame, hook_fail};
 }

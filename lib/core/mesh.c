@@ -6,7 +6,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "core/wire.h"
+#include "wire/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +153,7 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
                c->rank, n, (unsigned long long)c->id, c->tr->name, prev, c->rank, next, prev,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-", next,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-", c->local, n,
-               sysconf(_SC_NPROCESSORS_ONLN), c->crowded ? ": crowded, pollers yield" : "");
+               sysconf(_SC_NPROCESSORS_ONLN), c->spin.crowded ? ": crowded, pollers yield" : "");
     }
     return rc;
 }

@@ -2,37 +2,39 @@
  * never interleave with a collective's segments. Matching is FIFO per peer: the n-th
  * receive from a peer takes the n-th message it sent, and a tag, count or dtype that
  * disagrees is COLL_EMISMATCH, not a silent reorder. */
-#include "algo/algo.h"
+#include "core/comm.h"
 
 #include "base/util.h"
 #include "kernels/reduce.h"
 
-int cl_p2p_post(coll_comm *c, coll_req *r)
+int cl_p2p_post(coll_comm *c, coll_req *q)
 {
+    cl_op *r = &q->op;
     int send = r->kind == CL_SEND, peer = r->root;
     size_t len = r->count * cl_dtype_size(r->dtype);
     pthread_mutex_lock(&c->mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[send ? 0 : 1][peer];
     int rc;
     if (send) {
-        r->hdr = (cl_msg_hdr){ .magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
-                               .len = (uint32_t)len, .seq = r->seq, .tag = r->tag,
-                               .count = r->count };
-        rc = c->tr->isend(c->conns[CL_CH_P2P][0][peer], &r->hdr, r->sbuf, &r->treq);
+        q->hdr = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
+                              .len = (uint32_t)len, .seq = r->seq, .tag = r->tag,
+                              .count = r->count};
+        rc = c->tr->isend(c->conns[CL_CH_P2P][0][peer], &q->hdr, r->sbuf, &q->treq);
         if (rc == COLL_OK)
-            atomic_fetch_add(&c->wire_tx, sizeof(r->hdr) + len);
+            atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
     } else {
-        rc = c->tr->irecv(c->conns[CL_CH_P2P][1][peer], &r->hdr, r->rbuf, len, &r->treq);
+        rc = c->tr->irecv(c->conns[CL_CH_P2P][1][peer], &q->hdr, r->rbuf, len, &q->treq);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-static int check_recv(coll_comm *c, coll_req *r, int rc, size_t nbytes)
+static int check_recv(coll_comm *c, const coll_req *q, int rc, size_t nbytes)
 {
-    const cl_msg_hdr *h = &r->hdr;
+    const cl_msg_hdr *h = &q->hdr;
+    const cl_op *r = &q->op;
     if (rc == COLL_OK && h->coll == CL_FAREWELL)
-        return cl_peer_failed(c, h, "recv", r->seq);
+        return cl_peer_failed(&c->algo[CL_CH_P2P], h, "recv", r->seq);
     if (rc == COLL_OK) {
         atomic_fetch_add(&c->wire_rx, sizeof(*h) + nbytes);
         if (h->tag == r->tag && h->count == r->count && h->dtype == r->dtype &&
@@ -51,9 +53,9 @@ static int check_recv(coll_comm *c, coll_req *r, int rc, size_t nbytes)
 }
 
 /* A peer that closed may have said why (a mismatch it saw): prefer its reason. */
-static int send_failed(coll_comm *c, coll_req *r, int rc)
+static int send_failed(coll_comm *c, const cl_op *r, int rc)
 {
-    int why = rc == COLL_EPEER ? cl_await_farewell(c, r->root, CL_CH_P2P, "send", r->seq)
+    int why = rc == COLL_EPEER ? cl_await_farewell(&c->algo[CL_CH_P2P], r->root, "send", r->seq)
                                : COLL_OK;
     if (why != COLL_OK)
         return why;
@@ -74,10 +76,10 @@ int cl_p2p_test(coll_req *r, int *done)
     if (!*done)
         return COLL_INPROGRESS;
     r->treq = NULL;
-    if (r->kind == CL_RECV)
+    if (r->op.kind == CL_RECV)
         rc = check_recv(c, r, rc, nbytes);
     else if (rc != COLL_OK)
-        rc = send_failed(c, r, rc);
+        rc = send_failed(c, &r->op, rc);
     if (rc == COLL_OK)
         atomic_fetch_add(&c->ops, 1);
     r->status = rc;

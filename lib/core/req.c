@@ -9,7 +9,7 @@
 
 static int is_p2p(const coll_req *r)
 {
-    return r->kind == CL_SEND || r->kind == CL_RECV;
+    return r->op.kind == CL_SEND || r->op.kind == CL_RECV;
 }
 
 int coll_test(coll_req *r, int *done)
@@ -35,7 +35,7 @@ static int wait_p2p(coll_req *r)
     coll_comm *c = r->comm;
     int done = 0, rc = COLL_INPROGRESS, timed_out = 0;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
-    cl_spin spin = cl_spin_start(c);
+    cl_spin spin = cl_spin_start(&c->algo[CL_CH_P2P]);
     for (;;) {
         uint64_t seen = cl_notifier_events(&c->notifier);
         rc = cl_p2p_test(r, &done);
@@ -48,7 +48,7 @@ static int wait_p2p(coll_req *r)
                 break; /* the transport never let go: leave the request */
             timed_out = 1;
             cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: nothing from peer %d for %d ms",
-                         c->rank, cl_kind_name(r->kind), r->seq, r->root, c->timeout_ms);
+                         c->rank, cl_kind_name(r->op.kind), r->op.seq, r->op.root, c->timeout_ms);
             deadline = cl_now_ms() + c->timeout_ms;
         }
         cl_notifier_wait(&c->notifier, seen, deadline);

@@ -1,7 +1,7 @@
 /* libFuzzer target for the parsers of untrusted wire input: the connection handshake and
  * the segment header checks (lib/core/wire.c). Beyond "no crash, no sanitizer report",
  * it checks that nothing is accepted that differs from what was expected. */
-#include "core/wire.h"
+#include "wire/wire.h"
 #include "core/comm.h"
 
 #include <stdint.h>

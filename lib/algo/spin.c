@@ -14,7 +14,7 @@
  *   the pair stays in that slow mode (seen: 128 KiB tcp all-reduces at 385 us, not 45).
  * The cap keeps a waiter whose peer is silent while other transfers flow from spinning
  * past the point where its timeout is checked, and lets an idle rank sleep. */
-#include "core/comm.h"
+#include "algo/spin.h"
 
 #include "base/util.h"
 
@@ -24,43 +24,45 @@ enum { SPIN_CAP = 20, SPIN_BYTES_PER_US = 4096, SPIN_CALM = 64, YIELD_EVERY = 4,
 
 static void set_on(cl_spin *s, int on)
 {
-    coll_comm *c = s->comm;
-    if (s->on != on && c->tr->poll)
-        c->tr->poll(c->ctx, on ? CL_POLL_BEGIN : CL_POLL_END);
+    const cl_algo_ctx *x = s->x;
+    if (s->on != on && x->tr->poll)
+        x->tr->poll(x->tctx, on ? CL_POLL_BEGIN : CL_POLL_END);
     s->on = on;
 }
 
-static int64_t capped(const coll_comm *c, int64_t us)
+static int64_t capped(const cl_spin_tune *t, int64_t us)
 {
-    int64_t cap = (int64_t)SPIN_CAP * c->spin_us;
+    int64_t cap = (int64_t)SPIN_CAP * t->spin_us;
     return us < cap ? us : cap;
 }
 
-cl_spin cl_spin_start(coll_comm *c)
+cl_spin cl_spin_start(const cl_algo_ctx *x)
 {
-    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
-    cl_spin s = {.comm = c, .budget_us = capped(c, (int64_t)c->spin_us * boost)};
-    set_on(&s, c->spin_us > 0); /* from the start: the first messages need no wake-up */
+    cl_spin_tune *t = x->spin;
+    int boost = atomic_load_explicit(&t->boost, memory_order_relaxed);
+    cl_spin s = {.x = x, .budget_us = capped(t, (int64_t)t->spin_us * boost)};
+    set_on(&s, t->spin_us > 0); /* from the start: the first messages need no wake-up */
     return s;
 }
 
 void cl_spin_expect(cl_spin *s, size_t bytes)
 {
-    int64_t want = capped(s->comm, s->comm->spin_us + (int64_t)(bytes / SPIN_BYTES_PER_US));
+    cl_spin_tune *t = s->x->spin;
+    int64_t want = capped(t, t->spin_us + (int64_t)(bytes / SPIN_BYTES_PER_US));
     s->budget_us = want > s->budget_us ? want : s->budget_us;
 }
 
 /* Woken soon after giving up: the peer was about to answer, so spin longer next time. */
 static void after_sleep(cl_spin *s)
 {
-    coll_comm *c = s->comm;
+    cl_spin_tune *t = s->x->spin;
     if (cl_now_us() - s->slept_at >= 4 * s->budget_us)
         return;
-    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
+    int boost = atomic_load_explicit(&t->boost, memory_order_relaxed);
     if (boost < SPIN_CAP)
-        atomic_store_explicit(&c->spin_boost, boost * 4 < SPIN_CAP ? boost * 4 : SPIN_CAP,
+        atomic_store_explicit(&t->boost, boost * 4 < SPIN_CAP ? boost * 4 : SPIN_CAP,
                               memory_order_relaxed);
-    atomic_store_explicit(&c->spin_calm, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->calm, 0, memory_order_relaxed);
 }
 
 void cl_spin_progress(cl_spin *s)
@@ -96,7 +98,7 @@ static int turn_over(cl_spin *s, size_t moved)
 
 int cl_spin_poll(cl_spin *s)
 {
-    coll_comm *c = s->comm;
+    const cl_algo_ctx *x = s->x;
     /* The clock every 8th poll: under a hypervisor a read costs about as much as a poll. */
     if (!s->since || (++s->polls & 7) == 0) {
         int64_t now = cl_now_us();
@@ -104,7 +106,7 @@ int cl_spin_poll(cl_spin *s)
             s->since = now;
         if (!s->done_at)
             s->done_at = now;
-        if (now - s->since >= s->budget_us || now - s->done_at >= capped(c, INT64_MAX)) {
+        if (now - s->since >= s->budget_us || now - s->done_at >= capped(x->spin, INT64_MAX)) {
             set_on(s, 0);
             s->slept = 1;
             s->slept_at = now;
@@ -112,11 +114,11 @@ int cl_spin_poll(cl_spin *s)
         }
     }
     set_on(s, 1);
-    size_t moved = c->tr->poll ? c->tr->poll(c->ctx, CL_POLL) : 0;
+    size_t moved = x->tr->poll ? x->tr->poll(x->tctx, CL_POLL) : 0;
     if (moved)
         s->since = 0; /* bytes moved: the peer is busy, not gone */
     /* Without a poll, the transport's thread needs the core to move the bytes. */
-    if (!c->tr->poll || (c->crowded && turn_over(s, moved)))
+    if (!x->tr->poll || (x->spin->crowded && turn_over(s, moved)))
         sched_yield();
     return 1;
 }
@@ -124,11 +126,11 @@ int cl_spin_poll(cl_spin *s)
 void cl_spin_stop(cl_spin *s)
 {
     set_on(s, 0);
-    coll_comm *c = s->comm;
-    if (s->slept || atomic_fetch_add_explicit(&c->spin_calm, 1, memory_order_relaxed) < SPIN_CALM)
+    cl_spin_tune *t = s->x->spin;
+    if (s->slept || atomic_fetch_add_explicit(&t->calm, 1, memory_order_relaxed) < SPIN_CALM)
         return;
-    atomic_store_explicit(&c->spin_calm, 0, memory_order_relaxed);
-    int boost = atomic_load_explicit(&c->spin_boost, memory_order_relaxed);
+    atomic_store_explicit(&t->calm, 0, memory_order_relaxed);
+    int boost = atomic_load_explicit(&t->boost, memory_order_relaxed);
     if (boost > 1)
-        atomic_store_explicit(&c->spin_boost, boost / 2, memory_order_relaxed);
+        atomic_store_explicit(&t->boost, boost / 2, memory_order_relaxed);
 }

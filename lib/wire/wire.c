@@ -1,9 +1,17 @@
 /* Handshake and header checks: see wire.h. */
-#include "core/wire.h"
+#include "wire/wire.h"
 
-#include "core/comm.h"
+#include "collective.h"
 
 #include <string.h>
+
+const char *cl_kind_name(int kind)
+{
+    static const char *names[] = {"invalid",   "allreduce", "reduce_scatter",
+                                  "allgather", "broadcast", "barrier",
+                                  "send",      "recv",      "split"};
+    return kind >= CL_ALLREDUCE && kind < CL_KINDS ? names[kind] : names[0];
+}
 
 void cl_hello_make(const cl_hello_expect *me, int channel, uint8_t out[CL_HELLO_BYTES])
 {

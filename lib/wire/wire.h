@@ -1,12 +1,33 @@
-/* The wire formats every transport carries: the connection handshake (hello) and the
- * checks on received segment headers. Pure functions over untrusted bytes: no state, no
- * allocation, safe for any input (fuzzed in tests/fuzz). */
+/* The wire formats every transport carries: the connection handshake (hello), what a
+ * header's `coll` names, and the checks on received headers. Pure functions over
+ * untrusted bytes: no state, no allocation, safe for any input (fuzzed in tests/fuzz). */
 #ifndef CL_WIRE_H
 #define CL_WIRE_H
 
 #include "transports/transport.h"
 
 #include <stdint.h>
+
+/* What a message belongs to (cl_msg_hdr.coll). */
+enum cl_coll_kind {
+    CL_ALLREDUCE = 1,
+    CL_REDUCE_SCATTER,
+    CL_ALLGATHER,
+    CL_BROADCAST,
+    CL_BARRIER,
+    CL_SEND,
+    CL_RECV,
+    CL_SPLIT,
+    CL_KINDS
+};
+/* The header-only frame a failing rank sends on its way out: tag = -status, count = its
+ * rank, seq = the operation it was running. */
+enum { CL_FAREWELL = 0x7f };
+#define CL_PROTO_VERSION 1u
+#define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
+
+/* "allreduce", "send", ...; "invalid" for anything else. */
+const char *cl_kind_name(int kind);
 
 typedef struct cl_hello {
     uint32_t magic;

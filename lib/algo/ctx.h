@@ -1,0 +1,79 @@
+/* What the engine hands an algorithm: the operation (cl_op) and everything the algorithm
+ * may use to run it (cl_algo_ctx): its links, buffers, deadline, counters and where to
+ * report a failure. An algorithm reads these and calls the transport and the kernels;
+ * it never calls into the communicator or the engine that own them. */
+#ifndef CL_ALGO_CTX_H
+#define CL_ALGO_CTX_H
+
+#include "collective.h"
+
+#include "base/buf.h"
+#include "transports/transport.h"
+#include "wire/wire.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* One operation as the caller described it (a request carries one). */
+typedef struct cl_op {
+    int kind; /* cl_coll_kind */
+    const void *sbuf;
+    void *rbuf;
+    size_t count;
+    coll_dtype dtype;
+    coll_op op;
+    int root;         /* broadcast root, p2p peer */
+    uint32_t tag;     /* p2p tag */
+    uint32_t seq;     /* collectives: issue order; p2p: per-peer message number */
+    coll_codec codec; /* the wire codec this operation uses */
+    float *residual;  /* error feedback, caller-owned; NULL: none */
+} cl_op;
+
+/* How long a waiter polls before it sleeps (spin.h), shared by a communicator's waits. */
+typedef struct cl_spin_tune {
+    int spin_us;
+    int crowded;         /* more ranks on this machine than CPUs: pollers yield */
+    _Atomic int boost;   /* budget multiplier, 1 to SPIN_CAP (spin.c) */
+    _Atomic int calm;    /* waits since one last slept */
+} cl_spin_tune;
+
+/* Where a failure goes: the owner records the first one, closes every link (sending the
+ * farewell that names the cause) and wakes its waiters. */
+typedef struct cl_fail_hooks {
+    void *owner;
+    /* The failure begins at `rank` with `status`, not here (say before fail()). */
+    void (*blame)(void *owner, int rank, int status);
+    void (*fail)(void *owner, int status, const char *msg);
+} cl_fail_hooks;
+
+typedef struct cl_algo_ctx {
+    int rank, size;
+    const cl_transport *tr;
+    cl_tr_ctx *tctx;
+    cl_tr_conn **send, **recv; /* by peer rank: this context's channel's links */
+    cl_notifier *notifier;     /* signalled on every transport completion */
+    int timeout_ms;            /* no progress for this long fails the operation */
+    size_t segment_bytes;      /* pipeline segment */
+    cl_buf *scratch;           /* the running collective's own (one runs at a time) */
+    cl_buf *staging;           /* the running pass's receive and send slots */
+    atomic_uint_least64_t *wire_tx, *wire_rx; /* header + payload bytes */
+    atomic_int *aborted;       /* set by coll_abort */
+    cl_spin_tune *spin;
+    cl_fail_hooks fail;
+} cl_algo_ctx;
+
+/* Reports a failure of this rank's operation: its sentence goes to the owner, which
+ * keeps the first. Returns status. */
+int cl_algo_fail(const cl_algo_ctx *x, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The failure began at `rank` with `status` (a peer that closed, a farewell's cause). */
+void cl_algo_blame(const cl_algo_ctx *x, int rank, int status);
+/* A received header that is a peer's farewell: fails with the peer's cause and returns
+ * what this rank reports. `what` and `seq` name this rank's operation. */
+int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, uint32_t seq);
+/* After a send to `peer` failed: did it leave a farewell on its link to us? Waits
+ * briefly (min(timeout, 1 s)); if so fails as cl_peer_failed and returns that status,
+ * else returns COLL_OK. */
+int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t seq);
+
+#endif

@@ -1,0 +1,60 @@
+/* Failures as an algorithm sees them: a sentence for the owner, and a peer's farewell
+ * read before its closed link is judged, so every rank reports the cause the failing
+ * rank announced. */
+#include "algo/ctx.h"
+
+#include "base/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int cl_algo_fail(const cl_algo_ctx *x, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    x->fail.fail(x->fail.owner, status, msg);
+    return status;
+}
+
+void cl_algo_blame(const cl_algo_ctx *x, int rank, int status)
+{
+    x->fail.blame(x->fail.owner, rank, status);
+}
+
+int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, uint32_t seq)
+{
+    int status = -(int)h->tag;
+    if (status >= 0 || status < COLL_EPROTO)
+        status = COLL_EPROTO;
+    /* A peer that failed for a reason of its own: this rank's links are fine. */
+    int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
+               status == COLL_ESYS || status == COLL_ESTATE;
+    cl_algo_blame(x, (int)h->count, status);
+    return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
+                        x->rank, what, seq, (unsigned long long)h->count, coll_strerror(status),
+                        h->seq);
+}
+
+int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t seq)
+{
+    cl_msg_hdr h = {0};
+    cl_tr_req *r;
+    if (x->tr->irecv(x->recv[peer], &h, NULL, 0, &r) != COLL_OK)
+        return COLL_OK;
+    /* A farewell is written before the close that failed our send: it is here already,
+     * or nearly. Past this bound the request stays with the transport until destroy. */
+    int64_t deadline = cl_now_ms() + CL_MIN(x->timeout_ms, 1000);
+    int done = 0, rc = COLL_EPEER;
+    while (!done && cl_now_ms() < deadline) {
+        uint64_t seen = cl_notifier_events(x->notifier);
+        rc = x->tr->test(r, &done, NULL);
+        if (!done)
+            cl_notifier_wait(x->notifier, seen, deadline);
+    }
+    if (done && rc == COLL_OK && h.coll == CL_FAREWELL)
+        return cl_peer_failed(x, &h, what, seq);
+    return COLL_OK;
+}
