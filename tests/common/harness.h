@@ -7,6 +7,7 @@
 #include "collective.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef int (*rank_fn)(coll_comm *c, void *arg);
 

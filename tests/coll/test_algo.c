@@ -1,0 +1,175 @@
+/* The algorithm table through the public API: every all-reduce algorithm, forced with
+ * COLL_ALGO, gives the exact result on every rank and moves the bytes its cost says; one
+ * that cannot run here is COLL_ENOTSUP with its reason (the communicator stays usable);
+ * an unknown name fails coll_init; unforced, COLL_DEBUG=info names the model's choice:
+ * recursive doubling for small messages on a power of two, the ring for large. */
+#include "common/harness.h"
+
+#include "common/suite.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const size_t counts[] = {1, 1000, 16384, 100003};
+enum { NCOUNTS = sizeof(counts) / sizeof(counts[0]) };
+
+/* Exact in f32 whatever the order of the sum (small integers). */
+static float val(int r, size_t k)
+{
+    return (float)((r + 1) * (int)(k % 17 + 1));
+}
+
+static int allreduce_exact(coll_comm *c, size_t count)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
+    for (size_t k = 0; k < count; k++)
+        x[k] = val(me, k);
+    coll_stats before, after;
+    coll_get_stats(c, &before);
+    EXPECT_RC(coll_allreduce(c, x, y, count, COLL_F32, COLL_SUM), COLL_OK);
+    coll_get_stats(c, &after);
+    for (size_t k = 0; k < count; k++)
+        FAIL_IF(y[k] != (float)(n * (n + 1) / 2) * (float)(k % 17 + 1),
+                "count %zu: element %zu is %g", count, k, y[k]);
+    FAIL_IF(!identical_everywhere(c, y, count * sizeof(float)), "count %zu differs", count);
+    /* Payload as the cost says, plus one 32-byte header per message (at most 2n). */
+    size_t want = coll_allreduce_wire_bytes(c, count, COLL_F32);
+    uint64_t sent = after.wire_tx - before.wire_tx;
+    FAIL_IF(sent < want || sent > want + 64u * (unsigned)n,
+            "count %zu: sent %llu bytes, the algorithm's cost says %zu payload", count,
+            (unsigned long long)sent, want);
+    free(x);
+    free(y);
+    return 0;
+}
+
+static int exact_rank(coll_comm *c, void *arg)
+{
+    const char *algo = arg;
+    int n = coll_size(c);
+    size_t s = 1000 * sizeof(float);
+    /* 1000 f32 on 4 ranks: the ring sends 2 x 3/4 of 4000 bytes, doubling 2 x 4000. */
+    size_t want = !strcmp(algo, "doubling") ? 2 * s : 2 * s - 2 * s / (size_t)n;
+    if (n == 4)
+        FAIL_IF(coll_allreduce_wire_bytes(c, 1000, COLL_F32) != want,
+                "COLL_ALGO=%s: wire bytes %zu, want %zu", algo,
+                coll_allreduce_wire_bytes(c, 1000, COLL_F32), want);
+    for (int i = 0; i < NCOUNTS; i++) {
+        if (!strcmp(algo, "doubling") && counts[i] * sizeof(float) > 64 * 1024)
+            continue;
+        if (allreduce_exact(c, counts[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* _i: ring or doubling, on 2 and 4 ranks, tcp and shm. */
+START_TEST(a_forced_algorithm_is_exact_and_moves_what_it_costs)
+{
+    static const char *const algos[] = {"ring", "doubling"};
+    static const char *const transports[] = {"tcp", "shm"};
+    setenv("COLL_ALGO", algos[_i % 2], 1);
+    for (int n = 2; n <= 4; n += 2) {
+        run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transports[_i / 2],
+                      .timeout_ms = 10000, .deadline_s = 60};
+        int failed = run_ranks(&o, exact_rank, (void *)algos[_i % 2]);
+        ck_assert_msg(failed == 0, "%d of %d ranks failed (COLL_ALGO=%s, %s)", failed, n,
+                      algos[_i % 2], transports[_i / 2]);
+    }
+    unsetenv("COLL_ALGO");
+}
+END_TEST
+
+static int unsupported_rank(coll_comm *c, void *arg)
+{
+    const char *reason = arg;
+    float v = 1, sum = 0, all[3];
+    EXPECT_RC(coll_allreduce(c, &v, &sum, 1, COLL_F32, COLL_SUM), COLL_ENOTSUP);
+    FAIL_IF(!strstr(coll_last_error(c), reason) || !strstr(coll_last_error(c), "COLL_ALGO"),
+            "the message should say COLL_ALGO and '%s'", reason);
+    coll_req *q = NULL;
+    EXPECT_RC(coll_iallreduce(c, &v, &sum, 1, COLL_F32, COLL_SUM, &q), COLL_ENOTSUP);
+    FAIL_IF(q != NULL, "a refused request must be NULL");
+    /* Nothing was sent: the communicator still works. */
+    EXPECT_RC(coll_allgather(c, &v, all, 1, COLL_F32), COLL_OK);
+    FAIL_IF(all[0] != 1 || all[2] != 1, "allgather after the refusal: %g %g", all[0], all[2]);
+    return 0;
+}
+
+START_TEST(an_algorithm_that_cannot_run_is_enotsup_with_its_reason)
+{
+    run_opts o = {.nranks = 3, .rdzv = RDZV_FILE, .timeout_ms = 5000, .deadline_s = 30};
+    setenv("COLL_ALGO", "doubling", 1);
+    ck_assert_int_eq(run_ranks(&o, unsupported_rank, "power of two"), 0);
+    setenv("COLL_ALGO", "tree", 1);
+    ck_assert_int_eq(run_ranks(&o, unsupported_rank, "not built"), 0);
+    unsetenv("COLL_ALGO");
+}
+END_TEST
+
+START_TEST(an_unknown_name_fails_init)
+{
+    setenv("COLL_ALGO", "fastest", 1);
+    coll_comm *c = NULL;
+    int rc = coll_init(&c, "file:///tmp/coll-algo-unknown", 0, 1, NULL);
+    unsetenv("COLL_ALGO");
+    ck_assert_int_eq(rc, COLL_EINVAL);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(coll_last_error(NULL), "COLL_ALGO") &&
+                      strstr(coll_last_error(NULL), "fastest"),
+                  "message: %s", coll_last_error(NULL));
+}
+END_TEST
+
+static char told[4096];
+
+static void keep(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level, (void)arg;
+    size_t at = strlen(told);
+    snprintf(told + at, sizeof(told) - at, "%s\n", msg);
+}
+
+/* The model picks doubling for 4 KiB and the ring for 1 MiB on 4 ranks, and says so
+ * once per size class. */
+static int told_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    static float x[1 << 18], y[1 << 18];
+    coll_set_log(keep, NULL, COLL_LOG_INFO);
+    for (int i = 0; i < 2; i++) {
+        EXPECT_RC(coll_allreduce(c, x, y, 1024, COLL_F32, COLL_SUM), COLL_OK);
+        EXPECT_RC(coll_allreduce(c, x, y, 1 << 18, COLL_F32, COLL_SUM), COLL_OK);
+    }
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    const char *small = strstr(told, "allreduce of 4096 bytes");
+    const char *large = strstr(told, "allreduce of 1048576 bytes");
+    FAIL_IF(!small || strncmp(strchr(small, ':') + 2, "doubling", 8) != 0,
+            "4 KiB: want doubling named; log:\n%s", told);
+    FAIL_IF(!large || strncmp(strchr(large, ':') + 2, "ring", 4) != 0,
+            "1 MiB: want ring named; log:\n%s", told);
+    FAIL_IF(strstr(small + 1, "allreduce of 4096 bytes"), "named twice; log:\n%s", told);
+    return 0;
+}
+
+START_TEST(the_choice_is_named_once_per_size_class)
+{
+    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .timeout_ms = 10000, .deadline_s = 60};
+    ck_assert_int_eq(run_ranks(&o, told_rank, NULL), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("algo");
+    TCase *t = tcase_create("algo");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, a_forced_algorithm_is_exact_and_moves_what_it_costs, 0, 4);
+    tcase_add_test(t, an_algorithm_that_cannot_run_is_enotsup_with_its_reason);
+    tcase_add_test(t, an_unknown_name_fails_init);
+    tcase_add_test(t, the_choice_is_named_once_per_size_class);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}
