@@ -5,6 +5,7 @@
  * The protocol on the queue pairs is in ib_data.c. */
 #include "transports/ibverbs/ib_conn.h"
 
+#include "transports/accept.h"
 #include "transports/progress.h"
 
 #include "transports/iface.h"
@@ -26,18 +27,12 @@
 
 static char tag_channel, tag_async; /* epoll data for the two device fds */
 
-typedef struct pending {
-    int fd;
-    size_t n;
-    uint8_t buf[BOOT_BYTES];
-} pending;
+_Static_assert(BOOT_BYTES <= CL_PENDING_BYTES, "the bootstrap fits a pending buffer");
 
 struct cl_tr_listener {
     cl_tr_ctx *ctx;
     struct cl_tr_listener *next_all;
-    int fd;
-    pending p[16];
-    int np;
+    cl_listen_fd lfd;
 };
 
 static void drain_channel(cl_tr_ctx *ctx)
@@ -236,16 +231,6 @@ static void conn_free(cl_tr_conn *c)
     free(c);
 }
 
-static void close_listener_fds(cl_tr_listener *l)
-{
-    for (int i = 0; i < l->np; i++)
-        close(l->p[i].fd);
-    l->np = 0;
-    if (l->fd >= 0)
-        close(l->fd);
-    l->fd = -1;
-}
-
 /* A send completes once its bytes are in our slots; let the writes still in flight land
  * before their queue pairs go, as closing a TCP socket still delivers what it holds. */
 static void drain_writes(cl_tr_ctx *ctx)
@@ -275,7 +260,7 @@ static void ib_ctx_destroy(cl_tr_ctx *ctx)
     }
     for (cl_tr_listener *l = ctx->listeners; l;) {
         cl_tr_listener *n = l->next_all;
-        close_listener_fds(l);
+        cl_listen_close(&l->lfd);
         free(l);
         l = n;
     }
@@ -295,11 +280,11 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     struct sockaddr_in a = { .sin_family = AF_INET };
     socklen_t alen = sizeof(a);
     inet_pton(AF_INET, ctx->ip, &a.sin_addr);
-    l->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, sizeof(a)) || listen(l->fd, 128) ||
-        getsockname(l->fd, (struct sockaddr *)&a, &alen)) {
-        if (l->fd >= 0)
-            close(l->fd);
+    l->lfd.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->lfd.fd < 0 || bind(l->lfd.fd, (struct sockaddr *)&a, sizeof(a)) ||
+        listen(l->lfd.fd, 128) || getsockname(l->lfd.fd, (struct sockaddr *)&a, &alen)) {
+        if (l->lfd.fd >= 0)
+            close(l->lfd.fd);
         free(l);
         return COLL_ESYS;
     }
@@ -358,7 +343,7 @@ static int send_all(int fd, const void *p, size_t n)
 }
 
 /* A complete hello and address from the connector: bring the QP up and answer. */
-static int accept_one(cl_tr_listener *l, pending *p, uint8_t hello[CL_HELLO_BYTES],
+static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_BYTES],
                       cl_tr_conn **out)
 {
     cl_ib_addr peer, mine;
@@ -385,9 +370,15 @@ static int accept_one(cl_tr_listener *l, pending *p, uint8_t hello[CL_HELLO_BYTE
 }
 
 /* Reads what arrived on a pending socket: 1 connected, 0 not yet, -1 drop it. */
-static int take_boot(cl_tr_listener *l, pending *p, uint8_t hello[CL_HELLO_BYTES],
-                     cl_tr_conn **out)
+typedef struct {
+    cl_tr_listener *l;
+    uint8_t *hello;
+    cl_tr_conn **out;
+} accepting;
+
+static int take_boot(void *arg, cl_pending *p)
 {
+    accepting *a = arg;
     ssize_t n = recv(p->fd, p->buf + p->n, BOOT_BYTES - p->n, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
@@ -396,31 +387,18 @@ static int take_boot(cl_tr_listener *l, pending *p, uint8_t hello[CL_HELLO_BYTES
         return -1;
     }
     p->n += (size_t)n;
-    return p->n < BOOT_BYTES ? 0 : accept_one(l, p, hello, out);
+    return p->n < BOOT_BYTES ? 0 : accept_one(a->l, p, a->hello, a->out);
 }
 
 static int ib_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    int s;
-    while (l->np < 16 && (s = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
-        l->p[l->np++] = (pending){ .fd = s };
-    for (int i = 0; i < l->np; i++) {
-        int got = take_boot(l, &l->p[i], hello, out);
-        if (got == 0)
-            continue;
-        if (got < 0)
-            close(l->p[i].fd);
-        l->p[i] = l->p[--l->np];
-        if (got > 0)
-            return COLL_OK;
-        i--;
-    }
-    return COLL_INPROGRESS;
+    accepting a = {l, hello, out};
+    return cl_listen_accept(&l->lfd, take_boot, &a);
 }
 
 static void ib_close_listener(cl_tr_listener *l)
 {
-    close_listener_fds(l);
+    cl_listen_close(&l->lfd);
 }
 
 /* A TCP connection to "ib:IP:PORT" within the timeout, or -1. */

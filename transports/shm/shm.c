@@ -12,6 +12,7 @@
  * thread does the rest, so nothing depends on the caller polling. */
 #include "base/log.h"
 #include "base/util.h"
+#include "transports/accept.h"
 #include "transports/progress.h"
 #include "transports/reqq.h"
 #include "transports/transport.h"
@@ -69,10 +70,8 @@ struct cl_tr_conn {
 struct cl_tr_listener {
     cl_tr_ctx *ctx;
     struct cl_tr_listener *next_all; /* ctx->listeners: freed with the context */
-    int fd;
+    cl_listen_fd lfd;
     char name[64];
-    int pending[16]; /* accepted sockets whose hello has not arrived yet */
-    int npending;
 };
 
 struct cl_tr_ctx {
@@ -325,16 +324,6 @@ static void close_sock(cl_tr_conn *c)
     }
 }
 
-static void close_listener_fds(cl_tr_listener *l)
-{
-    for (int i = 0; i < l->npending; i++)
-        close(l->pending[i]);
-    l->npending = 0;
-    if (l->fd >= 0)
-        close(l->fd);
-    l->fd = -1;
-}
-
 static void shm_ctx_destroy(cl_tr_ctx *ctx)
 {
     cl_progress_stop(&ctx->pg);
@@ -351,7 +340,7 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
     }
     for (cl_tr_listener *l = ctx->listeners; l;) {
         cl_tr_listener *n = l->next_all;
-        close_listener_fds(l);
+        cl_listen_close(&l->lfd);
         free(l);
         l = n;
     }
@@ -372,10 +361,10 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, l->name, strlen(l->name)); /* abstract: no file to clean up */
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(l->name));
-    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, len) || listen(l->fd, 128)) {
-        if (l->fd >= 0)
-            close(l->fd);
+    l->lfd.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->lfd.fd < 0 || bind(l->lfd.fd, (struct sockaddr *)&a, len) || listen(l->lfd.fd, 128)) {
+        if (l->lfd.fd >= 0)
+            close(l->lfd.fd);
         free(l);
         return COLL_ESYS;
     }
@@ -451,8 +440,17 @@ static void conn_link(cl_tr_conn *c)
 
 /* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
  * 1 when a connection was made, 0 when nothing has arrived yet, -1 to drop it. */
-static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+typedef struct {
+    cl_tr_listener *l;
+    uint8_t *hello;
+    cl_tr_conn **out;
+} accepting;
+
+static int take_hello(void *arg, cl_pending *p)
 {
+    accepting *a = arg;
+    cl_tr_listener *l = a->l;
+    int s = p->fd;
     uint8_t h[CL_HELLO_BYTES];
     fd_ctl ctl = {{0}};
     struct iovec v = {h, sizeof(h)};
@@ -492,34 +490,21 @@ static int take_hello(cl_tr_listener *l, int s, uint8_t hello[CL_HELLO_BYTES], c
     c->peer_efd = fds[1];
     memcpy(c->hello, h, sizeof(h));
     snprintf(c->name, sizeof(c->name), "%s/in", l->name);
-    memcpy(hello, h, sizeof(h));
+    memcpy(a->hello, h, sizeof(h));
     conn_link(c);
-    *out = c;
+    *a->out = c;
     return 1;
 }
 
 static int shm_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    int s;
-    while (l->npending < 16 && (s = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
-        l->pending[l->npending++] = s;
-    for (int i = 0; i < l->npending; i++) {
-        int got = take_hello(l, l->pending[i], hello, out);
-        if (got == 0)
-            continue;
-        if (got < 0)
-            close(l->pending[i]);
-        l->pending[i] = l->pending[--l->npending];
-        if (got > 0)
-            return COLL_OK;
-        i--;
-    }
-    return COLL_INPROGRESS;
+    accepting a = {l, hello, out};
+    return cl_listen_accept(&l->lfd, take_hello, &a);
 }
 
 static void shm_close_listener(cl_tr_listener *l)
 {
-    close_listener_fds(l);
+    cl_listen_close(&l->lfd);
 }
 
 static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],

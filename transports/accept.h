@@ -1,0 +1,35 @@
+/* A listening socket's accepted connections whose opening bytes (a hello, an address)
+ * have not all arrived: read without blocking, so one slow or silent connector never
+ * holds up the others. Shared by the transports that accept on a plain socket (shm,
+ * ibverbs' bootstrap). */
+#ifndef CL_ACCEPT_H
+#define CL_ACCEPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CL_PENDING_MAX = 16, CL_PENDING_BYTES = 128 };
+
+typedef struct cl_pending {
+    int fd;
+    size_t n; /* bytes of buf read so far (for a transport that reads them here) */
+    uint8_t buf[CL_PENDING_BYTES];
+} cl_pending;
+
+typedef struct cl_listen_fd {
+    int fd; /* the listening socket, non-blocking; -1 once closed */
+    cl_pending p[CL_PENDING_MAX];
+    int np;
+} cl_listen_fd;
+
+/* What a transport does with one pending socket: 1 made a connection (it owns fd now),
+ * 0 nothing to do yet, -1 drop it (the helper closes fd). */
+typedef int (*cl_pending_take)(void *arg, cl_pending *p);
+
+/* Accepts whatever waits (up to CL_PENDING_MAX pending), then offers each pending socket
+ * to take until one makes a connection: COLL_OK then, else COLL_INPROGRESS. */
+int cl_listen_accept(cl_listen_fd *l, cl_pending_take take, void *arg);
+/* Closes the pending sockets and the listening one. */
+void cl_listen_close(cl_listen_fd *l);
+
+#endif
