@@ -145,6 +145,49 @@ COLL_API int coll_broadcast(coll_comm *comm, void *buf, size_t count, coll_dtype
 /* Returns once every rank has entered the barrier. */
 COLL_API int coll_barrier(coll_comm *comm);
 
+/* The rest of the collective set. Counts are in elements, displs in elements from the
+ * start of the buffer. The count and displacement arrays, like the buffers, must stay
+ * valid until a non-blocking form is done. Every rank must make the same call with the
+ * same root; counts that disagree between ranks are COLL_EMISMATCH on the ranks that see
+ * them, and the communicator fails (as for any mismatch). */
+
+/* Reduction of every rank's `count` elements into root's recvbuf (recvbuf is ignored and
+ * may be NULL on other ranks). In place at root: sendbuf == recvbuf. */
+COLL_API int coll_reduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                         coll_dtype dtype, coll_op op, int root);
+/* root's recvbuf holds size*sendcount elements; block r comes from rank r (recvbuf is
+ * ignored elsewhere). In place at root: sendbuf == recvbuf + root*sendcount, or
+ * sendbuf == recvbuf (the block at the start, moved to its place first). */
+COLL_API int coll_gather(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                         coll_dtype dtype, int root);
+/* root's sendbuf holds size*recvcount elements; rank r receives block r (sendbuf is
+ * ignored elsewhere). In place at root: recvbuf == sendbuf + root*recvcount, or
+ * recvbuf == sendbuf. */
+COLL_API int coll_scatter(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                          coll_dtype dtype, int root);
+/* Block j (count elements) of sendbuf goes to rank j; block i of recvbuf came from rank
+ * i. In place: sendbuf == recvbuf. */
+COLL_API int coll_alltoall(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           coll_dtype dtype);
+/* Uneven all-to-all: sendcounts[j] elements at sdispls[j] go to rank j; recvcounts[i]
+ * elements from rank i land at rdispls[i]. Rank i's sendcounts[j] must equal rank j's
+ * recvcounts[i], else COLL_EMISMATCH on both. In place: sendbuf == recvbuf (the library
+ * copies what it sends first). */
+COLL_API int coll_alltoallv(coll_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                            const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                            const size_t *rdispls, coll_dtype dtype);
+/* Uneven all-gather: rank r contributes recvcounts[r] elements (sendcount must equal it),
+ * placed at displs[r] on every rank. In place: sendbuf == recvbuf + displs[rank], or
+ * sendbuf == recvbuf (moved to its place first). */
+COLL_API int coll_allgatherv(coll_comm *comm, const void *sendbuf, size_t sendcount,
+                             void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                             coll_dtype dtype);
+/* Uneven reduce-scatter: sendbuf holds sum(recvcounts) elements; rank r receives the
+ * reduction of the recvcounts[r] elements starting at sum(recvcounts[0..r-1]). In
+ * place: recvbuf == sendbuf + that offset, or recvbuf == sendbuf. */
+COLL_API int coll_reduce_scatterv(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                                  const size_t *recvcounts, coll_dtype dtype, coll_op op);
+
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
  * get COLL_EMISMATCH. A send never waits for sends to other peers. */
@@ -175,6 +218,23 @@ COLL_API int coll_iallgather(coll_comm *comm, const void *sendbuf, void *recvbuf
                              size_t sendcount, coll_dtype dtype, coll_req **req);
 COLL_API int coll_ibroadcast(coll_comm *comm, void *buf, size_t count, coll_dtype dtype,
                              int root, coll_req **req);
+COLL_API int coll_ireduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                          coll_dtype dtype, coll_op op, int root, coll_req **req);
+COLL_API int coll_igather(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                          size_t sendcount, coll_dtype dtype, int root, coll_req **req);
+COLL_API int coll_iscatter(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                           size_t recvcount, coll_dtype dtype, int root, coll_req **req);
+COLL_API int coll_ialltoall(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            coll_dtype dtype, coll_req **req);
+COLL_API int coll_ialltoallv(coll_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                             const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                             const size_t *rdispls, coll_dtype dtype, coll_req **req);
+COLL_API int coll_iallgatherv(coll_comm *comm, const void *sendbuf, size_t sendcount,
+                              void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                              coll_dtype dtype, coll_req **req);
+COLL_API int coll_ireduce_scatterv(coll_comm *comm, const void *sendbuf, void *recvbuf,
+                                   const size_t *recvcounts, coll_dtype dtype, coll_op op,
+                                   coll_req **req);
 COLL_API int coll_isend(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
                         int peer, uint32_t tag, coll_req **req);
 COLL_API int coll_irecv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,

@@ -90,6 +90,15 @@ size_t cl_check_reduce(const void *buf, size_t count, coll_dtype dt, coll_op op,
     return wrong;
 }
 
+size_t cl_check_from(const void *buf, size_t count, coll_dtype dt, coll_op op, int rank,
+                     size_t first)
+{
+    size_t wrong = 0;
+    for (size_t k = 0; k < count; k++)
+        wrong += !same(get(buf, k, dt), cl_val(rank, first + k, op), dt);
+    return wrong;
+}
+
 size_t cl_check_gather(const void *buf, size_t count, coll_dtype dt, coll_op op, int nranks)
 {
     size_t wrong = 0;

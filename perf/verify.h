@@ -18,6 +18,9 @@ size_t cl_check_reduce(const void *buf, size_t count, coll_dtype dt, coll_op op,
                        size_t first);
 /* An absolute error every later check allows (a lossy wire codec); 0 by default. */
 void cl_verify_tolerance(double abs_tol);
+/* Elements of buf (what `rank` filled at indices first..first+count-1) that differ. */
+size_t cl_check_from(const void *buf, size_t count, coll_dtype dt, coll_op op, int rank,
+                     size_t first);
 /* Elements of buf (nranks blocks of count, block r from rank r, filled with op) that differ. */
 size_t cl_check_gather(const void *buf, size_t count, coll_dtype dt, coll_op op, int nranks);
 

@@ -37,6 +37,8 @@ extern const cl_algo cl_algo_ring;     /* ring.c */
 extern const cl_algo cl_algo_doubling; /* doubling.c */
 extern const cl_algo cl_algo_chain;    /* chain.c */
 extern const cl_algo cl_algo_codec;    /* codec_ring.c */
+extern const cl_algo cl_algo_direct;   /* direct.c */
+extern const cl_algo cl_algo_ring_gather; /* direct.c: reduce */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 
@@ -58,6 +60,11 @@ typedef struct pass_ops {
     /* Optional: bytes [off, off + n) of receive unit u, where the transport holds them
      * (a transport with irecv_sink); arrived() is then skipped for u. */
     void (*take)(pass *p, size_t u, size_t off, const void *bytes, size_t n);
+    /* Optional, a routed pass: the peer send unit u goes to (recv = 0) or receive unit u
+     * comes from, for `sends` and `recvs` units of the pass's own choosing. A routed pass
+     * moves at most one unit per peer and direction, and its sends wait for nothing
+     * (lag = units) unless lag says otherwise. */
+    int (*peer)(const pass *p, size_t u, int recv);
 } pass_ops;
 
 typedef enum { CHUNKS_RS, CHUNKS_AG, CHUNKS_ONE, CHUNKS_DIRECT } chunk_order;
@@ -69,6 +76,7 @@ struct pass {
     chunk_order order;
     int from, to; /* ring peers; -1: this rank does not receive / send */
     size_t units, lag, segs_per_chunk, seg_elems, esize;
+    size_t sends, recvs; /* units each way: set by the run, or by a routed pass */
     size_t chunk_base, chunk_rem; /* chunk c: base + (c < rem) elements */
     size_t slot_bytes;            /* staging per in-flight unit; 0: none */
     const char *src;              /* this rank's contribution */
@@ -101,6 +109,11 @@ extern const pass_ops cl_plain_ops;
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
  * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
+/* The ring reduce-scatter pass over `count` elements: every rank's src reduced chunk by
+ * chunk into acc (count elements), leaving rank r's fully reduced chunk r at its offset
+ * in acc (chunk c: count/n elements, one more for c < count % n). */
+int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
+                                const void *src, void *acc);
 /* A ring all-gather of `count` elements in buf, every rank's chunk already in place. */
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf);
 

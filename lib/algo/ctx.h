@@ -27,6 +27,9 @@ typedef struct cl_op {
     uint32_t seq;     /* collectives: issue order; p2p: per-peer message number */
     coll_codec codec; /* the wire codec this operation uses */
     float *residual;  /* error feedback, caller-owned; NULL: none */
+    /* The uneven forms' caller-owned arrays (elements): alltoallv all four; allgatherv
+     * rcounts and rdispls; reduce_scatterv rcounts. Their count is 0. */
+    const size_t *scounts, *sdispls, *rcounts, *rdispls;
 } cl_op;
 
 /* How long a waiter polls before it sleeps (spin.h), shared by a communicator's waits. */

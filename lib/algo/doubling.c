@@ -41,7 +41,7 @@ static void rd_arrived(pass *p, size_t u, void *buf)
     rd_take(p, u, 0, buf, p->op->count * p->esize);
 }
 
-static const pass_ops rd_ops = {rd_send, rd_recv, rd_arrived, rd_take};
+static const pass_ops rd_ops = {.send = rd_send, .recv = rd_recv, .arrived = rd_arrived, .take = rd_take};
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
 {

@@ -51,6 +51,8 @@ size_t cl_unit_chunk(const pass *p, size_t u, int recv)
 
 int cl_unit_peer(const pass *p, size_t u, int recv)
 {
+    if (p->ops->peer)
+        return p->ops->peer(p, u, recv);
     int n = p->x->size, r = p->x->rank, step = (int)(u / p->segs_per_chunk);
     if (p->order != CHUNKS_DIRECT)
         return recv ? p->from : p->to;
@@ -102,7 +104,7 @@ static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
                         .codec = (uint8_t)p->codec,
                         .len = (uint32_t)bytes,
                         .seq = q->seq,
-                        .unit = (uint32_t)u,
+                        .unit = p->ops->peer ? 0 : (uint32_t)u, /* routed: one unit per link */
                         .tag = (uint32_t)q->root,
                         .count = q->count};
 }
@@ -273,10 +275,10 @@ static int post_ready(flight *f)
 {
     pass *p = f->p;
     int rc = COLL_OK;
-    size_t nr = p->from >= 0 ? p->units : 0, ns = p->to >= 0 ? p->units : 0;
+    size_t nr = p->recvs, ns = p->sends;
     while (rc == COLL_OK && f->s_posted < ns && f->s_posted - f->s_done < WINDOW) {
         size_t need = f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag : 0;
-        if (p->from >= 0 && f->r_done < need)
+        if (nr && f->r_done < CL_MIN(need, nr))
             break;
         rc = post_send(f);
     }
@@ -288,7 +290,7 @@ static int post_ready(flight *f)
 static int finished(const flight *f)
 {
     const pass *p = f->p;
-    return (p->from < 0 || f->r_done == p->units) && (p->to < 0 || f->s_done == p->units);
+    return f->r_done == p->recvs && f->s_done == p->sends;
 }
 
 /* Waits for the requests still posted so no transport touches our buffers after return. */
@@ -353,6 +355,10 @@ static int step(flight *f, int64_t *deadline)
 int cl_pass_run(pass *p)
 {
     flight f = {.p = p};
+    if (!p->ops->peer) {
+        p->recvs = p->from >= 0 ? p->units : 0;
+        p->sends = p->to >= 0 ? p->units : 0;
+    }
     if (p->slot_bytes) {
         f.rslots = cl_buf_grow(p->x->staging, 2 * WINDOW * p->slot_bytes);
         if (!f.rslots)

@@ -50,7 +50,7 @@ static void rs_take(pass *p, size_t u, size_t off, const void *bytes, size_t n)
     rs_reduce(p, u, off / p->esize, bytes, n / p->esize);
 }
 
-static const pass_ops rs_ops = { rs_send, rs_recv, rs_arrived, rs_take };
+static const pass_ops rs_ops = {.send = rs_send, .recv = rs_recv, .arrived = rs_arrived, .take = rs_take};
 
 /* ---- all-gather and broadcast: straight into the buffer, forwarded from there ------ */
 
@@ -72,8 +72,7 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
 
 const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
-/* The reduce-scatter pass leaves rank r's fully reduced chunk r at acc + offset(r). */
-static int reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
+int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
                                const void *src, void *acc)
 {
     size_t es = cl_dtype_size(op->dtype);
@@ -101,7 +100,7 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
             memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
         return COLL_OK;
     }
-    int rc = reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf);
+    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf);
     return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf) : rc;
 }
 
@@ -118,7 +117,7 @@ static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
     char *acc = cl_buf_grow(x->scratch, total * esize);
     if (!acc)
         return COLL_ENOMEM;
-    int rc = reduce_scatter_into(x, op, total, op->sbuf, acc);
+    int rc = cl_ring_reduce_scatter_into(x, op, total, op->sbuf, acc);
     if (rc == COLL_OK && bytes)
         memcpy(op->rbuf, acc + (size_t)x->rank * bytes, bytes);
     return rc;

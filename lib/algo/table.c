@@ -9,6 +9,8 @@ const cl_algo *const cl_algos[] = {
     &cl_algo_doubling,
     &cl_algo_chain,
     &cl_algo_codec,
+    &cl_algo_direct,
+    &cl_algo_ring_gather,
     NULL,
 };
 

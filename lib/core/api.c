@@ -1,7 +1,7 @@
 /* The public operations: check the arguments, build a request, hand it to the engine
  * (collectives) or the transport (point-to-point). Blocking = non-blocking + wait.
  * Bad input is a status and a log line, never a crash. */
-#include "core/comm.h"
+#include "core/args.h"
 
 #include "algo/algo.h"
 #include "kernels/codec.h"
@@ -14,221 +14,84 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* An argument error: logged, and kept as coll_last_error(c)'s sentence while the
- * communicator has not failed (it does not stick: the next call may succeed). */
-static int refuse(coll_comm *c, const char *fn, int status, const char *what)
-{
-    cl_log(COLL_LOG_WARN, "%s: %s", fn, what);
-    if (c) {
-        pthread_mutex_lock(&c->mu);
-        if (c->status == COLL_OK)
-            snprintf(c->err, sizeof(c->err), "rank %d %s: %s", c->rank, fn, what);
-        pthread_mutex_unlock(&c->mu);
-    }
-    return status;
-}
-
-static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(coll_comm *c, const char *fn, const char *fmt, ...)
-{
-    char what[384];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    return refuse(c, fn, COLL_EINVAL, what);
-}
-
-/* Checks shared by every operation; `blocks` elements of `count` move per rank. */
-static int check(const char *fn, coll_comm *c, const void *s, const void *r, size_t count,
-                 size_t blocks, int dtype)
-{
-    if (!c)
-        return bad(c, fn, "communicator is NULL");
-    size_t es = cl_dtype_size(dtype);
-    if (!es)
-        return bad(c, fn, "invalid dtype %d", dtype);
-    if (count > SIZE_MAX / es / blocks)
-        return bad(c, fn, "count %zu x dtype size overflows", count);
-    if (count && (!s || !r)) /* broadcast and p2p pass their one buffer as both */
-        return bad(c, fn, "%s is NULL with count %zu", s == r ? "buf" : !s ? "sendbuf" : "recvbuf",
-                   count);
-    return cl_comm_state(c);
-}
-
-/* What a call reads, [s, s + sn), and writes, [r, r + rn), may overlap only in one of
- * the in-place layouts the call allows (`in_place`). */
-static int check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, const void *r,
-                         size_t rn, int in_place)
-{
-    uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
-    if (in_place || !sn || !rn || a >= b + rn || b >= a + sn)
-        return COLL_OK;
-    return bad(c, fn, "sendbuf and recvbuf overlap but are not an in-place layout");
-}
-
-/* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
- * reductions. Everything else moves uncompressed. */
-static coll_codec codec_for(coll_comm *c, int kind, int dtype, int op)
-{
-    int reduces = kind == CL_ALLREDUCE || kind == CL_REDUCE_SCATTER;
-    int fits = dtype == COLL_F32 &&
-               (kind == CL_ALLGATHER || (reduces && (op == COLL_SUM || op == COLL_AVG)));
-    return fits ? c->codec : COLL_CODEC_NONE;
-}
-
-static coll_req *make(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype,
-                      int op, int root, uint32_t tag)
-{
-    coll_req *q = malloc(sizeof(*q)); /* not calloc: glibc's calloc bypasses its tcache */
-    if (q)
-        *q = (coll_req){.comm = c,
-                        .op = {.kind = kind,
-                               .sbuf = s,
-                               .rbuf = r,
-                               .count = count,
-                               .dtype = (coll_dtype)dtype,
-                               .op = (coll_op)op,
-                               .root = root,
-                               .tag = tag,
-                               .codec = codec_for(c, kind, dtype, op)}};
-    return q;
-}
-
-/* What the blocking calls pass as `out`: run the operation and return its status. */
-static coll_req *blocking;
-
-/* A request that could not start leaves *out NULL (coll_wait(NULL) is COLL_EINVAL), never
- * whatever the caller's variable held before. */
-static int launch(coll_comm *c, coll_req *q, coll_req **out)
-{
-    if (out != &blocking)
-        *out = NULL;
-    if (!q)
-        return COLL_ENOMEM;
-    atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
-    if (q->op.kind == CL_SEND || q->op.kind == CL_RECV) {
-        int rc = cl_p2p_post(c, q);
-        if (rc != COLL_OK) {
-            free(q);
-            return rc;
-        }
-    } else if (out == &blocking) {
-        return cl_engine_call(c, q);
-    } else {
-        cl_engine_submit(c, q);
-    }
-    if (out == &blocking)
-        return cl_req_wait(q);
-    *out = q;
-    return COLL_OK;
-}
-
-static int start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
-                 int root, uint32_t tag, coll_req **out)
-{
-    return launch(c, make(c, kind, s, r, count, dtype, op, root, tag), out);
-}
-
-static int check_op(const char *fn, coll_comm *c, int op)
-{
-    return cl_op_valid(op) ? COLL_OK : bad(c, fn, "invalid reduction op %d", op);
-}
-
-/* COLL_ALGO names an all-reduce algorithm that cannot run this one: COLL_ENOTSUP. */
-static int check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op)
-{
-    char why[160];
-    cl_op o = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = op,
-               .codec = codec_for(c, CL_ALLREDUCE, dt, op)};
-    return !c->force[0] || cl_choose(c, &o, why, sizeof(why)) ? COLL_OK
-                                                              : refuse(c, fn, COLL_ENOTSUP, why);
-}
-
-static int check_req(const char *fn, coll_comm *c, coll_req **req)
-{
-    return req ? COLL_OK : bad(c, fn, "req is NULL");
-}
-
 /* Each operation once, named by the call the user made (blocking or not). */
 static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                      coll_dtype dt, coll_op op, coll_req **req)
 {
-    int rc = check(fn, c, s, r, count, 1, dt);
+    int rc = cl_check(fn, c, s, r, count, 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK)
-        rc = check_overlap(fn, c, s, bytes, r, bytes, s == r);
+        rc = cl_check_overlap(fn, c, s, bytes, r, bytes, s == r);
     if (rc == COLL_OK)
-        rc = check_op(fn, c, op);
+        rc = cl_check_op(fn, c, op);
     if (rc == COLL_OK)
-        rc = check_algo(fn, c, count, dt, op);
+        rc = cl_check_algo(fn, c, count, dt, op);
     if (rc == COLL_OK)
-        rc = check_req(fn, c, req);
-    return rc == COLL_OK ? start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
+        rc = cl_check_req(fn, c, req);
+    return rc == COLL_OK ? cl_start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
 }
 
 /* In place: the result at the start of sendbuf, or in this rank's block of it. */
 static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                           coll_dtype dt, coll_op op, coll_req **req)
 {
-    int rc = check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
+    int rc = cl_check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK) {
         const char *own = (const char *)s + (size_t)c->rank * bytes;
-        rc = check_overlap(fn, c, s, bytes * (size_t)c->size, r, bytes,
+        rc = cl_check_overlap(fn, c, s, bytes * (size_t)c->size, r, bytes,
                            r == s || (const char *)r == own);
     }
     if (rc == COLL_OK)
-        rc = check_op(fn, c, op);
+        rc = cl_check_op(fn, c, op);
     if (rc == COLL_OK)
-        rc = check_req(fn, c, req);
-    return rc == COLL_OK ? start(c, CL_REDUCE_SCATTER, s, r, count, dt, op, 0, 0, req) : rc;
+        rc = cl_check_req(fn, c, req);
+    return rc == COLL_OK ? cl_start(c, CL_REDUCE_SCATTER, s, r, count, dt, op, 0, 0, req) : rc;
 }
 
 /* In place: this rank's block at the start of recvbuf, or already at its place. */
 static int allgather(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                      coll_dtype dt, coll_req **req)
 {
-    int rc = check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
+    int rc = cl_check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK) {
         const char *own = (const char *)r + (size_t)c->rank * bytes;
-        rc = check_overlap(fn, c, s, bytes, r, bytes * (size_t)c->size,
+        rc = cl_check_overlap(fn, c, s, bytes, r, bytes * (size_t)c->size,
                            s == r || (const char *)s == own);
     }
     if (rc == COLL_OK)
-        rc = check_req(fn, c, req);
-    return rc == COLL_OK ? start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
+        rc = cl_check_req(fn, c, req);
+    return rc == COLL_OK ? cl_start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
 }
 
 static int broadcast(const char *fn, coll_comm *c, void *buf, size_t count, coll_dtype dt,
                      int root, coll_req **req)
 {
-    int rc = check(fn, c, buf, buf, count, 1, dt);
-    if (rc == COLL_OK && (root < 0 || root >= c->size))
-        rc = bad(c, fn, "root %d out of range [0, %d)", root, c->size);
+    int rc = cl_check(fn, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK)
-        rc = check_req(fn, c, req);
-    return rc == COLL_OK ? start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
+        rc = cl_check_root(fn, c, root);
+    if (rc == COLL_OK)
+        rc = cl_check_req(fn, c, req);
+    return rc == COLL_OK ? cl_start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
 }
 
 static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t count, int dt,
                int peer, uint32_t tag, coll_req **req)
 {
-    int rc = check(fn, c, buf, buf, count, 1, dt);
+    int rc = cl_check(fn, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK && (peer < 0 || peer >= c->size || peer == c->rank))
-        rc = bad(c, fn, "peer %d is out of range [0, %d) or this rank", peer, c->size);
+        rc = cl_bad(c, fn, "peer %d is out of range [0, %d) or this rank", peer, c->size);
     if (rc == COLL_OK && count * cl_dtype_size(dt) > (1u << 30)) {
         cl_log(COLL_LOG_WARN, "%s: messages above 1 GiB are not supported", fn);
         rc = COLL_ENOTSUP;
     }
     if (rc == COLL_OK)
-        rc = check_req(fn, c, req);
+        rc = cl_check_req(fn, c, req);
     if (rc != COLL_OK)
         return rc;
-    return kind == CL_SEND ? start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req)
-                           : start(c, CL_RECV, NULL, (void *)buf, count, dt, 0, peer, tag, req);
+    return kind == CL_SEND ? cl_start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req)
+                           : cl_start(c, CL_RECV, NULL, (void *)buf, count, dt, 0, peer, tag, req);
 }
 
 int coll_iallreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op,
@@ -268,42 +131,42 @@ int coll_irecv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, u
 
 int coll_allreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op)
 {
-    return allreduce(__func__, c, s, r, count, dt, op, &blocking);
+    return allreduce(__func__, c, s, r, count, dt, op, CL_BLOCKING);
 }
 
 int coll_reduce_scatter(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt,
                         coll_op op)
 {
-    return reduce_scatter(__func__, c, s, r, count, dt, op, &blocking);
+    return reduce_scatter(__func__, c, s, r, count, dt, op, CL_BLOCKING);
 }
 
 int coll_allgather(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
 {
-    return allgather(__func__, c, s, r, count, dt, &blocking);
+    return allgather(__func__, c, s, r, count, dt, CL_BLOCKING);
 }
 
 int coll_broadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int root)
 {
-    return broadcast(__func__, c, buf, count, dt, root, &blocking);
+    return broadcast(__func__, c, buf, count, dt, root, CL_BLOCKING);
 }
 
 int coll_barrier(coll_comm *c)
 {
     if (!c)
-        return bad(c, __func__, "communicator is NULL");
+        return cl_bad(c, __func__, "communicator is NULL");
     int rc = cl_comm_state(c);
-    return rc == COLL_OK ? start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, &blocking)
+    return rc == COLL_OK ? cl_start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, CL_BLOCKING)
                          : rc;
 }
 
 int coll_send(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    return p2p(__func__, c, CL_SEND, buf, count, dt, peer, tag, &blocking);
+    return p2p(__func__, c, CL_SEND, buf, count, dt, peer, tag, CL_BLOCKING);
 }
 
 int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)
 {
-    return p2p(__func__, c, CL_RECV, buf, count, dt, peer, tag, &blocking);
+    return p2p(__func__, c, CL_RECV, buf, count, dt, peer, tag, CL_BLOCKING);
 }
 
 /* Collective: every rank learns every rank's choice, so a disagreement is
@@ -311,7 +174,7 @@ int coll_recv(coll_comm *c, void *buf, size_t count, coll_dtype dt, int peer, ui
 int coll_set_codec(coll_comm *c, coll_codec codec)
 {
     if (!c || codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8)
-        return bad(c, __func__, "communicator is NULL or codec %d invalid", (int)codec);
+        return cl_bad(c, __func__, "communicator is NULL or codec %d invalid", (int)codec);
     int32_t mine = (int32_t)codec, *all = calloc((size_t)c->size, sizeof(int32_t));
     if (!all)
         return COLL_ENOMEM;
@@ -331,7 +194,7 @@ int coll_set_codec(coll_comm *c, coll_codec codec)
 int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
                        coll_codec codec, float *residual, coll_req **req)
 {
-    int rc = check(__func__, c, s, r, count, 1, COLL_F32);
+    int rc = cl_check(__func__, c, s, r, count, 1, COLL_F32);
     if (rc == COLL_OK && (op != COLL_SUM && op != COLL_AVG)) {
         cl_log(COLL_LOG_WARN, "%s: codecs reduce f32 with sum or avg only, not %s", __func__,
                cl_op_name(op));
@@ -339,21 +202,23 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
     }
     if (rc == COLL_OK &&
         (codec < COLL_CODEC_NONE || codec > COLL_CODEC_INT8 || !req || (count && !residual)))
-        rc = bad(c, __func__, "invalid codec, or residual or req is NULL");
+        rc = cl_bad(c, __func__, "invalid codec, or residual or req is NULL");
     if (rc != COLL_OK)
         return rc;
-    coll_req *q = make(c, CL_ALLREDUCE, s, r, count, COLL_F32, op, 0, 0);
+    cl_op o = {.kind = CL_ALLREDUCE, .sbuf = s, .rbuf = r, .count = count, .dtype = COLL_F32,
+               .op = op};
+    coll_req *q = cl_make(c, &o);
     if (q) {
         q->op.codec = codec;
         q->op.residual = codec == COLL_CODEC_NONE ? NULL : residual;
     }
-    return launch(c, q, req);
+    return cl_launch(c, q, req);
 }
 
 int coll_allreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
                       coll_codec codec, float *residual)
 {
-    return coll_iallreduce_ef(c, s, r, count, op, codec, residual, &blocking);
+    return coll_iallreduce_ef(c, s, r, count, op, codec, residual, CL_BLOCKING);
 }
 
 size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt)

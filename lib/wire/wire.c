@@ -7,9 +7,11 @@
 
 const char *cl_kind_name(int kind)
 {
-    static const char *names[] = {"invalid",   "allreduce", "reduce_scatter",
-                                  "allgather", "broadcast", "barrier",
-                                  "send",      "recv",      "split"};
+    static const char *names[] = {"invalid",  "allreduce",  "reduce_scatter", "allgather",
+                                  "broadcast", "barrier",   "send",           "recv",
+                                  "split",    "reduce",     "gather",         "scatter",
+                                  "alltoall", "alltoallv",  "allgatherv",     "reduce_scatterv"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == CL_KINDS, "a name for every kind");
     return kind >= CL_ALLREDUCE && kind < CL_KINDS ? names[kind] : names[0];
 }
 

@@ -18,6 +18,13 @@ enum cl_coll_kind {
     CL_SEND,
     CL_RECV,
     CL_SPLIT,
+    CL_REDUCE,
+    CL_GATHER,
+    CL_SCATTER,
+    CL_ALLTOALL,
+    CL_ALLTOALLV,
+    CL_ALLGATHERV,
+    CL_REDUCE_SCATTERV,
     CL_KINDS
 };
 /* The header-only frame a failing rank sends on its way out: tag = -status, count = its

@@ -1,9 +1,10 @@
 /* The collective matrix through the public API: every dtype x op, counts 0, 1, 7, n-1,
  * n, n+1 and a large odd count, in place and out of place, for all-reduce,
- * reduce-scatter, all-gather and broadcast, on 1..8 real processes over tcp, plus the
+ * reduce-scatter, all-gather and broadcast, and the rest of the set (matrix_set.c), on 1..8 real processes over tcp, plus the
  * same matrix on the loop transport with ranks as threads, on shm (processes and
  * threads) and on ibverbs over fake verbs (threads). Results are compared with an
  * exact reference, and all-reduce results must be bit-identical on every rank. */
+#include "coll/matrix_set.h"
 #include "common/harness.h"
 #include "perf/verify.h"
 
@@ -80,7 +81,7 @@ static int matrix_rank(coll_comm *c, void *p)
     int n = coll_size(c);
     size_t counts[] = { 0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n, (size_t)n + 1,
                         (size_t)a->large };
-    size_t cap = (size_t)a->large * (size_t)n * 8 + 64;
+    size_t cap = ((size_t)a->large + 8) * (size_t)n * 8 * 9 + 64;
     char *s = malloc(cap), *r = malloc(cap);
     int fails = 0;
     for (int d = 0; d < a->ndtypes && !fails; d++)
@@ -93,6 +94,8 @@ static int matrix_rank(coll_comm *c, void *p)
                 fails = allgather_case(c, s, r, counts[k], (coll_dtype)d, ip);
             if (!fails)
                 fails = broadcast_case(c, r, counts[k], (coll_dtype)d, (int)(k % (size_t)n));
+            if (!fails)
+                fails = set_cases(c, s, r, counts[k], (coll_dtype)d, 5);
         }
     free(s);
     free(r);

@@ -1,0 +1,255 @@
+/* Direct exchanges: every block goes straight from the rank that has it to the rank that
+ * wants it, one message per pair, in pairwise order (step k: send to r+k+1, receive from
+ * r-k-1, so each link carries one message per step and no rank is everyone's target at
+ * once). All-to-all(v), all-gather-v and reduce-scatter-v move (n-1) blocks each way per
+ * rank, which for even blocks is what the ring moves; gather and scatter move only the
+ * root's n-1 blocks. Reductions take the contributions in step order, so the result does
+ * not depend on timing. */
+#include "algo/algo.h"
+
+#include "kernels/reduce.h"
+
+#include <string.h>
+
+static size_t prefix(const size_t *counts, int upto)
+{
+    size_t sum = 0;
+    for (int i = 0; i < upto; i++)
+        sum += counts[i];
+    return sum;
+}
+
+/* Chunk c of `count` elements split n ways (reduce's ring chunks). */
+static size_t chunk(size_t count, int n, int c, size_t *len)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n, k = (size_t)c;
+    *len = base + (k < rem);
+    return k * base + (k < rem ? k : rem);
+}
+
+/* The block this rank sends to `peer` (recv = 0) or receives from it: its address (NULL:
+ * a staging slot) and its elements. src is what this rank sends from, acc where it
+ * receives into. */
+static char *block(const pass *p, int peer, int recv, size_t *n)
+{
+    const cl_op *o = p->op;
+    size_t es = p->esize, off = 0;
+    char *base = recv ? p->acc : (char *)p->src;
+    switch (o->kind) {
+    case CL_ALLTOALL:
+        *n = o->count, off = (size_t)peer * o->count;
+        break;
+    case CL_ALLTOALLV:
+        *n = recv ? o->rcounts[peer] : o->scounts[peer];
+        off = recv ? o->rdispls[peer] : o->sdispls[peer];
+        break;
+    case CL_ALLGATHERV: {
+        int who = recv ? peer : p->x->rank;
+        *n = o->rcounts[who], off = o->rdispls[who], base = p->acc;
+        break;
+    }
+    case CL_REDUCE_SCATTERV:
+        *n = o->rcounts[recv ? p->x->rank : peer];
+        if (recv)
+            return NULL;
+        off = prefix(o->rcounts, peer);
+        break;
+    case CL_GATHER: /* the root receives block peer; the others send their one block */
+        *n = o->count, off = recv ? (size_t)peer * o->count : 0;
+        break;
+    case CL_SCATTER:
+        *n = o->count, off = recv ? 0 : (size_t)peer * o->count;
+        break;
+    default: /* CL_REDUCE's gather of ring chunks, all in acc */
+        off = chunk(o->count, p->x->size, recv ? peer : p->x->rank, n), base = p->acc;
+        break;
+    }
+    return base + off * es;
+}
+
+static int fans_in(const cl_op *o)
+{
+    return o->kind == CL_GATHER || o->kind == CL_REDUCE;
+}
+
+static int route(const pass *p, size_t u, int recv)
+{
+    int n = p->x->size, r = p->x->rank, k = (int)u;
+    if ((fans_in(p->op) && !recv) || (p->op->kind == CL_SCATTER && recv))
+        return p->op->root;
+    return recv ? (r + n - k - 1) % n : (r + k + 1) % n;
+}
+
+static const void *d_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    size_t n;
+    const char *at = block(p, route(p, u, 0), 0, &n);
+    *bytes = n * p->esize;
+    return at;
+}
+
+static void *d_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    size_t n;
+    char *at = block(p, route(p, u, 1), 1, &n);
+    *bytes = n * p->esize;
+    return at ? at : slot;
+}
+
+/* Reduce-scatter-v: a contribution to this rank's block arrived in its slot. */
+static void d_reduce(pass *p, size_t u, void *buf)
+{
+    (void)u;
+    const cl_op *o = p->op;
+    cl_reduce(p->acc, p->acc, buf, o->rcounts[p->x->rank], o->dtype, o->op);
+}
+
+static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route};
+static const pass_ops reducing = {.send = d_send, .recv = d_recv, .arrived = d_reduce,
+                                  .peer = route};
+
+/* The routed pass: who sends and receives how many blocks. */
+static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void *acc)
+{
+    int n = x->size, root = x->rank == op->root;
+    pass p = cl_pass_init(x, op, CHUNKS_DIRECT, 0, cl_dtype_size(op->dtype), 1);
+    p.ops = op->kind == CL_REDUCE_SCATTERV ? &reducing : &plain;
+    p.src = src;
+    p.acc = acc;
+    p.sends = p.recvs = (size_t)(n - 1);
+    if (fans_in(op))
+        p.sends = !root, p.recvs = root ? (size_t)(n - 1) : 0;
+    if (op->kind == CL_SCATTER)
+        p.sends = root ? (size_t)(n - 1) : 0, p.recvs = !root;
+    p.lag = p.sends + 1; /* sends wait for nothing */
+    if (op->kind == CL_REDUCE_SCATTERV)
+        p.slot_bytes = op->rcounts[x->rank] * p.esize;
+    return n == 1 ? COLL_OK : cl_pass_run(&p);
+}
+
+/* This rank's own block, which no message carries: moved from where the caller put it
+ * to where the result wants it (memmove: the in-place layouts overlap). */
+static void own_block(const cl_algo_ctx *x, const cl_op *op, const char *src, char *dst)
+{
+    pass p = {.x = x, .op = op, .src = src, .acc = dst, .esize = cl_dtype_size(op->dtype)};
+    int root = x->rank == op->root;
+    if ((op->kind == CL_GATHER || op->kind == CL_SCATTER) && !root)
+        return; /* its one block travels */
+    size_t n, m;
+    const char *from = op->kind == CL_SCATTER ? src + (size_t)x->rank * op->count * p.esize
+                       : op->kind == CL_ALLGATHERV ? src
+                                                   : block(&p, x->rank, 0, &n);
+    char *to = block(&p, x->rank, 1, &m);
+    if (from != to && m)
+        memmove(to, from, m * p.esize);
+}
+
+/* Bytes the caller's sendbuf spans (what an in-place all-to-all must copy away first). */
+static size_t send_extent(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t end = 0;
+    for (int j = 0; j < x->size; j++) {
+        size_t e = op->kind == CL_ALLTOALL ? (size_t)(j + 1) * op->count
+                                           : op->sdispls[j] + op->scounts[j];
+        end = e > end ? e : end;
+    }
+    return end * cl_dtype_size(op->dtype);
+}
+
+static int run_reduce_scatterv(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t es = cl_dtype_size(op->dtype), mine = op->rcounts[x->rank] * es;
+    const char *own = (const char *)op->sbuf + prefix(op->rcounts, x->rank) * es;
+    /* The result at the start of sendbuf would overwrite blocks still to be sent. */
+    char *acc = op->rbuf == op->sbuf && x->rank ? cl_buf_grow(x->scratch, mine) : op->rbuf;
+    if (!acc)
+        return COLL_ENOMEM;
+    if (acc != own && mine)
+        memmove(acc, own, mine);
+    int rc = exchange(x, op, op->sbuf, acc);
+    if (rc == COLL_OK && op->op == COLL_AVG)
+        cl_divide(acc, op->rcounts[x->rank], op->dtype, x->size);
+    if (rc == COLL_OK && acc != op->rbuf && mine)
+        memcpy(op->rbuf, acc, mine);
+    return rc;
+}
+
+static int run(const cl_algo_ctx *x, cl_op *op)
+{
+    if (op->kind == CL_REDUCE_SCATTERV)
+        return run_reduce_scatterv(x, op);
+    const char *src = op->sbuf;
+    if ((op->kind == CL_ALLTOALL || op->kind == CL_ALLTOALLV) && op->sbuf == op->rbuf) {
+        size_t bytes = send_extent(x, op);
+        char *copy = cl_buf_grow(x->scratch, bytes);
+        if (!copy)
+            return COLL_ENOMEM;
+        memcpy(copy, op->sbuf, bytes);
+        src = copy;
+    }
+    own_block(x, op, src, op->rbuf);
+    return exchange(x, op, src, op->rbuf);
+}
+
+static int fits(const cl_algo_ctx *x, const cl_op *op)
+{
+    (void)x, (void)op;
+    return 1;
+}
+
+/* n-1 messages; bytes: the blocks this rank sends (even blocks of S/n for the v-forms'
+ * estimate, where only the caller's arrays know). */
+static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t n = (size_t)x->size, es = cl_dtype_size(op->dtype), sends = n - 1;
+    if ((op->kind == CL_GATHER && x->rank == op->root) ||
+        (op->kind == CL_SCATTER && x->rank != op->root))
+        sends = 0;
+    if (op->kind == CL_GATHER && x->rank != op->root)
+        sends = 1;
+    return (cl_cost){(double)(n - 1), sends * op->count * es};
+}
+
+const cl_algo cl_algo_direct = {
+    .name = "direct",
+    .serves = CL_SERVES(CL_GATHER) | CL_SERVES(CL_SCATTER) | CL_SERVES(CL_ALLTOALL) |
+              CL_SERVES(CL_ALLTOALLV) | CL_SERVES(CL_ALLGATHERV) | CL_SERVES(CL_REDUCE_SCATTERV),
+    .fits = fits,
+    .cost = cost,
+    .run = run,
+};
+
+/* Reduce: a ring reduce-scatter leaves each rank's chunk reduced (every rank's full
+ * input in acc: the root's recvbuf, a scratch buffer elsewhere), then the chunks go
+ * straight to the root. 2(n-1)/n x S per rank, as an all-reduce, but only the root
+ * receives the second half. */
+static int run_reduce(const cl_algo_ctx *x, cl_op *op)
+{
+    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    int root = x->rank == op->root;
+    if (x->size == 1) {
+        if (op->sbuf != op->rbuf && bytes)
+            memcpy(op->rbuf, op->sbuf, bytes);
+        return COLL_OK;
+    }
+    char *acc = root ? op->rbuf : cl_buf_grow(x->scratch, bytes);
+    if (!acc)
+        return COLL_ENOMEM;
+    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, acc);
+    return rc == COLL_OK ? exchange(x, op, NULL, acc) : rc;
+}
+
+static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t n = (size_t)x->size, bytes = op->count * cl_dtype_size(op->dtype);
+    return (cl_cost){(double)n, bytes - bytes / n + (x->rank != op->root ? bytes / n : 0)};
+}
+
+const cl_algo cl_algo_ring_gather = {
+    .name = "ring-gather",
+    .serves = CL_SERVES(CL_REDUCE),
+    .fits = fits,
+    .cost = reduce_cost,
+    .run = run_reduce,
+};

@@ -1,0 +1,145 @@
+/* What every entry point shares: argument checks that name the call and the argument,
+ * the request they build, and its launch (engine for collectives, transport for
+ * point-to-point; blocking = non-blocking + wait). */
+#include "core/args.h"
+
+#include "base/log.h"
+#include "kernels/reduce.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cl_refuse(coll_comm *c, const char *fn, int status, const char *what)
+{
+    cl_log(COLL_LOG_WARN, "%s: %s", fn, what);
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        if (c->status == COLL_OK)
+            snprintf(c->err, sizeof(c->err), "rank %d %s: %s", c->rank, fn, what);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return status;
+}
+
+int cl_bad(coll_comm *c, const char *fn, const char *fmt, ...)
+{
+    char what[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return cl_refuse(c, fn, COLL_EINVAL, what);
+}
+
+int cl_check(const char *fn, coll_comm *c, const void *s, const void *r, size_t count,
+                 size_t blocks, int dtype)
+{
+    if (!c)
+        return cl_bad(c, fn, "communicator is NULL");
+    size_t es = cl_dtype_size(dtype);
+    if (!es)
+        return cl_bad(c, fn, "invalid dtype %d", dtype);
+    if (count > SIZE_MAX / es / blocks)
+        return cl_bad(c, fn, "count %zu x dtype size overflows", count);
+    if (count && (!s || !r)) /* broadcast and p2p pass their one buffer as both */
+        return cl_bad(c, fn, "%s is NULL with count %zu", s == r ? "buf" : !s ? "sendbuf" : "recvbuf",
+                   count);
+    return cl_comm_state(c);
+}
+
+int cl_check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, const void *r,
+                         size_t rn, int in_place)
+{
+    uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
+    if (in_place || !sn || !rn || a >= b + rn || b >= a + sn)
+        return COLL_OK;
+    return cl_bad(c, fn, "sendbuf and recvbuf overlap but are not an in-place layout");
+}
+
+coll_codec cl_codec_for(coll_comm *c, int kind, int dtype, int op)
+{
+    int reduces = kind == CL_ALLREDUCE || kind == CL_REDUCE_SCATTER;
+    int fits = dtype == COLL_F32 &&
+               (kind == CL_ALLGATHER || (reduces && (op == COLL_SUM || op == COLL_AVG)));
+    return fits ? c->codec : COLL_CODEC_NONE;
+}
+
+coll_req *cl_make(coll_comm *c, const cl_op *op)
+{
+    coll_req *q = malloc(sizeof(*q)); /* not calloc: glibc's calloc bypasses its tcache */
+    if (q) {
+        *q = (coll_req){.comm = c, .op = *op};
+        q->op.codec = cl_codec_for(c, op->kind, op->dtype, op->op);
+    }
+    return q;
+}
+
+coll_req *cl_blocking;
+
+/* A request that could not start leaves *out NULL (coll_wait(NULL) is COLL_EINVAL), never
+ * whatever the caller's variable held before. */
+int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
+{
+    if (out != CL_BLOCKING)
+        *out = NULL;
+    if (!q)
+        return COLL_ENOMEM;
+    atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
+    if (q->op.kind == CL_SEND || q->op.kind == CL_RECV) {
+        int rc = cl_p2p_post(c, q);
+        if (rc != COLL_OK) {
+            free(q);
+            return rc;
+        }
+    } else if (out == CL_BLOCKING) {
+        return cl_engine_call(c, q);
+    } else {
+        cl_engine_submit(c, q);
+    }
+    if (out == CL_BLOCKING)
+        return cl_req_wait(q);
+    *out = q;
+    return COLL_OK;
+}
+
+int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
+             int root, uint32_t tag, coll_req **out)
+{
+    cl_op o = {.kind = kind,
+               .sbuf = s,
+               .rbuf = r,
+               .count = count,
+               .dtype = (coll_dtype)dtype,
+               .op = (coll_op)op,
+               .root = root,
+               .tag = tag};
+    return cl_launch(c, cl_make(c, &o), out);
+}
+
+int cl_check_op(const char *fn, coll_comm *c, int op)
+{
+    return cl_op_valid(op) ? COLL_OK : cl_bad(c, fn, "invalid reduction op %d", op);
+}
+
+int cl_check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op)
+{
+    char why[160];
+    cl_op o = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = op,
+               .codec = cl_codec_for(c, CL_ALLREDUCE, dt, op)};
+    return !c->force[0] || cl_choose(c, &o, why, sizeof(why)) ? COLL_OK
+                                                              : cl_refuse(c, fn, COLL_ENOTSUP, why);
+}
+
+int cl_check_root(const char *fn, coll_comm *c, int root)
+{
+    return root >= 0 && root < c->size ? COLL_OK
+                                       : cl_bad(c, fn, "root %d out of range [0, %d)", root, c->size);
+}
+
+int cl_check_req(const char *fn, coll_comm *c, coll_req **req)
+{
+    return req ? COLL_OK : cl_bad(c, fn, "req is NULL");
+}
+

@@ -1,0 +1,45 @@
+/* What the public entry points share (args.c): argument checks whose messages name the
+ * call and the argument, and the launch of the request they build. */
+#ifndef CL_ARGS_H
+#define CL_ARGS_H
+
+#include "core/comm.h"
+
+/* What the blocking calls pass as `out`: run the operation and return its status. */
+extern coll_req *cl_blocking;
+#define CL_BLOCKING (&cl_blocking)
+
+/* An argument error: logged at warn, and kept as coll_last_error(c)'s sentence while the
+ * communicator has not failed (it does not stick: the next call may succeed). Returns
+ * status (cl_bad: COLL_EINVAL). */
+int cl_refuse(coll_comm *c, const char *fn, int status, const char *what);
+int cl_bad(coll_comm *c, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Checks shared by every operation; `blocks` elements of `count` move per rank; s and r
+ * must not be NULL when count is not 0. Then the communicator's state. */
+int cl_check(const char *fn, coll_comm *c, const void *s, const void *r, size_t count,
+             size_t blocks, int dtype);
+/* What a call reads, [s, s + sn), and writes, [r, r + rn), may overlap only in one of
+ * the in-place layouts the call allows (`in_place`). */
+int cl_check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, const void *r,
+                     size_t rn, int in_place);
+int cl_check_op(const char *fn, coll_comm *c, int op);
+int cl_check_root(const char *fn, coll_comm *c, int root);
+/* COLL_ALGO names an all-reduce algorithm that cannot run this one: COLL_ENOTSUP. */
+int cl_check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op);
+int cl_check_req(const char *fn, coll_comm *c, coll_req **req);
+
+/* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
+ * all-reduces and reduce-scatters. Everything else moves uncompressed. */
+coll_codec cl_codec_for(coll_comm *c, int kind, int dtype, int op);
+/* A request for op (its codec by cl_codec_for); NULL when out of memory. */
+coll_req *cl_make(coll_comm *c, const cl_op *op);
+/* Hands q to the engine (collectives) or the transport (point-to-point); with
+ * CL_BLOCKING waits for it and returns its status, else *out is the request (NULL when
+ * it could not start). */
+int cl_launch(coll_comm *c, coll_req *q, coll_req **out);
+int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
+             int root, uint32_t tag, coll_req **out);
+
+#endif
