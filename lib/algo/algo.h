@@ -65,6 +65,9 @@ typedef struct pass_ops {
      * moves at most one unit per peer and direction, and its sends wait for nothing
      * (lag = units) unless lag says otherwise. */
     int (*peer)(const pass *p, size_t u, int recv);
+    /* Optional: the header's count for send unit u (recv = 0), or the count this rank
+     * expects in receive unit u's header; default: the op's count. */
+    uint64_t (*count)(const pass *p, size_t u, int recv);
 } pass_ops;
 
 typedef enum { CHUNKS_RS, CHUNKS_AG, CHUNKS_ONE, CHUNKS_DIRECT } chunk_order;

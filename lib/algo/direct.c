@@ -9,6 +9,7 @@
 
 #include "kernels/reduce.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static size_t prefix(const size_t *counts, int upto)
@@ -27,44 +28,49 @@ static size_t chunk(size_t count, int n, int c, size_t *len)
     return k * base + (k < rem ? k : rem);
 }
 
-/* The block this rank sends to `peer` (recv = 0) or receives from it: its address (NULL:
- * a staging slot) and its elements. src is what this rank sends from, acc where it
- * receives into. */
-static char *block(const pass *p, int peer, int recv, size_t *n)
+/* The block this rank sends to `peer` (recv = 0) or receives from it: its offset in
+ * elements from the buffer's start (SIZE_MAX: a staging slot) and its elements in *n. */
+static size_t extent(const pass *p, int peer, int recv, size_t *n)
 {
     const cl_op *o = p->op;
-    size_t es = p->esize, off = 0;
-    char *base = recv ? p->acc : (char *)p->src;
+    int me = p->x->rank;
     switch (o->kind) {
-    case CL_ALLTOALL:
-        *n = o->count, off = (size_t)peer * o->count;
-        break;
+    case CL_ALLTOALL: *n = o->count; return (size_t)peer * o->count;
     case CL_ALLTOALLV:
         *n = recv ? o->rcounts[peer] : o->scounts[peer];
-        off = recv ? o->rdispls[peer] : o->sdispls[peer];
-        break;
-    case CL_ALLGATHERV: {
-        int who = recv ? peer : p->x->rank;
-        *n = o->rcounts[who], off = o->rdispls[who], base = p->acc;
-        break;
-    }
+        return recv ? o->rdispls[peer] : o->sdispls[peer];
+    case CL_ALLGATHERV: *n = o->rcounts[recv ? peer : me]; return o->rdispls[recv ? peer : me];
     case CL_REDUCE_SCATTERV:
-        *n = o->rcounts[recv ? p->x->rank : peer];
-        if (recv)
-            return NULL;
-        off = prefix(o->rcounts, peer);
-        break;
-    case CL_GATHER: /* the root receives block peer; the others send their one block */
-        *n = o->count, off = recv ? (size_t)peer * o->count : 0;
-        break;
-    case CL_SCATTER:
-        *n = o->count, off = recv ? 0 : (size_t)peer * o->count;
-        break;
-    default: /* CL_REDUCE's gather of ring chunks, all in acc */
-        off = chunk(o->count, p->x->size, recv ? peer : p->x->rank, n), base = p->acc;
-        break;
+        *n = o->rcounts[recv ? me : peer];
+        return recv ? SIZE_MAX : prefix(o->rcounts, peer);
+    case CL_GATHER: *n = o->count; return recv ? (size_t)peer * o->count : 0;
+    case CL_SCATTER: *n = o->count; return recv ? 0 : (size_t)peer * o->count;
+    default: return chunk(o->count, p->x->size, recv ? peer : me, n); /* reduce's chunks */
     }
-    return base + off * es;
+}
+
+/* Where that block is: src is what this rank sends from, acc where it receives into
+ * (all-gather-v and reduce send from acc too); NULL: a staging slot. */
+static char *block(const pass *p, int peer, int recv, size_t *n)
+{
+    size_t off = extent(p, peer, recv, n);
+    int from_acc = recv || p->op->kind == CL_ALLGATHERV || p->op->kind == CL_REDUCE;
+    if (off == SIZE_MAX)
+        return NULL;
+    return (from_acc ? p->acc : (char *)p->src) + off * p->esize;
+}
+
+/* The uneven forms' headers carry, as their count, what the sender expects back from
+ * the receiver: each side of a pair then checks both directions' counts, so a
+ * disagreement is COLL_EMISMATCH on both ranks, not only on the one that receives. */
+static uint64_t wire_count(const pass *p, size_t u, int recv)
+{
+    int k = p->op->kind;
+    if (k != CL_ALLTOALLV && k != CL_ALLGATHERV && k != CL_REDUCE_SCATTERV)
+        return p->op->count;
+    size_t n;
+    extent(p, p->ops->peer(p, u, recv), !recv, &n);
+    return n;
 }
 
 static int fans_in(const cl_op *o)
@@ -105,9 +111,10 @@ static void d_reduce(pass *p, size_t u, void *buf)
     cl_reduce(p->acc, p->acc, buf, o->rcounts[p->x->rank], o->dtype, o->op);
 }
 
-static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route};
+static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route,
+                               .count = wire_count};
 static const pass_ops reducing = {.send = d_send, .recv = d_recv, .arrived = d_reduce,
-                                  .peer = route};
+                                  .peer = route, .count = wire_count};
 
 /* The routed pass: who sends and receives how many blocks. */
 static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void *acc)

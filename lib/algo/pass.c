@@ -94,7 +94,7 @@ pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size
                   .chunk_rem = rem};
 }
 
-static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
+static cl_msg_hdr header_for(const pass *p, size_t u, int recv, size_t bytes)
 {
     const cl_op *q = p->op;
     return (cl_msg_hdr){.magic = CL_MSG_MAGIC,
@@ -106,7 +106,7 @@ static cl_msg_hdr header_for(const pass *p, size_t u, size_t bytes)
                         .seq = q->seq,
                         .unit = p->ops->peer ? 0 : (uint32_t)u, /* routed: one unit per link */
                         .tag = (uint32_t)q->root,
-                        .count = q->count};
+                        .count = p->ops->count ? p->ops->count(p, u, recv) : q->count};
 }
 
 static void *slot_at(char *base, size_t i, size_t bytes)
@@ -119,7 +119,7 @@ static int post_send(flight *f)
     pass *p = f->p;
     size_t u = f->s_posted, bytes = 0, slot = u % WINDOW;
     const void *buf = p->ops->send(p, u, slot_at(f->sslots, slot, p->slot_bytes), &bytes);
-    cl_msg_hdr h = header_for(p, u, bytes);
+    cl_msg_hdr h = header_for(p, u, 0, bytes);
     int rc = p->x->tr->isend(p->x->send[cl_unit_peer(p, u, 0)], &h, buf, &f->sq[slot]);
     if (rc == COLL_OK) {
         f->s_posted++;
@@ -133,7 +133,7 @@ static int sink_accept(void *arg, const cl_msg_hdr *h)
 {
     sink_at *at = arg;
     pass *p = at->f->p;
-    cl_msg_hdr want = header_for(p, at->u, at->f->rbytes[at->u % WINDOW]);
+    cl_msg_hdr want = header_for(p, at->u, 1, at->f->rbytes[at->u % WINDOW]);
     at->taken = cl_header_check(h, &want, h->len) == CL_WIRE_OK;
     return at->taken;
 }
@@ -163,16 +163,17 @@ static int post_recv(flight *f)
     return rc;
 }
 
-static int mismatch(pass *p, const cl_msg_hdr *got, const cl_msg_hdr *want)
+static int mismatch(pass *p, size_t u, const cl_msg_hdr *got, const cl_msg_hdr *want)
 {
     return cl_algo_fail(p->x, COLL_EMISMATCH,
-                 "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u; "
-                 "this rank expects %s #%u count %llu %s %s root %u segment %u",
-                 p->x->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, want->unit, 1),
+                 "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u "
+                 "(%u bytes); this rank expects %s #%u count %llu %s %s root %u segment %u "
+                 "(%u bytes)",
+                 p->x->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, u, 1),
                  cl_kind_name(got->coll), got->seq, (unsigned long long)got->count,
-                 cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit,
+                 cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit, got->len,
                  cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
-                 cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit);
+                 cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
 }
 
 static int link_error(pass *p, int rc, int peer, const char *dir);
@@ -183,14 +184,14 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
 {
     pass *p = f->p;
     size_t u = f->r_done, slot = u % WINDOW, bytes = f->rbytes[slot];
-    cl_msg_hdr want = header_for(p, u, bytes), *got = &f->rh[slot];
+    cl_msg_hdr want = header_for(p, u, 1, bytes), *got = &f->rh[slot];
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return link_error(p, rc, cl_unit_peer(p, u, 1), "from");
     cl_wire_verdict v = rc == COLL_OK ? cl_header_check(got, &want, nbytes) : CL_WIRE_MISMATCH;
     if (v == CL_WIRE_FAREWELL)
         return cl_peer_failed(p->x, got, cl_kind_name(p->op->kind), p->op->seq);
     if (v == CL_WIRE_MISMATCH)
-        return mismatch(p, got, &want);
+        return mismatch(p, u, got, &want);
     atomic_fetch_add(p->x->wire_rx, sizeof(want) + nbytes);
     if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);

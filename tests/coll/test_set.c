@@ -1,0 +1,139 @@
+/* The collective set's contract beyond the matrix: the non-blocking forms complete with
+ * the right data; counts or roots that disagree between ranks are COLL_EMISMATCH on
+ * every rank within the timeout, never a hang or garbage; bad arguments are COLL_EINVAL
+ * on the calling rank with a message naming the call and the argument. */
+#include "common/harness.h"
+
+#include "common/suite.h"
+
+#include <check.h>
+#include <string.h>
+
+static int nonblocking_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    int s[8], a2a[8], g[8], sc = -1, red = -1, agv[8], rsv = -1;
+    size_t ones[8], displs[8];
+    for (int i = 0; i < n; i++)
+        s[i] = me * 10 + i, ones[i] = 1, displs[i] = (size_t)i;
+    coll_req *q[6];
+    EXPECT_RC(coll_ialltoall(c, s, a2a, 1, COLL_I32, &q[0]), COLL_OK);
+    EXPECT_RC(coll_igather(c, &s[0], me == 1 % n ? g : NULL, 1, COLL_I32, 1 % n, &q[1]), COLL_OK);
+    EXPECT_RC(coll_iscatter(c, me == 0 ? s : NULL, &sc, 1, COLL_I32, 0, &q[2]), COLL_OK);
+    EXPECT_RC(coll_ireduce(c, &me, me == n - 1 ? &red : NULL, 1, COLL_I32, COLL_SUM, n - 1, &q[3]),
+              COLL_OK);
+    EXPECT_RC(coll_iallgatherv(c, &me, 1, agv, ones, displs, COLL_I32, &q[4]), COLL_OK);
+    EXPECT_RC(coll_ireduce_scatterv(c, s, &rsv, ones, COLL_I32, COLL_MAX, &q[5]), COLL_OK);
+    for (int i = 0; i < 6; i++)
+        EXPECT_RC(coll_wait(q[i]), COLL_OK);
+    for (int i = 0; i < n; i++) {
+        FAIL_IF(a2a[i] != i * 10 + me, "alltoall block %d: %d", i, a2a[i]);
+        FAIL_IF(me == 1 % n && g[i] != i * 10, "gather block %d: %d", i, g[i]);
+        FAIL_IF(agv[i] != i, "allgatherv block %d: %d", i, agv[i]);
+    }
+    FAIL_IF(sc != me, "scatter gave %d", sc);
+    FAIL_IF(me == n - 1 && red != n * (n - 1) / 2, "reduce gave %d", red);
+    FAIL_IF(rsv != (n - 1) * 10 + me, "reduce_scatterv max gave %d", rsv);
+    return 0;
+}
+
+START_TEST(the_nonblocking_forms_complete_with_the_right_data)
+{
+    static const char *const transports[] = {"tcp", "shm"};
+    for (int n = 1; n <= 4; n += 3) {
+        run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transports[_i],
+                      .timeout_ms = 10000, .deadline_s = 60};
+        ck_assert_int_eq(run_ranks(&o, nonblocking_rank, NULL), 0);
+    }
+}
+END_TEST
+
+/* Rank 0 sends rank 1 one element more than rank 1 expects: both get COLL_EMISMATCH;
+ * rank 2, whose own exchanges agreed, may finish first with the right data, and then
+ * fails at its next call instead of waiting. Or ranks name other roots for a reduce. */
+static int mismatch_rank(coll_comm *c, void *arg)
+{
+    int which = *(int *)arg, n = coll_size(c), me = coll_rank(c);
+    int buf[64] = {0}, out[64];
+    size_t sc[8], rc[8], d[8];
+    for (int i = 0; i < n; i++)
+        sc[i] = rc[i] = 2, d[i] = (size_t)i * 4;
+    int rcode;
+    if (which == 0) {
+        if (me == 0)
+            sc[1] = 3;
+        rcode = coll_alltoallv(c, buf, sc, d, out, rc, d, COLL_I32);
+    } else {
+        rcode = coll_reduce(c, buf, out, 4, COLL_I32, COLL_SUM, me == 2 ? 1 : 0);
+    }
+    if (which == 0 && me == 2 && rcode == COLL_OK) {
+        rcode = coll_barrier(c);
+        FAIL_IF(rcode == COLL_OK, "the barrier after a failed alltoallv succeeded");
+        return 0;
+    }
+    EXPECT_RC(rcode, COLL_EMISMATCH);
+    FAIL_IF(!strstr(coll_last_error(c), "rank"), "the message should name the ranks");
+    return 0;
+}
+
+START_TEST(disagreeing_counts_or_roots_are_emismatch_everywhere)
+{
+    int which = _i;
+    run_opts o = {.nranks = 3, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 5000,
+                  .deadline_s = 30};
+    ck_assert_int_eq(run_ranks(&o, mismatch_rank, &which), 0);
+}
+END_TEST
+
+static int expect_einval(coll_comm *c, int rc, const char *call, const char *what)
+{
+    EXPECT_RC(rc, COLL_EINVAL);
+    FAIL_IF(!strstr(coll_last_error(c), call) || !strstr(coll_last_error(c), what),
+            "%s: the message should name the call and '%s'", call, what);
+    return 0;
+}
+
+static int bad_args_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c), buf[16] = {0}, out[16];
+    size_t counts[4] = {1, 1, 1, 1}, displs[4] = {0, 1, 2, 3};
+    coll_req *q = NULL;
+    if (expect_einval(c, coll_reduce(c, buf, out, 1, COLL_I32, COLL_SUM, 7), "coll_reduce",
+                      "root 7") ||
+        expect_einval(c, coll_gather(c, buf, out, 1, COLL_I32, -1), "coll_gather", "root -1") ||
+        expect_einval(c, coll_alltoallv(c, buf, NULL, displs, out, counts, displs, COLL_I32),
+                      "coll_alltoallv", "sendcounts") ||
+        expect_einval(c, coll_allgatherv(c, buf, 2, out, counts, displs, COLL_I32),
+                      "coll_allgatherv", "sendcount 2") ||
+        expect_einval(c, coll_ireduce_scatterv(c, buf, out, NULL, COLL_I32, COLL_SUM, &q),
+                      "coll_ireduce_scatterv", "recvcounts") ||
+        expect_einval(c, coll_alltoall(c, buf, buf + 1, 2, COLL_I32), "coll_alltoall", "overlap") ||
+        expect_einval(c, coll_scatter(c, me == 0 ? NULL : buf, out, 1, COLL_I32, 0), "coll_scatter",
+                      me == 0 ? "sendbuf" : "") )
+        return 1;
+    if (me != 0) /* only the root's arguments were wrong: the others ran, the root did not */
+        return 0;
+    FAIL_IF(q != NULL, "a refused request must be NULL");
+    return 0;
+}
+
+START_TEST(bad_arguments_are_einval_naming_the_call_and_argument)
+{
+    run_opts o = {.nranks = 1, .rdzv = RDZV_FILE, .timeout_ms = 5000, .deadline_s = 30};
+    ck_assert_int_eq(run_ranks(&o, bad_args_rank, NULL), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("set");
+    TCase *t = tcase_create("set");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, the_nonblocking_forms_complete_with_the_right_data, 0, 2);
+    tcase_add_loop_test(t, disagreeing_counts_or_roots_are_emismatch_everywhere, 0, 2);
+    tcase_add_test(t, bad_arguments_are_einval_naming_the_call_and_argument);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}
