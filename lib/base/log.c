@@ -14,16 +14,20 @@ static void *sink_arg;
 static int level_set;
 static coll_log_level level = COLL_LOG_WARN;
 
-static coll_log_level level_from_env(void)
+int cl_log_level_parse(const char *name)
 {
     static const char *names[] = {"error", "warn", "info", "debug", "trace"};
-    const char *v = getenv("COLL_DEBUG");
-    if (!v)
-        return COLL_LOG_WARN;
-    for (int i = 0; i < 5; i++)
-        if (strcasecmp(v, names[i]) == 0)
-            return (coll_log_level)(i + 1);
-    return COLL_LOG_WARN;
+    for (int i = 0; name && i < 5; i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return i + 1;
+    return -1;
+}
+
+/* A bad value stays at warn here; coll_init refuses it with the variable's name. */
+static coll_log_level level_from_env(void)
+{
+    int l = cl_log_level_parse(getenv("COLL_DEBUG"));
+    return l > 0 ? (coll_log_level)l : COLL_LOG_WARN;
 }
 
 static coll_log_level current(void)

@@ -1,7 +1,9 @@
 /* Time and hashing helpers used across the library. */
 #include "base/util.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -49,4 +51,17 @@ uint64_t cl_machine_id(void)
     if (f)
         fclose(f);
     return cl_hash(id, strlen(id), 0);
+}
+
+int cl_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
 }

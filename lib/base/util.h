@@ -16,6 +16,10 @@ uint64_t cl_hash(const void *data, size_t len, uint64_t seed);
  * share its CPUs, whatever their network namespace or container. */
 uint64_t cl_machine_id(void);
 
+/* s is a whole decimal number in [lo, hi] (no sign games, no trailing text): 0 and *out
+ * set, else -1. */
+int cl_parse_long(const char *s, long lo, long hi, long *out);
+
 #define CL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CL_MAX(a, b) ((a) > (b) ? (a) : (b))
 

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/util.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,16 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     }
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
     const char *t = env_or("COLL_TIMEOUT_MS", NULL);
-    out->timeout_ms = u.timeout_ms > 0 ? u.timeout_ms : t ? atoi(t) : CL_DEFAULT_TIMEOUT_MS;
-    if (out->timeout_ms <= 0) {
-        snprintf(err, errlen, "timeout must be positive, not %d ms", out->timeout_ms);
+    long env_t = CL_DEFAULT_TIMEOUT_MS;
+    if (t && cl_parse_long(t, 1, INT_MAX, &env_t)) {
+        snprintf(err, errlen, "COLL_TIMEOUT_MS must be a positive number of milliseconds, not '%s'",
+                 t);
+        return COLL_EINVAL;
+    }
+    out->timeout_ms = u.timeout_ms > 0 ? u.timeout_ms : (int)env_t;
+    const char *dbg = getenv("COLL_DEBUG");
+    if (dbg && cl_log_level_parse(dbg) < 0) {
+        snprintf(err, errlen, "COLL_DEBUG must be error, warn, info, debug or trace, not '%s'", dbg);
         return COLL_EINVAL;
     }
     const char *seg = env_or("COLL_SEGMENT_BYTES", NULL);
@@ -78,11 +86,12 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     }
     out->codec = u.codec != COLL_CODEC_NONE ? u.codec : (coll_codec)env_codec;
     const char *spin = env_or("COLL_SPIN_US", NULL);
-    out->spin_us = spin ? atoi(spin) : CL_DEFAULT_SPIN_US;
-    if (out->spin_us < 0 || out->spin_us > 1000000) {
+    long env_spin = CL_DEFAULT_SPIN_US;
+    if (spin && cl_parse_long(spin, 0, 1000000, &env_spin)) {
         snprintf(err, errlen, "COLL_SPIN_US must be 0 to 1000000, not '%s'", spin);
         return COLL_EINVAL;
     }
+    out->spin_us = (int)env_spin;
     out->algo = env_or("COLL_ALGO", NULL);
     if (out->algo && !cl_algo_name_valid(out->algo)) {
         snprintf(err, errlen, "COLL_ALGO must be ring, doubling, rabenseifner, tree or hier, not '%s'",

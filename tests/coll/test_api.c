@@ -351,16 +351,26 @@ END_TEST
 START_TEST(bad_environment_is_einval_naming_the_variable)
 {
     const char *bad[][2] = { { "COLL_SEGMENT_BYTES", "12x" }, { "COLL_SEGMENT_BYTES", "0" },
-                             { "COLL_SPIN_US", "-5" } };
+                             { "COLL_SPIN_US", "-5" }, { "COLL_SPIN_US", "x" },
+                             { "COLL_TIMEOUT_MS", "abc" }, { "COLL_TIMEOUT_MS", "5s" },
+                             { "COLL_DEBUG", "loud" }, { "MASTER_PORT", "abc" },
+                             { "MASTER_PORT", "70000" }, { "MASTER_PORT", "0" } };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         setenv(bad[i][0], bad[i][1], 1);
         coll_comm *c = NULL;
-        ck_assert_int_eq(coll_init(&c, "mem://badenv", 0, 1, NULL), COLL_EINVAL);
+        const char *url = strcmp(bad[i][0], "MASTER_PORT") ? "mem://badenv" : "env://";
+        ck_assert_int_eq(coll_init(&c, url, 0, 1, NULL), COLL_EINVAL);
         ck_assert_ptr_null(c);
         ck_assert_msg(strstr(coll_last_error(NULL), bad[i][0]), "error '%s' does not name %s",
                       coll_last_error(NULL), bad[i][0]);
         unsetenv(bad[i][0]);
     }
+    /* A bad URL's message lists every scheme; a tcp:// port is checked too. */
+    coll_comm *c = NULL;
+    ck_assert_int_eq(coll_init(&c, "udp://x", 0, 1, NULL), COLL_EINVAL);
+    ck_assert_msg(strstr(coll_last_error(NULL), "mem"), "%s", coll_last_error(NULL));
+    ck_assert_int_eq(coll_init(&c, "tcp://127.0.0.1:99999", 0, 1, NULL), COLL_EINVAL);
+    ck_assert_msg(strstr(coll_last_error(NULL), "99999"), "%s", coll_last_error(NULL));
 }
 END_TEST
 
