@@ -5,6 +5,8 @@
 #ifndef CL_ACCEPT_H
 #define CL_ACCEPT_H
 
+#include "transports/transport.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +23,13 @@ typedef struct cl_listen_fd {
     cl_pending p[CL_PENDING_MAX];
     int np;
 } cl_listen_fd;
+
+/* What a transport's accept() was asked for, handed to its cl_pending_take. */
+typedef struct cl_accepting {
+    cl_tr_listener *l;
+    uint8_t *hello;
+    cl_tr_conn **out;
+} cl_accepting;
 
 /* What a transport does with one pending socket: 1 made a connection (it owns fd now),
  * 0 nothing to do yet, -1 drop it (the helper closes fd). */

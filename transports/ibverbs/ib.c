@@ -370,15 +370,9 @@ static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_B
 }
 
 /* Reads what arrived on a pending socket: 1 connected, 0 not yet, -1 drop it. */
-typedef struct {
-    cl_tr_listener *l;
-    uint8_t *hello;
-    cl_tr_conn **out;
-} accepting;
-
 static int take_boot(void *arg, cl_pending *p)
 {
-    accepting *a = arg;
+    cl_accepting *a = arg;
     ssize_t n = recv(p->fd, p->buf + p->n, BOOT_BYTES - p->n, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
@@ -392,7 +386,7 @@ static int take_boot(void *arg, cl_pending *p)
 
 static int ib_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    accepting a = {l, hello, out};
+    cl_accepting a = {l, hello, out};
     return cl_listen_accept(&l->lfd, take_boot, &a);
 }
 

@@ -440,15 +440,9 @@ static void conn_link(cl_tr_conn *c)
 
 /* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
  * 1 when a connection was made, 0 when nothing has arrived yet, -1 to drop it. */
-typedef struct {
-    cl_tr_listener *l;
-    uint8_t *hello;
-    cl_tr_conn **out;
-} accepting;
-
 static int take_hello(void *arg, cl_pending *p)
 {
-    accepting *a = arg;
+    cl_accepting *a = arg;
     cl_tr_listener *l = a->l;
     int s = p->fd;
     uint8_t h[CL_HELLO_BYTES];
@@ -498,7 +492,7 @@ static int take_hello(void *arg, cl_pending *p)
 
 static int shm_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    accepting a = {l, hello, out};
+    cl_accepting a = {l, hello, out};
     return cl_listen_accept(&l->lfd, take_hello, &a);
 }
 
