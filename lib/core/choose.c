@@ -76,12 +76,13 @@ const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
 void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
 {
     size_t bytes = op->count * cl_dtype_size(op->dtype);
-    int cls = 0;
-    while (cls < 63 && (bytes >> (cls + 1)))
-        cls++;
-    if (!cl_log_enabled(COLL_LOG_INFO) || (c->told[op->kind] >> cls & 1))
+    int cls = bytes ? 63 - __builtin_clzll((unsigned long long)bytes) : 0;
+    /* Once per class either way: the level check takes a lock, the bit test does not. */
+    if (c->told[op->kind] >> cls & 1)
         return;
     c->told[op->kind] |= 1ull << cls;
+    if (!cl_log_enabled(COLL_LOG_INFO))
+        return;
     char prices[256] = "";
     const cl_algo_ctx *x = &c->algo[CL_CH_COLL];
     for (int i = 0; cl_algos[i]; i++) {
