@@ -190,11 +190,26 @@ COLL_API int coll_reduce_scatterv(coll_comm *comm, const void *sendbuf, void *re
 
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
- * get COLL_EMISMATCH. A send never waits for sends to other peers. */
+ * get COLL_EMISMATCH. A send never waits for sends to other peers.
+ *
+ * When coll_send blocks (as MPI_Send may): it returns once the transport holds the whole
+ * message, in its buffers or the peer's receive. A message larger than what the link
+ * buffers (shm: the pair's ring, 4 MiB; tcp: the kernel's socket buffers, a few MiB;
+ * ibverbs: the registered slots) waits for the peer to post its receive, so two ranks
+ * that both send a large message first wait for each other until COLL_TIMEOUT_MS. Use
+ * coll_sendrecv, or coll_isend then the receive, for exchanges. */
 COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
                        int peer, uint32_t tag);
 COLL_API int coll_recv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
                        uint32_t tag);
+/* Sends sendcount elements of sendbuf to rank dst and receives recvcount elements from
+ * rank src into recvbuf, both with tag, as MPI_Sendrecv: the receive is posted before
+ * the send, so it never deadlocks whatever order the peers use (dst == src allowed).
+ * dst == src == own rank copies sendbuf to recvbuf (counts must agree: COLL_EMISMATCH).
+ * Same matching and errors as coll_send/coll_recv; the send's error wins when both fail. */
+COLL_API int coll_sendrecv(coll_comm *comm, const void *sendbuf, size_t sendcount, int dst,
+                           void *recvbuf, size_t recvcount, int src, coll_dtype dtype,
+                           uint32_t tag);
 
 /* All-reduce of f32 (COLL_SUM or COLL_AVG) through `codec` with error feedback:
  * residual holds `count` floats owned by the caller, zeroed before the first call and

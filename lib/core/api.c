@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Each operation once, named by the call the user made (blocking or not). */
 static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
@@ -76,8 +77,8 @@ static int broadcast(const char *fn, coll_comm *c, void *buf, size_t count, coll
     return rc == COLL_OK ? cl_start(c, CL_BROADCAST, buf, buf, count, dt, COLL_SUM, root, 0, req) : rc;
 }
 
-static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t count, int dt,
-               int peer, uint32_t tag, coll_req **req)
+static int p2p_check(const char *fn, coll_comm *c, const void *buf, size_t count, int dt,
+                     int peer)
 {
     int rc = cl_check(fn, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK && (peer < 0 || peer >= c->size || peer == c->rank))
@@ -86,12 +87,58 @@ static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t c
         cl_log(COLL_LOG_WARN, "%s: messages above 1 GiB are not supported", fn);
         rc = COLL_ENOTSUP;
     }
-    if (rc == COLL_OK)
-        rc = cl_check_req(fn, c, req);
-    if (rc != COLL_OK)
-        return rc;
+    return rc;
+}
+
+static int p2p_start(coll_comm *c, int kind, const void *buf, size_t count, int dt, int peer,
+                     uint32_t tag, coll_req **req)
+{
     return kind == CL_SEND ? cl_start(c, CL_SEND, buf, NULL, count, dt, 0, peer, tag, req)
                            : cl_start(c, CL_RECV, NULL, (void *)buf, count, dt, 0, peer, tag, req);
+}
+
+static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t count, int dt,
+               int peer, uint32_t tag, coll_req **req)
+{
+    int rc = p2p_check(fn, c, buf, count, dt, peer);
+    if (rc == COLL_OK)
+        rc = cl_check_req(fn, c, req);
+    return rc == COLL_OK ? p2p_start(c, kind, buf, count, dt, peer, tag, req) : rc;
+}
+
+/* dst == src == this rank: the message is the copy, matched as a receive would be. */
+static int sendrecv_self(const char *fn, coll_comm *c, const void *s, size_t sn, void *r,
+                         size_t rn, int dt)
+{
+    int rc = cl_check(fn, c, s, r, CL_MAX(sn, rn), 1, dt);
+    if (rc == COLL_OK && sn != rn)
+        return cl_refuse(c, fn, COLL_EMISMATCH, "sends a count the receive does not expect");
+    if (rc == COLL_OK && sn && s != r)
+        memmove(r, s, sn * cl_dtype_size(dt));
+    return rc;
+}
+
+int coll_sendrecv(coll_comm *c, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
+                  coll_dtype dt, uint32_t tag)
+{
+    const char *fn = __func__;
+    if (c && dst == c->rank && src == c->rank)
+        return sendrecv_self(fn, c, s, sn, r, rn, dt);
+    int rc = p2p_check(fn, c, s, sn, dt, dst);
+    if (rc == COLL_OK)
+        rc = p2p_check(fn, c, r, rn, dt, src);
+    coll_req *rq = NULL, *sq = NULL;
+    /* The receive is posted first: whatever order the peers use, each one's message has
+     * a place to go, so neither send waits on the other. */
+    if (rc == COLL_OK)
+        rc = p2p_start(c, CL_RECV, r, rn, dt, src, tag, &rq);
+    if (rc != COLL_OK)
+        return rc;
+    int sent = p2p_start(c, CL_SEND, s, sn, dt, dst, tag, &sq);
+    if (sq)
+        sent = coll_wait(sq);
+    int rrc = coll_wait(rq);
+    return sent != COLL_OK ? sent : rrc;
 }
 
 int coll_iallreduce(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt, coll_op op,

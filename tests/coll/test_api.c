@@ -1,5 +1,4 @@
-/* Behaviour through the public API on real processes: point-to-point matching, the
- * non-blocking forms, split, barrier, statistics, mismatches and misuse. */
+/* Behaviour through the public API on real processes: the non-blocking forms, split, barrier, statistics, mismatches and misuse. */
 #include "common/harness.h"
 #include "perf/verify.h"
 
@@ -18,95 +17,6 @@ static void expect_all_pass(int n, rank_fn fn, rdzv_kind rdzv)
     int failed = run_ranks(&o, fn, NULL);
     ck_assert_msg(failed == 0, "%d of %d ranks failed", failed, n);
 }
-
-/* Several messages to each peer with different tags arrive in posting order. */
-static int p2p_fifo_rank(coll_comm *c, void *arg)
-{
-    (void)arg;
-    int n = coll_size(c), me = coll_rank(c);
-    enum { M = 16 };
-    int32_t out[M][64], in[M][64];
-    coll_req *rq[2 * M];
-    int to = (me + 1) % n, from = (me + n - 1) % n;
-    for (int m = 0; m < M; m++) {
-        EXPECT_RC(coll_irecv(c, in[m], 64, COLL_I32, from, (uint32_t)m, &rq[m]), COLL_OK);
-        for (int k = 0; k < 64; k++)
-            out[m][k] = me * 100000 + m * 100 + k;
-        EXPECT_RC(coll_isend(c, out[m], 64, COLL_I32, to, (uint32_t)m, &rq[M + m]), COLL_OK);
-    }
-    for (int m = 0; m < 2 * M; m++)
-        EXPECT_RC(coll_wait(rq[m]), COLL_OK);
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < 64; k++)
-            FAIL_IF(in[m][k] != from * 100000 + m * 100 + k, "message %d element %d: %d", m, k,
-                    in[m][k]);
-    return 0;
-}
-
-START_TEST(p2p_messages_match_in_posting_order)
-{
-    expect_all_pass(4, p2p_fifo_rank, RDZV_FILE);
-}
-END_TEST
-
-/* Sends to every peer, then receives from every peer: zero-length and 4 MiB messages
- * both arrive, and a send to one peer never waits for a send to another. */
-static int p2p_all_pairs_rank(coll_comm *c, void *arg)
-{
-    (void)arg;
-    int n = coll_size(c), me = coll_rank(c);
-    size_t big = 1u << 20;
-    float *out = malloc(big * 4), *in = malloc(big * 4);
-    cl_fill(out, big, COLL_F32, COLL_SUM, me, 0);
-    coll_req *sends[8], *empties[8];
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            EXPECT_RC(coll_isend(c, out, big, COLL_F32, p, 7, &sends[p]), COLL_OK);
-            EXPECT_RC(coll_isend(c, NULL, 0, COLL_F32, p, 8, &empties[p]), COLL_OK);
-        }
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            EXPECT_RC(coll_recv(c, in, big, COLL_F32, p, 7), COLL_OK);
-            for (size_t k = 0; k < big; k++)
-                FAIL_IF(in[k] != (float)cl_val(p, k, COLL_SUM), "from %d element %zu", p, k);
-            EXPECT_RC(coll_recv(c, NULL, 0, COLL_F32, p, 8), COLL_OK);
-        }
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            EXPECT_RC(coll_wait(sends[p]), COLL_OK);
-            EXPECT_RC(coll_wait(empties[p]), COLL_OK);
-        }
-    free(out);
-    free(in);
-    return 0;
-}
-
-START_TEST(p2p_every_pair_large_and_empty)
-{
-    expect_all_pass(3, p2p_all_pairs_rank, RDZV_TCP);
-}
-END_TEST
-
-/* A tag that disagrees is COLL_EMISMATCH on the receiver, not a silent reorder. */
-static int p2p_tag_mismatch_rank(coll_comm *c, void *arg)
-{
-    (void)arg;
-    int v = 5;
-    if (coll_rank(c) == 0)
-        EXPECT_RC(coll_send(c, &v, 1, COLL_I32, 1, 1), COLL_OK);
-    else {
-        EXPECT_RC(coll_recv(c, &v, 1, COLL_I32, 0, 2), COLL_EMISMATCH);
-        FAIL_IF(!strstr(coll_last_error(c), "tag"), "message should name the tags");
-        EXPECT_RC(coll_barrier(c), COLL_ESTATE);
-    }
-    return 0;
-}
-
-START_TEST(p2p_tag_mismatch_is_an_error)
-{
-    expect_all_pass(2, p2p_tag_mismatch_rank, RDZV_FILE);
-}
-END_TEST
 
 /* Non-blocking collectives progress with nobody calling test or wait. */
 static int progress_rank(coll_comm *c, void *arg)
@@ -400,9 +310,6 @@ int main(void)
     Suite *s = suite_create("api");
     TCase *t = tcase_create("api");
     tcase_set_timeout(t, 90);
-    tcase_add_test(t, p2p_messages_match_in_posting_order);
-    tcase_add_test(t, p2p_every_pair_large_and_empty);
-    tcase_add_test(t, p2p_tag_mismatch_is_an_error);
     tcase_add_test(t, nonblocking_ops_progress_without_test);
     tcase_add_test(t, split_makes_groups_by_color_and_key);
     tcase_add_test(t, ranks_on_one_machine_are_counted);
