@@ -188,6 +188,21 @@ COLL_API int coll_allgatherv(coll_comm *comm, const void *sendbuf, size_t sendco
 COLL_API int coll_reduce_scatterv(coll_comm *comm, const void *sendbuf, void *recvbuf,
                                   const size_t *recvcounts, coll_dtype dtype, coll_op op);
 
+/* Rendezvous through a key-value store the caller already has (a framework's store,
+ * etcd, Redis ...). set stores a value; get waits up to timeout_ms for the key and
+ * returns 0 with a malloc'ed copy in *value (the library frees it), or a COLL_E* code
+ * (COLL_ETIMEDOUT when the key did not come; any other value is taken as COLL_ESYS).
+ * Both may be called from the calling thread only, and only until init returns; ctx
+ * stays the caller's. The library writes the keys "job" and "addr/<rank>": give each
+ * communicator its own store or key prefix (as torch's PrefixStore does). */
+typedef struct coll_store_ops {
+    int (*set)(void *ctx, const char *key, const void *value, size_t len);
+    int (*get)(void *ctx, const char *key, void **value, size_t *len, int timeout_ms);
+} coll_store_ops;
+/* coll_init through ops/ctx instead of a URL: the same configuration and errors. */
+COLL_API int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank,
+                             int size, const coll_config *cfg);
+
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
  * get COLL_EMISMATCH. A send never waits for sends to other peers.

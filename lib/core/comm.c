@@ -180,7 +180,8 @@ static int agree_job(coll_comm *c, int64_t deadline)
     return cl_store_wait(c->store, "job", &c->job, sizeof(c->job), &len, deadline);
 }
 
-static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
+/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
+static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
     card mine = {.machine = cl_machine_id()};
@@ -191,11 +192,15 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv)
     if (rc != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
                  coll_strerror(rc));
+        if (store)
+            store->ops->close(store);
         return rc;
     }
     char key[64];
     snprintf(key, sizeof(key), "addr/%d", rv->rank);
-    if ((rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err))) ||
+    c->store = store;
+    if ((!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err,
+                                       sizeof(init_err)))) ||
         (rc = agree_job(c, deadline)) ||
         (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
         goto fail;
@@ -234,10 +239,43 @@ int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_c
         rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
     if (rc == COLL_OK) {
         ignore_sigpipe();
-        rc = init_comm(out, &conf, &rv);
+        rc = init_comm(out, &conf, &rv, NULL);
     }
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
+    return rc;
+}
+
+int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank, int size,
+                    const coll_config *cfg)
+{
+    init_err[0] = 0;
+    if (!out)
+        return COLL_EINVAL;
+    *out = NULL;
+    cl_rdzv rv = {.scheme = "store", .where = "caller", .rank = rank, .size = size};
+    cl_config conf;
+    cl_store *s = NULL;
+    int rc = COLL_EINVAL;
+    if (!ops || !ops->set || !ops->get)
+        snprintf(init_err, sizeof(init_err), "the store's ops, set or get is NULL");
+    else if (size < 1 || rank < 0 || rank >= size)
+        snprintf(init_err, sizeof(init_err), "rank %d is not within a world of %d", rank, size);
+    else
+        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+    if (rc == COLL_OK)
+        rc = cl_store_caller_open(ops, ctx, &s);
+    if (rc == COLL_OK) {
+        ignore_sigpipe();
+        rc = init_comm(out, &conf, &rv, s);
+    }
+    /* The caller's store is theirs again: nothing here calls it after init. */
+    if (rc == COLL_OK) {
+        (*out)->store->ops->close((*out)->store);
+        (*out)->store = NULL;
+    }
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);
     return rc;
 }
 

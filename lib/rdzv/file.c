@@ -59,7 +59,7 @@ static void file_close(cl_store *s)
     free(s);
 }
 
-static const cl_store_ops ops = { file_set, file_get, file_close };
+static const cl_store_ops ops = {.set = file_set, .get = file_get, .close = file_close};
 
 static int mkdirs(char *path)
 {

@@ -67,7 +67,7 @@ static void mem_close(cl_store *s)
     free(s);
 }
 
-static const cl_store_ops ops = { mem_set, mem_get, mem_close };
+static const cl_store_ops ops = {.set = mem_set, .get = mem_get, .close = mem_close};
 
 int cl_store_mem_open(const char *name, cl_store **out)
 {

@@ -19,6 +19,10 @@ int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, s
 int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,
                   int64_t deadline_ms)
 {
+    if (s->ops->wait) {
+        int64_t left = deadline_ms - cl_now_ms();
+        return s->ops->wait(s, key, buf, cap, len, (int)CL_MAX(left, 0));
+    }
     int delay = 1;
     for (;;) {
         int rc = s->ops->get(s, key, buf, cap, len);

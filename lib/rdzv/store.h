@@ -1,7 +1,8 @@
 /* The rendezvous store: a small key-value table every rank of a job can reach, used only
  * while communicators are created. Backends: file (a shared directory), tcp (rank 0
  * serves it), mem (in-process, for ranks that are threads). get() never blocks; waiting
- * with backoff and a deadline is cl_store_wait, written once for every backend. */
+ * with backoff and a deadline is cl_store_wait, written once for every backend (a
+ * caller's store that waits on its own does so instead). */
 #ifndef CL_STORE_H
 #define CL_STORE_H
 
@@ -18,6 +19,10 @@ typedef struct cl_store_ops {
     /* COLL_INPROGRESS when the key is not there yet. */
     int (*get)(cl_store *s, const char *key, void *buf, size_t cap, size_t *len);
     void (*close)(cl_store *s);
+    /* Optional: a get that waits up to timeout_ms on its own (COLL_ETIMEDOUT), for
+     * stores that can wait better than a polling loop. */
+    int (*wait)(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,
+                int timeout_ms);
 } cl_store_ops;
 
 struct cl_store {
@@ -38,6 +43,9 @@ int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, 
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen);
 int cl_store_file_open(const char *dir, cl_store **out);
 int cl_store_mem_open(const char *name, cl_store **out);
+/* The caller's store (coll_init_store); its context stays the caller's. */
+struct coll_store_ops;
+int cl_store_caller_open(const struct coll_store_ops *ops, void *ctx, cl_store **out);
 /* Rank 0 serves host:port (binding before anyone connects); every rank is a client that
  * retries with backoff until the deadline. */
 int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,

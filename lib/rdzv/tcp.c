@@ -357,7 +357,7 @@ static void tcp_close(cl_store *s)
     free(t);
 }
 
-static const cl_store_ops ops = { tcp_set, tcp_get, tcp_close };
+static const cl_store_ops ops = {.set = tcp_set, .get = tcp_get, .close = tcp_close};
 
 int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, cl_store **out,
                       char *err, size_t errlen)
