@@ -203,6 +203,23 @@ typedef struct coll_store_ops {
 COLL_API int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank,
                              int size, const coll_config *cfg);
 
+/* After a failure (COLL_EPEER, COLL_ETIMEDOUT, COLL_EMISMATCH ...) on comm: every
+ * surviving rank calls it; they agree on which ranks are gone (the same answer on every
+ * survivor) and get a new communicator of the survivors, ranked in their old order, with
+ * comm's transport, codec and settings. The old comm stays failed (only destroy is
+ * valid). Not collective over the dead ranks. A rank that does not answer within the
+ * timeout (COLL_TIMEOUT_MS) counts as failed, so it returns within a few timeouts. The
+ * survivors meet over a socket each communicator keeps listening from init to destroy
+ * (its lifeline); a healthy comm is failed first (its peers' calls end, and they shrink
+ * too). Where a second rank dies while the survivors agree, shrink may fail with
+ * COLL_EPEER or COLL_ETIMEDOUT on every survivor: calling it again agrees anew (every
+ * survivor must call it the same number of times). */
+COLL_API int coll_shrink(coll_comm *comm, coll_comm **out);
+/* The ranks of comm (old numbering) known to have failed; returns how many, writes at
+ * most max of them in ascending order. After coll_shrink, the agreed set; before, the
+ * peer this rank's failure began at (if a peer's loss caused it), or none. */
+COLL_API int coll_failed_ranks(const coll_comm *comm, int *ranks, int max);
+
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
  * get COLL_EMISMATCH. A send never waits for sends to other peers.

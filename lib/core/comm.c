@@ -1,5 +1,5 @@
 /* Communicator life cycle: init (rendezvous, listen, publish, connect), split, abort,
- * destroy. Every acquire is released on every exit through comm_free. */
+ * destroy. Every acquire is released on every exit through cl_comm_free. */
 #include "core/comm.h"
 
 #include "core/config.h"
@@ -7,6 +7,7 @@
 #include "base/util.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,19 @@
 
 static __thread char init_err[512];
 
-static void comm_free(coll_comm *c)
+void cl_comm_init_error(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_err, sizeof(init_err), fmt, ap);
+    va_end(ap);
+}
+
+void cl_comm_free(coll_comm *c)
+{
+    cl_life_close(&c->life);
+    free(c->lives);
+    free(c->failed);
     if (c->ctx)
         c->tr->ctx_destroy(c->ctx);
     if (c->store)
@@ -63,13 +75,15 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .fail = cl_comm_hooks(c)};
 }
 
-/* The communicator with its transport context and a listener, not yet connected. */
-static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
-                       cl_tr_listener **l, char handle[CL_HANDLE_BYTES])
+int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
+                   cl_tr_listener **l, cl_card *mine)
 {
     coll_comm *c = calloc(1, sizeof(*c));
     if (!c)
         return COLL_ENOMEM;
+    c->life.fd = -1;
+    memset(mine, 0, sizeof(*mine));
+    mine->machine = cl_machine_id();
     c->rank = rank;
     c->size = size;
     c->id = id;
@@ -92,30 +106,29 @@ static int comm_create(const cl_config *cfg, int rank, int size, uint64_t id, co
                 goto fail;
     c->p2p_seq[0] = calloc((size_t)size, sizeof(uint32_t));
     c->p2p_seq[1] = calloc((size_t)size, sizeof(uint32_t));
-    if (!c->p2p_seq[0] || !c->p2p_seq[1])
+    c->lives = calloc((size_t)size, CL_LIFE_ADDR);
+    c->failed = calloc((size_t)size, 1);
+    if (!c->p2p_seq[0] || !c->p2p_seq[1] || !c->lives || !c->failed)
         goto fail;
+    if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
+        goto fail;
+    snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
     cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier};
     if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK)
         goto fail;
     for (int ch = 0; ch < CL_CHANNELS; ch++)
         c->algo[ch] = algo_ctx(c, ch);
-    if ((rc = c->tr->listen(c->ctx, handle, l)) != COLL_OK)
+    if ((rc = c->tr->listen(c->ctx, mine->handle, l)) != COLL_OK)
         goto fail;
     *out = c;
     return COLL_OK;
 fail:
-    comm_free(c);
+    cl_comm_free(c);
     return rc;
 }
 
-/* What each rank publishes at the rendezvous: its transport handle and its machine. */
-typedef struct {
-    char handle[CL_HANDLE_BYTES];
-    uint64_t machine;
-} card;
-
 /* Ranks on one machine share its CPUs: more of them than CPUs, and pollers must yield. */
-static void count_local(coll_comm *c, const card *cards)
+static void count_local(coll_comm *c, const cl_card *cards)
 {
     c->local = 0;
     for (int p = 0; p < c->size; p++)
@@ -123,14 +136,16 @@ static void count_local(coll_comm *c, const card *cards)
     c->spin.crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* cards: one per rank of c, in rank order. */
-static int comm_connect(coll_comm *c, cl_tr_listener *l, const card *cards)
+int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
     char *handles = calloc((size_t)c->size, CL_HANDLE_BYTES);
     if (!handles)
         return COLL_ENOMEM;
-    for (int p = 0; p < c->size; p++)
+    for (int p = 0; p < c->size; p++) {
         memcpy(handles + (size_t)p * CL_HANDLE_BYTES, cards[p].handle, CL_HANDLE_BYTES);
+        memcpy(c->lives[p], cards[p].life, CL_LIFE_ADDR);
+        c->lives[p][CL_LIFE_ADDR - 1] = 0;
+    }
     count_local(c, cards);
     int rc = cl_mesh_connect(c, l, handles);
     free(handles);
@@ -140,7 +155,7 @@ static int comm_connect(coll_comm *c, cl_tr_listener *l, const card *cards)
 }
 
 /* Every rank's card from the store, or a timeout that names who never arrived. */
-static int gather_cards(coll_comm *c, card *cards, int64_t deadline)
+static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
 {
     int missing = 0, rc = COLL_OK;
     char list[256] = "";
@@ -149,7 +164,7 @@ static int gather_cards(coll_comm *c, card *cards, int64_t deadline)
         size_t len = 0;
         snprintf(key, sizeof(key), "addr/%d", p);
         int64_t d = missing ? cl_now_ms() : deadline; /* after the first miss, just look */
-        int r = cl_store_wait(c->store, key, &cards[p], sizeof(card), &len, d);
+        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &len, d);
         /* EPEER: rank 0 gave up first and its store went away; same story. */
         if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
             size_t at = strlen(list);
@@ -184,11 +199,11 @@ static int agree_job(coll_comm *c, int64_t deadline)
 static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
-    card mine = {.machine = cl_machine_id()};
+    cl_card mine;
     cl_tr_listener *l = NULL;
     coll_comm *c = NULL;
-    card *cards = NULL;
-    int rc = comm_create(cfg, rv->rank, rv->size, 0, &c, &l, mine.handle);
+    cl_card *cards = NULL;
+    int rc = cl_comm_create(cfg, rv->rank, rv->size, 0, &c, &l, &mine);
     if (rc != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
                  coll_strerror(rc));
@@ -204,13 +219,13 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
         (rc = agree_job(c, deadline)) ||
         (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
         goto fail;
-    if (!(cards = calloc((size_t)c->size, sizeof(card)))) {
+    if (!(cards = calloc((size_t)c->size, sizeof(cl_card)))) {
         rc = COLL_ENOMEM;
         goto fail;
     }
     if ((rc = gather_cards(c, cards, deadline)) != COLL_OK)
         goto fail;
-    if ((rc = comm_connect(c, l, cards)) != COLL_OK) {
+    if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "%.500s", c->err);
         goto fail;
     }
@@ -222,7 +237,7 @@ fail:
         snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
                  coll_strerror(rc));
     free(cards);
-    comm_free(c);
+    cl_comm_free(c);
     return rc;
 }
 
@@ -307,38 +322,43 @@ static int members_of(const int *ck, int n, int color, member *out)
     return m;
 }
 
+cl_config cl_comm_config(const coll_comm *c)
+{
+    return (cl_config){c->tr,         c->device[0] ? c->device : NULL,
+                       c->timeout_ms, c->segment_bytes,
+                       c->secret,     c->codec,
+                       c->spin.spin_us, c->force[0] ? c->force : NULL};
+}
+
 static int split_connect(coll_comm *parent, const member *mem, int m, int newrank, int color,
                          coll_comm **out)
 {
-    cl_config cfg = {parent->tr,         parent->device[0] ? parent->device : NULL,
-                     parent->timeout_ms, parent->segment_bytes,
-                     parent->secret,     parent->codec,
-                     parent->spin.spin_us, parent->force[0] ? parent->force : NULL};
-    card me = {.machine = cl_machine_id()};
-    card *all = calloc((size_t)parent->size, sizeof(card));
-    card *mine = calloc((size_t)(m ? m : 1), sizeof(card));
+    cl_config cfg = cl_comm_config(parent);
+    cl_card me = {0};
+    cl_card *all = calloc((size_t)parent->size, sizeof(cl_card));
+    cl_card *mine = calloc((size_t)(m ? m : 1), sizeof(cl_card));
     uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
     uint64_t id = cl_hash(seed, sizeof(seed), parent->job);
     coll_comm *c = NULL;
     cl_tr_listener *l = NULL;
     int rc = all && mine ? COLL_OK : COLL_ENOMEM;
     if (rc == COLL_OK && newrank >= 0)
-        rc = comm_create(&cfg, newrank, m, id, &c, &l, me.handle);
+        rc = cl_comm_create(&cfg, newrank, m, id, &c, &l, &me);
     /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
-    int rc2 = coll_allgather(parent, &me, all, sizeof(card), COLL_U8);
+    int rc2 = coll_allgather(parent, &me, all, sizeof(cl_card), COLL_U8);
     rc = rc != COLL_OK ? rc : rc2;
     if (rc == COLL_OK && c) {
         for (int i = 0; i < m; i++)
             mine[i] = all[mem[i].rank];
         c->job = parent->job;
-        rc = comm_connect(c, l, mine);
+        rc = cl_comm_connect(c, l, mine);
         if (rc != COLL_OK)
             snprintf(init_err, sizeof(init_err), "split: %.480s", c->err);
     }
     free(all);
     free(mine);
     if (rc != COLL_OK && c) {
-        comm_free(c);
+        cl_comm_free(c);
         c = NULL;
     }
     *out = c;
@@ -390,7 +410,7 @@ int coll_destroy(coll_comm *comm)
     if (pending)
         coll_abort(comm);
     cl_engine_stop(comm);
-    comm_free(comm);
+    cl_comm_free(comm);
     return COLL_OK;
 }
 

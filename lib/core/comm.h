@@ -4,7 +4,10 @@
 
 #include "collective.h"
 
+#include "core/config.h"
+
 #include "algo/algo.h"
+#include "core/life.h"
 #include "rdzv/store.h"
 #include "transports/transport.h"
 #include "wire/wire.h"
@@ -40,6 +43,10 @@ struct coll_comm {
     cl_notifier notifier;
     cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer] */
     cl_store *store;                    /* the job's store, kept by the root communicator */
+    cl_life life;                       /* where survivors find this rank after a failure */
+    char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
+    uint8_t *failed;                    /* per rank: agreed failed by a shrink */
+    uint32_t shrinks;                   /* coll_shrink calls on this communicator */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
 
     pthread_mutex_t mu; /* queue, request states, status */
@@ -62,6 +69,26 @@ struct coll_comm {
     cl_buf scratch; /* the running collective's (see busy) */
     cl_buf staging; /* the running pass's receive and send slots */
 };
+
+/* What each rank publishes when a communicator is built: where its transport listens,
+ * its machine, its lifeline. */
+typedef struct cl_card {
+    char handle[CL_HANDLE_BYTES];
+    uint64_t machine;
+    char life[CL_LIFE_ADDR];
+} cl_card;
+
+/* A communicator of `size` with its transport context, listener and lifeline, not yet
+ * connected; *mine is this rank's card. */
+int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
+                   cl_tr_listener **l, cl_card *mine);
+/* Connects c given every rank's card (rank order), then starts its engine. */
+int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
+void cl_comm_free(coll_comm *c);
+/* The configuration a communicator derived from c (split, shrink) inherits. */
+cl_config cl_comm_config(const coll_comm *c);
+/* Where the last failed init, split or shrink on this thread said why. */
+void cl_comm_init_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Records the communicator's first failure with its sentence, closes every link so the
  * peers notice, and wakes every waiter. Later failures only count as errors. */
