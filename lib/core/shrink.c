@@ -135,8 +135,9 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
 }
 
 /* A whole message on link l: checks it and takes it as its sender's word for `round`
- * (round CARDS skips what is left of the rounds before it). */
-static void take(agreement *a, inlink *l, int round, uint8_t *next)
+ * (round CARDS skips what is left of the rounds before it): its set joins this rank's,
+ * and differs or not from what this rank sent (`sent`). */
+static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
 {
     coll_comm *c = a->c;
     life_msg m;
@@ -146,6 +147,11 @@ static void take(agreement *a, inlink *l, int round, uint8_t *next)
     int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id && m.secret == c->secret &&
              m.size == a->n && m.from >= 0 && m.from < a->n && m.from != c->rank &&
              m.attempt == c->shrinks && (l->rank < 0 || l->rank == m.from);
+    /* Counted failed already (it came too late): its word no longer counts. */
+    if (ok && (a->dead[m.from] || a->done[m.from])) {
+        l->rank = m.from;
+        return;
+    }
     if (ok && round == CARDS && m.round != CARDS)
         return;
     if (!ok || m.round != round) {
@@ -156,8 +162,6 @@ static void take(agreement *a, inlink *l, int round, uint8_t *next)
         return;
     }
     l->rank = m.from;
-    if (a->dead[m.from] || a->done[m.from])
-        return;
     a->heard[m.from] = 1;
     if (round == CARDS) {
         a->cards[m.from] = m.card;
@@ -165,18 +169,18 @@ static void take(agreement *a, inlink *l, int round, uint8_t *next)
     }
     a->done[m.from] = m.decided != 0;
     for (int p = 0; p < a->n; p++)
-        next[p] |= set[p];
-    if (memcmp(set, a->dead, (size_t)a->n) != 0)
+        a->dead[p] |= set[p];
+    if (memcmp(set, sent, (size_t)a->n) != 0)
         a->disagree = 1;
 }
 
-static void read_link(agreement *a, inlink *l, int round, uint8_t *next)
+static void read_link(agreement *a, inlink *l, int round, const uint8_t *sent)
 {
     ssize_t got = read(l->fd, l->buf + l->off, a->msz - l->off);
     if (got > 0) {
         l->off += (size_t)got;
         if (l->off == a->msz)
-            take(a, l, round, next);
+            take(a, l, round, sent);
     } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         lost(a, l->rank, "its lifeline closed");
         close(l->fd);
@@ -206,22 +210,38 @@ static int waiting(const agreement *a)
     return 0;
 }
 
-/* Reads every live peer's word for `round` into next (or counts the peer failed). */
-static void read_round(agreement *a, int round, uint8_t *next, int64_t deadline)
+/* The poll set: the listener, links still to be heard from, and the sockets we dialed
+ * to peers still to be heard from (never written to by the peer: readable means it
+ * closed, which is how the death of a rank that has not dialed us yet shows).
+ * idx: an in-link's index, or -1 - rank for a dialed socket. */
+static int poll_set(const agreement *a, struct pollfd *pf, int *idx)
 {
-    struct pollfd *pf = calloc((size_t)a->cap + 1, sizeof(*pf));
-    int *idx = calloc((size_t)a->cap + 1, sizeof(int));
-    while (pf && idx && waiting(a)) {
-        int k = 0;
-        pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = POLLIN};
-        for (int i = 0; i < a->nin; i++) {
-            inlink *l = &a->in[i];
-            /* A peer a round ahead waits in its socket until this round is done. */
-            if (l->fd >= 0 && (l->rank < 0 || (live(a, l->rank) && !a->heard[l->rank]))) {
-                idx[k] = i;
-                pf[k++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
-            }
+    int k = 0;
+    pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = POLLIN};
+    for (int i = 0; i < a->nin; i++) {
+        const inlink *l = &a->in[i];
+        /* A peer a round ahead waits in its socket until this round is done. */
+        if (l->fd >= 0 && (l->rank < 0 || (live(a, l->rank) && !a->heard[l->rank]))) {
+            idx[k] = i;
+            pf[k++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
         }
+    }
+    for (int p = 0; p < a->n; p++)
+        if (live(a, p) && !a->heard[p] && a->out[p] >= 0) {
+            idx[k] = -1 - p;
+            pf[k++] = (struct pollfd){.fd = a->out[p], .events = POLLIN};
+        }
+    return k;
+}
+
+/* Reads every live peer's word for `round` (or counts the peer failed). */
+static void read_round(agreement *a, int round, const uint8_t *sent, int64_t deadline)
+{
+    size_t slots = (size_t)a->cap + (size_t)a->n + 1;
+    struct pollfd *pf = calloc(slots, sizeof(*pf));
+    int *idx = calloc(slots, sizeof(int));
+    while (pf && idx && waiting(a)) {
+        int k = poll_set(a, pf, idx);
         int64_t left = deadline - cl_now_ms();
         if (left <= 0)
             break;
@@ -229,9 +249,14 @@ static void read_round(agreement *a, int round, uint8_t *next, int64_t deadline)
             continue;
         if (pf[0].revents)
             accept_new(a);
-        for (int j = 1; j < k; j++)
-            if (pf[j].revents)
-                read_link(a, &a->in[idx[j]], round, next);
+        for (int j = 1; j < k; j++) {
+            if (!pf[j].revents)
+                continue;
+            if (idx[j] >= 0)
+                read_link(a, &a->in[idx[j]], round, sent);
+            else
+                lost(a, -1 - idx[j], "the lifeline it accepted closed");
+        }
     }
     for (int p = 0; p < a->n; p++)
         if (live(a, p) && !a->heard[p])
@@ -244,25 +269,26 @@ static void read_round(agreement *a, int round, uint8_t *next, int64_t deadline)
 static int agree(agreement *a)
 {
     coll_comm *c = a->c;
-    uint8_t *next = malloc((size_t)a->n);
-    if (!next)
+    uint8_t *sent = malloc((size_t)a->n);
+    if (!sent)
         return COLL_ENOMEM;
-    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    /* Survivors come late by up to a timeout (one whose collective ended by its timeout,
+     * another's at once when the peer closed), and rounds end that far apart. */
+    int64_t deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
     dial_all(a, deadline);
     int decided = 0;
     for (int round = 0; !decided && round <= 2 * a->n + 2; round++) {
+        memcpy(sent, a->dead, (size_t)a->n);
         send_round(a, round, 0, deadline);
         memset(a->heard, 0, (size_t)a->n);
-        memcpy(next, a->dead, (size_t)a->n);
         a->disagree = 0;
-        read_round(a, round, next, deadline);
-        decided = !a->disagree && memcmp(next, a->dead, (size_t)a->n) == 0;
-        memcpy(a->dead, next, (size_t)a->n);
-        deadline = cl_now_ms() + c->timeout_ms;
+        read_round(a, round, sent, deadline);
+        decided = !a->disagree && memcmp(sent, a->dead, (size_t)a->n) == 0;
+        deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
         if (decided)
             send_round(a, round + 1, 1, deadline);
     }
-    free(next);
+    free(sent);
     if (!decided)
         return COLL_ETIMEDOUT;
     return a->dead[c->rank] ? COLL_EPEER : COLL_OK;
@@ -272,18 +298,23 @@ static int agree(agreement *a)
 static int trade_cards(agreement *a, cl_card *cards)
 {
     int64_t deadline = cl_now_ms() + a->c->timeout_ms;
+    uint8_t *agreed = malloc((size_t)a->n);
+    if (!agreed)
+        return COLL_ENOMEM;
+    memcpy(agreed, a->dead, (size_t)a->n);
     memset(a->done, 0, (size_t)a->n); /* from here, live = survivor */
     memset(a->heard, 0, (size_t)a->n);
     send_round(a, CARDS, 0, deadline);
     read_round(a, CARDS, NULL, deadline);
     int m = 0, rc = COLL_OK;
     for (int p = 0; p < a->n; p++) {
-        if (a->dead[p])
+        if (agreed[p])
             continue;
         if (p != a->c->rank && !a->heard[p])
             rc = COLL_EPEER;
         cards[m++] = a->cards[p];
     }
+    free(agreed);
     return rc;
 }
 

@@ -1,5 +1,5 @@
 /* coll_shrink through the public API with real processes: ranks killed at a random
- * point of a run of all-reduces (one, two, rank 0 among them) on tcp, shm and auto; the
+ * point of a run of all-reduces (one, two, rank 0 among them) or hung, on tcp, shm and auto; the
  * survivors agree on the same failed set, get a communicator of themselves in their old
  * order, and their all-reduces on it are right. A healthy communicator shrinks to a copy
  * of itself; bad arguments are errors. */
@@ -18,6 +18,7 @@ enum { TIMEOUT_MS = 2000, MAX_VICTIMS = 2 };
 
 typedef struct {
     int victims[MAX_VICTIMS], nv, at; /* nv == 0: nobody dies, every rank shrinks */
+    int stop;                         /* victims stop (SIGSTOP) instead of dying */
 } plan;
 
 static int is_victim(const plan *k, int r)
@@ -36,7 +37,7 @@ static int run_until_failure(coll_comm *c, const plan *k)
     int rc = COLL_OK;
     for (int it = 0; it < 400 && rc == COLL_OK; it++) {
         if (is_victim(k, coll_rank(c)) && it == k->at)
-            raise(SIGKILL);
+            raise(k->stop ? SIGSTOP : SIGKILL);
         rc = coll_allreduce(c, buf, buf, count >> (it % 5), COLL_F32, COLL_SUM);
         if (!k->nv && it == 10)
             break;
@@ -96,8 +97,9 @@ static int shrink_rank(coll_comm *c, void *arg)
 
 static void run_plan(int n, plan k, const char *transport)
 {
+    /* A stopped victim is killed at the deadline, once the survivors are long done. */
     run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transport,
-                  .timeout_ms = TIMEOUT_MS, .deadline_s = 40};
+                  .timeout_ms = TIMEOUT_MS, .deadline_s = k.stop ? 16 : 40};
     run_ranks(&o, shrink_rank, &k);
     for (int r = 0; r < n; r++) {
         if (is_victim(&k, r))
@@ -116,7 +118,7 @@ START_TEST(survivors_of_one_death_shrink_and_go_on)
 {
     srand((unsigned)(_i * 7919 + 5));
     int n = 3 + _i % 3;
-    plan k = {{_i % 4 == 0 ? 0 : 1 + rand() % (n - 1)}, 1, rand() % 30};
+    plan k = {{_i % 4 == 0 ? 0 : 1 + rand() % (n - 1)}, 1, rand() % 30, 0};
     run_plan(n, k, transports[_i % 3]);
 }
 END_TEST
@@ -124,15 +126,24 @@ END_TEST
 /* Two ranks die at once, on 5 ranks. */
 START_TEST(survivors_of_two_deaths_shrink_and_go_on)
 {
-    plan k = {{1, 3}, 2, 5 + _i};
+    plan k = {{1, 3}, 2, 5 + _i, 0};
     run_plan(5, k, transports[_i % 3]);
+}
+END_TEST
+
+/* A rank that hangs (SIGSTOP) answers no dial and no round: counted failed after the
+ * agreement's deadline, and the others carry on. */
+START_TEST(survivors_of_a_hung_rank_shrink_and_go_on)
+{
+    plan k = {{2}, 1, 3, 1};
+    run_plan(4, k, transports[_i]);
 }
 END_TEST
 
 /* Nobody died: every rank shrinks a healthy communicator and gets all of them back. */
 START_TEST(healthy_communicator_shrinks_to_itself)
 {
-    plan k = {{0}, 0, 0};
+    plan k = {{0}, 0, 0, 0};
     run_plan(3, k, "tcp");
 }
 END_TEST
@@ -166,6 +177,7 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_loop_test(t, survivors_of_one_death_shrink_and_go_on, 0, 12);
     tcase_add_loop_test(t, survivors_of_two_deaths_shrink_and_go_on, 0, 3);
+    tcase_add_loop_test(t, survivors_of_a_hung_rank_shrink_and_go_on, 0, 2);
     tcase_add_test(t, healthy_communicator_shrinks_to_itself);
     tcase_add_test(t, bad_arguments_are_einval);
     suite_add_tcase(s, t);
