@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #define CL_HANDLE_BYTES 128
-#define CL_HELLO_BYTES 48
+#define CL_HELLO_BYTES 64
 #define CL_MSG_MAGIC 0xC011u
 
 /* The per-message header, little-endian on the wire (every supported host is). */

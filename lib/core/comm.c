@@ -93,7 +93,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     atomic_init(&c->spin.boost, 1);
     c->codec = cfg->codec;
     snprintf(c->force, sizeof(c->force), "%s", cfg->algo ? cfg->algo : "");
-    c->secret = cfg->secret;
+    c->keyed = cfg->keyed;
+    memcpy(c->key, cfg->key, sizeof(c->key));
     c->tr = cfg->transport;
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
     pthread_mutex_init(&c->mu, NULL);
@@ -195,6 +196,28 @@ static int agree_job(coll_comm *c, int64_t deadline)
     return cl_store_wait(c->store, "job", &c->job, sizeof(c->job), &len, deadline);
 }
 
+/* With COLL_SECRET, the store's values carry a tag: nobody without it writes an address. */
+static int seal_store(coll_comm *c)
+{
+    cl_store *sealed;
+    int rc = cl_store_seal(c->store, c->key, &sealed);
+    if (rc == COLL_OK)
+        c->store = sealed;
+    return rc;
+}
+
+/* Without a secret, anyone who reaches the rendezvous can join the job: say so once
+ * when it is reachable from beyond this machine. */
+static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
+{
+    static atomic_int told;
+    int local = strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0;
+    if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || local || atomic_exchange(&told, 1))
+        return;
+    cl_log(COLL_LOG_WARN, "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "
+           "join this job or read its data (see the README, Security)", rv->where);
+}
+
 /* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
 static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
@@ -216,6 +239,7 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
     c->store = store;
     if ((!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err,
                                        sizeof(init_err)))) ||
+        (cfg->keyed && (rc = seal_store(c))) ||
         (rc = agree_job(c, deadline)) ||
         (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
         goto fail;
@@ -230,6 +254,10 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
         goto fail;
     }
     free(cards);
+    /* Every rank has read every card once this rank's links all carried a first
+     * message: the store has served its purpose (rank 0's server closes now). */
+    c->store->ops->close(c->store);
+    c->store = NULL;
     *out = c;
     return COLL_OK;
 fail:
@@ -254,6 +282,7 @@ int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_c
         rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
     if (rc == COLL_OK) {
         ignore_sigpipe();
+        warn_unkeyed(&conf, &rv);
         rc = init_comm(out, &conf, &rv, NULL);
     }
     if (rc != COLL_OK)
@@ -283,11 +312,6 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
     if (rc == COLL_OK) {
         ignore_sigpipe();
         rc = init_comm(out, &conf, &rv, s);
-    }
-    /* The caller's store is theirs again: nothing here calls it after init. */
-    if (rc == COLL_OK) {
-        (*out)->store->ops->close((*out)->store);
-        (*out)->store = NULL;
     }
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);
@@ -324,10 +348,16 @@ static int members_of(const int *ck, int n, int color, member *out)
 
 cl_config cl_comm_config(const coll_comm *c)
 {
-    return (cl_config){c->tr,         c->device[0] ? c->device : NULL,
-                       c->timeout_ms, c->segment_bytes,
-                       c->secret,     c->codec,
-                       c->spin.spin_us, c->force[0] ? c->force : NULL};
+    cl_config cfg = {.transport = c->tr,
+                     .device = c->device[0] ? c->device : NULL,
+                     .timeout_ms = c->timeout_ms,
+                     .segment_bytes = c->segment_bytes,
+                     .keyed = c->keyed,
+                     .codec = c->codec,
+                     .spin_us = c->spin.spin_us,
+                     .algo = c->force[0] ? c->force : NULL};
+    memcpy(cfg.key, c->key, sizeof(cfg.key));
+    return cfg;
 }
 
 static int split_connect(coll_comm *parent, const member *mem, int m, int newrank, int color,

@@ -29,7 +29,9 @@ struct coll_req {
 
 struct coll_comm {
     int rank, size;
-    uint64_t id, job, secret;
+    uint64_t id, job;
+    int keyed;                 /* COLL_SECRET is set: every link and lifeline proves it */
+    uint8_t key[CL_KEY_BYTES];
     int timeout_ms;
     size_t segment_bytes;
     cl_spin_tune spin;
@@ -42,7 +44,7 @@ struct coll_comm {
     cl_tr_ctx *ctx;
     cl_notifier notifier;
     cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer] */
-    cl_store *store;                    /* the job's store, kept by the root communicator */
+    cl_store *store;                    /* the job's store, while init runs */
     cl_life life;                       /* where survivors find this rank after a failure */
     char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */

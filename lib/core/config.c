@@ -99,6 +99,10 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     const char *secret = getenv("COLL_SECRET");
-    out->secret = secret ? cl_hash(secret, strlen(secret), 0x5ec7e7) : 0;
+    out->keyed = secret != NULL;
+    if (secret && cl_auth_key(secret, out->key) != 0) {
+        snprintf(err, errlen, "COLL_SECRET: deriving the key failed (libcrypto)");
+        return COLL_ESYS;
+    }
     return COLL_OK;
 }

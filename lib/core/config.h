@@ -4,6 +4,7 @@
 
 #include "transports/transport.h"
 #include "rdzv/store.h"
+#include "base/auth.h"
 #include "collective.h"
 
 #include <stdint.h>
@@ -20,7 +21,8 @@ typedef struct cl_config {
     const char *device; /* NULL: transport's own choice */
     int timeout_ms;
     size_t segment_bytes;
-    uint64_t secret; /* hash of $COLL_SECRET, 0 when unset */
+    int keyed;                 /* COLL_SECRET is set */
+    uint8_t key[CL_KEY_BYTES]; /* derived from it (base/auth.h) */
     coll_codec codec;
     int spin_us;      /* how long a waiting collective polls before it sleeps */
     const char *algo; /* COLL_ALGO, NULL: the library chooses */

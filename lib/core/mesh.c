@@ -1,9 +1,14 @@
 /* Connection set-up: every rank connects to every other rank once per channel and
- * accepts the same from each. The handshake (magic, protocol version, job id, secret,
+ * accepts the same from each. The handshake (magic, protocol version, job id,
  * communicator id, rank, channel) is checked here; a stray or hostile connection is
- * logged as a protocol error and dropped, and never takes a slot. */
+ * logged as a protocol error and dropped, and never takes a slot. With COLL_SECRET, each
+ * link's first message is its sender's proof: a tag under the job's key over the nonce
+ * the receiver drew for its own link back (sent in its hello), so every link is
+ * authenticated both ways and no proof can be replayed. Init returns only once every
+ * proof checked. */
 #include "core/comm.h"
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "wire/wire.h"
@@ -13,13 +18,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The nonces of this communicator's hellos, [channel * size + peer]. */
+typedef struct {
+    uint8_t (*drawn)[CL_NONCE_BYTES]; /* in the hello this rank sent the peer */
+    uint8_t (*got)[CL_NONCE_BYTES];   /* in the hello the peer sent this rank */
+} nonces;
+
 static cl_hello_expect expectation(const coll_comm *c)
 {
-    return (cl_hello_expect){c->job, c->secret, c->id, c->rank, c->size, CL_CHANNELS};
+    return (cl_hello_expect){c->job, c->id, c->rank, c->size, CL_CHANNELS, c->keyed};
 }
 
 /* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
-static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn)
+static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn, nonces *nc)
 {
     cl_hello_expect e = expectation(c);
     const char *why;
@@ -31,7 +42,17 @@ static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *co
                c->tr->peer_name(conn), coll_strerror(COLL_EPROTO), why);
         return -1;
     }
+    cl_hello_nonce(raw, nc->got[slot]);
     return slot;
+}
+
+/* The proof on link (channel ch, from -> to) over the nonce its receiver drew. */
+static void proof(const coll_comm *c, int ch, int from, int to, const uint8_t *nonce,
+                  uint8_t tag[CL_TAG_BYTES])
+{
+    int32_t who[3] = {ch, from, to};
+    cl_auth_tag(c->key, tag, 5, "coll link v1", (size_t)12, &c->job, sizeof(c->job), &c->id,
+                sizeof(c->id), who, sizeof(who), nonce, (size_t)CL_NONCE_BYTES);
 }
 
 static int missing_ranks(coll_comm *c, char *out, size_t len)
@@ -47,7 +68,7 @@ static int missing_ranks(coll_comm *c, char *out, size_t len)
     return n;
 }
 
-static int accept_all(coll_comm *c, cl_tr_listener *l)
+static int accept_all(coll_comm *c, cl_tr_listener *l, nonces *nc)
 {
     int want = 2 * (c->size - 1), have = 0;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
@@ -57,7 +78,7 @@ static int accept_all(coll_comm *c, cl_tr_listener *l)
         cl_tr_conn *conn;
         int rc = c->tr->accept(l, raw, &conn);
         if (rc == COLL_OK) {
-            int slot = claim(c, raw, conn);
+            int slot = claim(c, raw, conn, nc);
             if (slot < 0) {
                 c->tr->close_conn(conn);
             } else {
@@ -80,23 +101,51 @@ static int accept_all(coll_comm *c, cl_tr_listener *l)
     return COLL_OK;
 }
 
-/* One empty message over every link, both ways: init returns only once every link
- * carried data, so a rank that leaves right after init cannot strand its peers. */
-static int exchange_first_message(coll_comm *c)
+/* A link's first message: a real one (not a farewell), with its proof if keyed. */
+static int first_ok(coll_comm *c, int ch, int p, const cl_msg_hdr *h, const uint8_t *tag,
+                    const nonces *nc)
+{
+    uint8_t want[CL_TAG_BYTES];
+    if (h->coll == CL_FAREWELL) {
+        cl_comm_fail(c, COLL_EPEER, "rank %d: rank %d failed while connecting", c->rank, p);
+        return COLL_EPEER;
+    }
+    if (h->magic == CL_MSG_MAGIC && h->coll == 0 && h->len == (c->keyed ? CL_TAG_BYTES : 0u)) {
+        if (!c->keyed)
+            return COLL_OK;
+        proof(c, ch, p, c->rank, nc->drawn[ch * c->size + p], want);
+        if (cl_auth_equal(want, tag))
+            return COLL_OK;
+    }
+    cl_comm_fail(c, COLL_EPROTO, "rank %d: rank %d's link (channel %d) failed authentication: "
+                 "another COLL_SECRET, or not a rank of this job", c->rank, p, ch);
+    return COLL_EPROTO;
+}
+
+/* Every link's first message, both ways: init returns only once every link carried one
+ * (so a rank that leaves right after init cannot strand its peers), and with a secret
+ * only once every peer proved it on every link. */
+static int exchange_first_message(coll_comm *c, const nonces *nc)
 {
     int n = c->size, k = 0, rc = COLL_OK;
-    cl_tr_req **reqs = calloc((size_t)(4 * n), sizeof(*reqs));
-    cl_msg_hdr *in = calloc((size_t)(2 * n), sizeof(*in));
-    cl_msg_hdr h = {.magic = CL_MSG_MAGIC};
-    if (!reqs || !in)
+    size_t links = (size_t)(CL_CHANNELS * n);
+    cl_tr_req **reqs = calloc(2 * links, sizeof(*reqs));
+    cl_msg_hdr *in = calloc(links, sizeof(*in));
+    uint8_t (*out_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
+    uint8_t (*in_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
+    cl_msg_hdr h = {.magic = CL_MSG_MAGIC, .len = c->keyed ? CL_TAG_BYTES : 0};
+    if (!reqs || !in || !out_tag || !in_tag)
         rc = COLL_ENOMEM;
     for (int ch = 0; ch < CL_CHANNELS && rc == COLL_OK; ch++)
         for (int p = 0; p < n && rc == COLL_OK; p++) {
             if (p == c->rank)
                 continue;
-            rc = c->tr->isend(c->conns[ch][0][p], &h, NULL, &reqs[k++]);
+            int at = ch * n + p;
+            if (c->keyed)
+                proof(c, ch, c->rank, p, nc->got[at], out_tag[at]);
+            rc = c->tr->isend(c->conns[ch][0][p], &h, out_tag[at], &reqs[k++]);
             if (rc == COLL_OK)
-                rc = c->tr->irecv(c->conns[ch][1][p], &in[ch * n + p], NULL, 0, &reqs[k++]);
+                rc = c->tr->irecv(c->conns[ch][1][p], &in[at], in_tag[at], CL_TAG_BYTES, &reqs[k++]);
         }
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     for (int i = 0; i < k; i++) {
@@ -111,26 +160,34 @@ static int exchange_first_message(coll_comm *c)
             if (!done)
                 cl_notifier_wait(&c->notifier, seen, deadline);
         }
+        int j = (i / 2) % (n - 1), peer = j < c->rank ? j : j + 1, ch = i / 2 / (n - 1);
         if (r != COLL_OK && rc == COLL_OK) {
-            int j = (i / 2) % (n - 1), peer = j < c->rank ? j : j + 1;
             cl_comm_fail(c, r, "rank %d: the first message with rank %d failed: %s", c->rank, peer,
                          coll_strerror(r));
             rc = r;
         }
+        if (r == COLL_OK && rc == COLL_OK && i % 2)
+            rc = first_ok(c, ch, peer, &in[ch * n + peer], in_tag[ch * n + peer], nc);
     }
     free(reqs);
     free(in);
+    free(out_tag);
+    free(in_tag);
     return rc;
 }
 
-int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
+static int connect_all(coll_comm *c, const char *handles, nonces *nc)
 {
     for (int ch = 0; ch < CL_CHANNELS; ch++) {
         for (int k = 1; k < c->size; k++) {
             int p = (c->rank + k) % c->size; /* spread the connects: not all at rank 0 */
             uint8_t raw[CL_HELLO_BYTES];
             cl_hello_expect me = expectation(c);
-            cl_hello_make(&me, ch, raw);
+            if (cl_auth_nonce(nc->drawn[ch * c->size + p], CL_NONCE_BYTES) != 0) {
+                cl_comm_fail(c, COLL_ESYS, "rank %d: no random bytes for a nonce", c->rank);
+                return COLL_ESYS;
+            }
+            cl_hello_make(&me, ch, nc->drawn[ch * c->size + p], raw);
             int rc = c->tr->connect(c->ctx, handles + (size_t)p * CL_HANDLE_BYTES, raw,
                                     &c->conns[ch][0][p]);
             if (rc != COLL_OK) {
@@ -141,10 +198,21 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
             }
         }
     }
-    int rc = accept_all(c, l);
+    return COLL_OK;
+}
+
+int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
+{
+    size_t links = (size_t)(CL_CHANNELS * c->size);
+    nonces nc = {calloc(links, CL_NONCE_BYTES), calloc(links, CL_NONCE_BYTES)};
+    int rc = nc.drawn && nc.got ? connect_all(c, handles, &nc) : COLL_ENOMEM;
+    if (rc == COLL_OK)
+        rc = accept_all(c, l, &nc);
     c->tr->close_listener(l);
     if (rc == COLL_OK)
-        rc = exchange_first_message(c);
+        rc = exchange_first_message(c, &nc);
+    free(nc.drawn);
+    free(nc.got);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
         int n = c->size, prev = (c->rank + n - 1) % n, next = (c->rank + 1) % n;
         cl_log(COLL_LOG_INFO,

@@ -13,11 +13,13 @@
  * communicators; calling it again agrees anew. */
 #include "core/comm.h"
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +31,9 @@
 typedef struct {
     uint32_t magic, attempt;
     int32_t from, round, decided, size;
-    uint64_t job, id, secret;
-    cl_card card; /* round CARDS: the sender's, for the new communicator */
+    uint64_t job, id;
+    cl_card card;               /* round CARDS: the sender's, for the new communicator */
+    uint8_t tag[CL_TAG_BYTES];  /* with COLL_SECRET: HMAC of the message, this zeroed */
     /* then `size` bytes: 1 where the sender counts a rank as failed */
 } life_msg;
 
@@ -120,15 +123,41 @@ static void dial_all(agreement *a, int64_t deadline)
     }
 }
 
+/* With COLL_SECRET, a lifeline message carries a tag under the job's key: nobody
+ * without it can speak in an agreement (a message replayed from one is the same word
+ * again, and the attempt number keeps one agreement's words out of the next). */
+static void seal(const agreement *a, uint8_t *msg)
+{
+    uint8_t *tag = msg + offsetof(life_msg, tag);
+    memset(tag, 0, CL_TAG_BYTES);
+    cl_auth_tag(a->c->key, tag, 2, "coll life v1", (size_t)12, msg, a->msz);
+}
+
+static int sealed(const agreement *a, const uint8_t *msg)
+{
+    if (!a->c->keyed)
+        return 1;
+    uint8_t *copy = malloc(a->msz), want[CL_TAG_BYTES];
+    if (!copy)
+        return 0;
+    memcpy(copy, msg, a->msz);
+    seal(a, copy);
+    memcpy(want, copy + offsetof(life_msg, tag), CL_TAG_BYTES);
+    free(copy);
+    return cl_auth_equal(want, msg + offsetof(life_msg, tag));
+}
+
 static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
-    life_msg m = {LIFE_MAGIC, c->shrinks, c->rank, round, decided, a->n,
-                  c->job,     c->id,      c->secret, {{0}, 0, {0}}};
+    life_msg m = {LIFE_MAGIC, c->shrinks, c->rank, round, decided, a->n, c->job, c->id,
+                  {{0}, 0, {0}}, {0}};
     if (round == CARDS)
         m.card = a->cards[c->rank];
     memcpy(a->msg, &m, sizeof(m));
     memcpy(a->msg + sizeof(m), a->dead, (size_t)a->n);
+    if (c->keyed)
+        seal(a, a->msg);
     for (int p = 0; p < a->n; p++)
         if (live(a, p) && cl_life_send(a->out[p], a->msg, a->msz, deadline) != COLL_OK)
             lost(a, p, "the lifeline closed");
@@ -144,7 +173,7 @@ static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
     memcpy(&m, l->buf, sizeof(m));
     const uint8_t *set = l->buf + sizeof(m);
     l->off = 0;
-    int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id && m.secret == c->secret &&
+    int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id && sealed(a, l->buf) &&
              m.size == a->n && m.from >= 0 && m.from < a->n && m.from != c->rank &&
              m.attempt == c->shrinks && (l->rank < 0 || l->rank == m.from);
     /* Counted failed already (it came too late): its word no longer counts. */

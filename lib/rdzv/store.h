@@ -46,6 +46,9 @@ int cl_store_mem_open(const char *name, cl_store **out);
 /* The caller's store (coll_init_store); its context stays the caller's. */
 struct coll_store_ops;
 int cl_store_caller_open(const struct coll_store_ops *ops, void *ctx, cl_store **out);
+/* Wraps inner (owned from now on) so every value carries an HMAC under key (the job's
+ * COLL_SECRET key) and values that do not check are not there. */
+int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out);
 /* Rank 0 serves host:port (binding before anyone connects); every rank is a client that
  * retries with backoff until the deadline. */
 int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,

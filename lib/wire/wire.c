@@ -3,6 +3,7 @@
 
 #include "collective.h"
 
+#include <stddef.h>
 #include <string.h>
 
 const char *cl_kind_name(int kind)
@@ -15,19 +16,25 @@ const char *cl_kind_name(int kind)
     return kind >= CL_ALLREDUCE && kind < CL_KINDS ? names[kind] : names[0];
 }
 
-void cl_hello_make(const cl_hello_expect *me, int channel, uint8_t out[CL_HELLO_BYTES])
+void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t nonce[16],
+                   uint8_t out[CL_HELLO_BYTES])
 {
-    cl_hello h = {CL_HELLO_MAGIC,
-                  CL_PROTO_VERSION,
-                  COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR,
-                  me->job,
-                  me->secret,
-                  me->comm,
-                  (uint32_t)me->rank,
-                  (uint32_t)channel,
-                  (uint32_t)me->size,
-                  0};
+    cl_hello h = {.magic = CL_HELLO_MAGIC,
+                  .proto = CL_PROTO_VERSION,
+                  .libver = COLL_VERSION_MAJOR * 100 + COLL_VERSION_MINOR,
+                  .job = me->job,
+                  .comm = me->comm,
+                  .rank = (uint32_t)me->rank,
+                  .channel = (uint32_t)channel,
+                  .size = (uint32_t)me->size,
+                  .keyed = me->keyed != 0};
+    memcpy(h.nonce, nonce, sizeof(h.nonce));
     memcpy(out, &h, sizeof(h));
+}
+
+void cl_hello_nonce(const uint8_t raw[CL_HELLO_BYTES], uint8_t nonce[16])
+{
+    memcpy(nonce, raw + offsetof(cl_hello, nonce), 16);
 }
 
 int cl_hello_check(const uint8_t raw[CL_HELLO_BYTES], const cl_hello_expect *e, const char **why)
@@ -39,8 +46,8 @@ int cl_hello_check(const uint8_t raw[CL_HELLO_BYTES], const cl_hello_expect *e, 
         *why = "bad magic";
     else if (h.proto != CL_PROTO_VERSION)
         *why = "protocol version differs";
-    else if (h.secret != e->secret)
-        *why = "wrong COLL_SECRET";
+    else if (h.keyed != (uint32_t)(e->keyed != 0))
+        *why = "COLL_SECRET set on one side only";
     else if (h.job != e->job || h.comm != e->comm)
         *why = "belongs to another job or communicator";
     else if (h.rank >= (uint32_t)e->size || h.rank == (uint32_t)e->rank ||

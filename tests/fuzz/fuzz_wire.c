@@ -17,14 +17,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t raw[CL_HELLO_BYTES] = { 0 };
     memcpy(raw, data, size < sizeof(raw) ? size : sizeof(raw));
-    cl_hello_expect e = { 0x1234, 0xfeed, 7, 2, 5, CL_CHANNELS };
+    cl_hello_expect e = { 0x1234, 7, 2, 5, CL_CHANNELS, 1 };
     const char *why;
     int slot = cl_hello_check(raw, &e, &why);
     if (slot >= 0) {
         cl_hello h;
         memcpy(&h, raw, sizeof(h));
         REQUIRE(h.magic == CL_HELLO_MAGIC && h.proto == CL_PROTO_VERSION && h.job == e.job &&
-                h.secret == e.secret && h.comm == e.comm && h.size == (uint32_t)e.size &&
+                h.keyed == 1u && h.comm == e.comm && h.size == (uint32_t)e.size &&
                 h.rank < (uint32_t)e.size && h.rank != (uint32_t)e.rank &&
                 h.channel < (uint32_t)e.channels);
         REQUIRE(slot == (int)(h.channel * (uint32_t)e.size + h.rank));

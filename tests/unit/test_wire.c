@@ -8,7 +8,8 @@
 #include <check.h>
 #include <string.h>
 
-static const cl_hello_expect me = { 0x1234, 0xfeed, 7, 2, 5, CL_CHANNELS };
+static const cl_hello_expect me = { 0x1234, 7, 2, 5, CL_CHANNELS, 1 };
+static const uint8_t nonce[16] = { 1, 2, 3 };
 
 START_TEST(valid_peers_are_accepted_at_their_slot)
 {
@@ -18,7 +19,7 @@ START_TEST(valid_peers_are_accepted_at_their_slot)
             peer.rank = r;
             uint8_t raw[CL_HELLO_BYTES];
             const char *why;
-            cl_hello_make(&peer, ch, raw);
+            cl_hello_make(&peer, ch, nonce, raw);
             int slot = cl_hello_check(raw, &me, &why);
             ck_assert_int_eq(slot, r == me.rank ? -1 : ch * me.size + r);
         }
@@ -32,7 +33,7 @@ START_TEST(each_wrong_field_is_refused_with_its_reason)
         const char *why;
     } cases[] = { { offsetof(cl_hello, magic), "bad magic" },
                   { offsetof(cl_hello, proto), "protocol version" },
-                  { offsetof(cl_hello, secret), "COLL_SECRET" },
+                  { offsetof(cl_hello, keyed), "COLL_SECRET" },
                   { offsetof(cl_hello, job), "another job" },
                   { offsetof(cl_hello, comm), "another job" },
                   { offsetof(cl_hello, rank), "out of range" },
@@ -42,7 +43,7 @@ START_TEST(each_wrong_field_is_refused_with_its_reason)
     peer.rank = 0;
     uint8_t raw[CL_HELLO_BYTES];
     const char *why;
-    cl_hello_make(&peer, 0, raw);
+    cl_hello_make(&peer, 0, nonce, raw);
     raw[cases[_i].off] ^= 0x40;
     ck_assert_int_eq(cl_hello_check(raw, &me, &why), -1);
     ck_assert_msg(why && strstr(why, cases[_i].why), "got '%s', want '%s'", why, cases[_i].why);

@@ -46,7 +46,7 @@ static void post(cl_tr_ctx *ctx, struct cmd c)
 {
     struct cmd *p = malloc(sizeof(*p));
     if (!p)
-        abort(); /* a 48-byte allocation failing leaves nothing sane to do */
+        abort(); /* a small allocation failing leaves nothing sane to do */
     *p = c;
     p->next = NULL;
     pthread_mutex_lock(&ctx->mu);
@@ -236,7 +236,7 @@ static int conn_dead(cl_tr_conn *c)
     return dead;
 }
 
-/* A fresh socket's buffer takes the 48-byte hello whole; anything else is a failure. */
+/* A fresh socket's buffer takes the 64-byte hello whole; anything else is a failure. */
 static int send_hello(cl_tr_conn *c)
 {
     int fd = -1;
