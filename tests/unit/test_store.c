@@ -124,12 +124,44 @@ START_TEST(rendezvous_urls_parse_or_explain)
 }
 END_TEST
 
+/* A sealed store takes only values with the key's tag: a forged or truncated value, or
+ * one sealed under another key, is not there (and waiting for it times out). */
+START_TEST(sealed_store_ignores_forgeries)
+{
+    char dir[64] = "";
+    cl_store *inner = open_kind(_i, dir), *s = NULL, *other_inner = open_kind(_i, dir), *other;
+    uint8_t key[32] = { 1, 2, 3 }, key2[32] = { 9 };
+    ck_assert_int_eq(cl_store_seal(inner, key, &s), COLL_OK);
+    ck_assert_int_eq(cl_store_seal(other_inner, key2, &other), COLL_OK);
+    char buf[64];
+    size_t len = 0;
+    ck_assert_int_eq(s->ops->set(s, "k", "value", 5), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_int_eq(memcmp(buf, "value", 5), 0);
+    char forged[40] = "imposter";
+    ck_assert_int_eq(inner->ops->set(inner, "f", forged, sizeof(forged)), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, "f", buf, sizeof(buf), &len), COLL_INPROGRESS);
+    ck_assert_int_eq(inner->ops->set(inner, "g", "x", 1), COLL_OK); /* shorter than a tag */
+    ck_assert_int_eq(s->ops->get(s, "g", buf, sizeof(buf), &len), COLL_INPROGRESS);
+    if (_i != 0) { /* file stores are per directory: the other key's store shares mem/tcp */
+        ck_assert_int_eq(other->ops->set(other, "o", "value", 5), COLL_OK);
+        ck_assert_int_eq(s->ops->get(s, "o", buf, sizeof(buf), &len), COLL_INPROGRESS);
+    }
+    ck_assert_int_eq(cl_store_wait(s, "f", buf, sizeof(buf), &len, cl_now_ms() + 100),
+                     COLL_ETIMEDOUT);
+    other->ops->close(other);
+    s->ops->close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stores");
     TCase *t = tcase_create("stores");
     tcase_set_timeout(t, 20);
     tcase_add_loop_test(t, set_get_missing_and_timeout, 0, 3);
+    tcase_add_loop_test(t, sealed_store_ignores_forgeries, 0, 2);
     tcase_add_test(t, tcp_server_survives_garbage_clients);
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
