@@ -1,0 +1,274 @@
+"""A torch.distributed backend named "collective" (import collective.torch registers it):
+
+    import collective.torch
+    torch.distributed.init_process_group("collective")   # torchrun, env:// or any init_method
+
+The backend meets through the store torch hands it (coll_init_store: no second port),
+runs every operation as the library's non-blocking form and returns a work object whose
+wait() ends it. CPU tensors of float32/64, float16, bfloat16, int8/32/64 and uint8;
+non-contiguous tensors go through a contiguous copy. COLL_CODEC (or COLL_* variables in
+general) reach the library as for C programs.
+"""
+import ctypes
+import datetime
+
+import torch
+import torch.distributed as dist
+
+import collective
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+           torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8",
+           torch.int32: "int32", torch.int64: "int64"}
+_OPS = [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.PRODUCT, "prod"), (dist.ReduceOp.MIN, "min"),
+        (dist.ReduceOp.MAX, "max")]
+if hasattr(dist.ReduceOp, "AVG"):
+    _OPS.append((dist.ReduceOp.AVG, "avg"))
+
+
+def _dtype(t):
+    if t.device.type != "cpu":
+        raise RuntimeError(f"collective: tensors must be on the CPU, not {t.device}")
+    if t.dtype not in _DTYPES:
+        raise RuntimeError(f"collective: dtype {t.dtype} is not supported "
+                           f"({', '.join(str(d) for d in _DTYPES)})")
+    return collective.DTYPES[_DTYPES[t.dtype]]
+
+
+def _op(op):
+    for known, name in _OPS:
+        if op == known:
+            return collective.OPS[name]
+    raise RuntimeError(f"collective: reduce op {op} is not supported")
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr()) if t is not None else None
+
+
+def _flat(t):
+    """t itself when contiguous, else a contiguous copy and how to copy the result back."""
+    if t.is_contiguous():
+        return t, None
+    c = t.contiguous()
+    return c, lambda: t.copy_(c)
+
+
+class _Store:
+    """torch's c10d store as the library's: get waits up to timeout_ms (0: only looks;
+    c10d reads a zero timeout as none at all)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def set(self, key, value):
+        self.store.set(key, value)
+
+    def get(self, key, timeout_ms):
+        if timeout_ms <= 0:
+            return self.store.get(key) if self.store.check([key]) else None
+        try:
+            self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
+        except RuntimeError:
+            return None
+        return self.store.get(key)
+
+
+class _Work(dist._Work):
+    """A running operation: wait() ends it (raising the library's error as a
+    RuntimeError), then copies results where torch wants them."""
+
+    def __init__(self, req, after=None, result=None):
+        super().__init__()
+        self._req, self._after, self._result = req, after, result if result is not None else []
+        self._error, self._done = None, False
+        if req is None:
+            self._finish()
+
+    def _finish(self):
+        try:
+            if self._req is not None:
+                self._req.wait()
+            if self._after:
+                self._after()
+        except collective.CollectiveError as e:
+            self._error = e
+        self._done, self._req, self._after = True, None, None
+
+    def wait(self, timeout=None):
+        if not self._done:
+            self._finish()
+        if self._error is not None:
+            raise RuntimeError(str(self._error))
+        return True
+
+    def is_completed(self):
+        if not self._done and self._req.test():
+            self._finish()
+        return self._done
+
+    def is_success(self):
+        return self._done and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        try:
+            self.wait()
+            fut.set_result(self._result)
+        except RuntimeError as e:
+            fut.set_exception(e)
+        return fut
+
+
+class ProcessGroupCollective(dist.ProcessGroup):
+    """The process group torch.distributed builds for backend "collective"."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        ms = int(timeout.total_seconds() * 1000) if timeout else 0
+        self.comm = collective.Communicator(_Store(store), rank, size, timeout_ms=ms)
+
+    def getBackendName(self):
+        return "collective"
+
+    def _start(self, name, args, keep, after=None, result=None):
+        return _Work(self.comm._run(name, True, args, keep), after, result)
+
+    def allreduce(self, tensors, opts=None):
+        t, back = _flat(tensors[0])
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
+                           back, tensors)
+
+    def broadcast(self, tensors, opts=None):
+        t, back = _flat(tensors[0])
+        root = opts.rootRank if opts is not None else 0
+        return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
+
+    def reduce(self, tensors, opts=None):
+        t, back = _flat(tensors[0])
+        root = opts.rootRank
+        out = t if self.comm.rank == root else None
+        return self._start("reduce", (_ptr(t), _ptr(out), t.numel(), _dtype(t),
+                                      _op(opts.reduceOp), root), (t,), back, tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        n = self.comm.size
+        if output.numel() != n * input.numel() or output.dtype != input.dtype:
+            raise RuntimeError(f"collective: all_gather output holds {output.numel()} "
+                               f"{output.dtype}, needs {n} x {input.numel()} {input.dtype}")
+        i, _ = _flat(input)
+        o, back = _flat(output)
+        return self._start("allgather", (_ptr(i), _ptr(o), i.numel(), _dtype(i)), (i, o), back,
+                           [output])
+
+    def allgather(self, output_lists, inputs, opts=None):
+        outs, (i, _) = output_lists[0], _flat(inputs[0])
+        tmp = torch.empty(self.comm.size * i.numel(), dtype=i.dtype)
+        return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
+                           lambda: _unpack(tmp, outs), output_lists)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        n = self.comm.size
+        if input.numel() != n * output.numel() or output.dtype != input.dtype:
+            raise RuntimeError(f"collective: reduce_scatter input holds {input.numel()} "
+                               f"{input.dtype}, needs {n} x {output.numel()} {output.dtype}")
+        i, _ = _flat(input)
+        o, back = _flat(output)
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
+                           (i, o), back, [output])
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        tmp = torch.cat([t.reshape(-1) for t in input_lists[0]])
+        return self._reduce_scatter_base(outputs[0], tmp, opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.comm.size
+        i, _ = _flat(input)
+        o, back = _flat(output)
+        rows_in = max(input.shape[0], 1) if input.dim() else 1
+        rows_out = max(output.shape[0], 1) if output.dim() else 1
+        sc = _counts(input_split_sizes, n, i.numel(), rows_in, "input")
+        rc = _counts(output_split_sizes, n, o.numel(), rows_out, "output")
+        return self._alltoallv(i, sc, o, rc, back, [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        i = torch.cat([t.reshape(-1) for t in input_tensors])
+        o = torch.empty(sum(t.numel() for t in output_tensors), dtype=i.dtype)
+        return self._alltoallv(i, [t.numel() for t in input_tensors], o,
+                               [t.numel() for t in output_tensors],
+                               lambda: _unpack(o, output_tensors), output_tensors)
+
+    def _alltoallv(self, i, sc, o, rc, back, result):
+        n = self.comm.size
+        s = collective._sizes(sc, n, "input splits")
+        r = collective._sizes(rc, n, "output splits")
+        sd = collective._sizes(collective._displs(sc), n, "input splits")
+        rd = collective._sizes(collective._displs(rc), n, "output splits")
+        return self._start("alltoallv", (_ptr(i), s, sd, _ptr(o), r, rd, _dtype(i)),
+                           (i, o, s, r, sd, rd), back, result)
+
+    def gather(self, output_lists, inputs, opts=None):
+        i, _ = _flat(inputs[0])
+        root = opts.rootRank
+        tmp = torch.empty(self.comm.size * i.numel(), dtype=i.dtype) if self.rank() == root else None
+        after = (lambda: _unpack(tmp, output_lists[0])) if tmp is not None else None
+        return self._start("gather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i), root), (i, tmp),
+                           after, output_lists)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        o, back = _flat(outputs[0])
+        root = opts.rootRank
+        tmp = torch.cat([t.reshape(-1) for t in input_lists[0]]) if self.rank() == root else None
+        return self._start("scatter", (_ptr(tmp), _ptr(o), o.numel(), _dtype(o), root), (tmp, o),
+                           back, outputs)
+
+    def barrier(self, opts=None):
+        self.comm.barrier()
+        return _Work(None)
+
+    def send(self, tensors, dst, tag=0):
+        t, _ = _flat(tensors[0])
+        return self._start("send", (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,), None, tensors)
+
+    def recv(self, tensors, src, tag=0):
+        t, back = _flat(tensors[0])
+        return self._start("recv", (_ptr(t), t.numel(), _dtype(t), src, tag), (t,), back, tensors)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("collective: receives name their source (no ANY_SOURCE)")
+
+
+def _unpack(flat, outs):
+    at = 0
+    for t in outs:
+        t.copy_(flat[at:at + t.numel()].view_as(t))
+        at += t.numel()
+
+
+def _counts(splits, n, numel, rows, what):
+    if not splits:
+        if numel % n:
+            raise RuntimeError(f"collective: all_to_all {what} of {numel} elements does not "
+                               f"split evenly in {n}")
+        return [numel // n] * n
+    if len(splits) != n or sum(splits) != rows:
+        raise RuntimeError(f"collective: all_to_all {what} splits {list(splits)} do not cover "
+                           f"its {rows} rows in {n} parts")
+    per_row = numel // rows
+    return [s * per_row for s in splits]
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupCollective(store, rank, size, timeout)
+
+
+dist.Backend.register_backend("collective", _create)
