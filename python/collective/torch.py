@@ -4,16 +4,20 @@
     torch.distributed.init_process_group("collective")   # torchrun, env:// or any init_method
 
 The backend meets through the store torch hands it (coll_init_store: no second port),
-runs every operation as the library's non-blocking form and returns a work object whose
-wait() ends it. CPU tensors of float32/64, float16, bfloat16, int8/32/64 and uint8;
+runs every operation as the library's non-blocking form and returns a work object over a
+future that a completer thread settles when the operation ends. CPU tensors of float32/64, float16, bfloat16, int8/32/64 and uint8;
 non-contiguous tensors go through a contiguous copy. COLL_CODEC (or COLL_* variables in
 general) reach the library as for C programs.
 """
 import ctypes
 import datetime
+import queue
+import sys
+import threading
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
 
 import collective
 
@@ -74,57 +78,98 @@ class _Store:
         return self.store.get(key)
 
 
-class _Work(dist._Work):
-    """A running operation: wait() ends it (raising the library's error as a
-    RuntimeError), then copies results where torch wants them."""
+class _Completer:
+    """Ends each operation in the order it started, on a thread of its own, and settles
+    its future: torch's C++ side (DDP's reducer, parameter checks) waits on work objects
+    without calling back into Python, so a work must be a future that completes by
+    itself. coll_wait releases the GIL while it waits."""
 
-    def __init__(self, req, after=None, result=None):
+    def __init__(self):
+        self.queue = queue.SimpleQueue()
+        self.thread = None
+
+    def add(self, req, after, result):
+        fut = torch.futures.Future()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, daemon=True,
+                                           name="collective-completer")
+            self.thread.start()
+        self.queue.put((req, after, result, fut))
+        return _work(fut)
+
+    def _run(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            _settle(*item)
+
+    def stop(self):
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+
+def _settle(req, after, result, fut):
+    try:
+        if req is not None:
+            req.wait()
+        if after:
+            after()
+    except collective.CollectiveError as e:
+        fut.set_exception(RuntimeError(str(e)))
+        return
+    fut.set_result(result)
+
+
+class _PyWork(dist._Work):
+    """The work handed to torch.distributed's Python functions: its wait() raises the
+    operation's error (the C++ future-wrapping work's wait() returns True even then)."""
+
+    def __init__(self, fut):
         super().__init__()
-        self._req, self._after, self._result = req, after, result if result is not None else []
-        self._error, self._done = None, False
-        if req is None:
-            self._finish()
-
-    def _finish(self):
-        try:
-            if self._req is not None:
-                self._req.wait()
-            if self._after:
-                self._after()
-        except collective.CollectiveError as e:
-            self._error = e
-        self._done, self._req, self._after = True, None, None
+        self._fut = fut
 
     def wait(self, timeout=None):
-        if not self._done:
-            self._finish()
-        if self._error is not None:
-            raise RuntimeError(str(self._error))
+        self._fut.wait()
         return True
 
     def is_completed(self):
-        if not self._done and self._req.test():
-            self._finish()
-        return self._done
+        return self._fut.done()
 
     def is_success(self):
-        return self._done and self._error is None
-
-    def exception(self):
-        return self._error
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.wait()
+            return True
+        except RuntimeError:
+            return False
 
     def result(self):
-        self.wait()
-        return self._result
+        return self._fut.wait()
 
     def get_future(self):
-        fut = torch.futures.Future()
-        try:
-            self.wait()
-            fut.set_result(self._result)
-        except RuntimeError as e:
-            fut.set_exception(e)
-        return fut
+        return self._fut
+
+
+def _work(fut):
+    """torch's Python API (distributed_c10d.py) waits through Python; its C++ side (DDP's
+    reducer, parameter checks) through the C++ work, which must complete by itself."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    if f is not None and f.f_code.co_filename.endswith("distributed_c10d.py"):
+        return _PyWork(fut)
+    return _c10d._create_work_from_future(fut)
+
+
+def _done(result):
+    """A work object for an operation that already ended."""
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _c10d._create_work_from_future(fut)
 
 
 class ProcessGroupCollective(dist.ProcessGroup):
@@ -134,12 +179,18 @@ class ProcessGroupCollective(dist.ProcessGroup):
         super().__init__(rank, size)
         ms = int(timeout.total_seconds() * 1000) if timeout else 0
         self.comm = collective.Communicator(_Store(store), rank, size, timeout_ms=ms)
+        self.completer = _Completer()
+
+    def __del__(self):
+        self.completer.stop()
+        self.comm.close()
 
     def getBackendName(self):
         return "collective"
 
     def _start(self, name, args, keep, after=None, result=None):
-        return _Work(self.comm._run(name, True, args, keep), after, result)
+        req = self.comm._run(name, True, args, keep)
+        return self.completer.add(req, after, result if result is not None else [])
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(tensors[0])
@@ -233,7 +284,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self.comm.barrier()
-        return _Work(None)
+        return _done([])
 
     def send(self, tensors, dst, tag=0):
         t, _ = _flat(tensors[0])

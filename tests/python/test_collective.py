@@ -1,0 +1,171 @@
+"""The Python API on 1-4 processes against numpy references: every collective blocking
+and non-blocking, uneven forms, p2p, split, the store-backed init, errors."""
+import os
+import sys
+import time
+
+import numpy as np
+
+import collective
+import ranks
+
+
+def url(where):
+    return "file://" + where
+
+
+def collectives(r, n, where):
+    c = collective.Communicator(url(where), r, n, timeout_ms=10000)
+    assert (c.rank, c.size) == (r, n)
+    for dt in ["float32", "float64", "int32", "int64", "int8", "uint8"]:
+        for op, ref in [("sum", np.sum), ("max", np.max), ("min", np.min), ("prod", np.prod)]:
+            vals = [(np.arange(7) % 3 + p + 1).astype(dt) for p in range(n)]
+            x = vals[r].copy()
+            c.allreduce(x, op=op)
+            assert np.array_equal(x, ref(np.stack(vals), axis=0).astype(dt)), (dt, op, x)
+    x = np.full(1000, r + 1.0, np.float32)
+    y = np.zeros_like(x)
+    c.iallreduce(x, y, op="avg").wait()
+    assert np.allclose(y, (n + 1) / 2)
+    g = np.zeros(3 * n, np.int64)
+    c.allgather(np.full(3, r, np.int64), g)
+    assert np.array_equal(g, np.repeat(np.arange(n), 3))
+    counts = [p + 1 for p in range(n)]
+    gv = np.zeros(sum(counts), np.float64)
+    c.allgatherv(np.full(r + 1, float(r)), gv, counts)
+    assert np.array_equal(gv, np.concatenate([np.full(p + 1, float(p)) for p in range(n)]))
+    rs = np.zeros(2, np.float32)
+    c.reduce_scatter(np.arange(2 * n, dtype=np.float32) + r, rs)
+    assert np.array_equal(rs, np.arange(2 * r, 2 * r + 2, dtype=np.float32) * n + sum(range(n)))
+    rsv = np.zeros(r + 1, np.float32)
+    c.reduce_scatterv(np.ones(sum(counts), np.float32), rsv, counts)
+    assert np.array_equal(rsv, np.full(r + 1, float(n)))
+    b = np.full(5, float(r))
+    c.broadcast(b, root=n - 1)
+    assert np.array_equal(b, np.full(5, float(n - 1)))
+    red = np.full(4, r + 1, np.int32)
+    c.reduce(red, op="sum", root=0)
+    if r == 0:
+        assert np.array_equal(red, np.full(4, n * (n + 1) // 2))
+    gat = np.zeros(2 * n, np.int32) if r == 0 else None
+    c.gather(np.full(2, r, np.int32), gat, root=0)
+    if r == 0:
+        assert np.array_equal(gat, np.repeat(np.arange(n, dtype=np.int32), 2))
+    sc = np.zeros(2, np.int32)
+    c.scatter(np.repeat(np.arange(n, dtype=np.int32), 2) if r == 0 else None, sc, root=0)
+    assert np.array_equal(sc, np.full(2, r))
+    a2a = np.zeros(2 * n, np.int32)
+    c.ialltoall(np.arange(2 * n, dtype=np.int32) + 100 * r, a2a).wait()
+    assert np.array_equal(a2a, np.array([100 * p + 2 * r + k for p in range(n) for k in range(2)]))
+    sendc = [p + 1 for p in range(n)]
+    recvc = [r + 1] * n
+    av = np.zeros(sum(recvc), np.float32)
+    c.alltoallv(np.full(sum(sendc), float(r), np.float32), sendc, av, recvc)
+    assert np.array_equal(av, np.repeat(np.arange(n, dtype=np.float32), r + 1))
+    if n > 1:
+        to, frm = (r + 1) % n, (r - 1) % n
+        got = np.zeros(3)
+        c.sendrecv(np.full(3, float(r)), to, got, frm, tag=5)
+        assert np.array_equal(got, np.full(3, float(frm)))
+        rq = c.irecv(got, frm, tag=6)
+        c.send(np.full(3, float(r) * 2), to, tag=6)
+        while not rq.test():
+            time.sleep(0.001)
+        assert np.array_equal(got, np.full(3, 2.0 * frm))
+    c.allreduce(bytearray(16))  # the buffer protocol, uint8
+    sub = c.split(r % 2, key=-r)
+    assert sub.size == len(range(r % 2, n, 2)) and sub.rank == (sub.size - 1 - r // 2)
+    sub.close()
+    assert c.stats()["ops"] > 20
+    c.barrier()
+    c.close()
+
+
+def errors(r, n, where):
+    c = collective.Communicator(url(where), r, n, timeout_ms=5000)
+    for bad, exc in [(lambda: c.allreduce(np.ones(3, np.complex64)), TypeError),
+                     (lambda: c.allreduce(np.ones(4)[::2]), ValueError),
+                     (lambda: c.allgather(np.ones(3), np.ones(2)), ValueError),
+                     (lambda: c.allreduce(np.ones(3), op="xor"), ValueError),
+                     (lambda: c.broadcast(np.ones(3), root=n), collective.CollectiveError)]:
+        try:
+            bad()
+        except exc:
+            pass
+        else:
+            raise AssertionError(f"{bad} did not raise {exc}")
+    c.barrier()  # still usable
+    # A count that differs between ranks: COLL_EMISMATCH on every rank.
+    try:
+        c.allreduce(np.ones(4 + r, np.float32))
+    except collective.CollectiveError as e:
+        assert e.name == "COLL_EMISMATCH" and "allreduce" in str(e), e
+    else:
+        raise AssertionError("a count mismatch passed")
+    c.close()
+
+
+class DictStore:
+    """A store in a directory, as a caller's store would be (set, get with timeout)."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def set(self, key, value):
+        path = os.path.join(self.where, key.replace("/", "_"))
+        with open(path + ".tmp", "wb") as f:
+            f.write(value)
+        os.rename(path + ".tmp", path)
+
+    def get(self, key, timeout_ms):
+        path = os.path.join(self.where, key.replace("/", "_"))
+        end = time.time() + timeout_ms / 1000
+        while True:
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            if time.time() >= end:
+                return None
+            time.sleep(0.005)
+
+
+def store_init(r, n, where):
+    c = collective.Communicator(DictStore(where), r, n, timeout_ms=5000)
+    x = np.ones(10, np.float32)
+    c.allreduce(x)
+    assert np.array_equal(x, np.full(10, float(n)))
+    c.close()
+
+
+def dead_rank(r, n, where):
+    c = collective.Communicator(url(where), r, n, timeout_ms=3000)
+    c.barrier()
+    if r == n - 1:
+        os._exit(9)
+    t0 = time.time()
+    try:
+        for _ in range(1000):
+            c.allreduce(np.ones(1000, np.float32))
+    except collective.CollectiveError as e:
+        assert e.name in ("COLL_EPEER", "COLL_ETIMEDOUT"), e
+        assert time.time() - t0 < 7, time.time() - t0
+        s = c.shrink()
+        x = np.ones(3, np.float32)
+        s.allreduce(x)
+        assert np.array_equal(x, np.full(3, float(n - 1))) and c.failed_ranks() == [n - 1]
+        return
+    raise AssertionError("nobody noticed the dead rank")
+
+
+def main():
+    bad = 0
+    for n in (1, 2, 4):
+        bad += ranks.check(collectives, n, "collectives")
+    bad += ranks.check(errors, 2, "errors")
+    bad += ranks.check(store_init, 3, "store init")
+    bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
