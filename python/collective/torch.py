@@ -95,7 +95,7 @@ class _Completer:
                                            name="collective-completer")
             self.thread.start()
         self.queue.put((req, after, result, fut))
-        return _work(fut)
+        return _c10d._create_work_from_future(fut)
 
     def _run(self):
         while True:
@@ -124,45 +124,51 @@ def _settle(req, after, result, fut):
 
 
 class _PyWork(dist._Work):
-    """The work handed to torch.distributed's Python functions: its wait() raises the
-    operation's error (the C++ future-wrapping work's wait() returns True even then)."""
+    """The work handed to torch.distributed's Python functions, which wait through
+    Python: wait() ends the operation on the caller's thread (no hand-off) and raises its
+    error (the C++ future-wrapping work's wait() returns True even then)."""
 
-    def __init__(self, fut):
+    def __init__(self, req, after, result):
         super().__init__()
-        self._fut = fut
+        self._req, self._after, self._result, self._fut = req, after, result, None
+
+    def _end(self):
+        if self._fut is None:
+            self._fut = torch.futures.Future()
+            _settle(self._req, self._after, self._result, self._fut)
+            self._req = self._after = None
+        return self._fut
 
     def wait(self, timeout=None):
-        self._fut.wait()
+        self._end().wait()
         return True
 
     def is_completed(self):
-        return self._fut.done()
+        if self._fut is None and self._req is not None and not self._req.test():
+            return False
+        self._end()
+        return True
 
     def is_success(self):
-        if not self._fut.done():
-            return False
         try:
-            self._fut.wait()
-            return True
+            return self.is_completed() and self.wait()
         except RuntimeError:
             return False
 
     def result(self):
-        return self._fut.wait()
+        return self._end().wait()
 
     def get_future(self):
-        return self._fut
+        return self._end()
 
 
-def _work(fut):
-    """torch's Python API (distributed_c10d.py) waits through Python; its C++ side (DDP's
-    reducer, parameter checks) through the C++ work, which must complete by itself."""
+def _python_caller():
+    """Is the caller torch's Python API (distributed_c10d.py), not its C++ side (DDP's
+    reducer, parameter checks), whose waits never call back into Python?"""
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename == __file__:
         f = f.f_back
-    if f is not None and f.f_code.co_filename.endswith("distributed_c10d.py"):
-        return _PyWork(fut)
-    return _c10d._create_work_from_future(fut)
+    return f is not None and f.f_code.co_filename.endswith("distributed_c10d.py")
 
 
 def _done(result):
@@ -190,7 +196,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def _start(self, name, args, keep, after=None, result=None):
         req = self.comm._run(name, True, args, keep)
-        return self.completer.add(req, after, result if result is not None else [])
+        result = result if result is not None else []
+        if _python_caller():
+            return _PyWork(req, after, result)
+        return self.completer.add(req, after, result)
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(tensors[0])
