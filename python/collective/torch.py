@@ -220,10 +220,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
                                       _op(opts.reduceOp), root), (t,), back, tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        n = self.comm.size
-        if output.numel() != n * input.numel() or output.dtype != input.dtype:
-            raise RuntimeError(f"collective: all_gather output holds {output.numel()} "
-                               f"{output.dtype}, needs {n} x {input.numel()} {input.dtype}")
+        _blocks(output, input, self.comm.size, "all_gather output")
         i, _ = _flat(input)
         o, back = _flat(output)
         return self._start("allgather", (_ptr(i), _ptr(o), i.numel(), _dtype(i)), (i, o), back,
@@ -236,10 +233,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            lambda: _unpack(tmp, outs), output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        n = self.comm.size
-        if input.numel() != n * output.numel() or output.dtype != input.dtype:
-            raise RuntimeError(f"collective: reduce_scatter input holds {input.numel()} "
-                               f"{input.dtype}, needs {n} x {output.numel()} {output.dtype}")
+        _blocks(input, output, self.comm.size, "reduce_scatter input")
         i, _ = _flat(input)
         o, back = _flat(output)
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -305,6 +299,13 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("collective: receives name their source (no ANY_SOURCE)")
+
+
+def _blocks(whole, block, n, what):
+    """whole must be n blocks of block's size and dtype."""
+    if whole.numel() != n * block.numel() or whole.dtype != block.dtype:
+        raise RuntimeError(f"collective: {what} holds {whole.numel()} {whole.dtype}, needs "
+                           f"{n} x {block.numel()} {block.dtype}")
 
 
 def _unpack(flat, outs):
