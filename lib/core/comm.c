@@ -155,33 +155,56 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     return rc;
 }
 
-/* Every rank's card from the store, or a timeout that names who never arrived. */
-static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
+/* One look for every card not yet read, waiting until `until` for the first missing
+ * one only; the ranks still missing go into list. Returns how many, or a COLL_E* code. */
+static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t until, char *list,
+                       size_t len)
 {
-    int missing = 0, rc = COLL_OK;
-    char list[256] = "";
+    int missing = 0;
+    list[0] = 0;
     for (int p = 0; p < c->size; p++) {
+        if (have[p])
+            continue;
         char key[64];
-        size_t len = 0;
+        size_t n = 0, at = strlen(list);
         snprintf(key, sizeof(key), "addr/%d", p);
-        int64_t d = missing ? cl_now_ms() : deadline; /* after the first miss, just look */
-        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &len, d);
+        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &n,
+                              missing ? cl_now_ms() : until);
         /* EPEER: rank 0 gave up first and its store went away; same story. */
         if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
-            size_t at = strlen(list);
-            snprintf(list + at, sizeof(list) - at, "%s%d", missing ? "," : "", p);
-            missing++;
+            snprintf(list + at, len - at, "%s%d", missing++ ? "," : "", p);
         } else if (r != COLL_OK) {
-            rc = r;
+            return r;
+        } else {
+            have[p] = 1;
         }
     }
-    if (missing) {
-        snprintf(init_err, sizeof(init_err),
-                 "rendezvous: %d/%d ranks joined after %d ms: missing %s", c->size - missing,
-                 c->size, c->timeout_ms, list);
-        return COLL_ETIMEDOUT;
+    return missing;
+}
+
+/* Every rank's card from the store. While some are missing, says every few seconds (at
+ * info) who is here and who is not; at the deadline, a timeout that names them. */
+static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
+{
+    uint8_t *have = calloc((size_t)c->size, 1);
+    char list[256];
+    int64_t start = cl_now_ms();
+    int missing = have ? 1 : COLL_ENOMEM;
+    while (missing > 0) {
+        missing = sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list,
+                              sizeof(list));
+        if (missing <= 0 || cl_now_ms() >= deadline)
+            break;
+        cl_log(COLL_LOG_INFO, "rank %d: rendezvous: %d/%d ranks here after %lld ms; waiting "
+               "for rank(s) %s", c->rank, c->size - missing, c->size,
+               (long long)(cl_now_ms() - start), list);
     }
-    return rc;
+    free(have);
+    if (missing > 0)
+        snprintf(init_err, sizeof(init_err),
+                 "rendezvous: %d/%d ranks joined after %d ms: missing rank(s) %s",
+                 c->size - missing, c->size, c->timeout_ms, list);
+    return missing > 0 ? COLL_ETIMEDOUT : missing;
 }
 
 /* Rank 0 draws a job id and publishes it: two jobs that share a store never connect. */

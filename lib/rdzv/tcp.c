@@ -375,7 +375,8 @@ int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, c
     t->deadline_ms = deadline_ms;
     int rc = serve_it ? bind_server(t, port, err, errlen) : COLL_OK;
     if (rc == COLL_OK && (t->fd = connect_retry(host, port, deadline_ms)) < 0) {
-        snprintf(err, errlen, "rendezvous: cannot reach %s within the timeout", hostport);
+        snprintf(err, errlen, "rendezvous: the rendezvous host (rank 0) at %s did not answer "
+                 "within the timeout", hostport);
         rc = COLL_ETIMEDOUT;
     }
     if (rc != COLL_OK) {

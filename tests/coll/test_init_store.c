@@ -168,7 +168,7 @@ START_TEST(a_missing_rank_times_out_naming_it)
     run(t, 4, 3, "tcp", a);
     for (int r = 0; r < 3; r++) {
         ck_assert_msg(a[r].rc == COLL_ETIMEDOUT, "rank %d: %s", r, coll_strerror(a[r].rc));
-        ck_assert_msg(strstr(a[r].err, "missing 3"), "rank %d: '%s'", r, a[r].err);
+        ck_assert_msg(strstr(a[r].err, "missing rank(s) 3"), "rank %d: '%s'", r, a[r].err);
     }
     table_free(t);
 }

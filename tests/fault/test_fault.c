@@ -323,7 +323,7 @@ END_TEST
 START_TEST(missing_rank_times_out_naming_it)
 {
     ck_assert_int_eq(init_ranks(2, 3, 0, "2/3 ranks joined"), 0);
-    ck_assert_int_eq(init_ranks(2, 3, 0, "missing 2"), 0);
+    ck_assert_int_eq(init_ranks(2, 3, 0, "missing rank(s) 2"), 0);
 }
 END_TEST
 
