@@ -7,8 +7,15 @@
  * Every function returns COLL_OK (0) or a negative COLL_E* code unless shown otherwise.
  * The first failure on a communicator sticks: later calls return COLL_ESTATE and only
  * coll_abort / coll_destroy remain valid. coll_last_error() explains the failure.
- * Thread safety: any thread may call any function on a communicator; operations are
- * executed in the order they were issued. */
+ * Threads: any thread may call any function on a communicator, and operations run in the
+ * order they were issued on it. That order must be the same on every rank (as NCCL asks):
+ * two threads that issue collectives on one communicator at once issue them in an order
+ * nobody chose, which may pair differently on two ranks; same-shaped operations then
+ * reduce the wrong buffers with no error (different shapes give COLL_EMISMATCH). Issue
+ * from one thread per communicator, or order the threads yourself; coll_split gives each
+ * thread a communicator of its own. The library never changes the process's signal
+ * dispositions: its socket writes use MSG_NOSIGNAL, so a dead peer is COLL_EPEER, not a
+ * SIGPIPE. */
 #ifndef COLLECTIVE_H
 #define COLLECTIVE_H
 

@@ -6,7 +6,6 @@
 #include "base/log.h"
 #include "base/util.h"
 
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,16 +42,6 @@ void cl_comm_free(coll_comm *c)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
-}
-
-/* A write to a dead peer must become COLL_EPEER, not kill the process. */
-static void ignore_sigpipe(void)
-{
-    struct sigaction sa;
-    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
-        sa.sa_handler = SIG_IGN;
-        sigaction(SIGPIPE, &sa, NULL);
-    }
 }
 
 static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
@@ -304,7 +293,6 @@ int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_c
     if (rc == COLL_OK)
         rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
     if (rc == COLL_OK) {
-        ignore_sigpipe();
         warn_unkeyed(&conf, &rv);
         rc = init_comm(out, &conf, &rv, NULL);
     }
@@ -333,7 +321,6 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
     if (rc == COLL_OK)
         rc = cl_store_caller_open(ops, ctx, &s);
     if (rc == COLL_OK) {
-        ignore_sigpipe();
         rc = init_comm(out, &conf, &rv, s);
     }
     if (rc != COLL_OK)
