@@ -4,7 +4,7 @@ the "collective" backend (or Gloo, to compare). Reads Debian's dataset-fashion-m
 (no downloads). Launch with torchrun --nproc_per_node N, with RANK/WORLD_SIZE/MASTER_ADDR/
 MASTER_PORT per rank, or with --np N (local processes):
 
-    /usr/bin/python3 examples/torch_ddp.py --np 2 [--backend collective|gloo] [--epochs 3]
+    /usr/bin/python3 examples/torch_ddp.py --np 2 [--backend collective|gloo] [--epochs 4]
 
 Per epoch: mean loss, training accuracy, samples/s (all ranks); then `test_accuracy A`.
 """
@@ -67,6 +67,9 @@ def train(args, rank, size):
     xt, yt = load("t10k", args.limit and args.limit // 6)
     per_rank = args.batch // size
     for epoch in range(args.epochs):
+        if epoch == args.epochs - 1 and args.epochs > 1:  # a last, gentler epoch settles
+            for group in opt.param_groups:
+                group["lr"] = args.lr / 10
         order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(epoch))
         steps = len(xs) // args.batch
         t0, loss_sum, right = time.time(), 0.0, 0
@@ -100,7 +103,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="collective", choices=["collective", "gloo"])
     ap.add_argument("--np", type=int, default=0, help="start this many local ranks")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--limit", type=int, default=0, help="use the first N training images")
