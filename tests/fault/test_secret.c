@@ -2,16 +2,21 @@
  * secret too); a rank with another secret cannot read or write the store (every value
  * carries a tag), so it never joins and every rank's init times out naming it; an
  * address forged in the store by someone without the secret is ignored (the rank waits
- * for the rightful one, then times out naming it), never connected to. */
+ * for the rightful one, then times out naming it), never connected to; a stranger who
+ * connects first as a rank, with everything the store shows but no proof, fails init. */
 #include "base/util.h"
 #include "collective.h"
 
 #include "common/suite.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +121,103 @@ START_TEST(a_forged_address_is_ignored)
 }
 END_TEST
 
+/* The wire as a stranger writes it (lib/wire/wire.h, transports/transport.h). */
+typedef struct {
+    uint32_t magic;
+    uint16_t proto, libver;
+    uint64_t job, comm;
+    uint32_t rank, channel, size, keyed;
+    uint8_t nonce[16], pad[8];
+} hello;
+
+typedef struct {
+    uint16_t magic;
+    uint8_t coll, dtype, op, codec;
+    uint16_t flags;
+    uint32_t len, seq, unit, tag;
+    uint64_t count;
+} header;
+
+/* Reads a store file (the store's values are readable without the secret). */
+static size_t read_value(const char *dir, const char *name, void *buf, size_t cap)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    for (int t = 0; t < 500; t++) {
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(buf, 1, cap, f) : 0;
+        if (f)
+            fclose(f);
+        if (n)
+            return n;
+        cl_sleep_ms(10);
+    }
+    return 0;
+}
+
+/* Connects to rank 0 as rank 1 on channel 0, before the real rank 1, with the job id and
+ * address read from the store, a hello that passes every check, and a made-up proof. */
+static int impostor(const char *dir)
+{
+    uint64_t job = 0;
+    char handle[129] = {0}, ip[64];
+    unsigned port;
+    if (read_value(dir, "job", &job, sizeof(job)) != sizeof(job) ||
+        !read_value(dir, "addr_0", handle, 128) || sscanf(handle, "%63[^:]:%u", ip, &port) != 2)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        return -1;
+    hello h = {0x4c4c4f43u, 2, 1, job, 0, 1, 0, 2, 1, {7}, {0}};
+    header first = {.magic = 0xC011, .len = 32};
+    uint8_t proof[32] = {42};
+    (void)!write(fd, &h, sizeof(h));
+    (void)!write(fd, &first, sizeof(first));
+    (void)!write(fd, proof, sizeof(proof));
+    return fd;
+}
+
+START_TEST(a_connection_without_the_proof_fails_init)
+{
+    char dir[64], url[96];
+    fresh_dir(dir, url, sizeof(url));
+    setenv("COLL_SECRET", "s3cret", 1);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0) {
+            char go[96];
+            snprintf(go, sizeof(go), "%s/impostor_connected", dir);
+            for (int t = 0; r == 1 && t < 1000 && access(go, F_OK) != 0; t++)
+                cl_sleep_ms(10); /* the real rank 1 comes after the impostor */
+            coll_config cfg = COLL_CONFIG_INIT;
+            cfg.timeout_ms = 3000;
+            cfg.transport = "tcp";
+            coll_comm *c = NULL;
+            int rc = coll_init(&c, url, r, 2, &cfg);
+            const char *e = coll_last_error(NULL);
+            fprintf(stderr, "rank %d: %s: %s\n", r, coll_strerror(rc), e);
+            _exit(rc == COLL_OK || (r == 0 && (rc != COLL_EPROTO || !strstr(e, "authentication"))));
+        }
+    int fd = impostor(dir);
+    char go[96];
+    snprintf(go, sizeof(go), "%s/impostor_connected", dir);
+    fclose(fopen(go, "w"));
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    remove_dir(dir);
+    ck_assert_msg(fd >= 0, "the impostor could not connect");
+    ck_assert_msg(bad == 0, "%d ranks behaved otherwise", bad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("secret");
@@ -123,6 +225,7 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_loop_test(t, only_ranks_with_the_secret_connect, 0, 2);
     tcase_add_test(t, a_forged_address_is_ignored);
+    tcase_add_test(t, a_connection_without_the_proof_fails_init);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
