@@ -8,6 +8,7 @@
 #include "common/harness.h"
 
 #include <arpa/inet.h>
+#include "common/stranger.h"
 #include "common/suite.h"
 
 #include <check.h>
@@ -21,14 +22,6 @@
 #include <unistd.h>
 
 enum { N = 3 };
-
-typedef struct {
-    uint32_t magic;
-    uint16_t proto, libver;
-    uint64_t job, comm;
-    uint32_t rank, channel, size, keyed;
-    uint8_t nonce[16], pad[8];
-} hello;
 
 static int refusals;
 
@@ -77,8 +70,8 @@ static void attack(const char *dir, int r, int *keep)
     unsigned char junk[1 << 20];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (unsigned char)(i * 131 + 7);
-    hello wrong_version = { 0x4c4c4f43u, 99, 1, 42, 0, 1, 0, N, 0, { 0 }, { 0 } };
-    hello wrong_secret = { 0x4c4c4f43u, 2, 1, 42, 0, 1, 0, N, 1, { 0 }, { 0 } };
+    hello wrong_version = { STRANGER_HELLO_MAGIC, 99, 1, 42, 0, 1, 0, N, 0, { 0 }, { 0 } };
+    hello wrong_secret = { STRANGER_HELLO_MAGIC, STRANGER_PROTO, 1, 42, 0, 1, 0, N, 1, { 0 }, { 0 } };
     int fd;
     keep[0] = connect_to(addr); /* silent */
     if ((fd = connect_to(addr)) >= 0)

@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "collective.h"
 
+#include "common/stranger.h"
 #include "common/suite.h"
 
 #include <arpa/inet.h>
@@ -121,23 +122,6 @@ START_TEST(a_forged_address_is_ignored)
 }
 END_TEST
 
-/* The wire as a stranger writes it (lib/wire/wire.h, transports/transport.h). */
-typedef struct {
-    uint32_t magic;
-    uint16_t proto, libver;
-    uint64_t job, comm;
-    uint32_t rank, channel, size, keyed;
-    uint8_t nonce[16], pad[8];
-} hello;
-
-typedef struct {
-    uint16_t magic;
-    uint8_t coll, dtype, op, codec;
-    uint16_t flags;
-    uint32_t len, seq, unit, tag;
-    uint64_t count;
-} header;
-
 /* Reads a store file (the store's values are readable without the secret). */
 static size_t read_value(const char *dir, const char *name, void *buf, size_t cap)
 {
@@ -170,8 +154,8 @@ static int impostor(const char *dir)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         return -1;
-    hello h = {0x4c4c4f43u, 2, 1, job, 0, 1, 0, 2, 1, {7}, {0}};
-    header first = {.magic = 0xC011, .len = 32};
+    hello h = {STRANGER_HELLO_MAGIC, STRANGER_PROTO, 1, job, 0, 1, 0, 2, 1, {7}, {0}};
+    header first = {.magic = STRANGER_MSG_MAGIC, .len = 32};
     uint8_t proof[32] = {42};
     (void)!write(fd, &h, sizeof(h));
     (void)!write(fd, &first, sizeof(first));
