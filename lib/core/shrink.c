@@ -100,10 +100,10 @@ static int agreement_init(agreement *a, coll_comm *c)
     a->in = calloc((size_t)a->cap, sizeof(inlink));
     a->cards = calloc((size_t)n, sizeof(cl_card));
     a->msg = calloc(1, a->msz);
+    for (int p = 0; a->out && p < n; p++)
+        a->out[p] = -1; /* before any return: agreement_free closes what is not -1 */
     if (!a->dead || !a->heard || !a->done || !a->out || !a->in || !a->cards || !a->msg)
         return COLL_ENOMEM;
-    for (int p = 0; p < n; p++)
-        a->out[p] = -1;
     return COLL_OK;
 }
 
