@@ -246,7 +246,9 @@ static int waiting(const agreement *a)
 static int poll_set(const agreement *a, struct pollfd *pf, int *idx)
 {
     int k = 0;
-    pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = POLLIN};
+    /* With every slot taken (strangers that connect and say nothing), the listener is
+     * left alone: watched, its pending connections would wake every poll at once. */
+    pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = a->nin < a->cap ? POLLIN : 0};
     for (int i = 0; i < a->nin; i++) {
         const inlink *l = &a->in[i];
         /* A peer a round ahead waits in its socket until this round is done. */

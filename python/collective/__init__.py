@@ -11,6 +11,7 @@ Errors are CollectiveError (a RuntimeError) carrying the COLL_E* code and the li
 sentence. Every collective has a non-blocking form named i<name> returning a Request.
 """
 import ctypes
+import weakref
 
 import numpy as np
 
@@ -96,6 +97,12 @@ class Request:
 
     def __init__(self, comm, handle, keep):
         self._comm, self._h, self._keep, self._status = comm, handle, keep, None
+        comm._reqs.add(self)
+
+    def _orphan(self):
+        """Its communicator closed first: the handle went with it, never touch it again."""
+        if self._status is None:
+            self._status, self._h, self._keep = CODES["ESTATE"], None, None
 
     def wait(self):
         if self._status is None:
@@ -157,6 +164,7 @@ class Communicator:
     def __init__(self, url_or_store="env://", rank=-1, size=-1, *, transport=None, device=None,
                  timeout_ms=0, codec="none", segment_bytes=0, _handle=None):
         self._h = None
+        self._reqs = weakref.WeakSet()  # requests not yet waited, orphaned by close()
         if _handle is not None:
             self._h = _handle
             return
@@ -191,7 +199,10 @@ class Communicator:
         return self._h
 
     def close(self):
+        """Destroys the communicator; requests not yet waited then raise COLL_ESTATE."""
         if self._h:
+            for req in list(self._reqs):
+                req._orphan()
             lib.coll_destroy(self._h)
             self._h = None
 

@@ -103,6 +103,16 @@ def errors(r, n, where):
     else:
         raise AssertionError("a count mismatch passed")
     c.close()
+    # A request left behind by close() is an error when waited, never freed memory.
+    d = collective.Communicator(url(where) + "/again", r, n, timeout_ms=5000)
+    req = d.irecv(np.zeros(4), 1 - r, tag=3)
+    d.close()
+    try:
+        req.wait()
+    except collective.CollectiveError as e:
+        assert e.name == "COLL_ESTATE", e
+    else:
+        raise AssertionError("a request outlived its communicator")
 
 
 class DictStore:
