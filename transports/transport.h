@@ -83,8 +83,12 @@ typedef struct cl_transport {
     /* COLL_INPROGRESS while no validated-length hello is waiting. */
     int (*accept)(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out);
     void (*close_listener)(cl_tr_listener *l);
+    /* `want`: the bytes the link should buffer in flight (a ring neighbour's bulk link
+     * asks for more than a link that carries small messages); transports with buffers of
+     * their own size them by it, others ignore it. COLL_INPROGRESS: the peer's listener
+     * cannot take a connection now (nothing was made); accept, then try again. */
     int (*connect)(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                   const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out);
+                   const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out);
     int (*isend)(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out);
     int (*irecv)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out);
     int (*test)(cl_tr_req *r, int *done, size_t *nbytes);
@@ -99,8 +103,8 @@ typedef struct cl_transport {
     size_t (*poll)(cl_tr_ctx *ctx, int mode);
     /* Optional (NULL: use irecv). irecv whose payload may go to sink instead of buf (the
      * transport calls accept() then, or never, which means buf); sink outlives the request. */
-    int (*irecv_sink)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
-                      const cl_tr_sink *sink, cl_tr_req **out);
+    int (*irecv_sink)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, const cl_tr_sink *sink,
+                      cl_tr_req **out);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
 } cl_transport;

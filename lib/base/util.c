@@ -1,10 +1,13 @@
 /* Time and hashing helpers used across the library. */
 #include "base/util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int64_t cl_now_us(void)
@@ -64,4 +67,31 @@ int cl_parse_long(const char *s, long lo, long hi, long *out)
         return -1;
     *out = v;
     return 0;
+}
+
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    long n = -3; /* ".", ".." and d's own descriptor */
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return d ? n : 0;
+}
+
+int cl_fd_room(long need, long *limit)
+{
+    struct rlimit r;
+    *limit = -1;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return -1;
+    rlim_t want = (rlim_t)(open_fds() + need);
+    if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+        r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > want ? want : r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+        getrlimit(RLIMIT_NOFILE, &r);
+    }
+    *limit = r.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)r.rlim_cur;
+    return *limit >= (long)want ? 0 : -1;
 }

@@ -16,6 +16,10 @@ uint64_t cl_hash(const void *data, size_t len, uint64_t seed);
  * share its CPUs, whatever their network namespace or container. */
 uint64_t cl_machine_id(void);
 
+/* Room for `need` more open descriptors: raises the soft RLIMIT_NOFILE (often 1024)
+ * towards the hard one when short. 0 when there is room, else -1; *limit: the soft limit. */
+int cl_fd_room(long need, long *limit);
+
 /* s is a whole decimal number in [lo, hi] (no sign games, no trailing text): 0 and *out
  * set, else -1. */
 int cl_parse_long(const char *s, long lo, long hi, long *out);

@@ -2,9 +2,9 @@
  * destroy. Every acquire is released on every exit through cl_comm_free. */
 #include "core/comm.h"
 
-#include "core/config.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -126,6 +126,19 @@ static void count_local(coll_comm *c, const cl_card *cards)
     c->spin.crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+/* The full mesh holds, per peer, a socket per channel and direction and (shm) the peer's
+ * eventfd with each: 8 descriptors, more than the usual soft limit of 1024 allows from
+ * 128 ranks on. */
+static void fd_room(coll_comm *c)
+{
+    long need = 8L * (c->size - 1) + 64, limit;
+    if (cl_fd_room(need, &limit) != 0)
+        cl_log(COLL_LOG_WARN,
+               "rank %d: %d ranks may need %ld more open descriptors and the "
+               "limit is %ld: connections may fail (raise it: ulimit -n)",
+               c->rank, c->size, need, limit);
+}
+
 int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
     char *handles = calloc((size_t)c->size, CL_HANDLE_BYTES);
@@ -137,6 +150,7 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
         c->lives[p][CL_LIFE_ADDR - 1] = 0;
     }
     count_local(c, cards);
+    fd_room(c);
     int rc = cl_mesh_connect(c, l, handles);
     free(handles);
     if (rc == COLL_OK)
@@ -180,13 +194,14 @@ static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM;
     while (missing > 0) {
-        missing = sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list,
-                              sizeof(list));
+        missing =
+            sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list, sizeof(list));
         if (missing <= 0 || cl_now_ms() >= deadline)
             break;
-        cl_log(COLL_LOG_INFO, "rank %d: rendezvous: %d/%d ranks here after %lld ms; waiting "
-               "for rank(s) %s", c->rank, c->size - missing, c->size,
-               (long long)(cl_now_ms() - start), list);
+        cl_log(COLL_LOG_INFO,
+               "rank %d: rendezvous: %d/%d ranks here after %lld ms; waiting "
+               "for rank(s) %s",
+               c->rank, c->size - missing, c->size, (long long)(cl_now_ms() - start), list);
     }
     free(have);
     if (missing > 0)
@@ -226,8 +241,10 @@ static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
     int local = strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0;
     if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || local || atomic_exchange(&told, 1))
         return;
-    cl_log(COLL_LOG_WARN, "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "
-           "join this job or read its data (see the README, Security)", rv->where);
+    cl_log(COLL_LOG_WARN,
+           "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "
+           "join this job or read its data (see the README, Security)",
+           rv->where);
 }
 
 /* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
@@ -249,10 +266,9 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
     char key[64];
     snprintf(key, sizeof(key), "addr/%d", rv->rank);
     c->store = store;
-    if ((!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err,
-                                       sizeof(init_err)))) ||
-        (cfg->keyed && (rc = seal_store(c))) ||
-        (rc = agree_job(c, deadline)) ||
+    if ((!store &&
+         (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err)))) ||
+        (cfg->keyed && (rc = seal_store(c))) || (rc = agree_job(c, deadline)) ||
         (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
         goto fail;
     if (!(cards = calloc((size_t)c->size, sizeof(cl_card)))) {

@@ -18,6 +18,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What links ask the transport to buffer (shm sizes its rings by it; others ignore it):
+ * at most CL_LINK_MAX each, and per machine and communicator these budgets in all. */
+#define CL_LINK_MAX ((size_t)4 << 20)
+#define CL_BULK_BUDGET ((size_t)1 << 30)    /* the ring neighbours' links */
+#define CL_SMALL_BUDGET ((size_t)256 << 20) /* every other link */
+
 /* The nonces of this communicator's hellos, [channel * size + peer]. */
 typedef struct {
     uint8_t (*drawn)[CL_NONCE_BYTES]; /* in the hello this rank sent the peer */
@@ -68,37 +74,24 @@ static int missing_ranks(coll_comm *c, char *out, size_t len)
     return n;
 }
 
-static int accept_all(coll_comm *c, cl_tr_listener *l, nonces *nc)
+/* The timeout of link_all, naming who never connected or whose listener stayed full. */
+static int link_timeout(coll_comm *c, int out, int links)
 {
-    int want = 2 * (c->size - 1), have = 0;
-    int64_t deadline = cl_now_ms() + c->timeout_ms;
-    while (have < want) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
-        uint8_t raw[CL_HELLO_BYTES];
-        cl_tr_conn *conn;
-        int rc = c->tr->accept(l, raw, &conn);
-        if (rc == COLL_OK) {
-            int slot = claim(c, raw, conn, nc);
-            if (slot < 0) {
-                c->tr->close_conn(conn);
-            } else {
-                c->conns[slot / c->size][1][slot % c->size] = conn;
-                have++;
-            }
-            continue;
-        }
-        if (cl_now_ms() >= deadline) {
-            char miss[256];
-            missing_ranks(c, miss, sizeof(miss));
-            cl_comm_fail(c, COLL_ETIMEDOUT,
-                         "rank %d: connecting the communicator timed out after %d ms: no "
-                         "connection from rank(s) %s",
-                         c->rank, c->timeout_ms, miss);
-            return COLL_ETIMEDOUT;
-        }
-        cl_notifier_wait(&c->notifier, seen, CL_MIN(deadline, cl_now_ms() + 100));
+    char miss[256];
+    if (out < links) {
+        int p = (c->rank + 1 + out % (c->size - 1)) % c->size;
+        cl_comm_fail(c, COLL_ETIMEDOUT,
+                     "rank %d: connecting the communicator timed out after %d ms: rank %d's "
+                     "listener took no connection",
+                     c->rank, c->timeout_ms, p);
+    } else {
+        missing_ranks(c, miss, sizeof(miss));
+        cl_comm_fail(c, COLL_ETIMEDOUT,
+                     "rank %d: connecting the communicator timed out after %d ms: no "
+                     "connection from rank(s) %s",
+                     c->rank, c->timeout_ms, miss);
     }
-    return COLL_OK;
+    return COLL_ETIMEDOUT;
 }
 
 /* A link's first message: a real one (not a farewell), with its proof if keyed. */
@@ -117,8 +110,10 @@ static int first_ok(coll_comm *c, int ch, int p, const cl_msg_hdr *h, const uint
         if (cl_auth_equal(want, tag))
             return COLL_OK;
     }
-    cl_comm_fail(c, COLL_EPROTO, "rank %d: rank %d's link (channel %d) failed authentication: "
-                 "another COLL_SECRET, or not a rank of this job", c->rank, p, ch);
+    cl_comm_fail(c, COLL_EPROTO,
+                 "rank %d: rank %d's link (channel %d) failed authentication: "
+                 "another COLL_SECRET, or not a rank of this job",
+                 c->rank, p, ch);
     return COLL_EPROTO;
 }
 
@@ -131,8 +126,8 @@ static int exchange_first_message(coll_comm *c, const nonces *nc)
     size_t links = (size_t)(CL_CHANNELS * n);
     cl_tr_req **reqs = calloc(2 * links, sizeof(*reqs));
     cl_msg_hdr *in = calloc(links, sizeof(*in));
-    uint8_t (*out_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
-    uint8_t (*in_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
+    uint8_t(*out_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
+    uint8_t(*in_tag)[CL_TAG_BYTES] = calloc(links, CL_TAG_BYTES);
     cl_msg_hdr h = {.magic = CL_MSG_MAGIC, .len = c->keyed ? CL_TAG_BYTES : 0};
     if (!reqs || !in || !out_tag || !in_tag)
         rc = COLL_ENOMEM;
@@ -145,7 +140,8 @@ static int exchange_first_message(coll_comm *c, const nonces *nc)
                 proof(c, ch, c->rank, p, nc->got[at], out_tag[at]);
             rc = c->tr->isend(c->conns[ch][0][p], &h, out_tag[at], &reqs[k++]);
             if (rc == COLL_OK)
-                rc = c->tr->irecv(c->conns[ch][1][p], &in[at], in_tag[at], CL_TAG_BYTES, &reqs[k++]);
+                rc =
+                    c->tr->irecv(c->conns[ch][1][p], &in[at], in_tag[at], CL_TAG_BYTES, &reqs[k++]);
         }
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     for (int i = 0; i < k; i++) {
@@ -176,27 +172,79 @@ static int exchange_first_message(coll_comm *c, const nonces *nc)
     return rc;
 }
 
-static int connect_all(coll_comm *c, const char *handles, nonces *nc)
+/* Takes every connection waiting on the listener: how many claimed a slot. */
+static int take_waiting(coll_comm *c, cl_tr_listener *l, nonces *nc)
 {
-    for (int ch = 0; ch < CL_CHANNELS; ch++) {
-        for (int k = 1; k < c->size; k++) {
-            int p = (c->rank + k) % c->size; /* spread the connects: not all at rank 0 */
-            uint8_t raw[CL_HELLO_BYTES];
-            cl_hello_expect me = expectation(c);
-            if (cl_auth_nonce(nc->drawn[ch * c->size + p], CL_NONCE_BYTES) != 0) {
-                cl_comm_fail(c, COLL_ESYS, "rank %d: no random bytes for a nonce", c->rank);
-                return COLL_ESYS;
-            }
-            cl_hello_make(&me, ch, nc->drawn[ch * c->size + p], raw);
-            int rc = c->tr->connect(c->ctx, handles + (size_t)p * CL_HANDLE_BYTES, raw,
-                                    &c->conns[ch][0][p]);
-            if (rc != COLL_OK) {
-                cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, p,
-                             CL_HANDLE_BYTES, handles + (size_t)p * CL_HANDLE_BYTES,
-                             coll_strerror(rc));
-                return rc;
-            }
+    int got = 0;
+    uint8_t raw[CL_HELLO_BYTES];
+    cl_tr_conn *conn;
+    while (c->tr->accept(l, raw, &conn) == COLL_OK) {
+        int slot = claim(c, raw, conn, nc);
+        if (slot < 0) {
+            c->tr->close_conn(conn);
+            continue;
         }
+        c->conns[slot / c->size][1][slot % c->size] = conn;
+        got++;
+    }
+    return got;
+}
+
+/* What link (ch, this rank -> p) should buffer. A ring neighbour's links carry the bulk
+ * of every ring collective (the next rank) and of a pipeline's sends (both neighbours);
+ * the others carry small messages. Each kind shares a budget per machine, so a
+ * machine's shared memory grows with its ranks, not with their square. */
+static size_t link_want(const coll_comm *c, int ch, int p)
+{
+    size_t n = (size_t)c->size, l = (size_t)c->local, next = ((size_t)c->rank + 1) % n;
+    int bulk = (size_t)p == next || (ch == CL_CH_P2P && (size_t)p == (c->rank + n - 1) % n);
+    size_t links = bulk ? 3 * l : CL_CHANNELS * l * (l > 1 ? l - 1 : 1);
+    return CL_MIN(CL_LINK_MAX, (bulk ? CL_BULK_BUDGET : CL_SMALL_BUDGET) / links);
+}
+
+/* Dials link k of this rank's sends (channel k / (n-1), then peers from the next rank
+ * on, so not every rank dials rank 0 first). COLL_INPROGRESS: the peer's listener is
+ * full, try again after accepting. */
+static int dial(coll_comm *c, const char *handles, nonces *nc, int k)
+{
+    int ch = k / (c->size - 1), p = (c->rank + 1 + k % (c->size - 1)) % c->size;
+    uint8_t raw[CL_HELLO_BYTES];
+    cl_hello_expect me = expectation(c);
+    if (cl_auth_nonce(nc->drawn[ch * c->size + p], CL_NONCE_BYTES) != 0) {
+        cl_comm_fail(c, COLL_ESYS, "rank %d: no random bytes for a nonce", c->rank);
+        return COLL_ESYS;
+    }
+    cl_hello_make(&me, ch, nc->drawn[ch * c->size + p], raw);
+    const char *h = handles + (size_t)p * CL_HANDLE_BYTES;
+    int rc = c->tr->connect(c->ctx, h, raw, link_want(c, ch, p), &c->conns[ch][0][p]);
+    if (rc != COLL_OK && rc != COLL_INPROGRESS)
+        cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, p,
+                     CL_HANDLE_BYTES, h, coll_strerror(rc));
+    return rc;
+}
+
+/* Every link out of this rank dialed and every link into it accepted, in one loop: a
+ * peer whose listener is full is dialed again once this rank took the connections
+ * waiting on its own, so ranks that all dial at once never wait on each other (shm's
+ * backlog holds 128; a blocking dial-everything-first hung at 66 ranks). */
+static int link_all(coll_comm *c, cl_tr_listener *l, const char *handles, nonces *nc)
+{
+    int links = CL_CHANNELS * (c->size - 1), out = 0, in = 0, rc = COLL_OK;
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    while (out < links || in < links) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        int before = out + in;
+        while (out < links && (rc = dial(c, handles, nc, out)) == COLL_OK)
+            out++;
+        if (rc != COLL_OK && rc != COLL_INPROGRESS)
+            return rc;
+        in += take_waiting(c, l, nc);
+        if (out + in > before || (out == links && in == links))
+            continue;
+        if (cl_now_ms() >= deadline)
+            return link_timeout(c, out, links);
+        cl_notifier_wait(&c->notifier, seen,
+                         CL_MIN(deadline, cl_now_ms() + (out < links ? 1 : 100)));
     }
     return COLL_OK;
 }
@@ -205,9 +253,7 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
 {
     size_t links = (size_t)(CL_CHANNELS * c->size);
     nonces nc = {calloc(links, CL_NONCE_BYTES), calloc(links, CL_NONCE_BYTES)};
-    int rc = nc.drawn && nc.got ? connect_all(c, handles, &nc) : COLL_ENOMEM;
-    if (rc == COLL_OK)
-        rc = accept_all(c, l, &nc);
+    int rc = nc.drawn && nc.got ? link_all(c, l, handles, &nc) : COLL_ENOMEM;
     c->tr->close_listener(l);
     if (rc == COLL_OK)
         rc = exchange_first_message(c, &nc);

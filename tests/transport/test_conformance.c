@@ -54,7 +54,7 @@ static void pair_open(pair *p)
     uint8_t hello[CL_HELLO_BYTES], got[CL_HELLO_BYTES];
     for (int i = 0; i < CL_HELLO_BYTES; i++)
         hello[i] = (uint8_t)(i * 7 + 1);
-    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, &p->send), COLL_OK);
+    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, 1 << 20, &p->send), COLL_OK);
     int64_t deadline = cl_now_ms() + 5000;
     while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
         ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");

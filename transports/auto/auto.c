@@ -6,8 +6,8 @@
  * goes to the transport that made the connection. */
 #include "base/log.h"
 #include "base/util.h"
-#include "transports/transport.h"
 #include "collective.h"
+#include "transports/transport.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -195,7 +195,7 @@ static void auto_close_listener(cl_tr_listener *l)
 }
 
 static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                        const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+                        const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
     char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[NINNER][CL_HANDLE_BYTES + 1] = {{0}};
     memcpy(all, handle, CL_HANDLE_BYTES);
@@ -206,7 +206,7 @@ static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
             : ctx->inner[2] && strcmp(h[2], "-") != 0 ? 2
                                                       : 0; /* RDMA at both ends */
     cl_tr_conn *inner;
-    int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, &inner);
+    int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, want, &inner);
     return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
 }
 
@@ -233,9 +233,8 @@ static int auto_irecv_sink(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap
                            const cl_tr_sink *sink, cl_tr_req **out)
 {
     cl_tr_req *inner = NULL;
-    int rc = sink && c->tr->irecv_sink
-                 ? c->tr->irecv_sink(c->inner, hdr, buf, cap, sink, &inner)
-                 : c->tr->irecv(c->inner, hdr, buf, cap, &inner);
+    int rc = sink && c->tr->irecv_sink ? c->tr->irecv_sink(c->inner, hdr, buf, cap, sink, &inner)
+                                       : c->tr->irecv(c->inner, hdr, buf, cap, &inner);
     return wrap_req(c->tr, rc, inner, out);
 }
 

@@ -422,8 +422,10 @@ static int dial(const char *handle, int timeout_ms)
 }
 
 static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                      const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+                      const uint8_t hello[CL_HELLO_BYTES], size_t want,
+                      cl_tr_conn **out)
 {
+    (void)want; /* its registered slots are one fixed size per connection */
     char h[CL_HANDLE_BYTES + 1];
     memcpy(h, handle, CL_HANDLE_BYTES);
     h[CL_HANDLE_BYTES] = 0;

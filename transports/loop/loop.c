@@ -2,8 +2,8 @@
  * A send copies straight into a posted receive, or into a queued message when none is
  * posted yet (eager), so it completes at once; a receive completes when its message
  * arrives. It exists to test algorithms fast; it must stay simple enough to trust. */
-#include "transports/transport.h"
 #include "collective.h"
+#include "transports/transport.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -195,8 +195,9 @@ static cl_tr_conn *new_conn(cl_tr_ctx *ctx, struct pipe *p, const char *name)
 }
 
 static int loop_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                        const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+                        const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
+    (void)want; /* queued messages are not bounded */
     unsigned id;
     if (sscanf(handle, "loop:%u", &id) != 1)
         return COLL_EINVAL;
@@ -364,7 +365,7 @@ static void loop_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
         pthread_mutex_unlock(&ctx->mu);
         cl_tr_req *r;
         if (!was && farewell && !c->is_recv && loop_isend(c, farewell, NULL, &r) == COLL_OK)
-            loop_test(r, &(int){ 0 }, NULL);
+            loop_test(r, &(int){0}, NULL);
         if (!was)
             pipe_close(c, status);
     }

@@ -12,11 +12,11 @@
  * thread does the rest, so nothing depends on the caller polling. */
 #include "base/log.h"
 #include "base/util.h"
+#include "collective.h"
 #include "transports/accept.h"
 #include "transports/progress.h"
 #include "transports/reqq.h"
 #include "transports/transport.h"
-#include "collective.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,8 +30,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define RING_CAP ((uint64_t)4 << 20) /* data bytes per connection, a power of two */
-#define RING_DATA 256                /* where the data starts in the mapping */
+/* Data bytes per connection: a power of two in [RING_MIN, RING_MAX], chosen by the
+ * sender from what the link is asked to hold. */
+#define RING_MIN ((uint64_t)16 << 10)
+#define RING_MAX ((uint64_t)4 << 20)
+#define RING_DATA 256 /* where the data starts in the mapping */
 
 /* Room for the descriptors a message carries, aligned for cmsghdr, zeroed by users. */
 typedef union {
@@ -46,7 +49,6 @@ typedef union {
  * the peer reads a flag after every move, and finds it in its cache. */
 struct ring {
     _Alignas(64) _Atomic uint64_t head; /* bytes ever written, by the sender */
-    uint64_t cap;
     _Alignas(64) _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
     _Alignas(64) _Atomic uint32_t tx_wake;
     _Alignas(64) _Atomic uint32_t rx_wake;
@@ -59,10 +61,11 @@ struct cl_tr_conn {
     int is_recv, sock, peer_efd;
     struct ring *ring;
     char *data;
+    uint64_t cap;       /* the ring's data bytes: kept here, never read from the shared page */
     uint64_t tail_seen; /* sender: the receiver's tail when last read (it only grows) */
     cl_reqq q;          /* pending sends or receives, in order */
-    int dead;      /* status that fails every request from now on */
-    int peer_gone; /* EOF on the lifeline: deliver what is in the ring, then fail */
+    int dead;           /* status that fails every request from now on */
+    int peer_gone;      /* EOF on the lifeline: deliver what is in the ring, then fail */
     uint8_t hello[CL_HELLO_BYTES];
     char name[CL_HANDLE_BYTES + 16];
 };
@@ -124,7 +127,7 @@ static void fail_all(cl_tr_conn *c, int status)
 /* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
 static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into_ring)
 {
-    uint64_t cap = c->ring->cap, at = pos & (cap - 1);
+    uint64_t cap = c->cap, at = pos & (cap - 1);
     size_t first = (size_t)(cap - at < n ? cap - at : n);
     if (into_ring) {
         memcpy(c->data + at, mem, first);
@@ -142,7 +145,7 @@ static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
 {
     const cl_tr_sink *s = r->sink;
     size_t off = r->moved - sizeof(cl_msg_hdr);
-    uint64_t cap = c->ring->cap, at = pos & (cap - 1);
+    uint64_t cap = c->cap, at = pos & (cap - 1);
     size_t first = (size_t)(cap - at < n ? cap - at : n);
     s->take(s->arg, off, c->data + at, first);
     if (first < n)
@@ -154,7 +157,7 @@ static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
 static int sink_fits(const cl_tr_conn *c, const cl_tr_req *r, uint64_t payload_pos)
 {
     size_t a = r->sink->align;
-    return a && (a & (a - 1)) == 0 && c->ring->cap % a == 0 && payload_pos % a == 0;
+    return a && (a & (a - 1)) == 0 && c->cap % a == 0 && payload_pos % a == 0;
 }
 
 /* Sends: as much of the queued messages as fits. Returns the bytes moved. */
@@ -166,9 +169,9 @@ static size_t pump_send(cl_tr_conn *c)
         uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         /* The tail's line is the receiver's: read it only when the room known is short. */
-        if (c->ring->cap - (head - c->tail_seen) < n)
+        if (c->cap - (head - c->tail_seen) < n)
             c->tail_seen = atomic_load_explicit(&c->ring->tail, memory_order_acquire);
-        uint64_t room = c->ring->cap - (head - c->tail_seen);
+        uint64_t room = c->cap - (head - c->tail_seen);
         n = n < room ? n : (size_t)room;
         if (n == 0)
             break;
@@ -336,7 +339,7 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
         if (c->peer_efd >= 0)
             close(c->peer_efd);
         if (c->ring)
-            munmap(c->ring, RING_DATA + RING_CAP);
+            munmap(c->ring, RING_DATA + c->cap);
         free(c);
         c = n;
     }
@@ -395,14 +398,32 @@ static void touch_pages(char *p, size_t bytes, int write)
     }
 }
 
-static int map_ring(cl_tr_conn *c, int memfd, int create)
+/* The ring size for a link asked to hold `want` bytes: the largest power of two not
+ * above it, within [RING_MIN, RING_MAX]. */
+static uint64_t ring_cap(size_t want)
 {
-    size_t bytes = RING_DATA + RING_CAP;
-    if (create && ftruncate(memfd, (off_t)bytes) != 0)
-        return -1;
+    uint64_t cap = RING_MIN;
+    while (cap < RING_MAX && cap * 2 <= want)
+        cap *= 2;
+    return cap;
+}
+
+/* Maps the ring of memfd: `cap` data bytes when creating it, else the size the creator
+ * gave it, which must be one a sender could have chosen. */
+static int map_ring(cl_tr_conn *c, int memfd, uint64_t cap)
+{
+    int create = cap != 0;
     struct stat st;
-    if (!create && (fstat(memfd, &st) != 0 || (size_t)st.st_size != bytes))
-        return -1; /* not a ring of ours */
+    if (create && ftruncate(memfd, (off_t)(RING_DATA + cap)) != 0)
+        return -1;
+    if (!create) {
+        if (fstat(memfd, &st) != 0 || st.st_size < (off_t)(RING_DATA + RING_MIN))
+            return -1; /* not a ring of ours */
+        cap = (uint64_t)st.st_size - RING_DATA;
+        if (cap > RING_MAX || (cap & (cap - 1)) != 0)
+            return -1;
+    }
+    size_t bytes = (size_t)(RING_DATA + cap);
     /* Populated now: no page faults on the data path later (each costs microseconds),
      * and the memory a connection holds is all there from the start. */
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
@@ -411,9 +432,8 @@ static int map_ring(cl_tr_conn *c, int memfd, int create)
     touch_pages(p, bytes, create);
     c->ring = p;
     c->data = (char *)p + RING_DATA;
-    if (create)
-        c->ring->cap = RING_CAP;
-    return c->ring->cap == RING_CAP ? 0 : -1;
+    c->cap = cap;
+    return 0;
 }
 
 static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
@@ -478,7 +498,7 @@ static int take_hello(void *arg, cl_pending *p)
         if (fds[1] >= 0)
             close(fds[1]);
         if (c && c->ring)
-            munmap(c->ring, RING_DATA + RING_CAP);
+            munmap(c->ring, RING_DATA + c->cap);
         free(c);
         cl_log(COLL_LOG_WARN, "shm: dropped a connection to %s without a valid hello", l->name);
         return -1;
@@ -504,7 +524,7 @@ static void shm_close_listener(cl_tr_listener *l)
 }
 
 static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                       const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+                       const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
     char name[CL_HANDLE_BYTES + 1];
     memcpy(name, handle, CL_HANDLE_BYTES);
@@ -515,11 +535,20 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, name + 4, strlen(name + 4));
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name + 4));
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Never blocks: a listener whose backlog is full says EAGAIN, and the caller accepts
+     * its own connections before it tries again (ranks that all dial first would
+     * otherwise wait on each other for good). */
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return COLL_ESYS;
+    if (connect(s, (struct sockaddr *)&a, len) != 0) {
+        int busy = errno == EAGAIN;
+        close(s);
+        return busy ? COLL_INPROGRESS : COLL_EPEER;
+    }
     int memfd = memfd_create("libcollective-shm", MFD_CLOEXEC);
-    cl_tr_conn *c = s >= 0 ? conn_new(ctx, s, 0) : NULL;
-    int ok = c && memfd >= 0 && connect(s, (struct sockaddr *)&a, len) == 0 &&
-             map_ring(c, memfd, 1) == 0;
+    cl_tr_conn *c = conn_new(ctx, s, 0);
+    int ok = c && memfd >= 0 && map_ring(c, memfd, ring_cap(want)) == 0;
     fd_ctl ctl = {{0}};
     struct iovec v = {(void *)hello, CL_HELLO_BYTES};
     struct msghdr m = {
@@ -527,15 +556,14 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
     memcpy(CMSG_DATA(h), (int[]){memfd, ctx->pg.efd}, 2 * sizeof(int));
-    ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES && fcntl(s, F_SETFL, O_NONBLOCK) == 0;
+    ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES;
     if (memfd >= 0)
         close(memfd);
     if (!ok) {
         if (c && c->ring)
-            munmap(c->ring, RING_DATA + RING_CAP);
+            munmap(c->ring, RING_DATA + c->cap);
         free(c);
-        if (s >= 0)
-            close(s);
+        close(s);
         return COLL_EPEER;
     }
     snprintf(c->name, sizeof(c->name), "%s/out", name + 4);
@@ -595,7 +623,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
     if (c->is_recv || c->dead || c->q.head || !c->ring)
         return;
     uint64_t head = atomic_load(&c->ring->head);
-    if (c->ring->cap - (head - atomic_load(&c->ring->tail)) < sizeof(*h))
+    if (c->cap - (head - atomic_load(&c->ring->tail)) < sizeof(*h))
         return;
     ring_copy(c, head, (void *)h, sizeof(*h), 1);
     atomic_store_explicit(&c->ring->head, head + sizeof(*h), memory_order_release);

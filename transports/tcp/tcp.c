@@ -4,8 +4,8 @@
  * because libuv is not thread-safe otherwise. Message bytes move in tcp_io.c, on any
  * thread, under each connection's own mutex. This file must never block the loop thread
  * and never touch a request after marking it done (the owner may free it at once). */
-#include "transports/tcp/tcp_conn.h"
 #include "transports/iface.h"
+#include "transports/tcp/tcp_conn.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -556,8 +556,9 @@ static int parse_handle(const char *h, struct sockaddr_in *a)
 }
 
 static int tcp_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
-                       const uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
+                       const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
+    (void)want; /* the kernel sizes its socket buffers */
     char h[CL_HANDLE_BYTES + 1];
     memcpy(h, handle, CL_HANDLE_BYTES);
     h[CL_HANDLE_BYTES] = 0;
