@@ -35,9 +35,9 @@ typedef struct cl_op {
 /* How long a waiter polls before it sleeps (spin.h), shared by a communicator's waits. */
 typedef struct cl_spin_tune {
     int spin_us;
-    int crowded;         /* more ranks on this machine than CPUs: pollers yield */
-    _Atomic int boost;   /* budget multiplier, 1 to SPIN_CAP (spin.c) */
-    _Atomic int calm;    /* waits since one last slept */
+    int crowded;       /* more ranks on this machine than CPUs: pollers yield */
+    _Atomic int boost; /* budget multiplier, 1 to SPIN_CAP (spin.c) */
+    _Atomic int calm;  /* waits since one last slept */
 } cl_spin_tune;
 
 /* Where a failure goes: the owner records the first one, closes every link (sending the
@@ -50,20 +50,29 @@ typedef struct cl_fail_hooks {
 } cl_fail_hooks;
 
 typedef struct cl_algo_ctx {
-    int rank, size;
+    int rank, size; /* rank: this rank's position among `size` */
+    /* The communicator's rank at each position (NULL: the same). An all-reduce runs on
+     * positions in host order; what it reports names communicator ranks. */
+    const int *ranks;
     const cl_transport *tr;
     cl_tr_ctx *tctx;
-    cl_tr_conn **send, **recv; /* by peer rank: this context's channel's links */
+    cl_tr_conn **send, **recv; /* by position: this context's channel's links */
     cl_notifier *notifier;     /* signalled on every transport completion */
     int timeout_ms;            /* no progress for this long fails the operation */
     size_t segment_bytes;      /* pipeline segment */
     cl_buf *scratch;           /* the running collective's own (one runs at a time) */
     cl_buf *staging;           /* the running pass's receive and send slots */
     atomic_uint_least64_t *wire_tx, *wire_rx; /* header + payload bytes */
-    atomic_int *aborted;       /* set by coll_abort */
+    atomic_int *aborted;                      /* set by coll_abort */
     cl_spin_tune *spin;
     cl_fail_hooks fail;
 } cl_algo_ctx;
+
+/* The communicator's rank at position v, for messages and blame. */
+static inline int cl_rank_of(const cl_algo_ctx *x, int v)
+{
+    return x->ranks && v >= 0 ? x->ranks[v] : v;
+}
 
 /* Reports a failure of this rank's operation: its sentence goes to the owner, which
  * keeps the first. Returns status. */

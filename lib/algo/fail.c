@@ -21,7 +21,7 @@ int cl_algo_fail(const cl_algo_ctx *x, int status, const char *fmt, ...)
 
 void cl_algo_blame(const cl_algo_ctx *x, int rank, int status)
 {
-    x->fail.blame(x->fail.owner, rank, status);
+    x->fail.blame(x->fail.owner, cl_rank_of(x, rank), status);
 }
 
 int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, uint32_t seq)
@@ -32,10 +32,10 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
     /* A peer that failed for a reason of its own: this rank's links are fine. */
     int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
                status == COLL_ESYS || status == COLL_ESTATE;
-    cl_algo_blame(x, (int)h->count, status);
+    x->fail.blame(x->fail.owner, (int)h->count, status); /* a communicator rank */
     return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
-                        x->rank, what, seq, (unsigned long long)h->count, coll_strerror(status),
-                        h->seq);
+                        cl_rank_of(x, x->rank), what, seq, (unsigned long long)h->count,
+                        coll_strerror(status), h->seq);
 }
 
 int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t seq)

@@ -7,8 +7,8 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "wire/wire.h"
 #include "kernels/reduce.h"
+#include "wire/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,15 +165,16 @@ static int post_recv(flight *f)
 
 static int mismatch(pass *p, size_t u, const cl_msg_hdr *got, const cl_msg_hdr *want)
 {
-    return cl_algo_fail(p->x, COLL_EMISMATCH,
-                 "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u "
-                 "(%u bytes); this rank expects %s #%u count %llu %s %s root %u segment %u "
-                 "(%u bytes)",
-                 p->x->rank, cl_kind_name(want->coll), want->seq, cl_unit_peer(p, u, 1),
-                 cl_kind_name(got->coll), got->seq, (unsigned long long)got->count,
-                 cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag, got->unit, got->len,
-                 cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
-                 cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
+    return cl_algo_fail(
+        p->x, COLL_EMISMATCH,
+        "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u "
+        "(%u bytes); this rank expects %s #%u count %llu %s %s root %u segment %u "
+        "(%u bytes)",
+        cl_rank_of(p->x, p->x->rank), cl_kind_name(want->coll), want->seq,
+        cl_rank_of(p->x, cl_unit_peer(p, u, 1)), cl_kind_name(got->coll), got->seq,
+        (unsigned long long)got->count, cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag,
+        got->unit, got->len, cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
+        cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
 }
 
 static int link_error(pass *p, int rc, int peer, const char *dir);
@@ -203,17 +204,17 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
 {
     const cl_algo_ctx *x = p->x;
     const char *kind = cl_kind_name(p->op->kind);
-    int why = rc == COLL_EPEER && dir[0] == 's' ? cl_await_farewell(x, peer, kind, p->op->seq)
-                                                : COLL_OK;
+    int why =
+        rc == COLL_EPEER && dir[0] == 's' ? cl_await_farewell(x, peer, kind, p->op->seq) : COLL_OK;
     if (why != COLL_OK)
         return why;
     const char *what =
         rc == COLL_EPEER ? "closed the connection or could not be reached" : coll_strerror(rc);
     if (rc == COLL_EPEER)
         cl_algo_blame(x, peer, rc);
-    return cl_algo_fail(x, rc, "rank %d %s #%u: %s peer %d (%s): %s", x->rank, kind, p->op->seq,
-                        dir, peer, x->tr->peer_name((dir[0] == 's' ? x->send : x->recv)[peer]),
-                        what);
+    return cl_algo_fail(x, rc, "rank %d %s #%u: %s peer %d (%s): %s", cl_rank_of(x, x->rank), kind,
+                        p->op->seq, dir, cl_rank_of(x, peer),
+                        x->tr->peer_name((dir[0] == 's' ? x->send : x->recv)[peer]), what);
 }
 
 /* A send to `peer` failed. A peer that fails says why in a farewell before it closes,
@@ -324,7 +325,7 @@ static int step(flight *f, int64_t *deadline)
     /* A transfer that cannot be posted fails the communicator like every other error:
      * its links close, so no request of this pass outlives it (a sink points into f). */
     if (rc == COLL_OK && (rc = post_ready(f)) != COLL_OK)
-        cl_algo_fail(x, rc, "rank %d %s #%u: cannot post a transfer: %s", x->rank,
+        cl_algo_fail(x, rc, "rank %d %s #%u: cannot post a transfer: %s", cl_rank_of(x, x->rank),
                      cl_kind_name(op->kind), op->seq, coll_strerror(rc));
     if (rc != COLL_OK || finished(f))
         return rc;
@@ -343,11 +344,11 @@ static int step(flight *f, int64_t *deadline)
     if (!*deadline)
         *deadline = now + x->timeout_ms;
     if (now >= *deadline)
-        return cl_algo_fail(x, COLL_ETIMEDOUT,
-                            "rank %d %s #%u: no progress for %d ms waiting on peer %d", x->rank,
-                            cl_kind_name(op->kind), op->seq, x->timeout_ms,
-                            cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
-                                         f->r_done < f->r_posted));
+        return cl_algo_fail(
+            x, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
+            cl_rank_of(x, x->rank), cl_kind_name(op->kind), op->seq, x->timeout_ms,
+            cl_rank_of(x, cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
+                                       f->r_done < f->r_posted)));
     cl_notifier_wait(x->notifier, seen, *deadline);
     cl_spin_progress(&f->spin); /* woken: poll again before the next sleep */
     return COLL_OK;
@@ -375,7 +376,7 @@ int cl_pass_run(pass *p)
     cl_spin_stop(&f.spin);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
-            cl_algo_fail(p->x, rc, "rank %d %s #%u: aborted", p->x->rank,
+            cl_algo_fail(p->x, rc, "rank %d %s #%u: aborted", cl_rank_of(p->x, p->x->rank),
                          cl_kind_name(p->op->kind), p->op->seq);
         drain(&f);
     }

@@ -56,6 +56,19 @@ uint64_t cl_machine_id(void)
     return cl_hash(id, strlen(id), 0);
 }
 
+uint64_t cl_host_id(void)
+{
+    const char *named = getenv("COLL_HOST");
+    if (named && *named)
+        return cl_hash(named, strlen(named), cl_machine_id());
+    char id[400] = "";
+    int at = gethostname(id, 256) == 0 ? (int)strnlen(id, 256) : 0;
+    id[at++] = '|';
+    ssize_t n = readlink("/proc/self/ns/net", id + at, sizeof(id) - (size_t)at - 1);
+    at += n > 0 ? (int)n : 0;
+    return cl_hash(id, (size_t)at, cl_machine_id());
+}
+
 int cl_parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;

@@ -15,6 +15,10 @@ uint64_t cl_hash(const void *data, size_t len, uint64_t seed);
 /* Which machine this is (its kernel's boot id, else its hostname): ranks that share it
  * share its CPUs, whatever their network namespace or container. */
 uint64_t cl_machine_id(void);
+/* Which host this is for the network: the machine, its hostname and this process's
+ * network namespace, or COLL_HOST's name on this machine when set. Ranks with equal ids
+ * share memory and one network link (an emulated host counts as a host of its own). */
+uint64_t cl_host_id(void);
 
 /* Room for `need` more open descriptors: raises the soft RLIMIT_NOFILE (often 1024)
  * towards the hard one when short. 0 when there is room, else -1; *limit: the soft limit. */

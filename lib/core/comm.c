@@ -27,6 +27,9 @@ void cl_comm_free(coll_comm *c)
     cl_life_close(&c->life);
     free(c->lives);
     free(c->failed);
+    free(c->ring);
+    free(c->ring_links[0]);
+    free(c->ring_links[1]);
     if (c->ctx)
         c->tr->ctx_destroy(c->ctx);
     if (c->store)
@@ -73,6 +76,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->life.fd = -1;
     memset(mine, 0, sizeof(*mine));
     mine->machine = cl_machine_id();
+    mine->host = cl_host_id();
     c->rank = rank;
     c->size = size;
     c->id = id;
@@ -151,8 +155,14 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     }
     count_local(c, cards);
     fd_room(c);
-    int rc = cl_mesh_connect(c, l, handles);
+    int rc = cl_topo_order(c, cards);
+    if (rc == COLL_OK)
+        rc = cl_mesh_connect(c, l, handles);
+    else
+        c->tr->close_listener(l);
     free(handles);
+    if (rc == COLL_OK)
+        cl_topo_link(c);
     if (rc == COLL_OK)
         rc = cl_engine_start(c);
     return rc;

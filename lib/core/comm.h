@@ -30,7 +30,7 @@ struct coll_req {
 struct coll_comm {
     int rank, size;
     uint64_t id, job;
-    int keyed;                 /* COLL_SECRET is set: every link and lifeline proves it */
+    int keyed; /* COLL_SECRET is set: every link and lifeline proves it */
     uint8_t key[CL_KEY_BYTES];
     int timeout_ms;
     size_t segment_bytes;
@@ -50,6 +50,12 @@ struct coll_comm {
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */
     uint32_t shrinks;                   /* coll_shrink calls on this communicator */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
+    /* The ring in host order when the launcher's numbering is not (NULL otherwise):
+     * ring[v] is the rank at position v; an all-reduce runs on `ordered`, whose links
+     * are the collective channel's by position. */
+    int *ring;
+    cl_tr_conn **ring_links[2];
+    cl_algo_ctx ordered;
 
     pthread_mutex_t mu; /* queue, request states, status */
     pthread_cond_t cv;
@@ -76,7 +82,8 @@ struct coll_comm {
  * its machine, its lifeline. */
 typedef struct cl_card {
     char handle[CL_HANDLE_BYTES];
-    uint64_t machine;
+    uint64_t machine; /* cl_machine_id: whose CPUs */
+    uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
 } cl_card;
 
@@ -110,6 +117,16 @@ void cl_engine_submit(coll_comm *c, coll_req *r);
 /* A blocking collective: runs r on the calling thread when nothing is queued or running,
  * else queues it behind the others and waits. Frees r; returns its status. */
 int cl_engine_call(coll_comm *c, coll_req *r);
+
+/* Orders the ring by host (c->ring, c->ordered.rank) from every rank's card, before
+ * connecting. */
+int cl_topo_order(coll_comm *c, const cl_card *cards);
+/* Once connected: the host-ordered context's links. */
+void cl_topo_link(coll_comm *c);
+/* The algorithm context op runs on: in host order for an all-reduce. */
+const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op);
+/* The rank `step` places on along the collective ring (host order; 1: the next). */
+int cl_topo_peer(const coll_comm *c, int step);
 
 /* Runs one collective to completion (engine thread or cl_engine_call); returns its status. */
 int cl_run_collective(coll_comm *c, coll_req *r);

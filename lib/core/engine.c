@@ -16,7 +16,7 @@ int cl_run_collective(coll_comm *c, coll_req *r)
     if (!a) /* api.c refuses an operation no algorithm runs: never here */
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
-    return a->run(&c->algo[CL_CH_COLL], &r->op);
+    return a->run(cl_topo_ctx(c, &r->op), &r->op);
 }
 
 static coll_req *next_request(coll_comm *c)

@@ -196,8 +196,10 @@ static int take_waiting(coll_comm *c, cl_tr_listener *l, nonces *nc)
  * machine's shared memory grows with its ranks, not with their square. */
 static size_t link_want(const coll_comm *c, int ch, int p)
 {
-    size_t n = (size_t)c->size, l = (size_t)c->local, next = ((size_t)c->rank + 1) % n;
-    int bulk = (size_t)p == next || (ch == CL_CH_P2P && (size_t)p == (c->rank + n - 1) % n);
+    size_t n = (size_t)c->size, l = (size_t)c->local;
+    int bulk = ch == CL_CH_COLL
+                   ? p == cl_topo_peer(c, 1)
+                   : (size_t)p == (c->rank + 1) % n || (size_t)p == (c->rank + n - 1) % n;
     size_t links = bulk ? 3 * l : CL_CHANNELS * l * (l > 1 ? l - 1 : 1);
     return CL_MIN(CL_LINK_MAX, (bulk ? CL_BULK_BUDGET : CL_SMALL_BUDGET) / links);
 }
@@ -260,11 +262,12 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
     free(nc.drawn);
     free(nc.got);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
-        int n = c->size, prev = (c->rank + n - 1) % n, next = (c->rank + 1) % n;
+        int n = c->size, prev = cl_topo_peer(c, -1), next = cl_topo_peer(c, 1);
         cl_log(COLL_LOG_INFO,
-               "rank %d/%d comm %llx: transport %s, ring %d -> %d -> %d: from %d "
+               "rank %d/%d comm %llx: transport %s, ring%s %d -> %d -> %d: from %d "
                "via %s, to %d via %s; %d of %d ranks on this machine, %ld CPUs%s",
-               c->rank, n, (unsigned long long)c->id, c->tr->name, prev, c->rank, next, prev,
+               c->rank, n, (unsigned long long)c->id, c->tr->name, c->ring ? " (host order)" : "",
+               prev, c->rank, next, prev,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-", next,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-", c->local, n,
                sysconf(_SC_NPROCESSORS_ONLN), c->spin.crowded ? ": crowded, pollers yield" : "");

@@ -77,6 +77,8 @@ static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, v
         snprintf(v, sizeof(v), "%d", o->nranks);
         setenv("WORLD_SIZE", v, 1);
     }
+    if (o->setup)
+        o->setup(rank, arg);
     int rc = coll_init(&c, url, r, n, &cfg);
     if (rc != COLL_OK) {
         fprintf(stderr, "rank %d: coll_init(%s): %s: %s\n", rank, url, coll_strerror(rc),

@@ -19,6 +19,8 @@ typedef struct {
     const char *transport; /* NULL: tcp */
     int timeout_ms;        /* library timeout; 0: 10000 */
     int deadline_s;        /* the whole run; ranks still alive then are killed */
+    /* Called in each rank (with fn's arg) before coll_init: environment, log routing. */
+    void (*setup)(int rank, void *arg);
 } run_opts;
 
 /* Runs fn on every rank; returns how many ranks failed (exit code != 0 or killed). */
