@@ -39,6 +39,7 @@ extern const cl_algo cl_algo_chain;    /* chain.c */
 extern const cl_algo cl_algo_codec;    /* codec_ring.c */
 extern const cl_algo cl_algo_direct;   /* direct.c */
 extern const cl_algo cl_algo_ring_gather; /* direct.c: reduce */
+extern const cl_algo cl_algo_hier;        /* hier.c */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 

@@ -54,6 +54,9 @@ typedef struct cl_algo_ctx {
     /* The communicator's rank at each position (NULL: the same). An all-reduce runs on
      * positions in host order; what it reports names communicator ranks. */
     const int *ranks;
+    /* With hosts of as many ranks each (two or more of each): the ring of this host's
+     * ranks and the ring of this rank's place on every host (hier); else NULL. */
+    const struct cl_algo_ctx *local, *cross;
     const cl_transport *tr;
     cl_tr_ctx *tctx;
     cl_tr_conn **send, **recv; /* by position: this context's channel's links */

@@ -276,7 +276,7 @@ size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt
     char why[160];
     cl_op op = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = COLL_SUM};
     const cl_algo *a = cl_choose((coll_comm *)c, &op, why, sizeof(why));
-    return a ? a->cost(&c->algo[CL_CH_COLL], &op).bytes : 0;
+    return a ? a->cost(cl_topo_ctx(c, &op), &op).bytes : 0;
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

@@ -17,7 +17,7 @@
 #define BETA_S 0.25e-9
 
 /* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
-static const char *const planned[] = {"rabenseifner", "tree", "hier", NULL};
+static const char *const planned[] = {"rabenseifner", "tree", NULL};
 
 static double price(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
 {
@@ -43,11 +43,14 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
 {
     const cl_algo *a = cl_algo_named(c->force);
     if (!a || !(a->serves & CL_SERVES(CL_ALLREDUCE)))
-        snprintf(why, len, "COLL_ALGO=%s: not built yet (built: ring, doubling)", c->force);
-    else if (!a->fits(&c->algo[CL_CH_COLL], op))
+        snprintf(why, len, "COLL_ALGO=%s: not built yet (built: ring, doubling, hier)", c->force);
+    else if (!a->fits(cl_topo_ctx(c, op), op))
         snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte all-reduce on %d ranks%s", c->force,
                  op->count * cl_dtype_size(op->dtype), c->size,
-                 a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)" : "");
+                 a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)"
+                 : a == &cl_algo_hier   ? " (it needs two or more hosts of as many ranks each, "
+                                          "two or more per host)"
+                                        : "");
     else
         return a;
     return NULL;
@@ -55,7 +58,7 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
 
 const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
 {
-    const cl_algo_ctx *x = &c->algo[CL_CH_COLL];
+    const cl_algo_ctx *x = cl_topo_ctx(c, op);
     if (c->force[0] && op->kind == CL_ALLREDUCE && op->codec == COLL_CODEC_NONE)
         return forced(c, op, why, len);
     const cl_algo *best = NULL;
@@ -84,7 +87,7 @@ void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
     if (!cl_log_enabled(COLL_LOG_INFO))
         return;
     char prices[256] = "";
-    const cl_algo_ctx *x = &c->algo[CL_CH_COLL];
+    const cl_algo_ctx *x = cl_topo_ctx(c, op);
     for (int i = 0; cl_algos[i]; i++) {
         size_t at = strlen(prices);
         if (runs(cl_algos[i], x, op))

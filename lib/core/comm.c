@@ -27,9 +27,7 @@ void cl_comm_free(coll_comm *c)
     cl_life_close(&c->life);
     free(c->lives);
     free(c->failed);
-    free(c->ring);
-    free(c->ring_links[0]);
-    free(c->ring_links[1]);
+    cl_topo_free(&c->topo);
     if (c->ctx)
         c->tr->ctx_destroy(c->ctx);
     if (c->store)

@@ -27,6 +27,22 @@ struct coll_req {
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */
 };
 
+/* Where this communicator's ranks are (topo.c). With more than one host, an all-reduce
+ * runs on `ordered`: positions in host order (ring[v] is the rank at position v), links
+ * by position. With H hosts of L ranks each (H, L >= 2), `sub` are hier's: the ring of
+ * this host's ranks (sub[0]) and the ring of the ranks with this one's place on every
+ * host (sub[1]). */
+typedef struct cl_topo {
+    int hosts, per_host; /* per_host: 0 when hosts hold different numbers of ranks */
+    int moved;           /* host order is not rank order */
+    int *ring;           /* NULL: one host */
+    cl_tr_conn **links[2];
+    cl_algo_ctx ordered;
+    int *sub_ranks[2];
+    cl_tr_conn **sub_links[2][2];
+    cl_algo_ctx sub[2];
+} cl_topo;
+
 struct coll_comm {
     int rank, size;
     uint64_t id, job;
@@ -50,12 +66,7 @@ struct coll_comm {
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */
     uint32_t shrinks;                   /* coll_shrink calls on this communicator */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
-    /* The ring in host order when the launcher's numbering is not (NULL otherwise):
-     * ring[v] is the rank at position v; an all-reduce runs on `ordered`, whose links
-     * are the collective channel's by position. */
-    int *ring;
-    cl_tr_conn **ring_links[2];
-    cl_algo_ctx ordered;
+    cl_topo topo;                       /* hosts, the ring in host order, hier's sub-rings */
 
     pthread_mutex_t mu; /* queue, request states, status */
     pthread_cond_t cv;
@@ -118,11 +129,11 @@ void cl_engine_submit(coll_comm *c, coll_req *r);
  * else queues it behind the others and waits. Frees r; returns its status. */
 int cl_engine_call(coll_comm *c, coll_req *r);
 
-/* Orders the ring by host (c->ring, c->ordered.rank) from every rank's card, before
- * connecting. */
+/* Learns the hosts and orders the ring from every rank's card, before connecting. */
 int cl_topo_order(coll_comm *c, const cl_card *cards);
-/* Once connected: the host-ordered context's links. */
+/* Once connected: the host-ordered and hier contexts' links. */
 void cl_topo_link(coll_comm *c);
+void cl_topo_free(cl_topo *t);
 /* The algorithm context op runs on: in host order for an all-reduce. */
 const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op);
 /* The rank `step` places on along the collective ring (host order; 1: the next). */

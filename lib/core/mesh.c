@@ -266,7 +266,7 @@ int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles)
         cl_log(COLL_LOG_INFO,
                "rank %d/%d comm %llx: transport %s, ring%s %d -> %d -> %d: from %d "
                "via %s, to %d via %s; %d of %d ranks on this machine, %ld CPUs%s",
-               c->rank, n, (unsigned long long)c->id, c->tr->name, c->ring ? " (host order)" : "",
+               c->rank, n, (unsigned long long)c->id, c->tr->name, c->topo.moved ? " (host order)" : "",
                prev, c->rank, next, prev,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][1][prev]) : "-", next,
                n > 1 ? c->tr->peer_name(c->conns[CL_CH_COLL][0][next]) : "-", c->local, n,

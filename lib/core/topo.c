@@ -1,84 +1,136 @@
-/* Topology: which ranks share a host, and the ring in host order. Launchers often number
- * ranks round-robin over hosts (rank r on host r mod H); a ring in rank order then
- * crosses a host link on every hop, so each host's link carries every rank's share. In
- * host order (each host's ranks one after another, hosts in the order of their lowest
- * rank) the ring crosses each host link once each way. An all-reduce's result does not
- * depend on who owns which chunk, so it runs on positions in that order; collectives
- * whose layout follows rank numbers (reduce-scatter, all-gather) keep rank order. */
+/* Topology: which ranks share a host, the ring in host order, and hier's sub-rings.
+ * Launchers often number ranks round-robin over hosts (rank r on host r mod H); a ring
+ * in rank order then crosses a host link on every hop, so each host's link carries every
+ * rank's share. In host order (each host's ranks one after another, hosts in the order
+ * of their lowest rank) the ring crosses each host link once each way. An all-reduce's
+ * result does not depend on who owns which chunk, so it runs on positions in that order;
+ * collectives whose layout follows rank numbers (reduce-scatter, all-gather) keep rank
+ * order. */
 #include "core/comm.h"
 
-#include "base/log.h"
-
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Positions in host order; returns 1 when that is not rank order. */
-static int host_order(const cl_card *cards, int n, int *ring)
+/* Positions in host order; the number of hosts, and per_host when all hold as many. */
+static int host_order(cl_topo *t, const cl_card *cards, int n)
 {
+    int k = 0;
     uint8_t *placed = calloc((size_t)n, 1);
-    int k = 0, moved = 0;
     if (!placed)
-        return -1;
+        return COLL_ENOMEM;
+    t->per_host = -1;
     for (int p = 0; p < n; p++) {
         if (placed[p])
             continue; /* its host is in already */
+        int here = 0;
         for (int q = p; q < n; q++)
             if (cards[q].host == cards[p].host) {
                 placed[q] = 1;
-                moved |= q != k;
-                ring[k++] = q;
+                t->moved |= q != k;
+                t->ring[k++] = q;
+                here++;
             }
+        t->per_host = t->per_host < 0 || t->per_host == here ? here : 0;
+        t->hosts++;
     }
     free(placed);
-    return moved;
+    return COLL_OK;
+}
+
+void cl_topo_free(cl_topo *t)
+{
+    free(t->ring);
+    for (int d = 0; d < 2; d++) {
+        free(t->links[d]);
+        free(t->sub_ranks[d]);
+        free(t->sub_links[d][0]);
+        free(t->sub_links[d][1]);
+    }
+    memset(t, 0, sizeof(*t));
 }
 
 int cl_topo_order(coll_comm *c, const cl_card *cards)
 {
-    int n = c->size;
-    int *ring = malloc((size_t)n * sizeof(int));
-    if (!ring)
-        return COLL_ENOMEM;
-    int moved = host_order(cards, n, ring);
-    if (moved <= 0) {
-        free(ring);
-        return moved < 0 ? COLL_ENOMEM : COLL_OK;
-    }
-    c->ring = ring;
-    for (int v = 0; v < n; v++)
-        if (ring[v] == c->rank)
-            c->ordered.rank = v;
+    cl_topo *t = &c->topo;
+    size_t n = (size_t)c->size;
+    t->ring = malloc(n * sizeof(int));
     for (int d = 0; d < 2; d++)
-        if (!(c->ring_links[d] = calloc((size_t)n, sizeof(cl_tr_conn *))))
+        t->links[d] = calloc(n, sizeof(cl_tr_conn *));
+    if (!t->ring || !t->links[0] || !t->links[1] || host_order(t, cards, c->size) != COLL_OK)
+        return COLL_ENOMEM;
+    if (t->hosts == 1) { /* every rank here: rank order, nothing to map */
+        cl_topo_free(t);
+        t->hosts = 1;
+        return COLL_OK;
+    }
+    for (int v = 0; v < c->size; v++)
+        if (t->ring[v] == c->rank)
+            t->ordered.rank = v;
+    if (t->per_host < 2)
+        return COLL_OK;
+    size_t len[2] = {(size_t)t->per_host, (size_t)t->hosts};
+    for (int s = 0; s < 2; s++) {
+        t->sub_ranks[s] = malloc(len[s] * sizeof(int));
+        t->sub_links[s][0] = calloc(len[s], sizeof(cl_tr_conn *));
+        t->sub_links[s][1] = calloc(len[s], sizeof(cl_tr_conn *));
+        if (!t->sub_ranks[s] || !t->sub_links[s][0] || !t->sub_links[s][1])
             return COLL_ENOMEM;
+    }
     return COLL_OK;
 }
 
-/* Once connected: the ordered context's links by position. */
+/* A context over `size` of the ordered context's positions: its i-th is position
+ * first + i * stride. */
+static void sub_ring(coll_comm *c, int s, int first, int stride, int size)
+{
+    cl_topo *t = &c->topo;
+    cl_algo_ctx *x = &t->sub[s];
+    *x = t->ordered;
+    x->size = size;
+    for (int i = 0; i < size; i++) {
+        int v = first + i * stride;
+        t->sub_ranks[s][i] = t->ring[v];
+        t->sub_links[s][0][i] = t->links[0][v];
+        t->sub_links[s][1][i] = t->links[1][v];
+        if (v == t->ordered.rank)
+            x->rank = i;
+    }
+    x->ranks = t->sub_ranks[s];
+    x->send = t->sub_links[s][0];
+    x->recv = t->sub_links[s][1];
+}
+
 void cl_topo_link(coll_comm *c)
 {
-    if (!c->ring)
+    cl_topo *t = &c->topo;
+    if (!t->ring)
         return;
-    int at = c->ordered.rank;
-    c->ordered = c->algo[CL_CH_COLL];
-    c->ordered.rank = at;
+    int at = t->ordered.rank, L = t->per_host;
+    t->ordered = c->algo[CL_CH_COLL];
+    t->ordered.rank = at;
     for (int v = 0; v < c->size; v++) {
-        c->ring_links[0][v] = c->conns[CL_CH_COLL][0][c->ring[v]];
-        c->ring_links[1][v] = c->conns[CL_CH_COLL][1][c->ring[v]];
+        t->links[0][v] = c->conns[CL_CH_COLL][0][t->ring[v]];
+        t->links[1][v] = c->conns[CL_CH_COLL][1][t->ring[v]];
     }
-    c->ordered.send = c->ring_links[0];
-    c->ordered.recv = c->ring_links[1];
-    c->ordered.ranks = c->ring;
+    t->ordered.send = t->links[0];
+    t->ordered.recv = t->links[1];
+    t->ordered.ranks = t->ring;
+    if (L < 2)
+        return;
+    sub_ring(c, 0, at / L * L, 1, L);    /* this host's ranks */
+    sub_ring(c, 1, at % L, L, t->hosts); /* this place on every host */
+    t->ordered.local = &t->sub[0];
+    t->ordered.cross = &t->sub[1];
 }
 
 const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op)
 {
-    return c->ring && op->kind == CL_ALLREDUCE ? &c->ordered : &c->algo[CL_CH_COLL];
+    return c->topo.ring && op->kind == CL_ALLREDUCE ? &c->topo.ordered : &c->algo[CL_CH_COLL];
 }
 
 int cl_topo_peer(const coll_comm *c, int step)
 {
-    int n = c->size, v = c->ring ? c->ordered.rank : c->rank, at = ((v + step) % n + n) % n;
-    return c->ring ? c->ring[at] : at;
+    const cl_topo *t = &c->topo;
+    int n = c->size, v = t->ring ? t->ordered.rank : c->rank, at = ((v + step) % n + n) % n;
+    return t->ring ? t->ring[at] : at;
 }

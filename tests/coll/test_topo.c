@@ -53,9 +53,12 @@ static int ordered_rank(coll_comm *c, void *arg)
     int n = coll_size(c), me = coll_rank(c), at = 0;
     while (t->ring[at] != me)
         at++;
+    int moved = 0;
+    for (int v = 0; v < n; v++)
+        moved |= t->ring[v] != v;
     char want[64];
-    snprintf(want, sizeof(want), "ring (host order) %d -> %d -> %d:", t->ring[(at + n - 1) % n],
-             me, t->ring[(at + 1) % n]);
+    snprintf(want, sizeof(want), "ring%s %d -> %d -> %d:", moved ? " (host order)" : "",
+             t->ring[(at + n - 1) % n], me, t->ring[(at + 1) % n]);
     FAIL_IF(!strstr(ring_line, want), "expected '%s' in the ring line '%s'", want, ring_line);
     static const size_t counts[] = {1, 7, 1000, 65536, 300001};
     for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
@@ -96,6 +99,40 @@ START_TEST(round_robin_hosts_ring_in_host_order)
 {
     static const char *transports[] = {"tcp", "auto"};
     ck_assert_int_eq(run_topo(4, rr_host, rr_ring, transports[_i], NULL), 0);
+}
+END_TEST
+
+/* hier: 4 hosts x 2 round-robin, 3 x 2 scrambled, 2 x 3 blocked (rank order). */
+static const int h42_host[] = {0, 1, 2, 3, 0, 1, 2, 3}, h42_ring[] = {0, 4, 1, 5, 2, 6, 3, 7};
+static const int h32_host[] = {0, 1, 1, 2, 0, 2}, h32_ring[] = {0, 4, 1, 2, 3, 5};
+static const int h23_host[] = {0, 0, 0, 1, 1, 1}, h23_ring[] = {0, 1, 2, 3, 4, 5};
+
+START_TEST(hier_on_even_hosts)
+{
+    static const struct {
+        int n;
+        const int *host, *ring;
+        const char *tr;
+    } k[] = {{8, h42_host, h42_ring, "auto"}, {6, h32_host, h32_ring, "auto"},
+             {6, h23_host, h23_ring, "tcp"}};
+    ck_assert_int_eq(run_topo(k[_i].n, k[_i].host, k[_i].ring, k[_i].tr, "hier"), 0);
+}
+END_TEST
+
+static int hier_refused_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float x = 1;
+    EXPECT_RC(coll_allreduce(c, &x, &x, 1, COLL_F32, COLL_SUM), COLL_ENOTSUP);
+    FAIL_IF(!strstr(coll_last_error(c), "hosts of as many ranks"), "no reason given");
+    return 0;
+}
+
+START_TEST(hier_refused_on_uneven_hosts)
+{
+    topo t = {uneven_host, uneven_ring, "hier"};
+    run_opts o = {.nranks = 7, .rdzv = RDZV_FILE, .transport = "auto", .setup = as_host};
+    ck_assert_int_eq(run_ranks(&o, hier_refused_rank, &t), 0);
 }
 END_TEST
 
@@ -172,6 +209,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, round_robin_hosts_ring_in_host_order, 0, 2);
     tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 3);
+    tcase_add_loop_test(tc, hier_on_even_hosts, 0, 3);
+    tcase_add_test(tc, hier_refused_on_uneven_hosts);
     tcase_add_test(tc, collective_set_keeps_rank_order);
     tcase_add_test(tc, failure_names_ranks_not_positions);
     suite_add_tcase(s, tc);

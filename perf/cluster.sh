@@ -1,0 +1,109 @@
+#!/bin/sh
+# An emulated cluster on this machine (root, iproute2, util-linux's unshare): each host a
+# network namespace with its own address, joined to a bridge by a veth pair shaped to
+# RATE each way with tc tbf, its ranks in a UTS namespace with their own hostname; the
+# ranks run coll_perf (env:// rendezvous at host 0) over ROUNDS interleaved rounds for
+# each build directory given, and the script prints the median time per size and build.
+#   perf/cluster.sh [BUILD...]        (default: build)
+# Environment:
+#   HOSTS="2 2 2 2"  ranks per host (uneven allowed: "3 2 2")
+#   ORDER=rr         rank numbering: rr (rank r on the (r mod H)-th host with room),
+#                    blocked (host 0's ranks first), random
+#   RATE=1gbit       each host link, each way
+#   ARGS="-b 64K -e 4M -f 4 -n 5 -w 1"   coll_perf's arguments (-I 0 -c 1 added)
+#   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
+# Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
+# cannot be made.
+set -eu
+[ $# -gt 0 ] || set -- build
+hosts=${HOSTS:-2 2 2 2}
+order=${ORDER:-rr}
+rate=${RATE:-1gbit}
+args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
+rounds=${ROUNDS:-3}
+envs=${ENVS:-}
+tag=c$$
+br=br$tag
+out=$(mktemp -d /tmp/cluster.XXXXXX)
+H=$(echo $hosts | wc -w)
+
+cleanup() {
+    for k in $(seq 0 $((H - 1))); do ip netns del "$tag-h$k" 2>/dev/null || true; done
+    ip link del "$br" 2>/dev/null || true
+    rm -rf "$out"
+}
+trap cleanup EXIT INT TERM
+
+ip link add "$br" type bridge 2>/dev/null || { echo "SKIP: cannot create a bridge"; exit 77; }
+ip link set "$br" up
+k=0
+for r in $hosts; do
+    ns=$tag-h$k
+    ip netns add "$ns"
+    ip link add "v$tag$k" type veth peer name eth0 netns "$ns"
+    ip link set "v$tag$k" master "$br" up
+    ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    # Each way: out of the host (its eth0), into it (the bridge's port).
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+    tc qdisc add dev "v$tag$k" root tbf rate "$rate" burst 256kb latency 50ms
+    k=$((k + 1))
+done
+
+# host_of: one line per rank, its host.
+echo $hosts | awk -v order="$order" -v seed=$$ '{
+    H = NF; n = 0
+    for (k = 1; k <= H; k++) { room[k - 1] = $k; n += $k }
+    if (order == "blocked") {
+        for (k = 0; k < H; k++) for (i = 0; i < room[k]; i++) print k
+    } else {
+        k = 0
+        for (r = 0; r < n; r++) {
+            while (room[k % H] == 0) k++
+            host[r] = k % H; room[k % H]--; k++
+        }
+        if (order == "random") {
+            srand(seed)
+            for (r = n - 1; r > 0; r--) { j = int(rand() * (r + 1)); t = host[r]; host[r] = host[j]; host[j] = t }
+        }
+        for (r = 0; r < n; r++) print host[r]
+    }
+}' > "$out/host_of"
+n=$(wc -l < "$out/host_of")
+echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
+echo "# links $rate each way; coll_perf $args; $rounds rounds"
+
+run() { # build round -> "$out/$round.$build_index.txt" from rank 0
+    perf=$(cd "$1" && pwd)/perf/coll_perf
+    port=$((20000 + ($$ + $3 * 7 + $2) % 20000))
+    r=0
+    for h in $(cat "$out/host_of"); do
+        ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; exec env RANK=$r \
+            WORLD_SIZE=$n MASTER_ADDR=10.77.0.1 MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
+            COLL_SOCKET_IFNAME=eth0 COLL_BIND=none $envs $perf $args -I 0 -c 1" \
+            > "$out/$3.$2.$r" 2>&1 &
+        r=$((r + 1))
+    done
+    wait
+    grep -q "Out of bounds values : 0 OK" "$out/$3.$2.0" || { cat "$out/$3.$2.0"; return 1; }
+}
+
+status=0
+for round in $(seq "$rounds"); do
+    b=0
+    for build in "$@"; do
+        run "$build" "$b" "$round" || status=1
+        b=$((b + 1))
+    done
+done
+
+echo "# median time (us) per size; build: $*"
+b=0
+for build in "$@"; do
+    cat "$out"/*."$b".0 | awk '/^ +[0-9]/ { print $1, $6 }' | sort -k1,1n -k2,2g |
+        awk -v b="$build" 'function out() { if (m) printf "%12d %-24s %10.1f\n", s, b, v[int((m + 1) / 2)] }
+            $1 != s { out(); s = $1; m = 0 } { v[++m] = $2 } END { out() }'
+    b=$((b + 1))
+done
+exit $status
