@@ -323,7 +323,8 @@ COLL_API void coll_reset_stats(coll_comm *comm);
 /* The payload bytes this rank sends for one uncompressed all-reduce of `count` elements
  * of `dt` on comm, by the algorithm the library picks for that size: the ring, 2(n-1)/n
  * of the buffer; recursive doubling (up to 64 KiB on 2, 4, 8... ranks), log2(n) times
- * the buffer. For byte accounting next to coll_get_stats' wire_tx (which adds 32-byte
+ * the buffer; hierarchical (H hosts of L ranks), 2(L-1)/L of it inside the host plus
+ * 2(H-1)/H of this rank's 1/L shard across hosts. For byte accounting next to coll_get_stats' wire_tx (which adds 32-byte
  * headers). 0 for a NULL communicator or an invalid dtype. */
 COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, coll_dtype dt);
 

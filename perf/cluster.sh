@@ -78,9 +78,10 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     perf=$(cd "$1" && pwd)/perf/coll_perf
     port=$((20000 + ($$ + $3 * 7 + $2) % 20000))
     r=0
+    master=10.77.0.$(($(head -1 "$out/host_of") + 1)) # rank 0's host serves the store
     for h in $(cat "$out/host_of"); do
         ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; exec env RANK=$r \
-            WORLD_SIZE=$n MASTER_ADDR=10.77.0.1 MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
+            WORLD_SIZE=$n MASTER_ADDR=$master MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
             COLL_SOCKET_IFNAME=eth0 COLL_BIND=none $envs $perf $args -I 0 -c 1" \
             > "$out/$3.$2.$r" 2>&1 &
         r=$((r + 1))

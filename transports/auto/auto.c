@@ -54,17 +54,10 @@ static int cl_ibverbs_present(void)
 }
 #endif
 
-/* The machine (cl_machine_id: its boot id), hostname and network namespace, hashed as 16
- * hex digits: ranks with equal keys can reach each other's shared memory. */
+/* cl_host_id as 16 hex digits: ranks with equal keys reach each other's shared memory. */
 static void host_key(char key[KEY_HEX + 1])
 {
-    char id[400] = "";
-    int at = gethostname(id, 256) == 0 ? (int)strnlen(id, 256) : 0;
-    id[at++] = '|';
-    ssize_t n = readlink("/proc/self/ns/net", id + at, sizeof(id) - (size_t)at - 1);
-    at += n > 0 ? (int)n : 0;
-    uint64_t h = cl_hash(id, (size_t)at, cl_machine_id());
-    snprintf(key, KEY_HEX + 1, "%016llx", (unsigned long long)h);
+    snprintf(key, KEY_HEX + 1, "%016llx", (unsigned long long)cl_host_id());
 }
 
 static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)

@@ -1,0 +1,27 @@
+#!/bin/sh
+# The emulated cluster (perf/cluster.sh: hosts in network namespaces on a bridge, links
+# shaped by tc) in CI: coll_perf's checked all-reduces at small sizes, every all-reduce
+# algorithm that fits, on even hosts numbered round-robin and uneven hosts numbered at
+# random. Needs root and namespaces (skips 77 without). Usage: run.sh CLUSTER_SH BUILD_DIR
+set -u
+cluster=$1 build=$2
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
+ip netns add probe$$ 2>/dev/null || { echo "SKIP: no network namespaces"; exit 77; }
+ip netns del probe$$
+export ROUNDS=1 RATE=1gbit
+fail=0
+run() { # hosts order algo max-bytes
+    echo "== hosts '$1', $2 numbering, COLL_ALGO=${3:-chosen}"
+    HOSTS=$1 ORDER=$2 ENVS=${3:+COLL_ALGO=$3} ARGS="-b 4 -e $4 -f 16 -n 2 -w 1 -d float -o all" \
+        sh "$cluster" "$build"
+    rc=$?
+    [ $rc -eq 77 ] && exit 77
+    [ $rc -eq 0 ] || { echo "FAILED: hosts '$1' $2 ${3:-chosen}"; fail=1; }
+}
+run "2 2 2 2" rr "" 256K
+run "2 2 2 2" rr ring 256K
+run "2 2 2 2" rr hier 256K
+run "2 2 2 2" rr doubling 64K
+run "3 2 2" random "" 256K
+run "3 2 2" random ring 256K
+exit $fail
