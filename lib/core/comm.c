@@ -193,14 +193,41 @@ static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t unti
     return missing;
 }
 
-/* Every rank's card from the store. While some are missing, says every few seconds (at
- * info) who is here and who is not; at the deadline, a timeout that names them. */
+/* Rank 0 reads every card and publishes them all, CARDS_PER_KEY to a value ("cards/K"),
+ * so every other rank reads n/CARDS_PER_KEY values instead of n: O(n) requests on the
+ * store in all, not n^2 (256 ranks made 65k on rank 0's store thread). */
+enum { CARDS_PER_KEY = 256 };
+
+static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadline)
+{
+    int rc = COLL_OK;
+    for (int k = 0; rc == COLL_OK && k * CARDS_PER_KEY < c->size; k++) {
+        char key[32];
+        size_t m = (size_t)CL_MIN(CARDS_PER_KEY, c->size - k * CARDS_PER_KEY), len = 0;
+        cl_card *at = cards + (size_t)k * CARDS_PER_KEY;
+        snprintf(key, sizeof(key), "cards/%d", k);
+        rc = publish ? c->store->ops->set(c->store, key, at, m * sizeof(cl_card))
+                     : cl_store_wait(c->store, key, at, m * sizeof(cl_card), &len, deadline);
+        if (rc == COLL_OK && !publish && len != m * sizeof(cl_card))
+            rc = COLL_EPROTO;
+    }
+    return rc;
+}
+
+/* Every rank's card: rank 0 reads them one by one, then publishes them (card_values);
+ * the others read what it published. While some are missing, rank 0 says every few
+ * seconds (at info) who is here and who is not; at the deadline every rank looks once
+ * itself, for a timeout that names them. */
 static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
 {
     uint8_t *have = calloc((size_t)c->size, 1);
     char list[256];
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM;
+    if (have && c->rank != 0) {
+        int rc = card_values(c, cards, 0, deadline);
+        missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
+    }
     while (missing > 0) {
         missing =
             sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list, sizeof(list));
@@ -216,6 +243,8 @@ static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
         snprintf(init_err, sizeof(init_err),
                  "rendezvous: %d/%d ranks joined after %d ms: missing rank(s) %s",
                  c->size - missing, c->size, c->timeout_ms, list);
+    if (missing == 0 && c->rank == 0)
+        missing = card_values(c, cards, 1, deadline);
     return missing > 0 ? COLL_ETIMEDOUT : missing;
 }
 
