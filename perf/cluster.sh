@@ -12,6 +12,7 @@
 #   RATE=1gbit       each host link, each way
 #   ARGS="-b 64K -e 4M -f 4 -n 5 -w 1"   coll_perf's arguments (-I 0 -c 1 added)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
+#   KEEP=DIR         keep rank 0's output of every run there
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
 # cannot be made.
 set -eu
@@ -87,6 +88,7 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
         r=$((r + 1))
     done
     wait
+    [ -z "${KEEP:-}" ] || cp "$out/$3.$2.0" "$KEEP/rank0.$3.$2.txt"
     grep -q "Out of bounds values : 0 OK" "$out/$3.$2.0" || { cat "$out/$3.$2.0"; return 1; }
 }
 

@@ -9,11 +9,15 @@
 #include "algo/spin.h"
 
 /* What an algorithm moves for one operation on this rank: messages on its critical path
- * (each costs a latency) and payload bytes it sends. The engine prices these with its
- * link model; coll_allreduce_wire_bytes reports `bytes`. */
+ * (each costs a latency) and payload bytes it sends, and what of that crosses between
+ * hosts. The engine prices these with its two-class link model; coll_allreduce_wire_bytes
+ * reports `bytes`. */
 typedef struct cl_cost {
     double steps;
     size_t bytes;
+    /* Of those, the steps that wait on a link between hosts, and the bytes the busiest
+     * host link carries each way (0 on one host). */
+    double xsteps, xbytes;
 } cl_cost;
 
 typedef struct cl_algo {
@@ -33,11 +37,11 @@ extern const cl_algo *const cl_algos[];
 /* The algorithm of that name, or NULL. */
 const cl_algo *cl_algo_named(const char *name);
 
-extern const cl_algo cl_algo_ring;     /* ring.c */
-extern const cl_algo cl_algo_doubling; /* doubling.c */
-extern const cl_algo cl_algo_chain;    /* chain.c */
-extern const cl_algo cl_algo_codec;    /* codec_ring.c */
-extern const cl_algo cl_algo_direct;   /* direct.c */
+extern const cl_algo cl_algo_ring;        /* ring.c */
+extern const cl_algo cl_algo_doubling;    /* doubling.c */
+extern const cl_algo cl_algo_chain;       /* chain.c */
+extern const cl_algo cl_algo_codec;       /* codec_ring.c */
+extern const cl_algo cl_algo_direct;      /* direct.c */
 extern const cl_algo cl_algo_ring_gather; /* direct.c: reduce */
 extern const cl_algo cl_algo_hier;        /* hier.c */
 
@@ -80,7 +84,7 @@ struct pass {
     chunk_order order;
     int from, to; /* ring peers; -1: this rank does not receive / send */
     size_t units, lag, segs_per_chunk, seg_elems, esize;
-    size_t sends, recvs; /* units each way: set by the run, or by a routed pass */
+    size_t sends, recvs;          /* units each way: set by the run, or by a routed pass */
     size_t chunk_base, chunk_rem; /* chunk c: base + (c < rem) elements */
     size_t slot_bytes;            /* staging per in-flight unit; 0: none */
     const char *src;              /* this rank's contribution */

@@ -61,7 +61,7 @@ static void drs_arrived(pass *p, size_t u, void *buf)
     cl_decode_add(p->codec, acc, buf, n);
 }
 
-static const pass_ops drs_ops = { .send = drs_send, .recv = drs_recv, .arrived = drs_arrived };
+static const pass_ops drs_ops = {.send = drs_send, .recv = drs_recv, .arrived = drs_arrived};
 
 /* Reduces `count` values (every rank's src) into acc, this rank's chunk in f32. */
 static int direct_reduce_scatter(const cl_algo_ctx *x, const cl_op *r, size_t count, float *acc)
@@ -131,7 +131,7 @@ static void eag_arrived(pass *p, size_t u, void *buf)
     cl_decode(p->codec, (float *)p->acc + off, buf, n);
 }
 
-static const pass_ops eag_ops = { .send = eag_send, .recv = eag_recv, .arrived = eag_arrived };
+static const pass_ops eag_ops = {.send = eag_send, .recv = eag_recv, .arrived = eag_arrived};
 
 /* buf (count values) holds this rank's chunk in f32: encode it once, replace it with
  * its decoded value, and gather every other chunk's encoded bytes into buf decoded. */
@@ -211,7 +211,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t n = (size_t)x->size, count = op->kind == CL_ALLREDUCE ? op->count : op->count * n;
     size_t bytes = cl_codec_bytes(op->codec, count - count / n);
     int passes = op->kind == CL_ALLREDUCE ? 2 : 1;
-    return (cl_cost){passes * (double)(n - 1), (size_t)passes * bytes};
+    return (cl_cost){passes * (double)(n - 1), (size_t)passes * bytes, 0, 0};
 }
 
 const cl_algo cl_algo_codec = {

@@ -57,6 +57,10 @@ typedef struct cl_algo_ctx {
     /* With hosts of as many ranks each (two or more of each): the ring of this host's
      * ranks and the ring of this rank's place on every host (hier); else NULL. */
     const struct cl_algo_ctx *local, *cross;
+    /* Hosts the ranks span (1: one), ranks on the fullest, and the ring edges (position
+     * r to r + 1) that leave the busiest host: 1 each way in host order, up to its
+     * ranks in a launcher's round-robin numbering. */
+    int hosts, host_ranks, ring_cross;
     const cl_transport *tr;
     cl_tr_ctx *tctx;
     cl_tr_conn **send, **recv; /* by position: this context's channel's links */

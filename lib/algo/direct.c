@@ -111,10 +111,9 @@ static void d_reduce(pass *p, size_t u, void *buf)
     cl_reduce(p->acc, p->acc, buf, o->rcounts[p->x->rank], o->dtype, o->op);
 }
 
-static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route,
-                               .count = wire_count};
-static const pass_ops reducing = {.send = d_send, .recv = d_recv, .arrived = d_reduce,
-                                  .peer = route, .count = wire_count};
+static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route, .count = wire_count};
+static const pass_ops reducing = {
+    .send = d_send, .recv = d_recv, .arrived = d_reduce, .peer = route, .count = wire_count};
 
 /* The routed pass: who sends and receives how many blocks. */
 static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void *acc)
@@ -144,7 +143,7 @@ static void own_block(const cl_algo_ctx *x, const cl_op *op, const char *src, ch
     if ((op->kind == CL_GATHER || op->kind == CL_SCATTER) && !root)
         return; /* its one block travels */
     size_t n, m;
-    const char *from = op->kind == CL_SCATTER ? src + (size_t)x->rank * op->count * p.esize
+    const char *from = op->kind == CL_SCATTER      ? src + (size_t)x->rank * op->count * p.esize
                        : op->kind == CL_ALLGATHERV ? src
                                                    : block(&p, x->rank, 0, &n);
     char *to = block(&p, x->rank, 1, &m);
@@ -157,8 +156,8 @@ static size_t send_extent(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t end = 0;
     for (int j = 0; j < x->size; j++) {
-        size_t e = op->kind == CL_ALLTOALL ? (size_t)(j + 1) * op->count
-                                           : op->sdispls[j] + op->scounts[j];
+        size_t e =
+            op->kind == CL_ALLTOALL ? (size_t)(j + 1) * op->count : op->sdispls[j] + op->scounts[j];
         end = e > end ? e : end;
     }
     return end * cl_dtype_size(op->dtype);
@@ -215,7 +214,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         sends = 0;
     if (op->kind == CL_GATHER && x->rank != op->root)
         sends = 1;
-    return (cl_cost){(double)(n - 1), sends * op->count * es};
+    return (cl_cost){(double)(n - 1), sends * op->count * es, 0, 0};
 }
 
 const cl_algo cl_algo_direct = {
@@ -250,7 +249,7 @@ static int run_reduce(const cl_algo_ctx *x, cl_op *op)
 static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t n = (size_t)x->size, bytes = op->count * cl_dtype_size(op->dtype);
-    return (cl_cost){(double)n, bytes - bytes / n + (x->rank != op->root ? bytes / n : 0)};
+    return (cl_cost){(double)n, bytes - bytes / n + (x->rank != op->root ? bytes / n : 0), 0, 0};
 }
 
 const cl_algo cl_algo_ring_gather = {

@@ -5,6 +5,7 @@
  * partial) in that order, so every rank ends with bit-identical results, as the ring's. */
 #include "algo/algo.h"
 
+#include "base/util.h"
 #include "kernels/reduce.h"
 
 #include <string.h>
@@ -41,7 +42,8 @@ static void rd_arrived(pass *p, size_t u, void *buf)
     rd_take(p, u, 0, buf, p->op->count * p->esize);
 }
 
-static const pass_ops rd_ops = {.send = rd_send, .recv = rd_recv, .arrived = rd_arrived, .take = rd_take};
+static const pass_ops rd_ops = {
+    .send = rd_send, .recv = rd_recv, .arrived = rd_arrived, .take = rd_take};
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
 {
@@ -55,7 +57,17 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t steps = 0;
     for (int bit = 1; bit < x->size; bit <<= 1)
         steps++;
-    return (cl_cost){(double)steps, steps * op->count * cl_dtype_size(op->dtype)};
+    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    cl_cost k = {(double)steps, steps * bytes, 0, 0};
+    /* In host order the first log2(ranks per host) partners share a host; the rest are
+     * across, every rank of a host at once. */
+    size_t inside = 0;
+    for (int bit = 1; x->hosts > 1 && bit < x->host_ranks; bit <<= 1)
+        inside++;
+    if (x->hosts > 1)
+        k.xsteps = (double)(steps - CL_MIN(inside, steps - 1)),
+        k.xbytes = k.xsteps * (double)x->host_ranks * (double)bytes;
+    return k;
 }
 
 static int run(const cl_algo_ctx *x, cl_op *op)

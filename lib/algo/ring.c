@@ -50,7 +50,8 @@ static void rs_take(pass *p, size_t u, size_t off, const void *bytes, size_t n)
     rs_reduce(p, u, off / p->esize, bytes, n / p->esize);
 }
 
-static const pass_ops rs_ops = {.send = rs_send, .recv = rs_recv, .arrived = rs_arrived, .take = rs_take};
+static const pass_ops rs_ops = {
+    .send = rs_send, .recv = rs_recv, .arrived = rs_arrived, .take = rs_take};
 
 /* ---- all-gather and broadcast: straight into the buffer, forwarded from there ------ */
 
@@ -73,7 +74,7 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
 const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
-                               const void *src, void *acc)
+                                const void *src, void *acc)
 {
     size_t es = cl_dtype_size(op->dtype);
     pass p = cl_pass_init(x, op, CHUNKS_RS, count, es, 1);
@@ -169,7 +170,9 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
 
 /* Per rank: all-reduce sends every chunk but its own in the reduce-scatter and every
  * chunk but the next rank's in the all-gather (chunk k holds base elements, one more for
- * k < rem); reduce-scatter and all-gather send n-1 of the n chunks. */
+ * k < rem); reduce-scatter and all-gather send n-1 of the n chunks. Across hosts every
+ * step waits on the edges that cross, and the busiest host link carries each of its
+ * crossing edges' share. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t n = (size_t)x->size, r = (size_t)x->rank, es = cl_dtype_size(op->dtype);
@@ -177,10 +180,13 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t base = count / n, rem = count % n;
     size_t mine = base + (r < rem), next = base + ((r + 1) % n < rem);
     if (n == 1)
-        return (cl_cost){0, 0};
-    if (op->kind == CL_ALLREDUCE)
-        return (cl_cost){2.0 * (double)(n - 1), (2 * count - mine - next) * es};
-    return (cl_cost){(double)(n - 1), (count - count / n) * es};
+        return (cl_cost){0, 0, 0, 0};
+    cl_cost k = op->kind == CL_ALLREDUCE
+                    ? (cl_cost){2.0 * (double)(n - 1), (2 * count - mine - next) * es, 0, 0}
+                    : (cl_cost){(double)(n - 1), (count - count / n) * es, 0, 0};
+    if (x->hosts > 1)
+        k.xsteps = k.steps, k.xbytes = (double)x->ring_cross * (double)k.bytes;
+    return k;
 }
 
 const cl_algo cl_algo_ring = {

@@ -1,7 +1,10 @@
 /* Which algorithm runs an operation: the cheapest of those that serve the collective and
- * fit this communicator, priced by a latency-bandwidth model (each message costs ALPHA,
- * each byte sent BETA); COLL_ALGO forces the uncompressed all-reduce's. COLL_DEBUG=info
- * names the choice, with the prices it compared, once per collective and size class. */
+ * fit this communicator, priced by a latency-bandwidth model with two link classes: on
+ * a host each message costs ALPHA and each byte sent BETA; the steps that wait on a link
+ * between hosts cost its latency instead, and the bytes the busiest host link carries
+ * cost its time per byte on top (COLL_NET_LATENCY_US, COLL_NET_GBPS). COLL_ALGO forces
+ * the uncompressed all-reduce's. COLL_DEBUG=info names the choice, with the prices it
+ * compared, once per collective and size class. */
 #include "core/comm.h"
 
 #include "base/log.h"
@@ -10,19 +13,20 @@
 #include <stdio.h>
 #include <string.h>
 
-/* One link class for now: loopback shm and tcp on a small host, where a message costs a
- * few microseconds and a byte a quarter of a nanosecond. With these, recursive doubling
- * beats the ring wherever it fits (up to 64 KiB), as measured on 2 to 8 ranks. */
+/* On a host: shm (or loopback tcp), where a message costs a few microseconds and a byte
+ * a quarter of a nanosecond. With these, recursive doubling beats the ring wherever it
+ * fits (up to 64 KiB), as measured on 2 to 8 ranks. */
 #define ALPHA_S 4e-6
 #define BETA_S 0.25e-9
 
 /* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
 static const char *const planned[] = {"rabenseifner", "tree", NULL};
 
-static double price(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
+static double price(const coll_comm *c, const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
 {
     cl_cost k = a->cost(x, op);
-    return k.steps * ALPHA_S + (double)k.bytes * BETA_S;
+    return (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s + (double)k.bytes * BETA_S +
+           k.xbytes * c->net_beta_s;
 }
 
 static int runs(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
@@ -67,7 +71,7 @@ const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
         const cl_algo *a = cl_algos[i];
         if (!runs(a, x, op))
             continue;
-        double s = price(a, x, op);
+        double s = price(c, a, x, op);
         if (!best || s < best_s)
             best = a, best_s = s;
     }
@@ -92,7 +96,7 @@ void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
         size_t at = strlen(prices);
         if (runs(cl_algos[i], x, op))
             snprintf(prices + at, sizeof(prices) - at, " %s %.1f us", cl_algos[i]->name,
-                     price(cl_algos[i], x, op) * 1e6);
+                     price(c, cl_algos[i], x, op) * 1e6);
     }
     cl_log(COLL_LOG_INFO, "rank %d %s of %zu bytes (class 2^%d) on %d ranks: %s%s; model:%s",
            c->rank, cl_kind_name(op->kind), bytes, cls, c->size, chosen->name,

@@ -83,6 +83,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->spin.spin_us = cfg->spin_us;
     atomic_init(&c->spin.boost, 1);
     c->codec = cfg->codec;
+    c->net_alpha_s = cfg->net_alpha_s;
+    c->net_beta_s = cfg->net_beta_s;
     snprintf(c->force, sizeof(c->force), "%s", cfg->algo ? cfg->algo : "");
     c->keyed = cfg->keyed;
     memcpy(c->key, cfg->key, sizeof(c->key));
@@ -418,7 +420,9 @@ cl_config cl_comm_config(const coll_comm *c)
                      .keyed = c->keyed,
                      .codec = c->codec,
                      .spin_us = c->spin.spin_us,
-                     .algo = c->force[0] ? c->force : NULL};
+                     .algo = c->force[0] ? c->force : NULL,
+                     .net_alpha_s = c->net_alpha_s,
+                     .net_beta_s = c->net_beta_s};
     memcpy(cfg.key, c->key, sizeof(cfg.key));
     return cfg;
 }

@@ -54,6 +54,7 @@ struct coll_comm {
     int local; /* ranks of this communicator on this machine, this one included */
     coll_codec codec;
     char force[32];          /* COLL_ALGO: the all-reduce algorithm forced; "": chosen */
+    double net_alpha_s, net_beta_s; /* the link between hosts, for the cost model */
     uint64_t told[CL_KINDS]; /* size classes whose choice COLL_DEBUG=info has named */
     char device[64];
     const cl_transport *tr;

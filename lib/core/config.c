@@ -4,9 +4,9 @@
 
 #include "core/comm.h"
 
-#include "kernels/codec.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "kernels/codec.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -62,7 +62,8 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     out->timeout_ms = u.timeout_ms > 0 ? u.timeout_ms : (int)env_t;
     const char *dbg = getenv("COLL_DEBUG");
     if (dbg && cl_log_level_parse(dbg) < 0) {
-        snprintf(err, errlen, "COLL_DEBUG must be error, warn, info, debug or trace, not '%s'", dbg);
+        snprintf(err, errlen, "COLL_DEBUG must be error, warn, info, debug or trace, not '%s'",
+                 dbg);
         return COLL_EINVAL;
     }
     const char *seg = env_or("COLL_SEGMENT_BYTES", NULL);
@@ -92,9 +93,21 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     out->spin_us = (int)env_spin;
+    const char *lat = env_or("COLL_NET_LATENCY_US", NULL), *gbps = env_or("COLL_NET_GBPS", NULL);
+    long us = CL_DEFAULT_NET_LATENCY_US, rate = CL_DEFAULT_NET_GBPS;
+    if ((lat && cl_parse_long(lat, 0, 1000000, &us)) ||
+        (gbps && cl_parse_long(gbps, 1, 100000, &rate))) {
+        snprintf(err, errlen,
+                 "COLL_NET_LATENCY_US must be 0 to 1000000 and COLL_NET_GBPS 1 to "
+                 "100000 (whole numbers)");
+        return COLL_EINVAL;
+    }
+    out->net_alpha_s = (double)us * 1e-6;
+    out->net_beta_s = 8.0 / ((double)rate * 1e9);
     out->algo = env_or("COLL_ALGO", NULL);
     if (out->algo && !cl_algo_name_valid(out->algo)) {
-        snprintf(err, errlen, "COLL_ALGO must be ring, doubling, rabenseifner, tree or hier, not '%s'",
+        snprintf(err, errlen,
+                 "COLL_ALGO must be ring, doubling, rabenseifner, tree or hier, not '%s'",
                  out->algo);
         return COLL_EINVAL;
     }

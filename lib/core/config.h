@@ -15,6 +15,9 @@
 /* A waiting collective polls this long before sleeping: a peer's answer to a small
  * message comes within tens of microseconds, a sleep and wake-up cost as much again. */
 #define CL_DEFAULT_SPIN_US 100
+/* A data-centre link between hosts until told otherwise: 10 us a message, 25 Gbit/s. */
+#define CL_DEFAULT_NET_LATENCY_US 10
+#define CL_DEFAULT_NET_GBPS 25
 
 typedef struct cl_config {
     const cl_transport *transport;
@@ -26,6 +29,8 @@ typedef struct cl_config {
     coll_codec codec;
     int spin_us;      /* how long a waiting collective polls before it sleeps */
     const char *algo; /* COLL_ALGO, NULL: the library chooses */
+    /* The link between hosts, for the cost model: COLL_NET_LATENCY_US, COLL_NET_GBPS. */
+    double net_alpha_s, net_beta_s;
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

@@ -11,30 +11,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Positions in host order; the number of hosts, and per_host when all hold as many. */
-static int host_order(cl_topo *t, const cl_card *cards, int n)
+/* Positions in host order, each rank's host (numbered from 0 in order of appearance),
+ * the number of hosts, the fullest one's ranks, per_host when all hold as many. */
+static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *fullest)
 {
     int k = 0;
-    uint8_t *placed = calloc((size_t)n, 1);
-    if (!placed)
-        return COLL_ENOMEM;
     t->per_host = -1;
+    *fullest = 0;
+    for (int p = 0; p < n; p++)
+        host[p] = -1;
     for (int p = 0; p < n; p++) {
-        if (placed[p])
+        if (host[p] >= 0)
             continue; /* its host is in already */
         int here = 0;
         for (int q = p; q < n; q++)
             if (cards[q].host == cards[p].host) {
-                placed[q] = 1;
+                host[q] = t->hosts;
                 t->moved |= q != k;
                 t->ring[k++] = q;
                 here++;
             }
         t->per_host = t->per_host < 0 || t->per_host == here ? here : 0;
+        *fullest = here > *fullest ? here : *fullest;
         t->hosts++;
     }
-    free(placed);
-    return COLL_OK;
+}
+
+/* The ring edges in rank order that leave the busiest host. */
+static int rank_ring_cross(const int *host, int n, int hosts)
+{
+    int *out = calloc((size_t)hosts, sizeof(int)), most = 0;
+    for (int p = 0; out && p < n; p++)
+        if (host[p] != host[(p + 1) % n] && ++out[host[p]] > most)
+            most = out[host[p]];
+    free(out);
+    return out ? most : n; /* no memory: assume the worst, it is only a price */
 }
 
 void cl_topo_free(cl_topo *t)
@@ -56,8 +67,17 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     t->ring = malloc(n * sizeof(int));
     for (int d = 0; d < 2; d++)
         t->links[d] = calloc(n, sizeof(cl_tr_conn *));
-    if (!t->ring || !t->links[0] || !t->links[1] || host_order(t, cards, c->size) != COLL_OK)
+    int *host = malloc(n * sizeof(int)), fullest;
+    if (!t->ring || !t->links[0] || !t->links[1] || !host) {
+        free(host);
         return COLL_ENOMEM;
+    }
+    host_order(t, cards, c->size, host, &fullest);
+    cl_algo_ctx *x = &c->algo[CL_CH_COLL];
+    x->hosts = t->hosts;
+    x->host_ranks = fullest;
+    x->ring_cross = t->hosts > 1 ? rank_ring_cross(host, c->size, t->hosts) : 0;
+    free(host);
     if (t->hosts == 1) { /* every rank here: rank order, nothing to map */
         cl_topo_free(t);
         t->hosts = 1;
@@ -115,6 +135,7 @@ void cl_topo_link(coll_comm *c)
     t->ordered.send = t->links[0];
     t->ordered.recv = t->links[1];
     t->ordered.ranks = t->ring;
+    t->ordered.ring_cross = 1;
     if (L < 2)
         return;
     sub_ring(c, 0, at / L * L, 1, L);    /* this host's ranks */

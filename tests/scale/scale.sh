@@ -3,7 +3,8 @@
 # dial-everything-first init hung for good) init and all-reduce with the machine's shared
 # memory growing by under 2 GiB, and 260 tcp ranks (rank 0 publishes their cards in two
 # store values) init under the usual soft descriptor limit of 1024 (the library raises
-# it towards the hard limit). Skips (77) on a machine without the memory. Usage: scale.sh PATH_TO_SCALE_INIT
+# it towards the hard limit). Skips (77) on a machine without the memory.
+# Usage: scale.sh PATH_TO_SCALE_INIT
 set -u
 scale_init=$1
 avail=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
