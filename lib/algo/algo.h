@@ -18,6 +18,9 @@ typedef struct cl_cost {
     /* Of those, the steps that wait on a link between hosts, and the bytes the busiest
      * host link carries each way (0 on one host). */
     double xsteps, xbytes;
+    /* Bytes reduced between steps instead of under the next transfer (the ring's
+     * pipeline hides its reductions; a step-by-step algorithm's wait for them). */
+    double serial;
 } cl_cost;
 
 typedef struct cl_algo {
@@ -37,13 +40,14 @@ extern const cl_algo *const cl_algos[];
 /* The algorithm of that name, or NULL. */
 const cl_algo *cl_algo_named(const char *name);
 
-extern const cl_algo cl_algo_ring;        /* ring.c */
-extern const cl_algo cl_algo_doubling;    /* doubling.c */
-extern const cl_algo cl_algo_chain;       /* chain.c */
-extern const cl_algo cl_algo_codec;       /* codec_ring.c */
-extern const cl_algo cl_algo_direct;      /* direct.c */
-extern const cl_algo cl_algo_ring_gather; /* direct.c: reduce */
-extern const cl_algo cl_algo_hier;        /* hier.c */
+extern const cl_algo cl_algo_ring;         /* ring.c */
+extern const cl_algo cl_algo_doubling;     /* doubling.c */
+extern const cl_algo cl_algo_chain;        /* chain.c */
+extern const cl_algo cl_algo_codec;        /* codec_ring.c */
+extern const cl_algo cl_algo_direct;       /* direct.c */
+extern const cl_algo cl_algo_ring_gather;  /* direct.c: reduce */
+extern const cl_algo cl_algo_hier;         /* hier.c */
+extern const cl_algo cl_algo_rabenseifner; /* rabenseifner.c */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 

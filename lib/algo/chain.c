@@ -35,7 +35,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t bytes = op->count * cl_dtype_size(op->dtype);
     size_t segs = bytes / (x->segment_bytes ? x->segment_bytes : 1) + 1;
     int last = (x->rank - op->root + x->size) % x->size == x->size - 1;
-    return (cl_cost){(double)(x->size - 1 + segs - 1), last ? 0 : bytes, 0, 0};
+    return (cl_cost){.steps = (double)(x->size - 1 + segs - 1), .bytes = last ? 0 : bytes};
 }
 
 const cl_algo cl_algo_chain = {

@@ -211,7 +211,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t n = (size_t)x->size, count = op->kind == CL_ALLREDUCE ? op->count : op->count * n;
     size_t bytes = cl_codec_bytes(op->codec, count - count / n);
     int passes = op->kind == CL_ALLREDUCE ? 2 : 1;
-    return (cl_cost){passes * (double)(n - 1), (size_t)passes * bytes, 0, 0};
+    return (cl_cost){.steps = passes * (double)(n - 1), .bytes = (size_t)passes * bytes};
 }
 
 const cl_algo cl_algo_codec = {

@@ -214,7 +214,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         sends = 0;
     if (op->kind == CL_GATHER && x->rank != op->root)
         sends = 1;
-    return (cl_cost){(double)(n - 1), sends * op->count * es, 0, 0};
+    return (cl_cost){.steps = (double)(n - 1), .bytes = sends * op->count * es};
 }
 
 const cl_algo cl_algo_direct = {
@@ -249,7 +249,8 @@ static int run_reduce(const cl_algo_ctx *x, cl_op *op)
 static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t n = (size_t)x->size, bytes = op->count * cl_dtype_size(op->dtype);
-    return (cl_cost){(double)n, bytes - bytes / n + (x->rank != op->root ? bytes / n : 0), 0, 0};
+    return (cl_cost){.steps = (double)n,
+                     .bytes = bytes - bytes / n + (x->rank != op->root ? bytes / n : 0)};
 }
 
 const cl_algo cl_algo_ring_gather = {

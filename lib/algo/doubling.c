@@ -58,7 +58,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     for (int bit = 1; bit < x->size; bit <<= 1)
         steps++;
     size_t bytes = op->count * cl_dtype_size(op->dtype);
-    cl_cost k = {(double)steps, steps * bytes, 0, 0};
+    cl_cost k = {.steps = (double)steps, .bytes = steps * bytes};
     /* In host order the first log2(ranks per host) partners share a host; the rest are
      * across, every rank of a host at once. */
     size_t inside = 0;

@@ -48,13 +48,15 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     if (!x->local || !x->cross)
-        return (cl_cost){0, 0, 0, 0};
+        return (cl_cost){0};
     size_t L = (size_t)x->local->size, H = (size_t)x->cross->size, es = cl_dtype_size(op->dtype);
     size_t off, len = shard(op->count, (int)L, x->local->rank, &off);
     size_t inside = 2 * (op->count - op->count / L), across = 2 * (len - len / H);
     /* Every place on a host runs its ring at once: the host link carries L shards. */
-    return (cl_cost){2.0 * (double)(L - 1 + H - 1), (inside + across) * es, 2.0 * (double)(H - 1),
-                     (double)L * (double)across * (double)es};
+    return (cl_cost){.steps = 2.0 * (double)(L - 1 + H - 1),
+                     .bytes = (inside + across) * es,
+                     .xsteps = 2.0 * (double)(H - 1),
+                     .xbytes = (double)L * (double)across * (double)es};
 }
 
 const cl_algo cl_algo_hier = {

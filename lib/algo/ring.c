@@ -180,10 +180,11 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     size_t base = count / n, rem = count % n;
     size_t mine = base + (r < rem), next = base + ((r + 1) % n < rem);
     if (n == 1)
-        return (cl_cost){0, 0, 0, 0};
-    cl_cost k = op->kind == CL_ALLREDUCE
-                    ? (cl_cost){2.0 * (double)(n - 1), (2 * count - mine - next) * es, 0, 0}
-                    : (cl_cost){(double)(n - 1), (count - count / n) * es, 0, 0};
+        return (cl_cost){0};
+    cl_cost k =
+        op->kind == CL_ALLREDUCE
+            ? (cl_cost){.steps = 2.0 * (double)(n - 1), .bytes = (2 * count - mine - next) * es}
+            : (cl_cost){.steps = (double)(n - 1), .bytes = (count - count / n) * es};
     if (x->hosts > 1)
         k.xsteps = k.steps, k.xbytes = (double)x->ring_cross * (double)k.bytes;
     return k;

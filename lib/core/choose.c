@@ -20,13 +20,13 @@
 #define BETA_S 0.25e-9
 
 /* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
-static const char *const planned[] = {"rabenseifner", "tree", NULL};
+static const char *const planned[] = {"tree", NULL};
 
 static double price(const coll_comm *c, const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
 {
     cl_cost k = a->cost(x, op);
-    return (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s + (double)k.bytes * BETA_S +
-           k.xbytes * c->net_beta_s;
+    return (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
+           ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
 }
 
 static int runs(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
@@ -47,7 +47,7 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
 {
     const cl_algo *a = cl_algo_named(c->force);
     if (!a || !(a->serves & CL_SERVES(CL_ALLREDUCE)))
-        snprintf(why, len, "COLL_ALGO=%s: not built yet (built: ring, doubling, hier)", c->force);
+        snprintf(why, len, "COLL_ALGO=%s: not built yet (built: ring, doubling, hier, rabenseifner)", c->force);
     else if (!a->fits(cl_topo_ctx(c, op), op))
         snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte all-reduce on %d ranks%s", c->force,
                  op->count * cl_dtype_size(op->dtype), c->size,

@@ -65,18 +65,22 @@ static int exact_rank(coll_comm *c, void *arg)
     return 0;
 }
 
-/* _i: ring or doubling, on 2 and 4 ranks, tcp and shm. */
+/* _i: ring, doubling or rabenseifner, on 2 to 5 ranks (doubling: 2 and 4; rabenseifner
+ * folds 3 and 5), tcp and shm. */
 START_TEST(a_forced_algorithm_is_exact_and_moves_what_it_costs)
 {
-    static const char *const algos[] = {"ring", "doubling"};
+    static const char *const algos[] = {"ring", "doubling", "rabenseifner"};
     static const char *const transports[] = {"tcp", "shm"};
-    setenv("COLL_ALGO", algos[_i % 2], 1);
-    for (int n = 2; n <= 4; n += 2) {
-        run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transports[_i / 2],
+    const char *algo = algos[_i % 3];
+    setenv("COLL_ALGO", algo, 1);
+    for (int n = 2; n <= 5; n++) {
+        if (!strcmp(algo, "doubling") && (n & (n - 1)))
+            continue;
+        run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transports[_i / 3],
                       .timeout_ms = 10000, .deadline_s = 60};
-        int failed = run_ranks(&o, exact_rank, (void *)algos[_i % 2]);
-        ck_assert_msg(failed == 0, "%d of %d ranks failed (COLL_ALGO=%s, %s)", failed, n,
-                      algos[_i % 2], transports[_i / 2]);
+        int failed = run_ranks(&o, exact_rank, (void *)algo);
+        ck_assert_msg(failed == 0, "%d of %d ranks failed (COLL_ALGO=%s, %s)", failed, n, algo,
+                      transports[_i / 3]);
     }
     unsetenv("COLL_ALGO");
 }
@@ -166,7 +170,7 @@ int main(void)
     Suite *s = suite_create("algo");
     TCase *t = tcase_create("algo");
     tcase_set_timeout(t, 120);
-    tcase_add_loop_test(t, a_forced_algorithm_is_exact_and_moves_what_it_costs, 0, 4);
+    tcase_add_loop_test(t, a_forced_algorithm_is_exact_and_moves_what_it_costs, 0, 6);
     tcase_add_test(t, an_algorithm_that_cannot_run_is_enotsup_with_its_reason);
     tcase_add_test(t, an_unknown_name_fails_init);
     tcase_add_test(t, the_choice_is_named_once_per_size_class);

@@ -139,8 +139,8 @@ END_TEST
 START_TEST(uneven_scrambled_hosts_every_algorithm)
 {
     /* Doubling needs a power of two; unforced, the model chooses per size. */
-    static const char *algos[] = {"ring", "doubling", NULL};
-    if (_i == 1)
+    static const char *algos[] = {"ring", "doubling", NULL, "rabenseifner", "rabenseifner"};
+    if (_i == 1 || _i == 4)
         ck_assert_int_eq(run_topo(8, uneven8_host, uneven8_ring, "auto", algos[_i]), 0);
     else
         ck_assert_int_eq(run_topo(7, uneven_host, uneven_ring, "auto", algos[_i]), 0);
@@ -208,7 +208,7 @@ int main(void)
     TCase *tc = tcase_create("topo");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, round_robin_hosts_ring_in_host_order, 0, 2);
-    tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 3);
+    tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 5);
     tcase_add_loop_test(tc, hier_on_even_hosts, 0, 3);
     tcase_add_test(tc, hier_refused_on_uneven_hosts);
     tcase_add_test(tc, collective_set_keeps_rank_order);

@@ -1,0 +1,206 @@
+/* Rabenseifner's all-reduce: a recursive-halving reduce-scatter, then a recursive-
+ * doubling all-gather: 2 log2(p) steps where the ring takes 2(n-1), and 2(p-1)/p of the
+ * data per rank, as the ring's. Any n: with p the largest power of two <= n and r = n - p,
+ * the first 2r positions fold in pairs first (the even one sends its vector to the odd
+ * one, which reduces it, and gets the result back at the end). Partners are taken
+ * nearest first (distance 1, 2, 4...), so in host order the halves that cross hosts are
+ * the small ones: each host link carries 2(H-1)/H of the data, as hier's. Each chunk's
+ * final value is reduced once, by its owner, and copied everywhere: bit-identical. */
+#include "algo/algo.h"
+
+#include "base/util.h"
+#include "kernels/reduce.h"
+
+#include <string.h>
+
+enum { MAX_STEPS = 32 };
+
+/* One exchange of a step: elements [s_off, s_off + s_len) go to the partner while
+ * [r_off, r_off + r_len) come from it, reduced into the buffer or copied there. */
+typedef struct {
+    pass p; /* first: the ops get the pass */
+    size_t s_off, s_len, r_off, r_len;
+} xchg;
+
+/* Element range [*lo, *lo + return) of unit u of a range of len elements. */
+static size_t seg_of(const pass *p, size_t len, size_t u, size_t *lo)
+{
+    *lo = CL_MIN(u * p->seg_elems, len);
+    return CL_MIN(len, *lo + p->seg_elems) - *lo;
+}
+
+static const void *x_send(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    (void)slot;
+    const xchg *e = (const xchg *)p;
+    size_t lo, n = seg_of(p, e->s_len, u, &lo);
+    *bytes = n * p->esize;
+    return p->acc + (e->s_off + lo) * p->esize;
+}
+
+static void *x_recv(pass *p, size_t u, void *slot, size_t *bytes)
+{
+    const xchg *e = (const xchg *)p;
+    size_t lo, n = seg_of(p, e->r_len, u, &lo);
+    *bytes = n * p->esize;
+    return p->slot_bytes ? slot : p->acc + (e->r_off + lo) * p->esize;
+}
+
+/* Bytes [off, off + n) of receive unit u: reduced into the buffer where they belong. */
+static void x_take(pass *p, size_t u, size_t off, const void *bytes, size_t n)
+{
+    const xchg *e = (const xchg *)p;
+    size_t lo;
+    seg_of(p, e->r_len, u, &lo);
+    char *at = p->acc + (e->r_off + lo) * p->esize + off;
+    cl_reduce(at, at, bytes, n / p->esize, p->op->dtype, p->op->op);
+}
+
+static void x_arrived(pass *p, size_t u, void *buf)
+{
+    const xchg *e = (const xchg *)p;
+    size_t lo;
+    x_take(p, u, 0, buf, seg_of(p, e->r_len, u, &lo) * p->esize);
+}
+
+static const pass_ops reduce_ops = {
+    .send = x_send, .recv = x_recv, .arrived = x_arrived, .take = x_take};
+static const pass_ops copy_ops = {.send = x_send, .recv = x_recv};
+
+/* Runs one exchange with position `peer` (-1: that direction is idle). */
+static int exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
+                    size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce)
+{
+    size_t es = cl_dtype_size(op->dtype), seg = CL_MAX(x->segment_bytes / es, (size_t)1);
+    xchg e = {.s_off = s_off, .s_len = s_len, .r_off = r_off, .r_len = r_len};
+    e.p = cl_pass_init(x, op, CHUNKS_ONE, op->count, es, 1);
+    e.p.ops = reduce ? &reduce_ops : &copy_ops;
+    e.p.seg_elems = seg;
+    /* Both ends count the longer range's segments: empty units still check headers. */
+    size_t longer = CL_MAX(to >= 0 ? s_len : 0, from >= 0 ? r_len : 0);
+    e.p.units = e.p.segs_per_chunk = CL_MAX((longer + seg - 1) / seg, (size_t)1);
+    e.p.lag = e.p.units; /* the sends wait for nothing */
+    e.p.to = to;
+    e.p.from = from;
+    e.p.acc = buf;
+    e.p.slot_bytes = reduce ? seg * es : 0;
+    return cl_pass_run(&e.p);
+}
+
+/* The power of two p <= n, and this position's rank among the p (-1: folded away). */
+static int fold(int n, int v, int *p)
+{
+    *p = 1;
+    while (*p * 2 <= n)
+        *p *= 2;
+    int r = n - *p;
+    return v < 2 * r ? (v % 2 ? v / 2 : -1) : v - r;
+}
+
+static int position_of(int vr, int n, int p)
+{
+    int r = n - p;
+    return vr < r ? 2 * vr + 1 : vr + r;
+}
+
+/* Chunk c of p (count elements): its first element. */
+static size_t chunk_at(size_t count, int p, int c)
+{
+    size_t base = count / (size_t)p, rem = count % (size_t)p;
+    return (size_t)c * base + CL_MIN((size_t)c, rem);
+}
+
+/* The chunk ranges this rank keeps through the halving: lo[k], hi[k] before step k. */
+static int halving(int vr, int p, int lo[MAX_STEPS + 1], int hi[MAX_STEPS + 1])
+{
+    int k = 0;
+    lo[0] = 0, hi[0] = p;
+    for (int d = 1; d < p; d <<= 1, k++) {
+        int mid = (lo[k] + hi[k]) / 2, upper = (vr & d) != 0;
+        lo[k + 1] = upper ? mid : lo[k];
+        hi[k + 1] = upper ? hi[k] : mid;
+    }
+    return k;
+}
+
+static int run(const cl_algo_ctx *x, cl_op *op)
+{
+    int n = x->size, v = x->rank, p, vr = fold(n, v, &p), lo[MAX_STEPS + 1], hi[MAX_STEPS + 1];
+    size_t es = cl_dtype_size(op->dtype), count = op->count;
+    char *buf = op->rbuf;
+    cl_op sum = *op; /* an average divides once, by the owner of each chunk */
+    sum.op = op->op == COLL_AVG ? COLL_SUM : op->op;
+    if (op->sbuf != op->rbuf && count)
+        memcpy(buf, op->sbuf, count * es);
+    int rc = COLL_OK, folded = v < 2 * (n - p);
+    if (folded) /* the even one hands its vector over and waits for the result */
+        rc = vr < 0 ? exchange(x, &sum, buf, v + 1, -1, 0, count, 0, 0, 0)
+                    : exchange(x, &sum, buf, -1, v - 1, 0, 0, 0, count, 1);
+    if (rc == COLL_OK && vr >= 0) {
+        int steps = halving(vr, p, lo, hi);
+        for (int k = 0, d = 1; rc == COLL_OK && k < steps; k++, d <<= 1) {
+            int peer = position_of(vr ^ d, n, p);
+            int s_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k],
+                s_hi = s_lo == lo[k] ? lo[k + 1] : hi[k];
+            size_t so = chunk_at(count, p, s_lo), ro = chunk_at(count, p, lo[k + 1]);
+            rc = exchange(x, &sum, buf, peer, peer, so, chunk_at(count, p, s_hi) - so, ro,
+                          chunk_at(count, p, hi[k + 1]) - ro, 1);
+        }
+        size_t mine = chunk_at(count, p, lo[steps]);
+        if (rc == COLL_OK && op->op == COLL_AVG)
+            cl_divide(buf + mine * es, chunk_at(count, p, hi[steps]) - mine, op->dtype, n);
+        for (int k = steps - 1, d = p / 2; rc == COLL_OK && k >= 0; k--, d >>= 1) {
+            int peer = position_of(vr ^ d, n, p);
+            int o_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k],
+                o_hi = o_lo == lo[k] ? lo[k + 1] : hi[k];
+            size_t so = chunk_at(count, p, lo[k + 1]), ro = chunk_at(count, p, o_lo);
+            rc = exchange(x, &sum, buf, peer, peer, so, chunk_at(count, p, hi[k + 1]) - so, ro,
+                          chunk_at(count, p, o_hi) - ro, 0);
+        }
+    }
+    if (rc == COLL_OK && folded) /* the result back to the even one */
+        rc = vr < 0 ? exchange(x, &sum, buf, -1, v + 1, 0, 0, 0, count, 0)
+                    : exchange(x, &sum, buf, v - 1, -1, 0, count, 0, 0, 0);
+    return rc;
+}
+
+static int fits(const cl_algo_ctx *x, const cl_op *op)
+{
+    return x->size > 1 && op->codec == COLL_CODEC_NONE;
+}
+
+/* This rank's sends, step by step, as run() makes them; across hosts (host order, L
+ * ranks per host) the steps at distance L and beyond, with every rank of a host at once. */
+static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
+{
+    int n = x->size, v = x->rank, p, vr = fold(n, v, &p), lo[MAX_STEPS + 1], hi[MAX_STEPS + 1];
+    size_t es = cl_dtype_size(op->dtype), count = op->count, bytes = 0;
+    int folded = v < 2 * (n - p), steps = halving(vr < 0 ? 0 : vr, p, lo, hi);
+    cl_cost k = {.steps = 2.0 * steps + (n > p ? 2 : 0)};
+    if (vr < 0)
+        bytes = count;
+    else
+        for (int s = 0; s < steps; s++) /* the half sent, then the half kept */
+            bytes += (chunk_at(count, p, hi[s]) - chunk_at(count, p, lo[s]));
+    bytes += vr >= 0 && folded ? count : 0;
+    k.bytes = bytes * es;
+    /* The halving reduces about the data once, a step at a time. */
+    k.serial = (double)(count - count / (size_t)p) * (double)es;
+    if (x->hosts > 1) {
+        int inside = 0;
+        for (int d = 1; d < x->host_ranks && d < p; d <<= 1)
+            inside++;
+        double l = x->host_ranks, share = 1.0 - (double)(1 << inside) / p;
+        k.xsteps = 2.0 * (steps - inside);
+        k.xbytes = 2.0 * share * (double)count * (double)es * (l / (double)(1 << inside));
+    }
+    return k;
+}
+
+const cl_algo cl_algo_rabenseifner = {
+    .name = "rabenseifner",
+    .serves = CL_SERVES(CL_ALLREDUCE),
+    .fits = fits,
+    .cost = cost,
+    .run = run,
+};
