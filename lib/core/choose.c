@@ -22,9 +22,9 @@
 /* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
 static const char *const planned[] = {"tree", NULL};
 
-static double price(const coll_comm *c, const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
+double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    cl_cost k = a->cost(x, op);
+    cl_cost k = a->cost(cl_topo_ctx(c, op), op);
     return (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
            ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
 }
@@ -71,7 +71,7 @@ const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
         const cl_algo *a = cl_algos[i];
         if (!runs(a, x, op))
             continue;
-        double s = price(c, a, x, op);
+        double s = cl_price(c, a, op);
         if (!best || s < best_s)
             best = a, best_s = s;
     }
@@ -96,7 +96,7 @@ void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
         size_t at = strlen(prices);
         if (runs(cl_algos[i], x, op))
             snprintf(prices + at, sizeof(prices) - at, " %s %.1f us", cl_algos[i]->name,
-                     price(c, cl_algos[i], x, op) * 1e6);
+                     cl_price(c, cl_algos[i], op) * 1e6);
     }
     cl_log(COLL_LOG_INFO, "rank %d %s of %zu bytes (class 2^%d) on %d ranks: %s%s; model:%s",
            c->rank, cl_kind_name(op->kind), bytes, cls, c->size, chosen->name,

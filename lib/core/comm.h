@@ -146,6 +146,8 @@ int cl_run_collective(coll_comm *c, coll_req *r);
 /* The algorithm for op (COLL_ALGO's for an uncompressed all-reduce, else the cheapest
  * that fits by the link model); NULL with the reason in why when none can run it. */
 const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len);
+/* What the cost model says op takes with algorithm a here, in seconds. */
+double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op);
 /* At COLL_DEBUG=info, names the choice for op's collective and size class, once. */
 void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op);
 /* Is name one COLL_ALGO may give (built, or promised by the contract)? */
