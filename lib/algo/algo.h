@@ -28,6 +28,9 @@ typedef struct cl_algo {
     unsigned serves; /* CL_SERVES(kind) for each collective it runs */
     /* Can it run this operation on this communicator (rank count, size, codec)? */
     int (*fits)(const cl_algo_ctx *x, const cl_op *op);
+    /* What position x->rank moves: the engine also asks it for other positions (a copy
+     * of x with another rank), so it may depend on x->rank but on nothing else of this
+     * rank's own. Every rank must compute the same choice. */
     cl_cost (*cost)(const cl_algo_ctx *x, const cl_op *op);
     /* Runs the operation to completion; on failure has reported it (cl_algo_fail). */
     int (*run)(const cl_algo_ctx *x, cl_op *op);

@@ -50,7 +50,8 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     if (!x->local || !x->cross)
         return (cl_cost){0};
     size_t L = (size_t)x->local->size, H = (size_t)x->cross->size, es = cl_dtype_size(op->dtype);
-    size_t off, len = shard(op->count, (int)L, x->local->rank, &off);
+    /* Positions are in host order, L to a host: the place on the host is rank mod L. */
+    size_t off, len = shard(op->count, (int)L, x->rank % (int)L, &off);
     size_t inside = 2 * (op->count - op->count / L), across = 2 * (len - len / H);
     /* Every place on a host runs its ring at once: the host link carries L shards. */
     return (cl_cost){.steps = 2.0 * (double)(L - 1 + H - 1),

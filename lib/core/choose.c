@@ -22,11 +22,22 @@
 /* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
 static const char *const planned[] = {"tree", NULL};
 
+/* Every rank must choose the same algorithm, so the price is not this rank's cost but the
+ * dearest of the positions whose share differs most (the first pair, which folds or owns
+ * the larger chunks, and the last): the same numbers on every rank. */
 double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    cl_cost k = a->cost(cl_topo_ctx(c, op), op);
-    return (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
-           ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
+    cl_algo_ctx view = *cl_topo_ctx(c, op);
+    int at[3] = {0, 1, view.size - 1};
+    double most = 0;
+    for (int i = 0; i < 3; i++) {
+        view.rank = at[i] < view.size ? at[i] : 0;
+        cl_cost k = a->cost(&view, op);
+        double s = (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
+                   ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
+        most = s > most ? s : most;
+    }
+    return most;
 }
 
 static int runs(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)

@@ -218,8 +218,9 @@ static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadli
 
 /* Every rank's card: rank 0 reads them one by one, then publishes them (card_values);
  * the others read what it published. While some are missing, rank 0 says every few
- * seconds (at info) who is here and who is not; at the deadline every rank looks once
- * itself, for a timeout that names them. */
+ * seconds (at info) who is here and who is not. Near the deadline (while rank 0's store
+ * still answers) the others stop waiting for its values and read the cards themselves,
+ * so every rank's timeout names who is missing. */
 static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
 {
     uint8_t *have = calloc((size_t)c->size, 1);
@@ -227,7 +228,7 @@ static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM;
     if (have && c->rank != 0) {
-        int rc = card_values(c, cards, 0, deadline);
+        int rc = card_values(c, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
         missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
     }
     while (missing > 0) {
