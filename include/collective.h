@@ -131,9 +131,9 @@ COLL_API int coll_set_codec(coll_comm *comm, coll_codec codec);
  * bit-identical everywhere. f16/bf16: each step adds in f32 and rounds back to 16 bits,
  * so a sum over n ranks carries up to n - 1 roundings (small addends beside a large one
  * can vanish). In place: sendbuf == recvbuf. COLL_AVG is the sum divided once by the
- * number of ranks; on integer types the sum wraps in the element type as COLL_SUM's
- * does, and the division truncates toward zero (int8 AVG of 100 on 4 ranks wraps: reduce
- * a wider type when the sum can overflow). */
+ * number of ranks, truncated toward zero on integer types; int8, uint8 and int32 sum in
+ * 64 bits on the way (8 bytes per element on the wire), so their average is right
+ * whatever the sum (int8 AVG of 100 on 4 ranks is 100); int64 sums wrap in 64 bits. */
 COLL_API int coll_allreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                             coll_dtype dtype, coll_op op);
 

@@ -140,6 +140,11 @@ const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op);
 /* The rank `step` places on along the collective ring (host order; 1: the next). */
 int cl_topo_peer(const coll_comm *c, int step);
 
+/* COLL_AVG on a narrow integer type: run in int64 (widen.c). */
+int cl_widen_wanted(const cl_op *op);
+/* Runs r through `run` on int64 copies of its buffers and narrows the result back. */
+int cl_run_widened(coll_comm *c, coll_req *r, int (*run)(coll_comm *, coll_req *));
+
 /* Runs one collective to completion (engine thread or cl_engine_call); returns its status. */
 int cl_run_collective(coll_comm *c, coll_req *r);
 

@@ -9,7 +9,7 @@
 
 #include <stdlib.h>
 
-int cl_run_collective(coll_comm *c, coll_req *r)
+static int run_one(coll_comm *c, coll_req *r)
 {
     char why[160];
     const cl_algo *a = cl_choose(c, &r->op, why, sizeof(why));
@@ -17,6 +17,11 @@ int cl_run_collective(coll_comm *c, coll_req *r)
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
     return a->run(cl_topo_ctx(c, &r->op), &r->op);
+}
+
+int cl_run_collective(coll_comm *c, coll_req *r)
+{
+    return cl_widen_wanted(&r->op) ? cl_run_widened(c, r, run_one) : run_one(c, r);
 }
 
 static coll_req *next_request(coll_comm *c)

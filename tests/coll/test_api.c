@@ -178,6 +178,50 @@ START_TEST(stats_count_wire_bytes_exactly)
 }
 END_TEST
 
+/* Integer averages whose sum does not fit the element type: all-reduce (blocking, in
+ * place and not, non-blocking), reduce-scatter, reduce to rank 1 and reduce-scatter-v. */
+static int int_avg_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    int8_t i8[8], o8[8];
+    uint8_t u8[2] = {200, 250}, ou8[2];
+    int32_t i32[3] = {2000000000, -2000000000, 7 + me}, o32[3];
+    for (int k = 0; k < 8; k++)
+        i8[k] = (int8_t)(k % 2 ? -100 : 100);
+    EXPECT_RC(coll_allreduce(c, i8, o8, 8, COLL_I8, COLL_AVG), COLL_OK);
+    for (int k = 0; k < 8; k++)
+        FAIL_IF(o8[k] != i8[k], "int8 AVG element %d is %d, want %d", k, o8[k], i8[k]);
+    EXPECT_RC(coll_allreduce(c, u8, u8, 2, COLL_U8, COLL_AVG), COLL_OK);
+    FAIL_IF(u8[0] != 200 || u8[1] != 250, "uint8 AVG in place: %u %u", u8[0], u8[1]);
+    coll_req *q = NULL;
+    EXPECT_RC(coll_iallreduce(c, i32, o32, 3, COLL_I32, COLL_AVG, &q), COLL_OK);
+    EXPECT_RC(coll_wait(q), COLL_OK);
+    int want = 7 + (n - 1) / 2; /* (7n + n(n-1)/2) / n, truncated */
+    FAIL_IF(o32[0] != 2000000000 || o32[1] != -2000000000 || o32[2] != want,
+            "int32 AVG: %d %d %d (want %d)", o32[0], o32[1], o32[2], want);
+    EXPECT_RC(coll_reduce_scatter(c, i8, o8, 2, COLL_I8, COLL_AVG), COLL_OK);
+    FAIL_IF(o8[0] != 100 || o8[1] != -100, "int8 reduce-scatter AVG: %d %d", o8[0], o8[1]);
+    memset(ou8, 0, sizeof(ou8));
+    u8[0] = 200, u8[1] = 250;
+    EXPECT_RC(coll_reduce(c, u8, ou8, 2, COLL_U8, COLL_AVG, 1), COLL_OK);
+    FAIL_IF(me == 1 && (ou8[0] != 200 || ou8[1] != 250), "uint8 reduce AVG: %u %u", ou8[0], ou8[1]);
+    size_t counts[8], at = 0;
+    for (int r = 0; r < n; r++) {
+        counts[r] = r % 2 ? 1 : 2;
+        at += r < me ? counts[r] : 0;
+    }
+    EXPECT_RC(coll_reduce_scatterv(c, i8, o8, counts, COLL_I8, COLL_AVG), COLL_OK);
+    FAIL_IF(o8[0] != i8[at], "int8 reduce-scatter-v AVG: %d, want %d", o8[0], i8[at]);
+    return 0;
+}
+
+START_TEST(integer_averages_do_not_wrap)
+{
+    expect_all_pass(4, int_avg_rank, RDZV_FILE);
+}
+END_TEST
+
 /* Ranks that disagree on count, dtype or op all get COLL_EMISMATCH: those that see the
  * disagreement name both sides, the others learn it from their neighbour's farewell. */
 static int mismatch_rank(coll_comm *c, void *arg)
@@ -314,6 +358,7 @@ int main(void)
     tcase_add_test(t, split_makes_groups_by_color_and_key);
     tcase_add_test(t, ranks_on_one_machine_are_counted);
     tcase_add_test(t, stats_count_wire_bytes_exactly);
+    tcase_add_test(t, integer_averages_do_not_wrap);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
     tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
     tcase_add_test(t, segment_bytes_from_the_environment);
