@@ -115,8 +115,9 @@ COLL_API int coll_rank(const coll_comm *comm);
 COLL_API int coll_size(const coll_comm *comm);
 
 /* Collective: sets the wire codec for later operations on this communicator. It applies
- * to f32 all-reduce and reduce-scatter with COLL_SUM or COLL_AVG, and to f32 all-gather;
- * every other dtype and op moves uncompressed. Each rank's contribution is encoded once
+ * to f32 all-reduce and reduce-scatter with COLL_SUM or COLL_AVG (gradient reductions);
+ * every other dtype, op and collective moves uncompressed (an all-gather never is: what
+ * it moves must come back exact). Each rank's contribution is encoded once
  * and summed in f32 by its chunk's owner, which encodes the result once: results are
  * bit-identical on every rank, and the error does not grow with the number of ranks.
  * All ranks must pass the same codec: otherwise COLL_EMISMATCH on every rank, and the

@@ -190,13 +190,7 @@ static int reduce_scatter(const cl_algo_ctx *x, const cl_op *r)
 
 static int run(const cl_algo_ctx *x, cl_op *r)
 {
-    switch (r->kind) {
-    case CL_ALLREDUCE: return allreduce(x, r);
-    case CL_REDUCE_SCATTER: return reduce_scatter(x, r);
-    default:
-        cl_place_own_block(x, r);
-        return encoded_allgather(x, r, r->count * (size_t)x->size, r->rbuf);
-    }
+    return r->kind == CL_ALLREDUCE ? allreduce(x, r) : reduce_scatter(x, r);
 }
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
@@ -216,7 +210,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 
 const cl_algo cl_algo_codec = {
     .name = "codec",
-    .serves = CL_SERVES(CL_ALLREDUCE) | CL_SERVES(CL_REDUCE_SCATTER) | CL_SERVES(CL_ALLGATHER),
+    .serves = CL_SERVES(CL_ALLREDUCE) | CL_SERVES(CL_REDUCE_SCATTER),
     .fits = fits,
     .cost = cost,
     .run = run,

@@ -58,11 +58,12 @@ int cl_check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, con
     return cl_bad(c, fn, "sendbuf and recvbuf overlap but are not an in-place layout");
 }
 
+/* Gradient reductions only: an all-gather moves parameters, indices or counts that must
+ * come back exact, so it is never encoded. */
 coll_codec cl_codec_for(coll_comm *c, int kind, int dtype, int op)
 {
     int reduces = kind == CL_ALLREDUCE || kind == CL_REDUCE_SCATTER;
-    int fits = dtype == COLL_F32 &&
-               (kind == CL_ALLGATHER || (reduces && (op == COLL_SUM || op == COLL_AVG)));
+    int fits = dtype == COLL_F32 && reduces && (op == COLL_SUM || op == COLL_AVG);
     return fits ? c->codec : COLL_CODEC_NONE;
 }
 

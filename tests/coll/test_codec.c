@@ -158,6 +158,12 @@ static int disagree_rank(coll_comm *c, void *arg)
     int32_t i[4] = { 1, 2, 3, 4 };
     EXPECT_RC(coll_set_codec(c, COLL_CODEC_INT8), COLL_OK);
     EXPECT_RC(coll_allreduce(c, i, i, 4, COLL_I32, COLL_MAX), COLL_OK); /* not f32: uncoded */
+    /* An all-gather comes back exact whatever the codec: a 7 beside 1234567 survives. */
+    float mine[2] = { 1234567.0f, 7.0f + (float)coll_rank(c) }, all[6];
+    EXPECT_RC(coll_allgather(c, mine, all, 2, COLL_F32), COLL_OK);
+    for (int r = 0; r < 3; r++)
+        FAIL_IF(all[2 * r] != 1234567.0f || all[2 * r + 1] != 7.0f + (float)r,
+                "all-gather block %d: %g %g", r, all[2 * r], all[2 * r + 1]);
     EXPECT_RC(coll_allreduce_ef(c, x, x, 300, COLL_MAX, COLL_CODEC_INT8, x), COLL_ENOTSUP);
     return 0;
 }
