@@ -1,7 +1,8 @@
 /* coll_perf: bandwidth and correctness test in nccl-tests' format.
  *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
- *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all]
+ *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all] (or f32, f64,
+ *                fp16, bf16) [-I 0|1]
  *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8]
  *             [-J FILE]
  * Without launcher variables it spawns N local ranks (default 2); under mpirun, srun or
@@ -46,25 +47,51 @@ typedef struct {
     FILE *json;
 } opts;
 
-static size_t parse_size(const char *s)
+/* "64", "64K", "1M", "2G": 0 and *out set, or -1 for anything else ("1X", "", "-3"). */
+static int parse_size(const char *s, size_t *out)
 {
     char *end;
     double v = strtod(s, &end);
+    double unit = 1;
     switch (*end) {
-    case 'G': case 'g': v *= 1024; /* fall through */
-    case 'M': case 'm': v *= 1024; /* fall through */
-    case 'K': case 'k': v *= 1024; break;
+    case 'G': case 'g': unit *= 1024; /* fall through */
+    case 'M': case 'm': unit *= 1024; /* fall through */
+    case 'K': case 'k': unit *= 1024; end++; break;
     default: break;
     }
-    return (size_t)v;
+    if (end == s || *end || !(v >= 0) || v * unit > 1e15)
+        return -1;
+    *out = (size_t)(v * unit);
+    return 0;
 }
 
+/* names[i], or an alias: nccl-tests' spelling without underscores ("allreduce"). */
 static int lookup(const char *s, const char *const *names, int n)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (strcmp(s, names[i]) == 0)
             return i;
+        char bare[32];
+        size_t k = 0;
+        for (const char *p = names[i]; *p && k + 1 < sizeof(bare); p++)
+            if (*p != '_')
+                bare[k++] = *p;
+        bare[k] = 0;
+        if (strcmp(s, bare) == 0)
+            return i;
+    }
     return -1;
+}
+
+/* -d takes nccl-tests' names and the codec's (fp16, bf16; also f32, f64). */
+static int lookup_dtype(const char *s)
+{
+    static const char *const alias[] = {"f32", "f64", "fp16", "bf16"};
+    int k = lookup(s, dt_names, 8);
+    for (int i = 0; k < 0 && i < 4; i++)
+        if (strcmp(s, alias[i]) == 0)
+            k = i;
+    return k;
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -79,8 +106,14 @@ static int parse(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:I:d:o:T:z:J:h", longs, NULL)) != -1) {
         switch (c) {
         case 'N': o->np = atoi(optarg); break;
-        case 'b': o->minb = parse_size(optarg); break;
-        case 'e': o->maxb = parse_size(optarg); break;
+        case 'b':
+            if (parse_size(optarg, &o->minb))
+                return -1;
+            break;
+        case 'e':
+            if (parse_size(optarg, &o->maxb))
+                return -1;
+            break;
         case 'f': o->factor = atof(optarg); break;
         case 'n': o->iters = atoi(optarg); break;
         case 'w': o->warmup = atoi(optarg); break;
@@ -100,7 +133,7 @@ static int parse(int argc, char **argv, opts *o)
             break;
         case 'd':
             o->dt_all = strcmp(optarg, "all") == 0;
-            if (!o->dt_all && (k = lookup(optarg, dt_names, 8)) < 0)
+            if (!o->dt_all && (k = lookup_dtype(optarg)) < 0)
                 return -1;
             o->dt = o->dt_all ? COLL_F32 : (coll_dtype)k;
             break;
@@ -110,6 +143,7 @@ static int parse(int argc, char **argv, opts *o)
                 return -1;
             o->op = o->op_all ? COLL_SUM : (coll_op)k;
             break;
+        case 'h': return 1;
         default: return -1;
         }
     }
@@ -264,8 +298,11 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
                     redop);
         for (int ip = 0; ip < forms; ip++) {
             double algbw = (double)shown / us[ip] / 1e3;
-            printf("  %9.2f  %6.2f  %6.2f  %6llu", us[ip], algbw, algbw * bus_factor(o->coll, n),
-                   (unsigned long long)wrong[ip]);
+            printf("  %9.2f  %6.2f  %6.2f", us[ip], algbw, algbw * bus_factor(o->coll, n));
+            if (o->check)
+                printf("  %6llu", (unsigned long long)wrong[ip]);
+            else
+                printf("  %6s", "N/A"); /* not checked, as nccl-tests prints it */
             *busbw_sum += algbw * bus_factor(o->coll, n);
             if (o->json)
                 fprintf(o->json, ",\"%s\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
@@ -295,12 +332,13 @@ static void header(const opts *o, int n)
     if (o->codec != COLL_CODEC_NONE)
         printf("# wire codec %s: the last columns are bytes on the wire per rank per call and "
                "the compression ratio\n#\n", (const char *[]){ "none", "fp16", "bf16", "int8" }[o->codec]);
+    int z = o->codec != COLL_CODEC_NONE;
     printf("#                                                   out-of-place"
            "                       in-place\n");
     printf("#       size         count      type   redop    root       time   algbw   busbw "
-           "#wrong       time   algbw   busbw #wrong\n");
+           "#wrong       time   algbw   busbw #wrong%s\n", z ? "    wire bytes   ratio" : "");
     printf("#        (B)    (elements)                                 (us)  (GB/s)  (GB/s)"
-           "                (us)  (GB/s)  (GB/s)\n");
+           "                (us)  (GB/s)  (GB/s)%s\n", z ? "        (B/call)" : "");
 }
 
 static int run_all(coll_comm *c, const opts *o)
@@ -340,12 +378,18 @@ static int run_all(coll_comm *c, const opts *o)
 int main(int argc, char **argv)
 {
     opts o;
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|"
-                        "broadcast|sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-                        "[-c 0|1] [-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] "
-                        "[-z none|fp16|bf16|int8] [-J FILE]\n");
-        return 2;
+    int asked = parse(argc, argv, &o);
+    if (asked != 0) {
+        fprintf(asked > 0 ? stdout : stderr,
+                "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|"
+                "sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
+                "[-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8] "
+                "[-J FILE]\n"
+                "  sizes: bytes, or with K, M, G; collectives also without '_' (allreduce)\n"
+                "  DTYPE: float|double|half|bfloat16|int8|uint8|int32|int64 (also f32, f64, "
+                "fp16, bf16)\n"
+                "  OP: sum|prod|min|max|avg\n");
+        return asked > 0 ? 0 : 2;
     }
     int rank, size, status = 0;
     char url[600];

@@ -1,0 +1,20 @@
+#!/bin/sh
+# coll_perf's command line as an nccl-tests user types it (issue 24, item 12): --help on
+# stdout with status 0, a bad size refused, collective names with or without '_', the
+# codec's dtype names, N/A in #wrong without checking, headings over the codec columns.
+# Usage: coll_perf_cli.sh COLL_PERF
+set -u
+p=$1 fail=0
+no() { echo "FAIL: $*"; fail=1; }
+out=$("$p" --help 2>/dev/null) || no "--help exits $?"
+echo "$out" | grep -q "^usage: coll_perf" || no "--help prints no usage on stdout"
+"$p" --np 2 -b 1X >/dev/null 2>&1; [ $? -eq 2 ] || no "-b 1X is not refused"
+"$p" --np 2 -e 4Q >/dev/null 2>&1; [ $? -eq 2 ] || no "-e 4Q is not refused"
+out=$("$p" --np 2 -C allreduce -b 8 -e 8 -n 2 -w 1 -d fp16 -c 0 -I 0 2>&1) ||
+    no "-C allreduce -d fp16 fails: $out"
+echo "$out" | grep -q "half .* N/A" || no "-c 0 does not print N/A: $out"
+out=$("$p" --np 2 -C all_gather -b 64 -e 64 -n 2 -w 1 -d bf16 -I 0 2>&1) || no "-C all_gather -d bf16"
+out=$("$p" --np 2 -b 1K -e 1K -n 2 -w 1 -z int8 -I 0 2>&1) || no "-z int8 fails"
+echo "$out" | grep -q "#wrong.*wire bytes" || no "no heading over the codec columns"
+[ $fail -eq 0 ] && echo "coll_perf's command line: all checks passed"
+exit $fail
