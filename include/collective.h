@@ -1,5 +1,7 @@
-/* libcollective: all-reduce (ring, or recursive doubling for small messages),
- * reduce-scatter, all-gather, broadcast, barrier and tagged point-to-point, over
+/* libcollective: all-reduce (ring, recursive doubling, Rabenseifner, or hierarchical
+ * across hosts, chosen per size by a cost model that knows which ranks share a host),
+ * reduce-scatter, all-gather, broadcast, barrier, reduce, gather, scatter, all-to-all and
+ * the uneven forms, tagged point-to-point, and shrinking past a failed rank, over
  * pluggable transports: shared memory (shm) between ranks of one host, RDMA (ibverbs),
  * tcp on libuv, `auto` (the best of those per peer, the default), and in-process loop
  * and fake-verbs transports for tests; optional fp16, bf16 and int8 wire codecs.
