@@ -123,6 +123,20 @@ static int halving(int vr, int p, int lo[MAX_STEPS + 1], int hi[MAX_STEPS + 1])
     return k;
 }
 
+/* Level k of the halving with `peer`: of [lo[k], hi[k]) this rank keeps one half (the
+ * range at k + 1) and gives the other. The reduce-scatter sends the given half and
+ * reduces into the kept one; the all-gather sends the kept half and receives the given. */
+static int level(const cl_algo_ctx *x, const cl_op *op, char *buf, int peer, int p, const int *lo,
+                 const int *hi, int k, int reduce)
+{
+    size_t count = op->count;
+    int g_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k], g_hi = g_lo == lo[k] ? lo[k + 1] : hi[k];
+    size_t ko = chunk_at(count, p, lo[k + 1]), kn = chunk_at(count, p, hi[k + 1]) - ko;
+    size_t go = chunk_at(count, p, g_lo), gn = chunk_at(count, p, g_hi) - go;
+    return reduce ? exchange(x, op, buf, peer, peer, go, gn, ko, kn, 1)
+                  : exchange(x, op, buf, peer, peer, ko, kn, go, gn, 0);
+}
+
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
     int n = x->size, v = x->rank, p, vr = fold(n, v, &p), lo[MAX_STEPS + 1], hi[MAX_STEPS + 1];
@@ -138,25 +152,13 @@ static int run(const cl_algo_ctx *x, cl_op *op)
                     : exchange(x, &sum, buf, -1, v - 1, 0, 0, 0, count, 1);
     if (rc == COLL_OK && vr >= 0) {
         int steps = halving(vr, p, lo, hi);
-        for (int k = 0, d = 1; rc == COLL_OK && k < steps; k++, d <<= 1) {
-            int peer = position_of(vr ^ d, n, p);
-            int s_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k],
-                s_hi = s_lo == lo[k] ? lo[k + 1] : hi[k];
-            size_t so = chunk_at(count, p, s_lo), ro = chunk_at(count, p, lo[k + 1]);
-            rc = exchange(x, &sum, buf, peer, peer, so, chunk_at(count, p, s_hi) - so, ro,
-                          chunk_at(count, p, hi[k + 1]) - ro, 1);
-        }
+        for (int k = 0; rc == COLL_OK && k < steps; k++)
+            rc = level(x, &sum, buf, position_of(vr ^ (1 << k), n, p), p, lo, hi, k, 1);
         size_t mine = chunk_at(count, p, lo[steps]);
         if (rc == COLL_OK && op->op == COLL_AVG)
             cl_divide(buf + mine * es, chunk_at(count, p, hi[steps]) - mine, op->dtype, n);
-        for (int k = steps - 1, d = p / 2; rc == COLL_OK && k >= 0; k--, d >>= 1) {
-            int peer = position_of(vr ^ d, n, p);
-            int o_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k],
-                o_hi = o_lo == lo[k] ? lo[k + 1] : hi[k];
-            size_t so = chunk_at(count, p, lo[k + 1]), ro = chunk_at(count, p, o_lo);
-            rc = exchange(x, &sum, buf, peer, peer, so, chunk_at(count, p, hi[k + 1]) - so, ro,
-                          chunk_at(count, p, o_hi) - ro, 0);
-        }
+        for (int k = steps - 1; rc == COLL_OK && k >= 0; k--)
+            rc = level(x, &sum, buf, position_of(vr ^ (1 << k), n, p), p, lo, hi, k, 0);
     }
     if (rc == COLL_OK && folded) /* the result back to the even one */
         rc = vr < 0 ? exchange(x, &sum, buf, -1, v + 1, 0, 0, 0, count, 0)
