@@ -56,6 +56,12 @@ struct coll_comm {
     char force[32];          /* COLL_ALGO: the all-reduce algorithm forced; "": chosen */
     double net_alpha_s, net_beta_s; /* the link between hosts, for the cost model */
     uint64_t told[CL_KINDS]; /* size classes whose choice COLL_DEBUG=info has named */
+    /* The engine's last choice per collective: a loop of same-shaped calls prices once. */
+    struct cl_choice {
+        size_t count;
+        int dtype, op, codec;
+        const cl_algo *algo;
+    } chosen[CL_KINDS];
     char device[64];
     const cl_transport *tr;
     cl_tr_ctx *ctx;

@@ -9,10 +9,26 @@
 
 #include <stdlib.h>
 
+/* cl_choose, remembered per collective for the same count, dtype, op and codec (the
+ * uneven forms, whose per-rank counts would be part of the key, always choose afresh).
+ * Only the running collective reads or writes it: one runs at a time. */
+static const cl_algo *choose(coll_comm *c, const cl_op *op, char *why, size_t len)
+{
+    struct cl_choice *k = &c->chosen[op->kind];
+    int plain = !op->scounts && !op->rcounts;
+    if (plain && k->algo && k->count == op->count && k->dtype == (int)op->dtype &&
+        k->op == (int)op->op && k->codec == (int)op->codec)
+        return k->algo;
+    const cl_algo *a = cl_choose(c, op, why, len);
+    if (plain)
+        *k = (struct cl_choice){op->count, (int)op->dtype, (int)op->op, (int)op->codec, a};
+    return a;
+}
+
 static int run_one(coll_comm *c, coll_req *r)
 {
     char why[160];
-    const cl_algo *a = cl_choose(c, &r->op, why, sizeof(why));
+    const cl_algo *a = choose(c, &r->op, why, sizeof(why));
     if (!a) /* api.c refuses an operation no algorithm runs: never here */
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
