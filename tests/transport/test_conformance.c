@@ -16,6 +16,13 @@
 #include "transports/ibverbs/verbs.h"
 #endif
 
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 static const char *tname;
 
 typedef struct {
@@ -360,6 +367,63 @@ static int available(void)
     return rc == COLL_OK;
 }
 
+/* shm: a stranger's hello with an unsealed memfd (it could shrink the ring under the
+ * receiver's mapping: SIGBUS) is dropped, and the listener still takes a real one. */
+static void raw_shm_hello(const char *handle, int seal)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    const char *name = handle + 4; /* "shm:" */
+    memcpy(a.sun_path + 1, name, strlen(name));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int mfd = memfd_create("stranger", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+    int efd = eventfd(0, EFD_CLOEXEC);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
+    ck_assert_int_eq(ftruncate(mfd, 256 + (1 << 16)), 0);
+    if (seal)
+        ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    uint8_t hello[CL_HELLO_BYTES] = {1};
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl = {{0}};
+    struct iovec v = {hello, sizeof(hello)};
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+                       .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    memcpy(CMSG_DATA(h), (int[]){mfd, efd}, 2 * sizeof(int));
+    ck_assert_int_eq(sendmsg(s, &m, 0), CL_HELLO_BYTES);
+    close(mfd);
+    close(efd);
+    /* The socket stays open: the listener decides, not our hanging up. */
+}
+
+START_TEST(shm_refuses_an_unsealed_ring)
+{
+    pair p = {0};
+    p.tr = cl_transport_find("shm");
+    cl_notifier_init(&p.nb);
+    cl_tr_config cb = {"lo", 5000, &p.nb};
+    ck_assert_int_eq(p.tr->ctx_create(&cb, &p.b), COLL_OK);
+    char handle[CL_HANDLE_BYTES];
+    ck_assert_int_eq(p.tr->listen(p.b, handle, &p.l), COLL_OK);
+    uint8_t got[CL_HELLO_BYTES];
+    raw_shm_hello(handle, 0);
+    int64_t until = cl_now_ms() + 300;
+    while (cl_now_ms() < until)
+        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
+    raw_shm_hello(handle, 1); /* sealed, same user: taken */
+    int rc = COLL_INPROGRESS;
+    for (until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
+        rc = p.tr->accept(p.l, got, &p.recv);
+    ck_assert_int_eq(rc, COLL_OK);
+    ck_assert_int_eq(got[0], 1);
+    p.tr->ctx_destroy(p.b);
+    cl_notifier_destroy(&p.nb);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     tname = argc > 1 ? argv[1] : "loop";
@@ -376,6 +440,8 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
+    if (strcmp(tname, "shm") == 0)
+        tcase_add_test(t, shm_refuses_an_unsealed_ring);
 #ifdef CL_HAVE_IBVERBS
     if (strcmp(tname, "ibverbs-fake") == 0) {
         tcase_add_test(t, fake_retry_exceeded_fails_the_connection);

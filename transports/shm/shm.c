@@ -408,15 +408,23 @@ static uint64_t ring_cap(size_t want)
     return cap;
 }
 
-/* Maps the ring of memfd: `cap` data bytes when creating it, else the size the creator
- * gave it, which must be one a sender could have chosen. */
+/* A ring's size can never change: a peer that shrank it under our mapping would make our
+ * next access SIGBUS. The creator seals it; the receiver maps only a sealed one. */
+#define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+/* Maps the ring of memfd: `cap` data bytes when creating it (and sealing it), else the
+ * size the creator gave it, which must be sealed and one a sender could have chosen. */
 static int map_ring(cl_tr_conn *c, int memfd, uint64_t cap)
 {
     int create = cap != 0;
     struct stat st;
-    if (create && ftruncate(memfd, (off_t)(RING_DATA + cap)) != 0)
+    if (create && (ftruncate(memfd, (off_t)(RING_DATA + cap)) != 0 ||
+                   fcntl(memfd, F_ADD_SEALS, RING_SEALS | F_SEAL_SEAL) != 0))
         return -1;
     if (!create) {
+        int seals = fcntl(memfd, F_GET_SEALS);
+        if (seals < 0 || (seals & RING_SEALS) != RING_SEALS)
+            return -1; /* it could shrink under us */
         if (fstat(memfd, &st) != 0 || st.st_size < (off_t)(RING_DATA + RING_MIN))
             return -1; /* not a ring of ours */
         cap = (uint64_t)st.st_size - RING_DATA;
@@ -460,6 +468,37 @@ static void conn_link(cl_tr_conn *c)
     pthread_mutex_unlock(&c->ctx->pg.mu);
 }
 
+/* The two descriptors a hello carries (ring, eventfd) into fds; any other number of
+ * them, or anything else, is closed and leaves fds at -1. */
+static void take_fds(struct msghdr *m, int fds[2])
+{
+    for (struct cmsghdr *ch = CMSG_FIRSTHDR(m); ch; ch = CMSG_NXTHDR(m, ch)) {
+        if (ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        memcpy(got, CMSG_DATA(ch), CL_MIN(k, (size_t)8) * sizeof(int));
+        for (size_t i = 0; i < CL_MIN(k, (size_t)8); i++) {
+            if (k == 2 && fds[i] < 0)
+                fds[i] = got[i];
+            else
+                close(got[i]);
+        }
+    }
+}
+
+/* Only a process of this user may hand us memory to map: the kernel says who connected. */
+static int same_user(int s, const cl_tr_listener *l)
+{
+    struct ucred who;
+    socklen_t len = sizeof(who);
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &who, &len) == 0 && who.uid == geteuid())
+        return 1;
+    cl_log(COLL_LOG_WARN, "shm: refused a connection to %s from uid %d (this process: %d)",
+           l->name, len == sizeof(who) ? (int)who.uid : -1, (int)geteuid());
+    return 0;
+}
+
 /* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
  * 1 when a connection was made, 0 when nothing has arrived yet, -1 to drop it. */
 static int take_hello(void *arg, cl_pending *p)
@@ -475,11 +514,11 @@ static int take_hello(void *arg, cl_pending *p)
     ssize_t n = recvmsg(s, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
-    struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
     int fds[2] = {-1, -1};
-    if (ch && ch->cmsg_type == SCM_RIGHTS && ch->cmsg_len == CMSG_LEN(2 * sizeof(int)))
-        memcpy(fds, CMSG_DATA(ch), sizeof(fds));
-    cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 ? conn_new(l->ctx, s, 1) : NULL;
+    take_fds(&m, fds);
+    cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 && fds[1] >= 0 && same_user(s, l)
+                        ? conn_new(l->ctx, s, 1)
+                        : NULL;
     int ok = c && map_ring(c, fds[0], 0) == 0;
     if (fds[0] >= 0)
         close(fds[0]); /* the mapping keeps the ring */
@@ -546,7 +585,7 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         close(s);
         return busy ? COLL_INPROGRESS : COLL_EPEER;
     }
-    int memfd = memfd_create("libcollective-shm", MFD_CLOEXEC);
+    int memfd = memfd_create("libcollective-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     cl_tr_conn *c = conn_new(ctx, s, 0);
     int ok = c && memfd >= 0 && map_ring(c, memfd, ring_cap(want)) == 0;
     fd_ctl ctl = {{0}};
