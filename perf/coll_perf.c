@@ -1,5 +1,6 @@
 /* coll_perf: bandwidth and correctness test in nccl-tests' format.
- *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv]
+ *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv|
+ *                          reduce|gather|scatter|alltoall]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all] (or f32, f64,
  *                fp16, bf16) [-I 0|1]
@@ -12,7 +13,9 @@
  * compression ratio against the uncompressed algorithm's bytes; #wrong then allows the
  * codec's error (int8: 0.1 x ranks on these small-integer inputs). sendrecv: every rank
  * sends to the next and receives from the previous (busbw = algbw); it has no in-place
- * form, so those columns are empty. -J FILE also writes every row as JSON. */
+ * form, so those columns are empty. reduce, gather and scatter use root 0; gather,
+ * scatter and alltoall count n blocks in the size, busbw = algbw x (n-1)/n, reduce's
+ * busbw = algbw, as nccl-tests; none of these four has an in-place column. -J FILE also writes every row as JSON. */
 #include "spawn.h"
 #include "verify.h"
 
@@ -25,9 +28,10 @@
 #include <string.h>
 #include <time.h>
 
-enum coll { AR, RS, AG, BC, SR, NCOLL };
+enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, NCOLL };
 static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                    "sendrecv" };
+                                    "sendrecv",   "reduce",         "gather",     "scatter",
+                                    "alltoall" };
 static const char *dt_names[] = { "float", "double", "half", "bfloat16",
                                   "int8",  "uint8",  "int32", "int64" };
 static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
@@ -158,11 +162,24 @@ static double now_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-/* Elements per rank buffer for `bytes`, as nccl-tests counts them. */
+/* Collectives whose size counts n blocks (the all-gather's output, the reduce-scatter's
+ * input, the gather's and the scatter's root buffer, the all-to-all's). */
+static int blocked(enum coll c)
+{
+    return c == RS || c == AG || c == GA || c == SC || c == A2A;
+}
+
+/* Elements per rank buffer for `bytes` (per block where blocked), as nccl-tests counts. */
 static size_t count_for(const opts *o, size_t bytes, size_t es, int n)
 {
     size_t count = bytes / es;
-    return o->coll == RS || o->coll == AG ? count / (size_t)n : count;
+    return blocked(o->coll) ? count / (size_t)n : count;
+}
+
+/* The collectives coll_perf times without an in-place form. */
+static int no_in_place(enum coll c)
+{
+    return c == SR || c == RD || c == GA || c == SC || c == A2A;
 }
 
 /* To the next rank, from the previous one; one rank sends to itself by copying. */
@@ -191,6 +208,10 @@ static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count,
     case RS: return coll_reduce_scatter(c, s, r, count, dt, op);
     case AG: return coll_allgather(c, s, r, count, dt);
     case BC: return coll_broadcast(c, r, count, dt, 0);
+    case RD: return coll_reduce(c, s, r, count, dt, op, 0);
+    case GA: return coll_gather(c, s, r, count, dt, 0);
+    case SC: return coll_scatter(c, s, r, count, dt, 0);
+    case A2A: return coll_alltoall(c, s, r, count, dt);
     default: return COLL_EINVAL;
     }
 }
@@ -221,10 +242,23 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
     cl_fill(in, rsz, dt, op, me, 0);
     if (o->coll == BC)
         cl_fill(r, count, dt, op, 0, 0), memset(r, 0, me ? count * es : 0);
+    /* The scatter's block p is what rank p would have filled; the all-to-all's block p is
+     * this rank's values at p's place in the whole, so each receiver knows what came. */
+    for (int p = 0; (o->coll == SC || o->coll == A2A) && p < n; p++)
+        cl_fill(s + (size_t)p * count * es, count, dt, op, o->coll == SC ? p : me,
+                o->coll == SC ? 0 : (size_t)p * count);
     int rc = run_once(c, o, in, r, count, dt, op);
     uint64_t w = 0;
     if (o->coll == SR) /* the previous rank's values, as a one-rank gather would hold them */
         w = count_unlike_rank(r, count, dt, op, (me + n - 1) % n);
+    else if (o->coll == RD || o->coll == GA)
+        w = me ? 0 : o->coll == RD ? cl_check_reduce(r, count, dt, op, n, 0)
+                                   : cl_check_gather(r, count, dt, op, n);
+    else if (o->coll == SC)
+        w = cl_check_from(r, count, dt, op, me, 0);
+    else if (o->coll == A2A)
+        for (int p = 0; p < n; p++)
+            w += cl_check_from(r + (size_t)p * count * es, count, dt, op, p, (size_t)me * count);
     else if (o->coll == AR)
         w = cl_check_reduce(r, count, dt, op, n, 0);
     else if (o->coll == RS)
@@ -240,7 +274,7 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
 
 static double bus_factor(enum coll c, int n)
 {
-    return c == AR ? 2.0 * (n - 1) / n : c == BC || c == SR ? 1.0 : (double)(n - 1) / n;
+    return c == AR ? 2.0 * (n - 1) / n : c == BC || c == SR || c == RD ? 1.0 : (double)(n - 1) / n;
 }
 
 static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
@@ -275,10 +309,10 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
 {
     int n = coll_size(c);
     size_t es = dt_size[dt], count = count_for(o, bytes, es, n);
-    size_t shown = (o->coll == RS || o->coll == AG ? count * (size_t)n : count) * es;
+    size_t shown = (blocked(o->coll) ? count * (size_t)n : count) * es;
     double us[2], wire[2];
     uint64_t wrong[2];
-    int forms = o->coll == SR || !o->in_place ? 1 : 2;
+    int forms = no_in_place(o->coll) || !o->in_place ? 1 : 2;
     for (int ip = 0; ip < forms; ip++) {
         int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip], &wire[ip]);
         if (rc != COLL_OK) {
@@ -288,9 +322,10 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
         }
     }
     if (coll_rank(c) == 0) {
-        const char *redop = o->coll == AR || o->coll == RS ? op_names[op] : "none";
+        const char *redop = o->coll == AR || o->coll == RS || o->coll == RD ? op_names[op] : "none";
+        int rooted = o->coll == BC || o->coll == RD || o->coll == GA || o->coll == SC;
         printf("%12zu  %12zu  %8s  %6s  %6d", shown, shown / es, dt_names[dt], redop,
-               o->coll == BC ? 0 : -1);
+               rooted ? 0 : -1);
         if (o->json)
             fprintf(o->json, "%s{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
                              "\"type\":\"%s\",\"redop\":\"%s\"",
@@ -357,7 +392,7 @@ static int run_all(coll_comm *c, const opts *o)
     double busbw = 0;
     for (int d = o->dt_all ? 0 : (int)o->dt; d <= (o->dt_all ? 7 : (int)o->dt) && failed < 2; d++)
         for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? 4 : (int)o->op); p++) {
-            if (o->coll != AR && o->coll != RS && p != (int)o->op)
+            if (o->coll != AR && o->coll != RS && o->coll != RD && p != (int)o->op)
                 continue; /* no reduction: one op is enough */
             for (double b = (double)o->minb; b <= (double)o->maxb && failed < 2; b *= o->factor) {
                 int rc = run_size(c, o, s, r, (size_t)b, (coll_dtype)d, (coll_op)p, &busbw, &rows);
@@ -382,7 +417,7 @@ int main(int argc, char **argv)
     if (asked != 0) {
         fprintf(asked > 0 ? stdout : stderr,
                 "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|"
-                "sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
+                "sendrecv|reduce|gather|scatter|alltoall] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
                 "[-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8] "
                 "[-J FILE]\n"
                 "  sizes: bytes, or with K, M, G; collectives also without '_' (allreduce)\n"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # coll_perf's command line as an nccl-tests user types it (issue 24, item 12): --help on
 # stdout with status 0, a bad size refused, collective names with or without '_', the
-# codec's dtype names, N/A in #wrong without checking, headings over the codec columns.
+# codec's dtype names, N/A in #wrong without checking, headings over the codec columns;
+# and the collective set (issue 18): reduce, gather, scatter, alltoall, checked.
 # Usage: coll_perf_cli.sh COLL_PERF
 set -u
 p=$1 fail=0
@@ -14,6 +15,10 @@ out=$("$p" --np 2 -C allreduce -b 8 -e 8 -n 2 -w 1 -d fp16 -c 0 -I 0 2>&1) ||
     no "-C allreduce -d fp16 fails: $out"
 echo "$out" | grep -q "half .* N/A" || no "-c 0 does not print N/A: $out"
 out=$("$p" --np 2 -C all_gather -b 64 -e 64 -n 2 -w 1 -d bf16 -I 0 2>&1) || no "-C all_gather -d bf16"
+for C in reduce gather scatter alltoall; do
+    out=$("$p" --np 3 -C $C -b 1K -e 64K -f 8 -n 2 -w 1 -d all 2>&1) || no "-C $C fails: $out"
+    echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-C $C: wrong results"
+done
 out=$("$p" --np 2 -b 1K -e 1K -n 2 -w 1 -z int8 -I 0 2>&1) || no "-z int8 fails"
 echo "$out" | grep -q "#wrong.*wire bytes" || no "no heading over the codec columns"
 [ $fail -eq 0 ] && echo "coll_perf's command line: all checks passed"
