@@ -376,6 +376,7 @@ static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         mark_dead(c, status, "communicator shut down");
         close_conn_handles(c);
     }
+    atomic_fetch_add(&ctx->shutdowns, 1);
 }
 
 /* ---- the loop thread ------------------------------------------------------------- */
@@ -650,12 +651,20 @@ static void tcp_close_conn(cl_tr_conn *c)
     post(c->ctx, (struct cmd){.kind = CMD_CLOSE, .conn = c});
 }
 
+/* Waits (briefly) for the loop thread to have written the farewells: a program that
+ * exits as soon as a collective fails would otherwise take them with it, and its peers
+ * would see a closed link instead of the cause. */
 static void tcp_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
+    int before = atomic_load(&ctx->shutdowns);
     post(ctx, (struct cmd){.kind = CMD_SHUTDOWN,
                            .status = status,
                            .farewell = farewell ? *farewell : (cl_msg_hdr){0},
                            .has_farewell = farewell != NULL});
+    int64_t deadline = cl_now_ms() + 1000;
+    while (!pthread_equal(pthread_self(), ctx->thread) && atomic_load(&ctx->shutdowns) == before &&
+           cl_now_ms() < deadline)
+        cl_sleep_ms(1);
 }
 
 static const char *tcp_peer_name(cl_tr_conn *c)

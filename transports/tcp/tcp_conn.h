@@ -70,6 +70,7 @@ struct cl_tr_ctx {
     struct cl_tr_listener *listeners;
     cl_tr_req *reqs;
     int shutdown_status; /* loop thread only */
+    atomic_int shutdowns; /* shutdown commands the loop thread has carried out */
     atomic_int pollers;  /* threads between CL_POLL_BEGIN and CL_POLL_END */
 };
 
