@@ -35,7 +35,7 @@ static coll_comm *paper_comm(const cluster *k)
         fprintf(stderr, "model: out of memory\n");
         exit(2);
     }
-    cl_topo_link(c);
+    cl_topo_contexts(c);
     free(cards);
     return c;
 }

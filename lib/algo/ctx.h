@@ -49,6 +49,20 @@ typedef struct cl_fail_hooks {
     void (*fail)(void *owner, int status, const char *msg);
 } cl_fail_hooks;
 
+/* Where an algorithm finds its links: opened on first use, not all at init. */
+typedef struct cl_link_hooks {
+    void *owner;
+    int channel;
+    cl_tr_conn **conns[2]; /* [0 send / 1 recv][communicator rank]; NULL until opened */
+    /* Opens (channel, dir, rank) without blocking: COLL_OK once it is in conns,
+     * COLL_INPROGRESS while the peer has not connected yet or its listener is full. */
+    int (*open)(void *owner, int channel, int dir, int rank);
+    /* Before a wait sleeps: posts the owner's other work that waited for a link (p2p
+     * receives), so a peer's send is never stuck behind this rank's collective. 1 while
+     * some still waits: sleep briefly, not every listener signals a connection. */
+    int (*progress)(void *owner);
+} cl_link_hooks;
+
 typedef struct cl_algo_ctx {
     int rank, size; /* rank: this rank's position among `size` */
     /* The communicator's rank at each position (NULL: the same). An all-reduce runs on
@@ -63,7 +77,7 @@ typedef struct cl_algo_ctx {
     int hosts, host_ranks, ring_cross;
     const cl_transport *tr;
     cl_tr_ctx *tctx;
-    cl_tr_conn **send, **recv; /* by position: this context's channel's links */
+    cl_link_hooks link;        /* this context's channel's links */
     cl_notifier *notifier;     /* signalled on every transport completion */
     int timeout_ms;            /* no progress for this long fails the operation */
     size_t segment_bytes;      /* pipeline segment */
@@ -79,6 +93,24 @@ typedef struct cl_algo_ctx {
 static inline int cl_rank_of(const cl_algo_ctx *x, int v)
 {
     return x->ranks && v >= 0 ? x->ranks[v] : v;
+}
+
+/* The link to (dir 0) or from (dir 1) position v as it stands: NULL until opened. */
+static inline cl_tr_conn *cl_link_now(const cl_algo_ctx *x, int dir, int v)
+{
+    return __atomic_load_n(&x->link.conns[dir][cl_rank_of(x, v)], __ATOMIC_ACQUIRE);
+}
+
+/* The link to (dir 0) or from (dir 1) position v, opened on first use: COLL_OK with *out
+ * set; COLL_INPROGRESS while the peer has not connected yet (wait a little, try again);
+ * else why it cannot be. */
+static inline int cl_link_get(const cl_algo_ctx *x, int dir, int v, cl_tr_conn **out)
+{
+    if ((*out = cl_link_now(x, dir, v)) != NULL)
+        return COLL_OK;
+    int rc = x->link.open(x->link.owner, x->link.channel, dir, cl_rank_of(x, v));
+    *out = rc == COLL_OK ? cl_link_now(x, dir, v) : NULL;
+    return rc;
 }
 
 /* Reports a failure of this rank's operation: its sentence goes to the owner, which

@@ -42,11 +42,17 @@ int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t
 {
     cl_msg_hdr h = {0};
     cl_tr_req *r;
-    if (x->tr->irecv(x->recv[peer], &h, NULL, 0, &r) != COLL_OK)
-        return COLL_OK;
     /* A farewell is written before the close that failed our send: it is here already,
-     * or nearly. Past this bound the request stays with the transport until destroy. */
+     * or nearly, on a link of its own if the peer had none to us. Past this bound the
+     * request stays with the transport until destroy. */
     int64_t deadline = cl_now_ms() + CL_MIN(x->timeout_ms, 1000);
+    cl_tr_conn *from = NULL;
+    while (cl_link_get(x, 1, peer, &from) == COLL_INPROGRESS && cl_now_ms() < deadline) {
+        uint64_t seen = cl_notifier_events(x->notifier);
+        cl_notifier_wait(x->notifier, seen, CL_MIN(deadline, cl_now_ms() + 1));
+    }
+    if (!from || x->tr->irecv(from, &h, NULL, 0, &r) != COLL_OK)
+        return COLL_OK;
     int done = 0, rc = COLL_EPEER;
     while (!done && cl_now_ms() < deadline) {
         uint64_t seen = cl_notifier_events(x->notifier);

@@ -33,6 +33,7 @@ struct flight {
     void *rbuf[WINDOW];
     size_t rbytes[WINDOW];
     size_t r_posted, r_done, s_posted, s_done;
+    int linking, link_peer; /* a link (to or from link_peer) is not open yet */
     cl_tr_sink sink[WINDOW];
     sink_at sink_at[WINDOW];
     cl_spin spin;
@@ -114,13 +115,20 @@ static void *slot_at(char *base, size_t i, size_t bytes)
     return base ? base + i * bytes : NULL;
 }
 
+static int link_error(pass *p, int rc, int peer, const char *dir);
+
 static int post_send(flight *f)
 {
     pass *p = f->p;
     size_t u = f->s_posted, bytes = 0, slot = u % WINDOW;
     const void *buf = p->ops->send(p, u, slot_at(f->sslots, slot, p->slot_bytes), &bytes);
     cl_msg_hdr h = header_for(p, u, 0, bytes);
-    int rc = p->x->tr->isend(p->x->send[cl_unit_peer(p, u, 0)], &h, buf, &f->sq[slot]);
+    cl_tr_conn *to;
+    int peer = cl_unit_peer(p, u, 0), rc = cl_link_get(p->x, 0, peer, &to);
+    if (rc != COLL_OK && rc != COLL_INPROGRESS)
+        return link_error(p, rc, peer, "send to");
+    if (rc == COLL_OK)
+        rc = p->x->tr->isend(to, &h, buf, &f->sq[slot]);
     if (rc == COLL_OK) {
         f->s_posted++;
         atomic_fetch_add(p->x->wire_tx, sizeof(h) + h.len);
@@ -149,13 +157,16 @@ static int post_recv(flight *f)
     pass *p = f->p;
     const cl_transport *tr = p->x->tr;
     size_t u = f->r_posted, bytes = 0, slot = u % WINDOW;
+    cl_tr_conn *from;
+    int peer = cl_unit_peer(p, u, 1), rc = cl_link_get(p->x, 1, peer, &from);
+    if (rc != COLL_OK)
+        return rc == COLL_INPROGRESS ? rc : link_error(p, rc, peer, "from");
     void *dst = p->ops->recv(p, u, slot_at(f->rslots, slot, p->slot_bytes), &bytes);
     f->rbuf[slot] = dst;
     f->rbytes[slot] = bytes;
     f->sink_at[slot] = (sink_at){f, u, 0};
     f->sink[slot] = (cl_tr_sink){sink_accept, sink_take, &f->sink_at[slot], p->esize};
-    cl_tr_conn *from = p->x->recv[cl_unit_peer(p, u, 1)];
-    int rc = p->ops->take && tr->irecv_sink
+    rc = p->ops->take && tr->irecv_sink
                  ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
                  : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
     if (rc == COLL_OK)
@@ -176,8 +187,6 @@ static int mismatch(pass *p, size_t u, const cl_msg_hdr *got, const cl_msg_hdr *
         got->unit, got->len, cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
         cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
 }
-
-static int link_error(pass *p, int rc, int peer, const char *dir);
 
 /* A received unit: check its header, then reduce (reduce-scatter) or leave it in place.
  * rc is the transport's status: a message longer than expected is a mismatch too. */
@@ -212,9 +221,10 @@ static int link_error(pass *p, int rc, int peer, const char *dir)
         rc == COLL_EPEER ? "closed the connection or could not be reached" : coll_strerror(rc);
     if (rc == COLL_EPEER)
         cl_algo_blame(x, peer, rc);
+    cl_tr_conn *link = cl_link_now(x, dir[0] == 's' ? 0 : 1, peer);
     return cl_algo_fail(x, rc, "rank %d %s #%u: %s peer %d (%s): %s", cl_rank_of(x, x->rank), kind,
                         p->op->seq, dir, cl_rank_of(x, peer),
-                        x->tr->peer_name((dir[0] == 's' ? x->send : x->recv)[peer]), what);
+                        link ? x->tr->peer_name(link) : "not connected", what);
 }
 
 /* A send to `peer` failed. A peer that fails says why in a farewell before it closes,
@@ -270,6 +280,16 @@ static int reap(flight *f, int *progress)
     return COLL_OK;
 }
 
+/* A link not open yet holds its transfers back until a later step, not the others. */
+static int not_yet(flight *f, int rc, size_t u, int recv)
+{
+    if (rc != COLL_INPROGRESS)
+        return 0;
+    f->linking = 1;
+    f->link_peer = cl_unit_peer(f->p, u, recv);
+    return 1;
+}
+
 /* Sends first: a receive posted first tries to read at once, and on a socket that read
  * finds nothing yet (a wasted system call, ~1.3 us here) while the peer waits for our
  * bytes too. */
@@ -278,14 +298,22 @@ static int post_ready(flight *f)
     pass *p = f->p;
     int rc = COLL_OK;
     size_t nr = p->recvs, ns = p->sends;
+    f->linking = 0;
     while (rc == COLL_OK && f->s_posted < ns && f->s_posted - f->s_done < WINDOW) {
         size_t need = f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag : 0;
         if (nr && f->r_done < CL_MIN(need, nr))
             break;
-        rc = post_send(f);
+        if (not_yet(f, rc = post_send(f), f->s_posted, 0)) {
+            rc = COLL_OK;
+            break;
+        }
     }
-    while (rc == COLL_OK && f->r_posted < nr && f->r_posted - f->r_done < WINDOW)
-        rc = post_recv(f);
+    while (rc == COLL_OK && f->r_posted < nr && f->r_posted - f->r_done < WINDOW) {
+        if (not_yet(f, rc = post_recv(f), f->r_posted, 1)) {
+            rc = COLL_OK;
+            break;
+        }
+    }
     return rc;
 }
 
@@ -316,6 +344,21 @@ static void drain(flight *f)
     }
 }
 
+static int timed_out(flight *f)
+{
+    const cl_algo_ctx *x = f->p->x;
+    const cl_op *op = f->p->op;
+    int recv = f->r_done < f->r_posted;
+    int peer = f->linking ? f->link_peer
+                          : cl_unit_peer(f->p, recv ? f->r_done : f->s_done, recv);
+    if (f->linking) /* it never connected: likely gone, the failure begins there */
+        cl_algo_blame(x, peer, COLL_ETIMEDOUT);
+    return cl_algo_fail(x, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms %s peer %d",
+                        cl_rank_of(x, x->rank), cl_kind_name(op->kind), op->seq, x->timeout_ms,
+                        f->linking ? "waiting for a connection with" : "waiting on",
+                        cl_rank_of(x, peer));
+}
+
 static int step(flight *f, int64_t *deadline)
 {
     const cl_algo_ctx *x = f->p->x;
@@ -344,14 +387,23 @@ static int step(flight *f, int64_t *deadline)
     if (!*deadline)
         *deadline = now + x->timeout_ms;
     if (now >= *deadline)
-        return cl_algo_fail(
-            x, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms waiting on peer %d",
-            cl_rank_of(x, x->rank), cl_kind_name(op->kind), op->seq, x->timeout_ms,
-            cl_rank_of(x, cl_unit_peer(f->p, f->r_done < f->r_posted ? f->r_done : f->s_done,
-                                       f->r_done < f->r_posted)));
-    cl_notifier_wait(x->notifier, seen, *deadline);
+        return timed_out(f);
+    /* Not every listener signals a connection: a link on its way is looked for often. */
+    int soon = x->link.progress(x->link.owner) | f->linking;
+    cl_notifier_wait(x->notifier, seen, soon ? CL_MIN(*deadline, now + 1) : *deadline);
     cl_spin_progress(&f->spin); /* woken: poll again before the next sleep */
     return COLL_OK;
+}
+
+/* Dials every link this pass sends on before the first transfer, not as each is reached:
+ * the peers connect at once instead of one after another, and a rank that fails midway
+ * has a link to every peer waiting on it, which carries its farewell. */
+static void dial_ahead(pass *p)
+{
+    size_t stride = p->ops->peer ? 1 : p->segs_per_chunk;
+    cl_tr_conn *conn;
+    for (size_t u = 0; u < p->sends; u += stride)
+        cl_link_get(p->x, 0, cl_unit_peer(p, u, 0), &conn);
 }
 
 int cl_pass_run(pass *p)
@@ -367,6 +419,7 @@ int cl_pass_run(pass *p)
             return COLL_ENOMEM;
         f.sslots = f.rslots + WINDOW * p->slot_bytes;
     }
+    dial_ahead(p);
     int64_t deadline = 0; /* set when polling first gives up (step) */
     int rc = COLL_OK;
     f.spin = cl_spin_start(p->x);

@@ -55,7 +55,7 @@ void cl_auth_tag(const uint8_t key[CL_KEY_BYTES], uint8_t out[CL_TAG_BYTES], int
     EVP_MAC_free(mac);
 }
 
-int cl_auth_equal(const uint8_t a[CL_TAG_BYTES], const uint8_t b[CL_TAG_BYTES])
+int cl_auth_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {
-    return CRYPTO_memcmp(a, b, CL_TAG_BYTES) == 0;
+    return CRYPTO_memcmp(a, b, n) == 0;
 }

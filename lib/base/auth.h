@@ -1,7 +1,7 @@
 /* Authentication with COLL_SECRET: a key derived from the secret (HKDF-SHA256), fresh
  * nonces, and HMAC-SHA256 tags compared in constant time, all from OpenSSL's libcrypto.
- * Nothing derived from the secret travels in a form that can be replayed: a connection's
- * proof is a tag over the nonce its receiver drew for it. */
+ * Nothing derived from the secret travels in a form that can be replayed: a link's proof
+ * is a tag over a nonce its receiver drew for the communicator, and a link is taken once. */
 #ifndef CL_AUTH_H
 #define CL_AUTH_H
 
@@ -18,7 +18,7 @@ int cl_auth_key(const char *secret, uint8_t key[CL_KEY_BYTES]);
 int cl_auth_nonce(uint8_t *out, size_t n);
 /* HMAC-SHA256 under key of the concatenation of n parts (ptr, len pairs). */
 void cl_auth_tag(const uint8_t key[CL_KEY_BYTES], uint8_t out[CL_TAG_BYTES], int n, ...);
-/* Constant-time equality of two tags. */
-int cl_auth_equal(const uint8_t a[CL_TAG_BYTES], const uint8_t b[CL_TAG_BYTES]);
+/* Constant-time equality of two tags' first n bytes (n <= CL_TAG_BYTES). */
+int cl_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
 #endif

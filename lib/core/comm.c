@@ -2,6 +2,7 @@
  * destroy. Every acquire is released on every exit through cl_comm_free. */
 #include "core/comm.h"
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
@@ -24,6 +25,8 @@ void cl_comm_init_error(const char *fmt, ...)
 
 void cl_comm_free(coll_comm *c)
 {
+    if (c->listener)
+        c->tr->close_listener(c->listener);
     cl_life_close(&c->life);
     free(c->lives);
     free(c->failed);
@@ -35,6 +38,8 @@ void cl_comm_free(coll_comm *c)
     for (int ch = 0; ch < CL_CHANNELS; ch++)
         for (int d = 0; d < 2; d++)
             free(c->conns[ch][d]);
+    free(c->handles);
+    free(c->nonces);
     free(c->p2p_seq[0]);
     free(c->p2p_seq[1]);
     cl_buf_free(&c->scratch);
@@ -42,7 +47,19 @@ void cl_comm_free(coll_comm *c)
     cl_notifier_destroy(&c->notifier);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->link_mu);
+    pthread_mutex_destroy(&c->p2p_mu);
     free(c);
+}
+
+static int open_link(void *owner, int ch, int dir, int rank)
+{
+    return cl_link_open(owner, ch, dir, rank);
+}
+
+static int p2p_progress(void *owner)
+{
+    return cl_p2p_progress(owner);
 }
 
 static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
@@ -51,8 +68,8 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .size = c->size,
                          .tr = c->tr,
                          .tctx = c->ctx,
-                         .send = c->conns[ch][0],
-                         .recv = c->conns[ch][1],
+                         .link = {c, ch, {c->conns[ch][0], c->conns[ch][1]}, open_link,
+                                  p2p_progress},
                          .notifier = &c->notifier,
                          .timeout_ms = c->timeout_ms,
                          .segment_bytes = c->segment_bytes,
@@ -91,6 +108,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->tr = cfg->transport;
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->link_mu, NULL);
+    pthread_mutex_init(&c->p2p_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     cl_notifier_init(&c->notifier);
     int rc = COLL_ENOMEM;
@@ -104,6 +123,10 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->failed = calloc((size_t)size, 1);
     if (!c->p2p_seq[0] || !c->p2p_seq[1] || !c->lives || !c->failed)
         goto fail;
+    rc = COLL_ESYS;
+    if (cl_auth_nonce(c->nonce, sizeof(c->nonce)) != 0)
+        goto fail;
+    memcpy(mine->nonce, c->nonce, sizeof(c->nonce));
     if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
@@ -130,9 +153,10 @@ static void count_local(coll_comm *c, const cl_card *cards)
     c->spin.crowded = c->local > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* The full mesh holds, per peer, a socket per channel and direction and (shm) the peer's
- * eventfd with each: 8 descriptors, more than the usual soft limit of 1024 allows from
- * 128 ranks on. */
+/* Links are opened as they are used, and some collectives (all-to-all, direct
+ * all-gather) use every peer: per peer a socket per channel and direction and (shm) the
+ * peer's eventfd with each, 8 descriptors, more than the usual soft limit of 1024 allows
+ * from 128 ranks on. */
 static void fd_room(coll_comm *c)
 {
     long need = 8L * (c->size - 1) + 64, limit;
@@ -145,24 +169,19 @@ static void fd_room(coll_comm *c)
 
 int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
-    char *handles = calloc((size_t)c->size, CL_HANDLE_BYTES);
-    if (!handles)
-        return COLL_ENOMEM;
     for (int p = 0; p < c->size; p++) {
-        memcpy(handles + (size_t)p * CL_HANDLE_BYTES, cards[p].handle, CL_HANDLE_BYTES);
         memcpy(c->lives[p], cards[p].life, CL_LIFE_ADDR);
         c->lives[p][CL_LIFE_ADDR - 1] = 0;
     }
     count_local(c, cards);
     fd_room(c);
     int rc = cl_topo_order(c, cards);
-    if (rc == COLL_OK)
-        rc = cl_mesh_connect(c, l, handles);
-    else
+    if (rc == COLL_OK) {
+        cl_topo_contexts(c);
+        rc = cl_link_start(c, l, cards);
+    } else {
         c->tr->close_listener(l);
-    free(handles);
-    if (rc == COLL_OK)
-        cl_topo_link(c);
+    }
     if (rc == COLL_OK)
         rc = cl_engine_start(c);
     return rc;

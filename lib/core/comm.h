@@ -20,7 +20,8 @@ enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
 
 struct coll_req {
     coll_comm *comm;
-    struct coll_req *next;
+    struct coll_req *next; /* the engine's queue; p2p: the held list */
+    int held;              /* p2p: waiting for its link (comm->held) */
     cl_op op;
     int status, done; /* under comm->mu */
     cl_tr_req *treq;  /* p2p only */
@@ -36,10 +37,8 @@ typedef struct cl_topo {
     int hosts, per_host; /* per_host: 0 when hosts hold different numbers of ranks */
     int moved;           /* host order is not rank order */
     int *ring;           /* NULL: one host */
-    cl_tr_conn **links[2];
     cl_algo_ctx ordered;
     int *sub_ranks[2];
-    cl_tr_conn **sub_links[2][2];
     cl_algo_ctx sub[2];
 } cl_topo;
 
@@ -66,7 +65,12 @@ struct coll_comm {
     const cl_transport *tr;
     cl_tr_ctx *ctx;
     cl_notifier notifier;
-    cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer] */
+    cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer]: NULL until used */
+    pthread_mutex_t link_mu;            /* opens links: the listener, writes to conns */
+    cl_tr_listener *listener;           /* takes the links peers open, while c lives */
+    char (*handles)[CL_HANDLE_BYTES];   /* every rank's listener */
+    uint8_t (*nonces)[CL_NONCE_BYTES];  /* every rank's card nonce (proofs to it are over it) */
+    uint8_t nonce[CL_NONCE_BYTES];      /* this rank's */
     cl_store *store;                    /* the job's store, while init runs */
     cl_life life;                       /* where survivors find this rank after a failure */
     char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
@@ -83,6 +87,8 @@ struct coll_comm {
     pthread_t engine;
     uint32_t seq;         /* collectives issued */
     uint32_t *p2p_seq[2]; /* per peer: messages sent, messages received */
+    pthread_mutex_t p2p_mu;       /* posting order and the held list */
+    coll_req *held, *held_tail;   /* p2p requests whose link is not open yet, in issue order */
     uint32_t splits;
 
     int status;                   /* first failure, sticky */
@@ -103,6 +109,7 @@ typedef struct cl_card {
     uint64_t machine; /* cl_machine_id: whose CPUs */
     uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
+    uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet
@@ -138,8 +145,8 @@ int cl_engine_call(coll_comm *c, coll_req *r);
 
 /* Learns the hosts and orders the ring from every rank's card, before connecting. */
 int cl_topo_order(coll_comm *c, const cl_card *cards);
-/* Once connected: the host-ordered and hier contexts' links. */
-void cl_topo_link(coll_comm *c);
+/* The host-ordered and hier contexts, once the channel contexts exist. */
+void cl_topo_contexts(coll_comm *c);
 void cl_topo_free(cl_topo *t);
 /* The algorithm context op runs on: in host order for an all-reduce. */
 const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op);
@@ -167,11 +174,28 @@ int cl_algo_name_valid(const char *name);
 /* Point-to-point requests bypass the engine: posted to the transport at once. */
 int cl_p2p_post(coll_comm *c, coll_req *r);
 int cl_p2p_test(coll_req *r, int *done);
+/* Posts the held p2p requests whose links opened: 1 while some are still held. */
+int cl_p2p_progress(coll_comm *c);
 
 /* Waits until a request is done; frees it; returns its status. */
 int cl_req_wait(coll_req *r);
 
-/* Connects the full mesh of this communicator, given every rank's listener handle. */
-int cl_mesh_connect(coll_comm *c, cl_tr_listener *l, const char *handles);
+/* Links (link.c): made when first used, by their sender; the listener takes them. */
+/* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
+ * from the previous one) and waits for them. */
+int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
+/* Opens link (ch, dir, peer) without blocking: COLL_OK once it is in c->conns;
+ * COLL_INPROGRESS while the peer has not connected (dir 1) or its listener is full
+ * (dir 0); else the communicator's failure or why the peer cannot be reached. Takes
+ * every connection waiting on the listener meanwhile. */
+int cl_link_open(coll_comm *c, int ch, int dir, int peer);
+/* A failure, before the links close: the farewell goes to every rank on the collective
+ * channel, queued behind what each link carries, over a link dialed for it where there
+ * was none (a rank may be waiting for the link this one would have opened), waiting at
+ * most min(timeout, 1 s) for them to go out. Each failing rank does it, so a failure
+ * costs O(n) connections per rank, once. */
+void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye);
+/* The link as it stands (NULL: not opened). */
+cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
 
 #endif

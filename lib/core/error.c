@@ -40,6 +40,7 @@ static void fail_msg(coll_comm *c, int status, const char *msg)
     }
     cause_rank = c->cause_rank;
     cause_status = c->cause_status;
+
     if (first) {
         c->status = status;
         snprintf(c->err, sizeof(c->err), "%s", msg);
@@ -56,6 +57,7 @@ static void fail_msg(coll_comm *c, int status, const char *msg)
                       .seq = seq,
                       .tag = (uint32_t)-cause_status,
                       .count = (uint64_t)cause_rank};
+    cl_link_spread(c, &bye);
     c->tr->shutdown(c->ctx, status, &bye);
     cl_notify(&c->notifier);
 }

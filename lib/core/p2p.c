@@ -1,31 +1,92 @@
 /* Tagged point-to-point over per-peer connections of their own channel, so messages
  * never interleave with a collective's segments. Matching is FIFO per peer: the n-th
  * receive from a peer takes the n-th message it sent, and a tag, count or dtype that
- * disagrees is COLL_EMISMATCH, not a silent reorder. */
+ * disagrees is COLL_EMISMATCH, not a silent reorder. A link is opened on first use: a
+ * request whose link is not open yet (a receive from a peer that has not sent yet) is
+ * held, in issue order, and posted once it is, so posting order stays matching order. */
 #include "core/comm.h"
 
 #include "base/util.h"
 #include "kernels/reduce.h"
 
+/* Hands q to the transport over its open link. */
+static int post(coll_comm *c, coll_req *q)
+{
+    cl_op *r = &q->op;
+    int send = r->kind == CL_SEND;
+    cl_tr_conn *link = cl_link_now_of(c, CL_CH_P2P, send ? 0 : 1, r->root);
+    size_t len = r->count * cl_dtype_size(r->dtype);
+    if (!send)
+        return c->tr->irecv(link, &q->hdr, r->rbuf, len, &q->treq);
+    q->hdr = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
+                          .len = (uint32_t)len, .seq = r->seq, .tag = r->tag, .count = r->count};
+    int rc = c->tr->isend(link, &q->hdr, r->sbuf, &q->treq);
+    if (rc == COLL_OK)
+        atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
+    return rc;
+}
+
+static int same_link(const coll_req *a, const coll_req *b)
+{
+    return a->op.kind == b->op.kind && a->op.root == b->op.root;
+}
+
+/* Posts every held request whose link opens now, in issue order; one behind another
+ * held request on its link stays held (p2p_mu held). A request that cannot be posted
+ * leaves the list done with its status. */
+static int flush(coll_comm *c)
+{
+    coll_req **at = &c->held, *prev = NULL;
+    while (*at) {
+        coll_req *q = *at, *e = c->held;
+        while (e != q && !same_link(e, q))
+            e = e->next;
+        int rc = e != q ? COLL_INPROGRESS
+                        : cl_link_open(c, CL_CH_P2P, q->op.kind == CL_SEND ? 0 : 1, q->op.root);
+        if (rc == COLL_OK)
+            rc = post(c, q);
+        if (rc == COLL_INPROGRESS) {
+            prev = q;
+            at = &q->next;
+            continue;
+        }
+        if (rc != COLL_OK && cl_comm_state(c) == COLL_OK)
+            cl_comm_fail(c, rc, "rank %d %s #%u: cannot connect to peer %d: %s", c->rank,
+                         cl_kind_name(q->op.kind), q->op.seq, q->op.root, coll_strerror(rc));
+        q->status = rc;
+        __atomic_store_n(&q->held, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(at, q->next, __ATOMIC_RELEASE);
+        if (c->held_tail == q)
+            c->held_tail = prev;
+    }
+    return c->held != NULL;
+}
+
+int cl_p2p_progress(coll_comm *c)
+{
+    if (!__atomic_load_n(&c->held, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&c->p2p_mu);
+    int held = flush(c);
+    pthread_mutex_unlock(&c->p2p_mu);
+    return held;
+}
+
 int cl_p2p_post(coll_comm *c, coll_req *q)
 {
     cl_op *r = &q->op;
-    int send = r->kind == CL_SEND, peer = r->root;
-    size_t len = r->count * cl_dtype_size(r->dtype);
-    pthread_mutex_lock(&c->mu); /* sequence numbers and posting order agree */
-    r->seq = ++c->p2p_seq[send ? 0 : 1][peer];
-    int rc;
-    if (send) {
-        q->hdr = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
-                              .len = (uint32_t)len, .seq = r->seq, .tag = r->tag,
-                              .count = r->count};
-        rc = c->tr->isend(c->conns[CL_CH_P2P][0][peer], &q->hdr, r->sbuf, &q->treq);
-        if (rc == COLL_OK)
-            atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
-    } else {
-        rc = c->tr->irecv(c->conns[CL_CH_P2P][1][peer], &q->hdr, r->rbuf, len, &q->treq);
-    }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->p2p_mu); /* sequence numbers and posting order agree */
+    r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
+    q->held = 1;
+    q->next = NULL;
+    if (c->held_tail)
+        c->held_tail->next = q;
+    else
+        __atomic_store_n(&c->held, q, __ATOMIC_RELEASE);
+    c->held_tail = q;
+    flush(c);
+    int rc = q->held || q->treq ? COLL_OK : q->status;
+    pthread_mutex_unlock(&c->p2p_mu);
     return rc;
 }
 
@@ -60,13 +121,18 @@ static int send_failed(coll_comm *c, const cl_op *r, int rc)
     if (why != COLL_OK)
         return why;
     cl_comm_fail(c, rc, "rank %d send #%u: peer %d (%s): %s", c->rank, r->seq, r->root,
-                 c->tr->peer_name(c->conns[CL_CH_P2P][0][r->root]), coll_strerror(rc));
+                 c->tr->peer_name(cl_link_now_of(c, CL_CH_P2P, 0, r->root)), coll_strerror(rc));
     return rc;
 }
 
 int cl_p2p_test(coll_req *r, int *done)
 {
     coll_comm *c = r->comm;
+    cl_p2p_progress(c); /* every held request: the one tested may wait on another's peer */
+    if (__atomic_load_n(&r->held, __ATOMIC_ACQUIRE)) {
+        *done = 0;
+        return COLL_INPROGRESS;
+    }
     if (!r->treq) {
         *done = 1;
         return r->status;

@@ -144,14 +144,14 @@ static int sealed(const agreement *a, const uint8_t *msg)
     seal(a, copy);
     memcpy(want, copy + offsetof(life_msg, tag), CL_TAG_BYTES);
     free(copy);
-    return cl_auth_equal(want, msg + offsetof(life_msg, tag));
+    return cl_auth_equal(want, msg + offsetof(life_msg, tag), CL_TAG_BYTES);
 }
 
 static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
     life_msg m = {LIFE_MAGIC, c->shrinks, c->rank, round, decided, a->n, c->job, c->id,
-                  {{0}, 0, 0, {0}}, {0}};
+                  {{0}, 0, 0, {0}, {0}}, {0}};
     if (round == CARDS)
         m.card = a->cards[c->rank];
     memcpy(a->msg, &m, sizeof(m));

@@ -51,12 +51,8 @@ static int rank_ring_cross(const int *host, int n, int hosts)
 void cl_topo_free(cl_topo *t)
 {
     free(t->ring);
-    for (int d = 0; d < 2; d++) {
-        free(t->links[d]);
+    for (int d = 0; d < 2; d++)
         free(t->sub_ranks[d]);
-        free(t->sub_links[d][0]);
-        free(t->sub_links[d][1]);
-    }
     memset(t, 0, sizeof(*t));
 }
 
@@ -65,10 +61,8 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     cl_topo *t = &c->topo;
     size_t n = (size_t)c->size;
     t->ring = malloc(n * sizeof(int));
-    for (int d = 0; d < 2; d++)
-        t->links[d] = calloc(n, sizeof(cl_tr_conn *));
     int *host = malloc(n * sizeof(int)), fullest;
-    if (!t->ring || !t->links[0] || !t->links[1] || !host) {
+    if (!t->ring || !host) {
         free(host);
         return COLL_ENOMEM;
     }
@@ -89,13 +83,9 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     if (t->per_host < 2)
         return COLL_OK;
     size_t len[2] = {(size_t)t->per_host, (size_t)t->hosts};
-    for (int s = 0; s < 2; s++) {
-        t->sub_ranks[s] = malloc(len[s] * sizeof(int));
-        t->sub_links[s][0] = calloc(len[s], sizeof(cl_tr_conn *));
-        t->sub_links[s][1] = calloc(len[s], sizeof(cl_tr_conn *));
-        if (!t->sub_ranks[s] || !t->sub_links[s][0] || !t->sub_links[s][1])
+    for (int s = 0; s < 2; s++)
+        if (!(t->sub_ranks[s] = malloc(len[s] * sizeof(int))))
             return COLL_ENOMEM;
-    }
     return COLL_OK;
 }
 
@@ -110,17 +100,13 @@ static void sub_ring(coll_comm *c, int s, int first, int stride, int size)
     for (int i = 0; i < size; i++) {
         int v = first + i * stride;
         t->sub_ranks[s][i] = t->ring[v];
-        t->sub_links[s][0][i] = t->links[0][v];
-        t->sub_links[s][1][i] = t->links[1][v];
         if (v == t->ordered.rank)
             x->rank = i;
     }
     x->ranks = t->sub_ranks[s];
-    x->send = t->sub_links[s][0];
-    x->recv = t->sub_links[s][1];
 }
 
-void cl_topo_link(coll_comm *c)
+void cl_topo_contexts(coll_comm *c)
 {
     cl_topo *t = &c->topo;
     if (!t->ring)
@@ -128,12 +114,6 @@ void cl_topo_link(coll_comm *c)
     int at = t->ordered.rank, L = t->per_host;
     t->ordered = c->algo[CL_CH_COLL];
     t->ordered.rank = at;
-    for (int v = 0; v < c->size; v++) {
-        t->links[0][v] = c->conns[CL_CH_COLL][0][t->ring[v]];
-        t->links[1][v] = c->conns[CL_CH_COLL][1][t->ring[v]];
-    }
-    t->ordered.send = t->links[0];
-    t->ordered.recv = t->links[1];
     t->ordered.ranks = t->ring;
     t->ordered.ring_cross = 1;
     if (L < 2)

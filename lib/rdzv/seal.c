@@ -47,7 +47,7 @@ static int unseal(sealed *s, const char *key, uint8_t *buf, size_t n, size_t *le
     uint8_t want[CL_TAG_BYTES];
     if (n >= CL_TAG_BYTES) {
         tag_of(s, key, buf, n - CL_TAG_BYTES, want);
-        if (cl_auth_equal(want, buf + n - CL_TAG_BYTES)) {
+        if (cl_auth_equal(want, buf + n - CL_TAG_BYTES, CL_TAG_BYTES)) {
             *len = n - CL_TAG_BYTES;
             return COLL_OK;
         }

@@ -16,7 +16,7 @@ const char *cl_kind_name(int kind)
     return kind >= CL_ALLREDUCE && kind < CL_KINDS ? names[kind] : names[0];
 }
 
-void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t nonce[16],
+void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t proof[CL_HELLO_PROOF],
                    uint8_t out[CL_HELLO_BYTES])
 {
     cl_hello h = {.magic = CL_HELLO_MAGIC,
@@ -28,13 +28,13 @@ void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t nonce[1
                   .channel = (uint32_t)channel,
                   .size = (uint32_t)me->size,
                   .keyed = me->keyed != 0};
-    memcpy(h.nonce, nonce, sizeof(h.nonce));
+    memcpy(h.proof, proof, sizeof(h.proof));
     memcpy(out, &h, sizeof(h));
 }
 
-void cl_hello_nonce(const uint8_t raw[CL_HELLO_BYTES], uint8_t nonce[16])
+void cl_hello_proof(const uint8_t raw[CL_HELLO_BYTES], uint8_t proof[CL_HELLO_PROOF])
 {
-    memcpy(nonce, raw + offsetof(cl_hello, nonce), 16);
+    memcpy(proof, raw + offsetof(cl_hello, proof), CL_HELLO_PROOF);
 }
 
 int cl_hello_check(const uint8_t raw[CL_HELLO_BYTES], const cl_hello_expect *e, const char **why)

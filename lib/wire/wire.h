@@ -30,11 +30,13 @@ enum cl_coll_kind {
 /* The header-only frame a failing rank sends on its way out: tag = -status, count = its
  * rank, seq = the operation it was running. */
 enum { CL_FAREWELL = 0x7f };
-#define CL_PROTO_VERSION 2u
+#define CL_PROTO_VERSION 3u
 #define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
 
 /* "allreduce", "send", ...; "invalid" for anything else. */
 const char *cl_kind_name(int kind);
+
+enum { CL_HELLO_PROOF = 24 };
 
 typedef struct cl_hello {
     uint32_t magic;
@@ -42,10 +44,9 @@ typedef struct cl_hello {
     uint64_t job, comm;
     uint32_t rank, channel, size;
     uint32_t keyed; /* 1: the sender has COLL_SECRET and will prove it */
-    /* Drawn for this connection: the acceptor's proof (its first message on its own link
-     * back) is a tag over it, so no proof can be replayed. */
-    uint8_t nonce[16];
-    uint8_t pad[8];
+    /* With a secret: the link's proof, a tag under the job's key over the link and the
+     * nonce on its receiver's card (drawn for this communicator), truncated; else 0. */
+    uint8_t proof[CL_HELLO_PROOF];
 } cl_hello;
 _Static_assert(sizeof(cl_hello) == CL_HELLO_BYTES, "hello is CL_HELLO_BYTES");
 
@@ -56,10 +57,10 @@ typedef struct cl_hello_expect {
     int rank, size, channels, keyed;
 } cl_hello_expect;
 
-void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t nonce[16],
+void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t proof[CL_HELLO_PROOF],
                    uint8_t out[CL_HELLO_BYTES]);
-/* The nonce a hello carries. */
-void cl_hello_nonce(const uint8_t raw[CL_HELLO_BYTES], uint8_t nonce[16]);
+/* The proof a hello carries. */
+void cl_hello_proof(const uint8_t raw[CL_HELLO_BYTES], uint8_t proof[CL_HELLO_PROOF]);
 
 /* The slot (channel x size + peer rank) a received hello claims, or -1 with *why set. */
 int cl_hello_check(const uint8_t raw[CL_HELLO_BYTES], const cl_hello_expect *e, const char **why);

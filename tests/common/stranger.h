@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define STRANGER_HELLO_MAGIC 0x4c4c4f43u
-#define STRANGER_PROTO 2
+#define STRANGER_PROTO 3
 #define STRANGER_MSG_MAGIC 0xC011
 
 typedef struct {
@@ -15,7 +15,7 @@ typedef struct {
     uint16_t proto, libver;
     uint64_t job, comm;
     uint32_t rank, channel, size, keyed;
-    uint8_t nonce[16], pad[8];
+    uint8_t proof[24];
 } hello;
 
 typedef struct {

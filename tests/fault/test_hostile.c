@@ -70,8 +70,8 @@ static void attack(const char *dir, int r, int *keep)
     unsigned char junk[1 << 20];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (unsigned char)(i * 131 + 7);
-    hello wrong_version = { STRANGER_HELLO_MAGIC, 99, 1, 42, 0, 1, 0, N, 0, { 0 }, { 0 } };
-    hello wrong_secret = { STRANGER_HELLO_MAGIC, STRANGER_PROTO, 1, 42, 0, 1, 0, N, 1, { 0 }, { 0 } };
+    hello wrong_version = { STRANGER_HELLO_MAGIC, 99, 1, 42, 0, 1, 0, N, 0, { 0 } };
+    hello wrong_secret = { STRANGER_HELLO_MAGIC, STRANGER_PROTO, 1, 42, 0, 1, 0, N, 1, { 0 } };
     int fd;
     keep[0] = connect_to(addr); /* silent */
     if ((fd = connect_to(addr)) >= 0)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const cl_hello_expect me = { 0x1234, 7, 2, 5, CL_CHANNELS, 1 };
-static const uint8_t nonce[16] = { 1, 2, 3 };
+static const uint8_t proof[CL_HELLO_PROOF] = { 1, 2, 3 };
 
 START_TEST(valid_peers_are_accepted_at_their_slot)
 {
@@ -19,7 +19,7 @@ START_TEST(valid_peers_are_accepted_at_their_slot)
             peer.rank = r;
             uint8_t raw[CL_HELLO_BYTES];
             const char *why;
-            cl_hello_make(&peer, ch, nonce, raw);
+            cl_hello_make(&peer, ch, proof, raw);
             int slot = cl_hello_check(raw, &me, &why);
             ck_assert_int_eq(slot, r == me.rank ? -1 : ch * me.size + r);
         }
@@ -43,7 +43,7 @@ START_TEST(each_wrong_field_is_refused_with_its_reason)
     peer.rank = 0;
     uint8_t raw[CL_HELLO_BYTES];
     const char *why;
-    cl_hello_make(&peer, 0, nonce, raw);
+    cl_hello_make(&peer, 0, proof, raw);
     raw[cases[_i].off] ^= 0x40;
     ck_assert_int_eq(cl_hello_check(raw, &me, &why), -1);
     ck_assert_msg(why && strstr(why, cases[_i].why), "got '%s', want '%s'", why, cases[_i].why);

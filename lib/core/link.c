@@ -1,0 +1,276 @@
+/* Links, made when first used: a communicator's sender dials each link it sends on (its
+ * first message to that peer on that channel) and the receiver takes it from its
+ * listener when it first needs it, so a rank holds the links its algorithms and p2p
+ * peers use (its ring neighbours at init), not a mesh of every rank. Links are
+ * one-directional, so no two ranks ever race to open the same one.
+ *
+ * The hello (magic, protocol version, job id, communicator id, rank, channel) is checked
+ * here; a stray or hostile connection is logged as a protocol error and dropped, and
+ * never takes a slot. With COLL_SECRET the hello carries the link's proof: a tag under
+ * the job's key over the link (channel, sender, receiver) and the nonce its receiver drew
+ * for this communicator and published on its card. A slot is taken once, so a proof
+ * seen on the wire cannot be replayed into it, nor into another link or communicator. */
+#include "core/comm.h"
+
+#include "base/auth.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What links ask the transport to buffer (shm sizes its rings by it; others ignore it):
+ * at most CL_LINK_MAX each, and per machine and communicator these budgets in all. */
+#define CL_LINK_MAX ((size_t)4 << 20)
+#define CL_BULK_BUDGET ((size_t)1 << 30)    /* the ring neighbours' links */
+#define CL_SMALL_BUDGET ((size_t)256 << 20) /* every other link */
+
+cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer)
+{
+    return __atomic_load_n(&c->conns[ch][dir][peer], __ATOMIC_ACQUIRE);
+}
+
+static cl_hello_expect expectation(const coll_comm *c)
+{
+    return (cl_hello_expect){c->job, c->id, c->rank, c->size, CL_CHANNELS, c->keyed};
+}
+
+/* The proof on link (channel ch, from -> to), over the receiver's card nonce. */
+static void proof(const coll_comm *c, int ch, int from, int to, uint8_t tag[CL_TAG_BYTES])
+{
+    int32_t who[3] = {ch, from, to};
+    const uint8_t *nonce = to == c->rank ? c->nonce : c->nonces[to];
+    cl_auth_tag(c->key, tag, 5, "coll link v2", (size_t)12, &c->job, sizeof(c->job), &c->id,
+                sizeof(c->id), who, sizeof(who), nonce, (size_t)CL_NONCE_BYTES);
+}
+
+/* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
+static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn)
+{
+    cl_hello_expect e = expectation(c);
+    const char *why;
+    int slot = cl_hello_check(raw, &e, &why);
+    uint8_t want[CL_TAG_BYTES] = {0}, got[CL_HELLO_PROOF];
+    if (slot >= 0 && c->conns[slot / c->size][1][slot % c->size])
+        why = "duplicate connection";
+    if (slot >= 0 && !why && c->keyed) {
+        proof(c, slot / c->size, slot % c->size, c->rank, want);
+        cl_hello_proof(raw, got);
+        if (!cl_auth_equal(want, got, CL_HELLO_PROOF))
+            why = "failed authentication: another COLL_SECRET, or not a rank of this job";
+    }
+    if (why) {
+        cl_log(COLL_LOG_WARN, "rank %d: refused connection from %s: %s (%s)", c->rank,
+               c->tr->peer_name(conn), coll_strerror(COLL_EPROTO), why);
+        return -1;
+    }
+    return slot;
+}
+
+/* Takes every connection waiting on the listener (link_mu held). */
+static void take_waiting(coll_comm *c)
+{
+    uint8_t raw[CL_HELLO_BYTES];
+    cl_tr_conn *conn;
+    while (c->tr->accept(c->listener, raw, &conn) == COLL_OK) {
+        int slot = claim(c, raw, conn);
+        if (slot < 0)
+            c->tr->close_conn(conn);
+        else
+            __atomic_store_n(&c->conns[slot / c->size][1][slot % c->size], conn,
+                             __ATOMIC_RELEASE);
+    }
+}
+
+/* What link (ch, this rank -> p) should buffer. A ring neighbour's links carry the bulk
+ * of every ring collective (the next rank) and of a pipeline's sends (both neighbours);
+ * the others carry small messages. Each kind shares a budget per machine, so a
+ * machine's shared memory grows with its ranks, not with their square. */
+static size_t link_want(const coll_comm *c, int ch, int p)
+{
+    size_t n = (size_t)c->size, l = (size_t)c->local;
+    int bulk = ch == CL_CH_COLL
+                   ? p == cl_topo_peer(c, 1)
+                   : (size_t)p == (c->rank + 1) % n || (size_t)p == (c->rank + n - 1) % n;
+    size_t links = bulk ? 3 * l : CL_CHANNELS * l * (l > 1 ? l - 1 : 1);
+    return CL_MIN(CL_LINK_MAX, (bulk ? CL_BULK_BUDGET : CL_SMALL_BUDGET) / links);
+}
+
+/* Dials link (ch, this rank -> p) (link_mu held). COLL_INPROGRESS: the peer's listener
+ * is full; accept, then try again. */
+static int dial(coll_comm *c, int ch, int p)
+{
+    uint8_t raw[CL_HELLO_BYTES], tag[CL_TAG_BYTES] = {0};
+    cl_hello_expect me = expectation(c);
+    if (c->keyed)
+        proof(c, ch, c->rank, p, tag);
+    cl_hello_make(&me, ch, tag, raw);
+    cl_tr_conn *conn = NULL;
+    int rc = c->tr->connect(c->ctx, c->handles[p], raw, link_want(c, ch, p), &conn);
+    if (rc == COLL_OK)
+        __atomic_store_n(&c->conns[ch][0][p], conn, __ATOMIC_RELEASE);
+    return rc;
+}
+
+int cl_link_open(coll_comm *c, int ch, int dir, int peer)
+{
+    if (cl_link_now_of(c, ch, dir, peer))
+        return COLL_OK;
+    int rc = cl_comm_state(c);
+    if (rc != COLL_OK)
+        return rc;
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return COLL_EINVAL;
+    pthread_mutex_lock(&c->link_mu);
+    take_waiting(c);
+    if (!c->conns[ch][dir][peer])
+        rc = dir ? COLL_INPROGRESS : dial(c, ch, peer);
+    pthread_mutex_unlock(&c->link_mu);
+    if (rc != COLL_OK && rc != COLL_INPROGRESS)
+        cl_log(COLL_LOG_WARN, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, peer,
+               CL_HANDLE_BYTES, c->handles[peer], coll_strerror(rc));
+    return rc;
+}
+
+void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
+{
+    int n = c->size, k = 0;
+    cl_tr_req **reqs = c->handles ? calloc((size_t)n, sizeof(*reqs)) : NULL;
+    if (!reqs)
+        return;
+    pthread_mutex_lock(&c->link_mu);
+    for (int p = 0; p < n; p++)
+        if (p != c->rank && (c->conns[CL_CH_COLL][0][p] || dial(c, CL_CH_COLL, p) == COLL_OK) &&
+            c->tr->isend(c->conns[CL_CH_COLL][0][p], bye, NULL, &reqs[k]) == COLL_OK)
+            k++;
+    pthread_mutex_unlock(&c->link_mu);
+    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
+    for (int i = 0; i < k; i++) {
+        int done = 0;
+        while (!done && cl_now_ms() < deadline) { /* past it, the transport keeps the rest */
+            uint64_t seen = cl_notifier_events(&c->notifier);
+            c->tr->test(reqs[i], &done, NULL);
+            if (!done)
+                cl_notifier_wait(&c->notifier, seen, deadline);
+        }
+    }
+    free(reqs);
+}
+
+/* Waits for a request of init's first messages; COLL_ETIMEDOUT past the deadline. */
+static int await(coll_comm *c, cl_tr_req *r, int64_t deadline)
+{
+    int done = 0, rc = COLL_OK;
+    while (!done) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        rc = c->tr->test(r, &done, NULL);
+        if (!done && cl_now_ms() >= deadline)
+            return COLL_ETIMEDOUT;
+        if (!done)
+            cl_notifier_wait(&c->notifier, seen, deadline);
+    }
+    return rc;
+}
+
+/* A token once around the ring: rank 0 (the first in host order) sends a header-only
+ * message to the next rank, every other rank passes it on once it arrived. A rank
+ * passes it only after its own rendezvous, so when it is back rank 0 knows every rank
+ * read the cards and its store may close; and init returns only once the link to the
+ * next rank carried a message, so a rank that leaves right after init cannot strand a
+ * neighbour still connecting. Costs n hops of latency, once. */
+static int first_messages(coll_comm *c, int to, int from, int64_t deadline)
+{
+    cl_msg_hdr out = {.magic = CL_MSG_MAGIC}, in = {0};
+    cl_tr_req *s = NULL, *r = NULL;
+    int first = c->rank == 0, rc, peer = from;
+    const char *dir = "from";
+    rc = c->tr->irecv(cl_link_now_of(c, CL_CH_COLL, 1, from), &in, NULL, 0, &r);
+    if (rc == COLL_OK && !first)
+        rc = await(c, r, deadline);
+    if (rc == COLL_OK) {
+        peer = to, dir = "to";
+        rc = c->tr->isend(cl_link_now_of(c, CL_CH_COLL, 0, to), &out, NULL, &s);
+    }
+    if (rc == COLL_OK)
+        rc = await(c, s, deadline);
+    if (rc == COLL_OK && first) {
+        peer = from, dir = "from";
+        rc = await(c, r, deadline);
+    }
+    if (rc == COLL_OK && in.coll == CL_FAREWELL)
+        rc = COLL_EPEER;
+    else if (rc == COLL_OK && (in.magic != CL_MSG_MAGIC || in.coll != 0 || in.len != 0))
+        rc = COLL_EPROTO;
+    if (rc != COLL_OK)
+        cl_comm_fail(c, rc, "rank %d: the first message %s rank %d failed: %s", c->rank, dir,
+                     peer, coll_strerror(rc));
+    return rc;
+}
+
+/* This rank's ring links, to the next rank and from the previous one, within the
+ * timeout: a rank that cannot reach its neighbours learns it at init. */
+static int ring_links(coll_comm *c)
+{
+    int to = cl_topo_peer(c, 1), from = cl_topo_peer(c, -1), rc = COLL_INPROGRESS;
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    while (c->size > 1) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        int out = cl_link_open(c, CL_CH_COLL, 0, to);
+        int in = out == COLL_OK || out == COLL_INPROGRESS ? cl_link_open(c, CL_CH_COLL, 1, from)
+                                                          : out;
+        if (out == COLL_OK && in == COLL_OK)
+            return first_messages(c, to, from, deadline);
+        if ((rc = out != COLL_INPROGRESS && out != COLL_OK ? out : in) != COLL_INPROGRESS &&
+            rc != COLL_OK) {
+            cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, to,
+                         CL_HANDLE_BYTES, c->handles[to], coll_strerror(rc));
+            return rc;
+        }
+        if (cl_now_ms() >= deadline)
+            break;
+        /* Not every listener signals a connection: look again soon. */
+        cl_notifier_wait(&c->notifier, seen, CL_MIN(deadline, cl_now_ms() + 1));
+    }
+    if (c->size == 1)
+        return COLL_OK;
+    int no_out = !cl_link_now_of(c, CL_CH_COLL, 0, to);
+    cl_comm_fail(c, COLL_ETIMEDOUT,
+                 no_out ? "rank %d: connecting the communicator timed out after %d ms: rank "
+                          "%d's listener took no connection"
+                        : "rank %d: connecting the communicator timed out after %d ms: no "
+                          "connection from rank(s) %d",
+                 c->rank, c->timeout_ms, no_out ? to : from);
+    return COLL_ETIMEDOUT;
+}
+
+int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
+{
+    size_t n = (size_t)c->size;
+    c->listener = l;
+    c->handles = calloc(n, CL_HANDLE_BYTES);
+    c->nonces = calloc(n, CL_NONCE_BYTES);
+    if (!c->handles || !c->nonces)
+        return COLL_ENOMEM;
+    for (size_t p = 0; p < n; p++) {
+        memcpy(c->handles[p], cards[p].handle, CL_HANDLE_BYTES);
+        memcpy(c->nonces[p], cards[p].nonce, CL_NONCE_BYTES);
+    }
+    int rc = ring_links(c);
+    if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
+        int prev = cl_topo_peer(c, -1), next = cl_topo_peer(c, 1);
+        cl_tr_conn *in = n > 1 ? cl_link_now_of(c, CL_CH_COLL, 1, prev) : NULL;
+        cl_tr_conn *out = n > 1 ? cl_link_now_of(c, CL_CH_COLL, 0, next) : NULL;
+        cl_log(COLL_LOG_INFO,
+               "rank %d/%d comm %llx: transport %s, ring%s %d -> %d -> %d: from %d "
+               "via %s, to %d via %s; %d of %d ranks on this machine, %ld CPUs%s",
+               c->rank, c->size, (unsigned long long)c->id, c->tr->name,
+               c->topo.moved ? " (host order)" : "", prev, c->rank, next, prev,
+               in ? c->tr->peer_name(in) : "-", next, out ? c->tr->peer_name(out) : "-",
+               c->local, c->size, sysconf(_SC_NPROCESSORS_ONLN),
+               c->spin.crowded ? ": crowded, pollers yield" : "");
+    }
+    return rc;
+}
