@@ -9,8 +9,8 @@ build=${1:-build}
 [ $# -gt 0 ] && shift
 ranks=${*:-8 32 128 256}
 : "${SCALE_TRANSPORTS:=tcp auto}"
-# Many ranks on a few CPUs: every rank polls, so let them yield; descriptors per rank
-# grow with the ranks while the mesh is full.
+# Many ranks on a few CPUs: every rank polls, so let them yield; a collective that talks
+# to every peer would need descriptors in proportion to the ranks.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 printf '%6s %-5s %9s %9s %6s %9s %6s\n' ranks tr init_ms rss_mib fds shm_mib wrong
 for t in $SCALE_TRANSPORTS; do

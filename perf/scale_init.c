@@ -58,8 +58,8 @@ static int run(int rank, int size, const char *url, double shm_before, int iters
                 coll_last_error(NULL));
         return 1;
     }
-    /* Every rank's numbers, the largest of each: init ms, RSS MiB, descriptors, Shmem
-     * MiB, wrong all-reduce results. */
+    /* Every rank's numbers, the largest of each: init ms, RSS MiB, descriptors (after
+     * the all-reduces: links open as they are used), Shmem MiB, wrong all-reduce results. */
     double m[5] = {now_ms() - t0, proc_mib("/proc/self/status", "VmRSS"), open_fds(),
                    proc_mib("/proc/meminfo", "Shmem") - shm_before, 0};
     for (int i = 0; i < iters && rc == COLL_OK; i++) {
@@ -67,6 +67,7 @@ static int run(int rank, int size, const char *url, double shm_before, int iters
         rc = coll_allreduce(c, &v, &v, 1, COLL_F64, COLL_SUM);
         m[4] += v != (double)size * (size - 1) / 2 + (double)size * i;
     }
+    m[2] = open_fds();
     if (rc == COLL_OK)
         rc = coll_allreduce(c, m, m, 5, COLL_F64, COLL_MAX);
     const char *tr = getenv("COLL_TRANSPORT");
