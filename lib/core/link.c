@@ -117,13 +117,13 @@ static int dial(coll_comm *c, int ch, int p)
 
 int cl_link_open(coll_comm *c, int ch, int dir, int peer)
 {
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return COLL_EINVAL;
     if (cl_link_now_of(c, ch, dir, peer))
         return COLL_OK;
     int rc = cl_comm_state(c);
     if (rc != COLL_OK)
         return rc;
-    if (peer < 0 || peer >= c->size || peer == c->rank)
-        return COLL_EINVAL;
     pthread_mutex_lock(&c->link_mu);
     take_waiting(c);
     if (!c->conns[ch][dir][peer])
