@@ -141,13 +141,16 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
     cl_tr_req **reqs = c->handles ? calloc((size_t)n, sizeof(*reqs)) : NULL;
     if (!reqs)
         return;
+    /* One bound for the dials too: ibverbs dials block, up to the timeout each. */
+    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
     pthread_mutex_lock(&c->link_mu);
     for (int p = 0; p < n; p++)
-        if (p != c->rank && (c->conns[CL_CH_COLL][0][p] || dial(c, CL_CH_COLL, p) == COLL_OK) &&
+        if (p != c->rank &&
+            (c->conns[CL_CH_COLL][0][p] ||
+             (cl_now_ms() < deadline && dial(c, CL_CH_COLL, p) == COLL_OK)) &&
             c->tr->isend(c->conns[CL_CH_COLL][0][p], bye, NULL, &reqs[k]) == COLL_OK)
             k++;
     pthread_mutex_unlock(&c->link_mu);
-    int64_t deadline = cl_now_ms() + CL_MIN(c->timeout_ms, 1000);
     for (int i = 0; i < k; i++) {
         int done = 0;
         while (!done && cl_now_ms() < deadline) { /* past it, the transport keeps the rest */
