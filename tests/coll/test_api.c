@@ -91,6 +91,40 @@ START_TEST(split_makes_groups_by_color_and_key)
 }
 END_TEST
 
+/* A split of a split, and point-to-point between ranks whose links open on first use:
+ * 6 ranks split into evens and odds, each splits again into its first two and the
+ * rest; every rank of a half sends to every other (in both halves, ranks that never
+ * exchanged anything before), and the quarters all-reduce. */
+static int split_twice_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c);
+    coll_comm *half = NULL, *quarter = NULL;
+    EXPECT_RC(coll_split(c, me % 2, me, &half), COLL_OK);
+    int h = coll_rank(half), hn = coll_size(half);
+    EXPECT_RC(coll_split(half, h < 2, h, &quarter), COLL_OK);
+    for (int d = 1; d < hn; d++) {
+        int out = me * 100 + d, in = -1, to = (h + d) % hn, from = (h + hn - d) % hn;
+        EXPECT_RC(coll_sendrecv(half, &out, 1, to, &in, 1, from, COLL_I32, (uint32_t)d), COLL_OK);
+        FAIL_IF(in != (from * 2 + me % 2) * 100 + d, "half rank %d got %d from %d", h, in, from);
+    }
+    int v = me, sum = 0, want = 0;
+    EXPECT_RC(coll_allreduce(quarter, &v, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
+    for (int r = me % 2; r < 6; r += 2)
+        want += (r / 2 < 2) == (h < 2) ? r : 0;
+    FAIL_IF(sum != want, "quarter all-reduce %d, want %d", sum, want);
+    coll_destroy(quarter);
+    coll_destroy(half);
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    return 0;
+}
+
+START_TEST(split_of_a_split_and_lazy_p2p)
+{
+    expect_all_pass(6, split_twice_rank, RDZV_FILE);
+}
+END_TEST
+
 /* The last "ranks on this machine" log line (the info line of each new communicator). */
 static char machine_line[1024];
 
@@ -356,6 +390,7 @@ int main(void)
     tcase_set_timeout(t, 90);
     tcase_add_test(t, nonblocking_ops_progress_without_test);
     tcase_add_test(t, split_makes_groups_by_color_and_key);
+    tcase_add_test(t, split_of_a_split_and_lazy_p2p);
     tcase_add_test(t, ranks_on_one_machine_are_counted);
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_test(t, integer_averages_do_not_wrap);
