@@ -1,6 +1,6 @@
 /* coll_perf: bandwidth and correctness test in nccl-tests' format.
  *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv|
- *                          reduce|gather|scatter|alltoall]
+ *                          reduce|gather|scatter|alltoall|pingpong]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all] (or f32, f64,
  *                fp16, bf16) [-I 0|1]
@@ -15,7 +15,11 @@
  * sends to the next and receives from the previous (busbw = algbw); it has no in-place
  * form, so those columns are empty. reduce, gather and scatter use root 0; gather,
  * scatter and alltoall count n blocks in the size, busbw = algbw x (n-1)/n, reduce's
- * busbw = algbw, as nccl-tests; none of these four has an in-place column. -J FILE also writes every row as JSON. */
+ * busbw = algbw, as nccl-tests; none of these four has an in-place column. pingpong:
+ * ranks 2k and 2k+1 bounce a message (2k sends first, 2k+1 answers with its own), and
+ * the time is half the round trip, the one-way latency as OSU's osu_latency reports it
+ * (busbw = algbw; no in-place column; an odd last rank sits out). -J FILE also writes
+ * every row as JSON. */
 #include "spawn.h"
 #include "verify.h"
 
@@ -28,10 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, NCOLL };
+enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, PP, NCOLL };
 static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                     "sendrecv",   "reduce",         "gather",     "scatter",
-                                    "alltoall" };
+                                    "alltoall",   "pingpong" };
 static const char *dt_names[] = { "float", "double", "half", "bfloat16",
                                   "int8",  "uint8",  "int32", "int64" };
 static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
@@ -179,7 +183,7 @@ static size_t count_for(const opts *o, size_t bytes, size_t es, int n)
 /* The collectives coll_perf times without an in-place form. */
 static int no_in_place(enum coll c)
 {
-    return c == SR || c == RD || c == GA || c == SC || c == A2A;
+    return c == SR || c == RD || c == GA || c == SC || c == A2A || c == PP;
 }
 
 /* To the next rank, from the previous one; one rank sends to itself by copying. */
@@ -199,11 +203,27 @@ static int sendrecv(coll_comm *c, const void *s, void *r, size_t count, coll_dty
     return rc != COLL_OK ? rc : sent;
 }
 
+/* One round trip with the partner (rank ^ 1); a rank without one sits out. */
+static int pingpong(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
+{
+    int peer = coll_rank(c) ^ 1, first = coll_rank(c) % 2 == 0, rc = COLL_OK;
+    if (peer >= coll_size(c))
+        return COLL_OK;
+    if (first)
+        rc = coll_send(c, s, count, dt, peer, 1);
+    if (rc == COLL_OK)
+        rc = coll_recv(c, r, count, dt, peer, 1);
+    if (rc == COLL_OK && !first)
+        rc = coll_send(c, s, count, dt, peer, 1);
+    return rc;
+}
+
 static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count, coll_dtype dt,
                     coll_op op)
 {
     switch (o->coll) {
     case SR: return sendrecv(c, s, r, count, dt);
+    case PP: return pingpong(c, s, r, count, dt);
     case AR: return coll_allreduce(c, s, r, count, dt, op);
     case RS: return coll_reduce_scatter(c, s, r, count, dt, op);
     case AG: return coll_allgather(c, s, r, count, dt);
@@ -251,6 +271,8 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
     uint64_t w = 0;
     if (o->coll == SR) /* the previous rank's values, as a one-rank gather would hold them */
         w = count_unlike_rank(r, count, dt, op, (me + n - 1) % n);
+    else if (o->coll == PP)
+        w = (me ^ 1) < n ? count_unlike_rank(r, count, dt, op, me ^ 1) : 0;
     else if (o->coll == RD || o->coll == GA)
         w = me ? 0 : o->coll == RD ? cl_check_reduce(r, count, dt, op, n, 0)
                                    : cl_check_gather(r, count, dt, op, n);
@@ -274,7 +296,9 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
 
 static double bus_factor(enum coll c, int n)
 {
-    return c == AR ? 2.0 * (n - 1) / n : c == BC || c == SR || c == RD ? 1.0 : (double)(n - 1) / n;
+    return c == AR                                       ? 2.0 * (n - 1) / n
+           : c == BC || c == SR || c == RD || c == PP ? 1.0
+                                                      : (double)(n - 1) / n;
 }
 
 static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, coll_dtype dt,
@@ -293,7 +317,7 @@ static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, 
     double t0 = now_us();
     for (int i = 0; i < o->iters && rc == COLL_OK; i++)
         rc = run_once(c, o, in, r, count, dt, op);
-    double t = (now_us() - t0) / o->iters;
+    double t = (now_us() - t0) / o->iters / (o->coll == PP ? 2 : 1); /* one way */
     coll_get_stats(c, &st1);
     *wire = (double)(st1.wire_tx - st0.wire_tx) / o->iters;
     if (rc == COLL_OK) /* the slowest rank's time, as nccl-tests reports */
@@ -417,7 +441,7 @@ int main(int argc, char **argv)
     if (asked != 0) {
         fprintf(asked > 0 ? stdout : stderr,
                 "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|"
-                "sendrecv|reduce|gather|scatter|alltoall] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
+                "sendrecv|reduce|gather|scatter|alltoall|pingpong] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
                 "[-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8] "
                 "[-J FILE]\n"
                 "  sizes: bytes, or with K, M, G; collectives also without '_' (allreduce)\n"

@@ -2,7 +2,8 @@
 # coll_perf's command line as an nccl-tests user types it (issue 24, item 12): --help on
 # stdout with status 0, a bad size refused, collective names with or without '_', the
 # codec's dtype names, N/A in #wrong without checking, headings over the codec columns;
-# and the collective set (issue 18): reduce, gather, scatter, alltoall, checked.
+# and the collective set (issue 18): reduce, gather, scatter, alltoall, checked; and the
+# ping-pong latency test (issue 22), 3 ranks (the third sits out).
 # Usage: coll_perf_cli.sh COLL_PERF
 set -u
 p=$1 fail=0
@@ -15,7 +16,7 @@ out=$("$p" --np 2 -C allreduce -b 8 -e 8 -n 2 -w 1 -d fp16 -c 0 -I 0 2>&1) ||
     no "-C allreduce -d fp16 fails: $out"
 echo "$out" | grep -q "half .* N/A" || no "-c 0 does not print N/A: $out"
 out=$("$p" --np 2 -C all_gather -b 64 -e 64 -n 2 -w 1 -d bf16 -I 0 2>&1) || no "-C all_gather -d bf16"
-for C in reduce gather scatter alltoall; do
+for C in reduce gather scatter alltoall pingpong; do
     out=$("$p" --np 3 -C $C -b 1K -e 64K -f 8 -n 2 -w 1 -d all 2>&1) || no "-C $C fails: $out"
     echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-C $C: wrong results"
 done
