@@ -40,7 +40,6 @@ static void fail_msg(coll_comm *c, int status, const char *msg)
     }
     cause_rank = c->cause_rank;
     cause_status = c->cause_status;
-
     if (first) {
         c->status = status;
         snprintf(c->err, sizeof(c->err), "%s", msg);
