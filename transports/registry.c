@@ -2,6 +2,8 @@
  * is filled in so a half-written transport fails at lookup, not at its first call. */
 #include "transports/transport.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const cl_transport *const table[] = {
@@ -33,4 +35,14 @@ const char *cl_transport_names(void)
 #else
     return "auto, tcp, shm, loop (built without ibverbs: no infiniband/verbs.h)";
 #endif
+}
+
+void cl_tr_error(const cl_tr_config *cfg, const char *fmt, ...)
+{
+    if (!cfg->err || !cfg->errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cfg->err, cfg->errlen, fmt, ap);
+    va_end(ap);
 }

@@ -61,7 +61,13 @@ typedef struct cl_tr_config {
     const char *device;    /* interface name or NCCL-style list; NULL: auto */
     int timeout_ms;        /* a connection that sends no hello in this time is dropped */
     cl_notifier *notifier; /* signalled on every completion */
+    char *err;             /* NULL, or where ctx_create says why it failed */
+    size_t errlen;
 } cl_tr_config;
+
+/* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */
+void cl_tr_error(const cl_tr_config *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Where a receive with a sink sends its payload: straight from the transport's memory
  * (shm: the ring), piece by piece, so a reduction reads its operand where it lies

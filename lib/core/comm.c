@@ -1,5 +1,6 @@
-/* Communicator life cycle: init (rendezvous, listen, publish, connect), split, abort,
- * destroy. Every acquire is released on every exit through cl_comm_free. */
+/* Communicator life cycle: create (transport, listener, lifeline), connect, split,
+ * abort, destroy; the rendezvous of coll_init is init.c. Every acquire is released on
+ * every exit through cl_comm_free. */
 #include "core/comm.h"
 
 #include "base/auth.h"
@@ -12,16 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static __thread char init_err[512];
-
-void cl_comm_init_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(init_err, sizeof(init_err), fmt, ap);
-    va_end(ap);
-}
 
 void cl_comm_free(coll_comm *c)
 {
@@ -92,6 +83,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     memset(mine, 0, sizeof(*mine));
     mine->machine = cl_machine_id();
     mine->host = cl_host_id();
+    snprintf(mine->transport, sizeof(mine->transport), "%s", cfg->transport->name);
     c->rank = rank;
     c->size = size;
     c->id = id;
@@ -130,9 +122,12 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
-    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier};
-    if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK)
+    char why[256] = "";
+    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why)};
+    if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK) {
+        cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
         goto fail;
+    }
     for (int ch = 0; ch < CL_CHANNELS; ch++)
         c->algo[ch] = algo_ctx(c, ch);
     if ((rc = c->tr->listen(c->ctx, mine->handle, l)) != COLL_OK)
@@ -185,227 +180,6 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     if (rc == COLL_OK)
         rc = cl_engine_start(c);
     return rc;
-}
-
-/* One look for every card not yet read, waiting until `until` for the first missing
- * one only; the ranks still missing go into list. Returns how many, or a COLL_E* code. */
-static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t until, char *list,
-                       size_t len)
-{
-    int missing = 0;
-    list[0] = 0;
-    for (int p = 0; p < c->size; p++) {
-        if (have[p])
-            continue;
-        char key[64];
-        size_t n = 0, at = strlen(list);
-        snprintf(key, sizeof(key), "addr/%d", p);
-        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &n,
-                              missing ? cl_now_ms() : until);
-        /* EPEER: rank 0 gave up first and its store went away; same story. */
-        if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
-            snprintf(list + at, len - at, "%s%d", missing++ ? "," : "", p);
-        } else if (r != COLL_OK) {
-            return r;
-        } else {
-            have[p] = 1;
-        }
-    }
-    return missing;
-}
-
-/* Rank 0 reads every card and publishes them all, CARDS_PER_KEY to a value ("cards/K"),
- * so every other rank reads n/CARDS_PER_KEY values instead of n: O(n) requests on the
- * store in all, not n^2 (256 ranks made 65k on rank 0's store thread). */
-enum { CARDS_PER_KEY = 256 };
-
-static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadline)
-{
-    int rc = COLL_OK;
-    for (int k = 0; rc == COLL_OK && k * CARDS_PER_KEY < c->size; k++) {
-        char key[32];
-        size_t m = (size_t)CL_MIN(CARDS_PER_KEY, c->size - k * CARDS_PER_KEY), len = 0;
-        cl_card *at = cards + (size_t)k * CARDS_PER_KEY;
-        snprintf(key, sizeof(key), "cards/%d", k);
-        rc = publish ? c->store->ops->set(c->store, key, at, m * sizeof(cl_card))
-                     : cl_store_wait(c->store, key, at, m * sizeof(cl_card), &len, deadline);
-        if (rc == COLL_OK && !publish && len != m * sizeof(cl_card))
-            rc = COLL_EPROTO;
-    }
-    return rc;
-}
-
-/* Every rank's card: rank 0 reads them one by one, then publishes them (card_values);
- * the others read what it published. While some are missing, rank 0 says every few
- * seconds (at info) who is here and who is not. Near the deadline (while rank 0's store
- * still answers) the others stop waiting for its values and read the cards themselves,
- * so every rank's timeout names who is missing. */
-static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
-{
-    uint8_t *have = calloc((size_t)c->size, 1);
-    char list[256];
-    int64_t start = cl_now_ms();
-    int missing = have ? 1 : COLL_ENOMEM;
-    if (have && c->rank != 0) {
-        int rc = card_values(c, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
-        missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
-    }
-    while (missing > 0) {
-        missing =
-            sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list, sizeof(list));
-        if (missing <= 0 || cl_now_ms() >= deadline)
-            break;
-        cl_log(COLL_LOG_INFO,
-               "rank %d: rendezvous: %d/%d ranks here after %lld ms; waiting "
-               "for rank(s) %s",
-               c->rank, c->size - missing, c->size, (long long)(cl_now_ms() - start), list);
-    }
-    free(have);
-    if (missing > 0)
-        snprintf(init_err, sizeof(init_err),
-                 "rendezvous: %d/%d ranks joined after %d ms: missing rank(s) %s",
-                 c->size - missing, c->size, c->timeout_ms, list);
-    if (missing == 0 && c->rank == 0)
-        missing = card_values(c, cards, 1, deadline);
-    return missing > 0 ? COLL_ETIMEDOUT : missing;
-}
-
-/* Rank 0 draws a job id and publishes it: two jobs that share a store never connect. */
-static int agree_job(coll_comm *c, int64_t deadline)
-{
-    size_t len = 0;
-    if (c->rank == 0) {
-        uint64_t t = (uint64_t)cl_now_us();
-        c->job = cl_hash(&t, sizeof(t), (uint64_t)getpid());
-        return c->store->ops->set(c->store, "job", &c->job, sizeof(c->job));
-    }
-    return cl_store_wait(c->store, "job", &c->job, sizeof(c->job), &len, deadline);
-}
-
-/* With COLL_SECRET, the store's values carry a tag: nobody without it writes an address. */
-static int seal_store(coll_comm *c)
-{
-    cl_store *sealed;
-    int rc = cl_store_seal(c->store, c->key, &sealed);
-    if (rc == COLL_OK)
-        c->store = sealed;
-    return rc;
-}
-
-/* Without a secret, anyone who reaches the rendezvous can join the job: say so once
- * when it is reachable from beyond this machine. */
-static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
-{
-    static atomic_int told;
-    int local = strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0;
-    if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || local || atomic_exchange(&told, 1))
-        return;
-    cl_log(COLL_LOG_WARN,
-           "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "
-           "join this job or read its data (see the README, Security)",
-           rv->where);
-}
-
-/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
-static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
-{
-    int64_t deadline = cl_now_ms() + cfg->timeout_ms;
-    cl_card mine;
-    cl_tr_listener *l = NULL;
-    coll_comm *c = NULL;
-    cl_card *cards = NULL;
-    int rc = cl_comm_create(cfg, rv->rank, rv->size, 0, &c, &l, &mine);
-    if (rc != COLL_OK) {
-        snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
-                 coll_strerror(rc));
-        if (store)
-            store->ops->close(store);
-        return rc;
-    }
-    char key[64];
-    snprintf(key, sizeof(key), "addr/%d", rv->rank);
-    c->store = store;
-    if ((!store &&
-         (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err)))) ||
-        (cfg->keyed && (rc = seal_store(c))) || (rc = agree_job(c, deadline)) ||
-        (rc = c->store->ops->set(c->store, key, &mine, sizeof(mine))))
-        goto fail;
-    if (!(cards = calloc((size_t)c->size, sizeof(cl_card)))) {
-        rc = COLL_ENOMEM;
-        goto fail;
-    }
-    if ((rc = gather_cards(c, cards, deadline)) != COLL_OK)
-        goto fail;
-    if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
-        snprintf(init_err, sizeof(init_err), "%.500s", c->err);
-        goto fail;
-    }
-    free(cards);
-    /* Every rank has read every card once this rank's links all carried a first
-     * message: the store has served its purpose (rank 0's server closes now). */
-    c->store->ops->close(c->store);
-    c->store = NULL;
-    *out = c;
-    return COLL_OK;
-fail:
-    if (!init_err[0])
-        snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
-                 coll_strerror(rc));
-    free(cards);
-    cl_comm_free(c);
-    return rc;
-}
-
-int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_config *cfg)
-{
-    init_err[0] = 0;
-    if (!out)
-        return COLL_EINVAL;
-    *out = NULL;
-    cl_rdzv rv;
-    cl_config conf;
-    int rc = cl_rdzv_parse(url, rank, size, &rv, init_err, sizeof(init_err));
-    if (rc == COLL_OK)
-        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
-    if (rc == COLL_OK) {
-        warn_unkeyed(&conf, &rv);
-        rc = init_comm(out, &conf, &rv, NULL);
-    }
-    if (rc != COLL_OK)
-        cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
-    return rc;
-}
-
-int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank, int size,
-                    const coll_config *cfg)
-{
-    init_err[0] = 0;
-    if (!out)
-        return COLL_EINVAL;
-    *out = NULL;
-    cl_rdzv rv = {.scheme = "store", .where = "caller", .rank = rank, .size = size};
-    cl_config conf;
-    cl_store *s = NULL;
-    int rc = COLL_EINVAL;
-    if (!ops || !ops->set || !ops->get)
-        snprintf(init_err, sizeof(init_err), "the store's ops, set or get is NULL");
-    else if (size < 1 || rank < 0 || rank >= size)
-        snprintf(init_err, sizeof(init_err), "rank %d is not within a world of %d", rank, size);
-    else
-        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
-    if (rc == COLL_OK)
-        rc = cl_store_caller_open(ops, ctx, &s);
-    if (rc == COLL_OK) {
-        rc = init_comm(out, &conf, &rv, s);
-    }
-    if (rc != COLL_OK)
-        cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);
-    return rc;
-}
-
-const char *coll_last_error(const coll_comm *comm)
-{
-    return comm ? comm->err : init_err;
 }
 
 /* ---- split ----------------------------------------------------------------------- */
@@ -470,7 +244,7 @@ static int split_connect(coll_comm *parent, const member *mem, int m, int newran
         c->job = parent->job;
         rc = cl_comm_connect(c, l, mine);
         if (rc != COLL_OK)
-            snprintf(init_err, sizeof(init_err), "split: %.480s", c->err);
+            cl_comm_init_error("split: %.480s", c->err);
     }
     free(all);
     free(mine);

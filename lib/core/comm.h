@@ -110,6 +110,7 @@ typedef struct cl_card {
     uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
     uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
+    char transport[16];            /* its name: every rank must use the same */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet
@@ -184,6 +185,10 @@ int cl_req_wait(coll_req *r);
 /* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
  * from the previous one) and waits for them. */
 int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
+/* After cl_link_start, rank 0's word to every rank, once around the ring: status is
+ * rank 0's (COLL_OK: carry on); every rank returns what rank 0 said, or why it did not
+ * hear it (the communicator has failed then). */
+int cl_link_verdict(coll_comm *c, int status);
 /* Opens link (ch, dir, peer) without blocking: COLL_OK once it is in c->conns;
  * COLL_INPROGRESS while the peer has not connected (dir 1) or its listener is full
  * (dir 0); else the communicator's failure or why the peer cannot be reached. Takes

@@ -32,6 +32,36 @@ static const char *default_device(const cl_rdzv *rv)
                                                                                            : NULL;
 }
 
+/* The first of the launchers' job names that is set; a slurm job's steps are told
+ * apart by their step number. */
+static void job_name(cl_config *out)
+{
+    static const char *vars[] = {"COLL_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
+                                 "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
+    out->job[0] = 0;
+    out->job_from = NULL;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && !out->job_from; i++) {
+        const char *v = env_or(vars[i], NULL);
+        if (!v)
+            continue;
+        const char *step = i == 1 ? getenv("SLURM_STEP_ID") : NULL;
+        snprintf(out->job, sizeof(out->job), "%.40s%s%.20s", v, step ? "." : "",
+                 step ? step : "");
+        out->job_from = vars[i];
+    }
+}
+
+/* loop joins threads of one process; tcp:// and env:// meet processes. */
+static int pairing_ok(const cl_config *out, const cl_rdzv *rv, char *err, size_t errlen)
+{
+    if (strcmp(out->transport->name, "loop") != 0 || strcmp(rv->scheme, "tcp") != 0)
+        return 1;
+    snprintf(err, errlen,
+             "transport loop joins ranks that are threads of one process; a tcp:// or "
+             "env:// rendezvous is for processes: use mem://NAME, or another transport");
+    return 0;
+}
+
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,
                       size_t errlen)
 {
@@ -51,6 +81,9 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
                  cl_transport_names());
         return COLL_ENOTSUP;
     }
+    if (!pairing_ok(out, rv, err, errlen))
+        return COLL_EINVAL;
+    job_name(out);
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
     const char *t = env_or("COLL_TIMEOUT_MS", NULL);
     long env_t = CL_DEFAULT_TIMEOUT_MS;

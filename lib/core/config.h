@@ -18,6 +18,7 @@
 /* A data-centre link between hosts until told otherwise: 10 us a message, 25 Gbit/s. */
 #define CL_DEFAULT_NET_LATENCY_US 10
 #define CL_DEFAULT_NET_GBPS 25
+#define CL_JOB_NAME 64
 
 typedef struct cl_config {
     const cl_transport *transport;
@@ -31,6 +32,10 @@ typedef struct cl_config {
     const char *algo; /* COLL_ALGO, NULL: the library chooses */
     /* The link between hosts, for the cost model: COLL_NET_LATENCY_US, COLL_NET_GBPS. */
     double net_alpha_s, net_beta_s;
+    /* The job's name as its launcher gave it (COLL_JOB_ID, SLURM_JOB_ID, ...; "" when
+     * none did) and the variable it came from: two jobs at one rendezvous never mix. */
+    char job[CL_JOB_NAME];
+    const char *job_from;
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

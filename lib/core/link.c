@@ -135,6 +135,22 @@ int cl_link_open(coll_comm *c, int ch, int dir, int peer)
     return rc;
 }
 
+/* Waits for one of this file's requests; COLL_ETIMEDOUT past the deadline (the transport
+ * keeps the request then). */
+static int await(coll_comm *c, cl_tr_req *r, int64_t deadline)
+{
+    int done = 0, rc = COLL_OK;
+    while (!done) {
+        uint64_t seen = cl_notifier_events(&c->notifier);
+        rc = c->tr->test(r, &done, NULL);
+        if (!done && cl_now_ms() >= deadline)
+            return COLL_ETIMEDOUT;
+        if (!done)
+            cl_notifier_wait(&c->notifier, seen, deadline);
+    }
+    return rc;
+}
+
 void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
 {
     int n = c->size, k = 0;
@@ -151,65 +167,73 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
             c->tr->isend(c->conns[CL_CH_COLL][0][p], bye, NULL, &reqs[k]) == COLL_OK)
             k++;
     pthread_mutex_unlock(&c->link_mu);
-    for (int i = 0; i < k; i++) {
-        int done = 0;
-        while (!done && cl_now_ms() < deadline) { /* past it, the transport keeps the rest */
-            uint64_t seen = cl_notifier_events(&c->notifier);
-            c->tr->test(reqs[i], &done, NULL);
-            if (!done)
-                cl_notifier_wait(&c->notifier, seen, deadline);
-        }
-    }
+    for (int i = 0; i < k; i++)
+        await(c, reqs[i], deadline);
     free(reqs);
 }
 
-/* Waits for a request of init's first messages; COLL_ETIMEDOUT past the deadline. */
-static int await(coll_comm *c, cl_tr_req *r, int64_t deadline)
+/* A header-only message that may go around the ring: a token, or a farewell. */
+static int lap_header_ok(const cl_msg_hdr *h)
 {
-    int done = 0, rc = COLL_OK;
-    while (!done) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
-        rc = c->tr->test(r, &done, NULL);
-        if (!done && cl_now_ms() >= deadline)
-            return COLL_ETIMEDOUT;
-        if (!done)
-            cl_notifier_wait(&c->notifier, seen, deadline);
-    }
-    return rc;
+    return h->magic == CL_MSG_MAGIC && h->len == 0 && (h->coll == 0 || h->coll == CL_FAREWELL);
 }
 
-/* A token once around the ring: rank 0 (the first in host order) sends a header-only
- * message to the next rank, every other rank passes it on once it arrived. A rank
- * passes it only after its own rendezvous, so when it is back rank 0 knows every rank
- * read the cards and its store may close; and init returns only once the link to the
- * next rank carried a message, so a rank that leaves right after init cannot strand a
- * neighbour still connecting. Costs n hops of latency, once. */
-static int first_messages(coll_comm *c, int to, int from, int64_t deadline)
+/* One header once around the ring in host order: rank 0 sends *start to the next rank,
+ * every other rank passes on what came from the previous one (into *got). */
+static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const char *what)
 {
-    cl_msg_hdr out = {.magic = CL_MSG_MAGIC}, in = {0};
-    cl_tr_req *s = NULL, *r = NULL;
-    int first = c->rank == 0, rc, peer = from;
+    int to = cl_topo_peer(c, 1), from = cl_topo_peer(c, -1), first = c->rank == 0, peer = from;
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
     const char *dir = "from";
-    rc = c->tr->irecv(cl_link_now_of(c, CL_CH_COLL, 1, from), &in, NULL, 0, &r);
-    if (rc == COLL_OK && !first)
-        rc = await(c, r, deadline);
+    cl_tr_req *s = NULL, *r = NULL;
+    memset(got, 0, sizeof(*got));
+    int rc = c->tr->irecv(cl_link_now_of(c, CL_CH_COLL, 1, from), got, NULL, 0, &r);
+    if (rc == COLL_OK && !first && (rc = await(c, r, deadline)) == COLL_OK && !lap_header_ok(got))
+        rc = COLL_EPROTO;
     if (rc == COLL_OK) {
         peer = to, dir = "to";
-        rc = c->tr->isend(cl_link_now_of(c, CL_CH_COLL, 0, to), &out, NULL, &s);
+        rc = c->tr->isend(cl_link_now_of(c, CL_CH_COLL, 0, to), first ? start : got, NULL, &s);
     }
     if (rc == COLL_OK)
         rc = await(c, s, deadline);
     if (rc == COLL_OK && first) {
         peer = from, dir = "from";
-        rc = await(c, r, deadline);
+        if ((rc = await(c, r, deadline)) == COLL_OK && !lap_header_ok(got))
+            rc = COLL_EPROTO;
     }
-    if (rc == COLL_OK && in.coll == CL_FAREWELL)
-        rc = COLL_EPEER;
-    else if (rc == COLL_OK && (in.magic != CL_MSG_MAGIC || in.coll != 0 || in.len != 0))
-        rc = COLL_EPROTO;
     if (rc != COLL_OK)
-        cl_comm_fail(c, rc, "rank %d: the first message %s rank %d failed: %s", c->rank, dir,
-                     peer, coll_strerror(rc));
+        cl_comm_fail(c, rc, "rank %d: the %s %s rank %d failed: %s", c->rank, what, dir, peer,
+                     coll_strerror(rc));
+    return rc;
+}
+
+/* A token once around the ring. A rank passes it only after its own rendezvous, so when
+ * it is back rank 0 knows every rank read the cards and its store may close; and init
+ * returns only once the link to the next rank carried a message, so a rank that leaves
+ * right after init cannot strand a neighbour still connecting. Costs n hops, once. */
+static int first_messages(coll_comm *c)
+{
+    cl_msg_hdr token = {.magic = CL_MSG_MAGIC}, got;
+    int rc = lap(c, &token, &got, "first message");
+    if (rc == COLL_OK && got.coll == CL_FAREWELL) {
+        rc = COLL_EPEER;
+        cl_comm_fail(c, rc, "rank %d: rank %llu failed while the communicator connected",
+                     c->rank, (unsigned long long)got.count);
+    }
+    return rc;
+}
+
+int cl_link_verdict(coll_comm *c, int status)
+{
+    cl_msg_hdr start = {.magic = CL_MSG_MAGIC}, got;
+    if (status != COLL_OK)
+        start = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_FAREWELL, .tag = (uint32_t)-status};
+    if (c->size == 1)
+        return status;
+    int rc = lap(c, &start, &got, "verdict");
+    int said = -(int)got.tag;
+    if (rc == COLL_OK && got.coll == CL_FAREWELL)
+        rc = said < COLL_OK && said >= COLL_EPROTO ? said : COLL_EPROTO;
     return rc;
 }
 
@@ -225,7 +249,7 @@ static int ring_links(coll_comm *c)
         int in = out == COLL_OK || out == COLL_INPROGRESS ? cl_link_open(c, CL_CH_COLL, 1, from)
                                                           : out;
         if (out == COLL_OK && in == COLL_OK)
-            return first_messages(c, to, from, deadline);
+            return first_messages(c);
         if ((rc = out != COLL_INPROGRESS && out != COLL_OK ? out : in) != COLL_INPROGRESS &&
             rc != COLL_OK) {
             cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, to,

@@ -151,7 +151,7 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
     life_msg m = {LIFE_MAGIC, c->shrinks, c->rank, round, decided, a->n, c->job, c->id,
-                  {{0}, 0, 0, {0}, {0}}, {0}};
+                  {{0}, 0, 0, {0}, {0}, {0}}, {0}};
     if (round == CARDS)
         m.card = a->cards[c->rank];
     memcpy(a->msg, &m, sizeof(m));

@@ -65,7 +65,8 @@ static void caller_close(cl_store *s)
     free(s);
 }
 
-static const cl_store_ops ops = {caller_set, caller_get, caller_close, caller_wait};
+static const cl_store_ops ops = {
+    .set = caller_set, .get = caller_get, .close = caller_close, .wait = caller_wait};
 
 int cl_store_caller_open(const coll_store_ops *user, void *ctx, cl_store **out)
 {

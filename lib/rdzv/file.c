@@ -25,7 +25,9 @@ static void path_of(file_store *f, const char *key, char *out, size_t len)
     out[n] = 0;
 }
 
-static int file_set(cl_store *s, const char *key, const void *val, size_t len)
+/* Writes a temporary file, then renames it over the key (set) or links it to the key,
+ * which fails where the key exists (create). */
+static int put(cl_store *s, const char *key, const void *val, size_t len, int create)
 {
     char path[1024], tmp[1100];
     path_of((file_store *)s, key, path, sizeof(path));
@@ -35,11 +37,28 @@ static int file_set(cl_store *s, const char *key, const void *val, size_t len)
         return COLL_ESYS;
     int ok = fwrite(val, 1, len, fp) == len;
     ok &= fclose(fp) == 0;
-    if (!ok || rename(tmp, path) != 0) {
+    int rc = !ok ? -1 : create ? link(tmp, path) : rename(tmp, path);
+    int taken = rc != 0 && create && errno == EEXIST;
+    if (rc != 0 || create)
         unlink(tmp);
-        return COLL_ESYS;
-    }
-    return COLL_OK;
+    return rc == 0 ? COLL_OK : taken ? CL_STORE_TAKEN : COLL_ESYS;
+}
+
+static int file_set(cl_store *s, const char *key, const void *val, size_t len)
+{
+    return put(s, key, val, len, 0);
+}
+
+static int file_create(cl_store *s, const char *key, const void *val, size_t len)
+{
+    return put(s, key, val, len, 1);
+}
+
+static void file_remove(cl_store *s, const char *key)
+{
+    char path[1024];
+    path_of((file_store *)s, key, path, sizeof(path));
+    unlink(path);
 }
 
 static int file_get(cl_store *s, const char *key, void *buf, size_t cap, size_t *len)
@@ -59,7 +78,11 @@ static void file_close(cl_store *s)
     free(s);
 }
 
-static const cl_store_ops ops = {.set = file_set, .get = file_get, .close = file_close};
+static const cl_store_ops ops = {.set = file_set,
+                                 .get = file_get,
+                                 .close = file_close,
+                                 .create = file_create,
+                                 .remove = file_remove};
 
 static int mkdirs(char *path)
 {

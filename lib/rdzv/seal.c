@@ -27,7 +27,7 @@ static void tag_of(const sealed *s, const char *key, const void *val, size_t len
     cl_auth_tag(s->key, tag, 3, "coll store v1", (size_t)13, key, strlen(key) + 1, val, len);
 }
 
-static int seal_set(cl_store *st, const char *key, const void *val, size_t len)
+static int put(cl_store *st, const char *key, const void *val, size_t len, int create)
 {
     sealed *s = (sealed *)st;
     uint8_t *buf = malloc(len + CL_TAG_BYTES);
@@ -35,9 +35,15 @@ static int seal_set(cl_store *st, const char *key, const void *val, size_t len)
         return COLL_ENOMEM;
     memcpy(buf, val, len);
     tag_of(s, key, val, len, buf + len);
-    int rc = s->inner->ops->set(s->inner, key, buf, len + CL_TAG_BYTES);
+    int rc = create ? cl_store_create(s->inner, key, buf, len + CL_TAG_BYTES)
+                    : s->inner->ops->set(s->inner, key, buf, len + CL_TAG_BYTES);
     free(buf);
     return rc;
+}
+
+static int seal_set(cl_store *st, const char *key, const void *val, size_t len)
+{
+    return put(st, key, val, len, 0);
 }
 
 /* What the inner store gave (n bytes in buf), checked: COLL_OK with *len the value's
@@ -94,6 +100,24 @@ static int seal_wait(cl_store *st, const char *key, void *out, size_t cap, size_
     }
 }
 
+/* A key taken by a value that does not check is not taken: a stranger cannot hold a
+ * rank's place by writing first. */
+static int seal_create(cl_store *st, const char *key, const void *val, size_t len)
+{
+    int rc = put(st, key, val, len, 1);
+    size_t n = 0;
+    uint8_t *probe = rc == CL_STORE_TAKEN ? malloc(CL_STORE_MAX_VALUE) : NULL;
+    if (probe && seal_get(st, key, probe, CL_STORE_MAX_VALUE, &n) == COLL_INPROGRESS)
+        rc = put(st, key, val, len, 0);
+    free(probe);
+    return rc;
+}
+
+static void seal_remove(cl_store *st, const char *key)
+{
+    cl_store_remove(((sealed *)st)->inner, key);
+}
+
 static void seal_close(cl_store *st)
 {
     sealed *s = (sealed *)st;
@@ -101,9 +125,17 @@ static void seal_close(cl_store *st)
     free(s);
 }
 
-static const cl_store_ops ops = {.set = seal_set, .get = seal_get, .close = seal_close};
-static const cl_store_ops waiting_ops = {.set = seal_set, .get = seal_get, .close = seal_close,
-                                         .wait = seal_wait};
+static const cl_store_ops ops = {.set = seal_set,
+                                 .get = seal_get,
+                                 .close = seal_close,
+                                 .create = seal_create,
+                                 .remove = seal_remove};
+static const cl_store_ops waiting_ops = {.set = seal_set,
+                                         .get = seal_get,
+                                         .close = seal_close,
+                                         .wait = seal_wait,
+                                         .create = seal_create,
+                                         .remove = seal_remove};
 
 int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out)
 {

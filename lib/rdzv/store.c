@@ -5,6 +5,7 @@
 #include "collective.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen)
@@ -34,4 +35,23 @@ int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *l
         cl_sleep_ms((int)CL_MIN(delay, left));
         delay = CL_MIN(delay * 2, 50);
     }
+}
+
+int cl_store_create(cl_store *s, const char *key, const void *val, size_t len)
+{
+    if (s->ops->create)
+        return s->ops->create(s, key, val, len);
+    size_t n = 0;
+    void *probe = malloc(CL_STORE_MAX_VALUE + 64);
+    int rc = probe ? s->ops->get(s, key, probe, CL_STORE_MAX_VALUE + 64, &n) : COLL_ENOMEM;
+    free(probe);
+    if (rc == COLL_OK)
+        return CL_STORE_TAKEN;
+    return rc == COLL_INPROGRESS ? s->ops->set(s, key, val, len) : rc;
+}
+
+void cl_store_remove(cl_store *s, const char *key)
+{
+    if (s->ops->remove)
+        s->ops->remove(s, key);
 }

@@ -11,6 +11,8 @@
 
 #define CL_STORE_MAX_KEY 200
 #define CL_STORE_MAX_VALUE 65536
+/* cl_store_create's answer when the key already holds a value. */
+#define CL_STORE_TAKEN 1
 
 typedef struct cl_store cl_store;
 
@@ -23,6 +25,11 @@ typedef struct cl_store_ops {
      * stores that can wait better than a polling loop. */
     int (*wait)(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,
                 int timeout_ms);
+    /* Optional: set only where the key holds nothing yet, in one step for every client
+     * (the first writer wins; CL_STORE_TAKEN for the others). */
+    int (*create)(cl_store *s, const char *key, const void *val, size_t len);
+    /* Optional: forget the key (stores whose records would outlive the job). */
+    void (*remove)(cl_store *s, const char *key);
 } cl_store_ops;
 
 struct cl_store {
@@ -53,6 +60,12 @@ int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out);
  * retries with backoff until the deadline. */
 int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,
                       char *err, size_t errlen);
+
+/* Sets key unless it holds a value already (CL_STORE_TAKEN): the store's own create, or
+ * a look then a set where it has none (two writers at the same moment may both win). */
+int cl_store_create(cl_store *s, const char *key, const void *val, size_t len);
+/* Forgets key where the store can; nothing otherwise. */
+void cl_store_remove(cl_store *s, const char *key);
 
 /* get() until the key exists or the deadline passes (COLL_ETIMEDOUT). */
 int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,

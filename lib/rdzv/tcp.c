@@ -20,7 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum { OP_SET = 1, OP_GET = 2, REQ_HDR = 9, MAX_CLIENTS = 4096 };
+/* A create is answered 1 (set), 2 (taken) or 0 (out of memory); a set 1 or 0. */
+enum { OP_SET = 1, OP_GET = 2, OP_CREATE = 3, REQ_HDR = 9, MAX_CLIENTS = 4096 };
 
 struct kv {
     struct kv *next;
@@ -104,12 +105,15 @@ static int serve_requests(tcp_store *t, struct client *c)
         uint32_t klen, vlen;
         memcpy(&klen, p + 1, 4);
         memcpy(&vlen, p + 5, 4);
-        if (klen > CL_STORE_MAX_KEY || vlen > CL_STORE_MAX_VALUE || (p[0] != OP_SET && p[0] != OP_GET))
+        if (klen > CL_STORE_MAX_KEY || vlen > CL_STORE_MAX_VALUE || p[0] < OP_SET ||
+            p[0] > OP_CREATE)
             return -1;
         if (c->got - off < REQ_HDR + klen + vlen)
             break;
-        if (p[0] == OP_SET) {
-            unsigned char ok = serve_set(t, p + REQ_HDR, klen, p + REQ_HDR + klen, vlen) == 0;
+        if (p[0] != OP_GET) {
+            int taken = p[0] == OP_CREATE && lookup(t, (const char *)p + REQ_HDR, klen);
+            unsigned char ok =
+                taken ? 2 : serve_set(t, p + REQ_HDR, klen, p + REQ_HDR + klen, vlen) == 0;
             if (send_all(c->fd, &ok, 1) != 0)
                 return -1;
         } else {
@@ -222,7 +226,10 @@ static int bind_server(tcp_store *t, const char *port, char *err, size_t errlen)
         return COLL_ESYS;
     setsockopt(t->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(t->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(t->lfd, 1024) != 0) {
-        snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s: %s", port, strerror(errno));
+        snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s: %s%s", port, strerror(errno),
+                 errno == EADDRINUSE ? " (another job, or one still closing, holds it: use "
+                                       "another port)"
+                                     : "");
         close(t->lfd);
         return COLL_ESYS;
     }
@@ -302,14 +309,26 @@ static int request(tcp_store *t, unsigned char op, const char *key, const void *
     return COLL_OK;
 }
 
-static int tcp_set(cl_store *s, const char *key, const void *val, size_t len)
+static int put(cl_store *s, unsigned char op, const char *key, const void *val, size_t len)
 {
     tcp_store *t = (tcp_store *)s;
     unsigned char ok = 0;
-    int rc = request(t, OP_SET, key, val, (uint32_t)len);
+    int rc = request(t, op, key, val, (uint32_t)len);
     if (rc == COLL_OK)
         rc = recv_all(t, &ok, 1);
-    return rc == COLL_OK && !ok ? COLL_ENOMEM : rc;
+    if (rc == COLL_OK && ok != 1)
+        rc = ok == 2 ? CL_STORE_TAKEN : COLL_ENOMEM;
+    return rc;
+}
+
+static int tcp_set(cl_store *s, const char *key, const void *val, size_t len)
+{
+    return put(s, OP_SET, key, val, len);
+}
+
+static int tcp_create(cl_store *s, const char *key, const void *val, size_t len)
+{
+    return put(s, OP_CREATE, key, val, len);
 }
 
 static int tcp_get(cl_store *s, const char *key, void *buf, size_t cap, size_t *len)
@@ -357,7 +376,8 @@ static void tcp_close(cl_store *s)
     free(t);
 }
 
-static const cl_store_ops ops = {.set = tcp_set, .get = tcp_get, .close = tcp_close};
+static const cl_store_ops ops = {
+    .set = tcp_set, .get = tcp_get, .close = tcp_close, .create = tcp_create};
 
 int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, cl_store **out,
                       char *err, size_t errlen)

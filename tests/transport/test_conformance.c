@@ -53,7 +53,8 @@ static void pair_open(pair *p)
     ck_assert_ptr_nonnull(p->tr);
     cl_notifier_init(&p->na);
     cl_notifier_init(&p->nb);
-    cl_tr_config ca = { "lo", 5000, &p->na }, cb = { "lo", 5000, &p->nb };
+    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
+                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
     ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
     ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
     char handle[CL_HANDLE_BYTES];
@@ -356,7 +357,7 @@ static int available(void)
     }
     cl_notifier n;
     cl_notifier_init(&n);
-    cl_tr_config c = { "lo", 5000, &n };
+    cl_tr_config c = {.device = "lo", .timeout_ms = 5000, .notifier = &n};
     cl_tr_ctx *ctx;
     int rc = tr->ctx_create(&c, &ctx);
     if (rc == COLL_OK)
@@ -404,7 +405,7 @@ START_TEST(shm_refuses_an_unsealed_ring)
     pair p = {0};
     p.tr = cl_transport_find("shm");
     cl_notifier_init(&p.nb);
-    cl_tr_config cb = {"lo", 5000, &p.nb};
+    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p.nb};
     ck_assert_int_eq(p.tr->ctx_create(&cb, &p.b), COLL_OK);
     char handle[CL_HANDLE_BYTES];
     ck_assert_int_eq(p.tr->listen(p.b, handle, &p.l), COLL_OK);

@@ -124,6 +124,41 @@ START_TEST(rendezvous_urls_parse_or_explain)
 }
 END_TEST
 
+/* create writes only where nothing is (the first writer wins, a set still overwrites);
+ * remove forgets a key where the store can (file, mem; tcp forgets all at close). A
+ * sealed store's create takes a place held by a forgery, not one held by a real value. */
+START_TEST(create_is_first_wins_and_remove_forgets)
+{
+    char dir[64] = "";
+    cl_store *s = open_kind(_i % 3, dir);
+    if (_i >= 3) {
+        cl_store *inner = s;
+        uint8_t key[32] = {5};
+        ck_assert_int_eq(inner->ops->set(inner, "k", "forged-by-a-stranger-0123456789", 31),
+                         COLL_OK);
+        ck_assert_int_eq(cl_store_seal(inner, key, &s), COLL_OK);
+    }
+    char buf[64];
+    size_t len = 0;
+    ck_assert_int_eq(cl_store_create(s, "k", "first", 5), COLL_OK);
+    ck_assert_int_eq(cl_store_create(s, "k", "second", 6), CL_STORE_TAKEN);
+    ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_uint_eq(len, 5);
+    ck_assert_int_eq(memcmp(buf, "first", 5), 0);
+    if (_i % 3 != 2) {
+        cl_store_remove(s, "k");
+        ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_INPROGRESS);
+        ck_assert_int_eq(cl_store_create(s, "k", "again", 5), COLL_OK);
+    }
+    s->ops->close(s);
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+}
+END_TEST
+
 /* A sealed store takes only values with the key's tag: a forged or truncated value, or
  * one sealed under another key, is not there (and waiting for it times out). */
 START_TEST(sealed_store_ignores_forgeries)
@@ -162,6 +197,7 @@ int main(void)
     tcase_set_timeout(t, 20);
     tcase_add_loop_test(t, set_get_missing_and_timeout, 0, 3);
     tcase_add_loop_test(t, sealed_store_ignores_forgeries, 0, 2);
+    tcase_add_loop_test(t, create_is_first_wins_and_remove_forgets, 0, 6);
     tcase_add_test(t, tcp_server_survives_garbage_clients);
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);

@@ -139,7 +139,7 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
                       cl_tr_ctx **out)
 {
     if (!v) {
-        cl_log(COLL_LOG_ERROR, "%s", verr);
+        cl_tr_error(cfg, "%s", verr);
         return COLL_ENOTSUP;
     }
     cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -158,7 +158,7 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         cl_ib_dev_close(&ctx->dev);
     }
     if (rc != COLL_OK) {
-        cl_log(COLL_LOG_ERROR, "%s", err);
+        cl_tr_error(cfg, "%s", err);
         free(ctx);
         return rc;
     }

@@ -436,7 +436,11 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     ctx->notifier = cfg->notifier;
     ctx->timeout_ms = cfg->timeout_ms;
     if (cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
-        cl_log(COLL_LOG_ERROR, "tcp: no network interface matches '%s'", cfg->device);
+        if (cfg->device)
+            cl_tr_error(cfg, "no network interface matches '%s' (COLL_SOCKET_IFNAME or "
+                        "coll_config.device)", cfg->device);
+        else
+            cl_tr_error(cfg, "no network interface with an IPv4 address is up");
         free(ctx);
         return COLL_EINVAL;
     }

@@ -1,0 +1,390 @@
+/* coll_init and coll_init_store: the rendezvous through a store. Every rank publishes
+ * its card (transport handle, host, lifeline, nonce) and reads everyone's, then the
+ * communicator connects; the store closes once every rank has read the cards. The store
+ * also keeps two jobs apart: its "job" record names the job, and a rank's card can be
+ * written once only. */
+#include "core/comm.h"
+
+#include "base/auth.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "core/config.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static __thread char init_err[512];
+
+void cl_comm_init_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_err, sizeof(init_err), fmt, ap);
+    va_end(ap);
+}
+
+/* One look for every card not yet read, waiting until `until` for the first missing
+ * one only; the ranks still missing go into list. Returns how many, or a COLL_E* code. */
+static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t until, char *list,
+                       size_t len, int *lost)
+{
+    int missing = 0;
+    list[0] = 0;
+    for (int p = 0; p < c->size; p++) {
+        if (have[p])
+            continue;
+        char key[64];
+        size_t n = 0, at = strlen(list);
+        snprintf(key, sizeof(key), "addr/%d", p);
+        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &n,
+                              missing ? cl_now_ms() : until);
+        /* EPEER: rank 0 gave up first and its store went away; same story. */
+        if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
+            snprintf(list + at, len - at, "%s%d", missing++ ? "," : "", p);
+            *lost |= r == COLL_EPEER;
+        } else if (r != COLL_OK) {
+            return r;
+        } else {
+            have[p] = 1;
+        }
+    }
+    return missing;
+}
+
+/* Rank 0 reads every card and publishes them all, CARDS_PER_KEY to a value ("cards/K"),
+ * so every other rank reads n/CARDS_PER_KEY values instead of n: O(n) requests on the
+ * store in all, not n^2 (256 ranks made 65k on rank 0's store thread). */
+enum { CARDS_PER_KEY = 256 };
+
+static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadline)
+{
+    int rc = COLL_OK;
+    for (int k = 0; rc == COLL_OK && k * CARDS_PER_KEY < c->size; k++) {
+        char key[32];
+        size_t m = (size_t)CL_MIN(CARDS_PER_KEY, c->size - k * CARDS_PER_KEY), len = 0;
+        cl_card *at = cards + (size_t)k * CARDS_PER_KEY;
+        snprintf(key, sizeof(key), "cards/%d", k);
+        rc = publish ? c->store->ops->set(c->store, key, at, m * sizeof(cl_card))
+                     : cl_store_wait(c->store, key, at, m * sizeof(cl_card), &len, deadline);
+        if (rc == COLL_OK && !publish && len != m * sizeof(cl_card))
+            rc = COLL_EPROTO;
+    }
+    return rc;
+}
+
+/* Every rank's card: rank 0 reads them one by one, then publishes them (card_values);
+ * the others read what it published. While some are missing, rank 0 says every few
+ * seconds (at info) who is here and who is not. Near the deadline (while rank 0's store
+ * still answers) the others stop waiting for its values and read the cards themselves,
+ * so every rank's timeout names who is missing. */
+static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
+{
+    uint8_t *have = calloc((size_t)c->size, 1);
+    char list[256];
+    int64_t start = cl_now_ms();
+    int missing = have ? 1 : COLL_ENOMEM, lost = 0;
+    if (have && c->rank != 0) {
+        int rc = card_values(c, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
+        missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
+    }
+    while (missing > 0) {
+        missing =
+            sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list, sizeof(list),
+                        &lost);
+        if (missing <= 0 || cl_now_ms() >= deadline || lost)
+            break;
+        cl_log(COLL_LOG_INFO,
+               "rank %d: rendezvous: %d/%d ranks here after %lld ms; waiting "
+               "for rank(s) %s",
+               c->rank, c->size - missing, c->size, (long long)(cl_now_ms() - start), list);
+    }
+    free(have);
+    if (missing > 0)
+        snprintf(init_err, sizeof(init_err),
+                 "rendezvous: %d/%d ranks joined after %lld ms: missing rank(s) %s%s",
+                 c->size - missing, c->size, (long long)(cl_now_ms() - start), list,
+                 lost ? " (rank 0 closed the store: it gave up or failed, its error says why)"
+                      : "");
+    if (missing == 0 && c->rank == 0)
+        missing = card_values(c, cards, 1, deadline);
+    return missing > 0 ? COLL_ETIMEDOUT : missing;
+}
+
+/* Every rank must name the same transport: a handle means nothing to another one. */
+static int transport_differs(int p, const char *theirs, int me, const char *mine)
+{
+    if (strcmp(theirs, mine) == 0)
+        return 0;
+    snprintf(init_err, sizeof(init_err),
+             "rank %d uses transport %s, this rank (%d) %s: COLL_TRANSPORT and "
+             "coll_config.transport must agree on every rank",
+             p, theirs, me, mine);
+    return 1;
+}
+
+static int same_transport(coll_comm *c, cl_card *cards)
+{
+    for (int p = 0; p < c->size; p++) {
+        cards[p].transport[sizeof(cards[p].transport) - 1] = 0;
+        if (transport_differs(p, cards[p].transport, c->rank, c->tr->name))
+            return COLL_EMISMATCH;
+    }
+    return COLL_OK;
+}
+
+/* The job's record in the store ("job"): the id every hello carries and the name its
+ * launcher gave the job ("" when none did). */
+typedef struct {
+    uint64_t id;
+    char name[CL_JOB_NAME];
+    char transport[16]; /* rank 0's: a rank with another fails at once */
+} job_record;
+
+/* What init knows besides the communicator. */
+typedef struct {
+    const cl_config *cfg;
+    const cl_rdzv *rv;
+    int owner; /* this rank wrote the job record: it removes the job's records at the end */
+    char transport0[16]; /* rank 0's transport, from the job record */
+} meeting;
+
+/* The store holds another job's records; `what` says how that showed. */
+static int clash(const meeting *m, const char *what)
+{
+    if (strcmp(m->rv->scheme, "file") == 0)
+        snprintf(init_err, sizeof(init_err),
+                 "file://%.300s already holds another job's files (%s): use a fresh directory",
+                 m->rv->where, what);
+    else
+        snprintf(init_err, sizeof(init_err),
+                 "another job is using this rendezvous (%s://%.300s: %s): use another port "
+                 "or store, or set COLL_JOB_ID",
+                 m->rv->scheme, m->rv->where, what);
+    return COLL_EMISMATCH;
+}
+
+/* Rank 0 writes the job record once (drawing the id); every other rank reads it and
+ * refuses a job of another name. */
+static int agree_job(coll_comm *c, meeting *m, int64_t deadline)
+{
+    job_record mine = {0}, got = {0};
+    size_t len = 0;
+    snprintf(mine.name, sizeof(mine.name), "%s", m->cfg->job);
+    snprintf(mine.transport, sizeof(mine.transport), "%s", c->tr->name);
+    if (c->rank == 0) {
+        uint64_t seed[2] = {(uint64_t)cl_now_us(), (uint64_t)getpid()};
+        mine.id = cl_hash(seed, sizeof(seed), cl_hash(mine.name, strlen(mine.name), 0));
+        c->job = mine.id;
+        int rc = cl_store_create(c->store, "job", &mine, sizeof(mine));
+        m->owner = rc == COLL_OK;
+        return rc == CL_STORE_TAKEN ? clash(m, "a job record is there already") : rc;
+    }
+    int rc = cl_store_wait(c->store, "job", &got, sizeof(got), &len, deadline);
+    got.name[CL_JOB_NAME - 1] = 0;
+    if (rc == COLL_OK && (len != sizeof(got) || strcmp(got.name, mine.name) != 0)) {
+        snprintf(init_err, sizeof(init_err),
+                 "the rendezvous at %s://%.200s serves job '%s' and this rank is of job '%s'%s%s: "
+                 "use another port, or give every rank the same job id",
+                 m->rv->scheme, m->rv->where, got.name, mine.name, m->cfg->job_from ? " from " : "",
+                 m->cfg->job_from ? m->cfg->job_from : "");
+        return COLL_EMISMATCH;
+    }
+    c->job = got.id;
+    got.transport[sizeof(got.transport) - 1] = 0;
+    snprintf(m->transport0, sizeof(m->transport0), "%s", got.transport);
+    return rc;
+}
+
+/* This rank's card, written once: a second writer of one rank's place (another job's
+ * rank, or a rank started twice) is refused and leaves a note for rank 0. A rank whose
+ * transport is not rank 0's fails here, its card written so rank 0 says so too. */
+static int enroll(coll_comm *c, const meeting *m, const cl_card *mine)
+{
+    char key[64], what[64];
+    snprintf(key, sizeof(key), "addr/%d", c->rank);
+    int rc = cl_store_create(c->store, key, mine, sizeof(*mine));
+    if (rc == COLL_OK && c->rank != 0 && transport_differs(0, m->transport0, c->rank, c->tr->name))
+        return COLL_EMISMATCH;
+    if (rc != CL_STORE_TAKEN)
+        return rc;
+    snprintf(what, sizeof(what), "rank %d registered twice", c->rank);
+    c->store->ops->set(c->store, "clash", what, strlen(what) + 1);
+    return clash(m, what);
+}
+
+/* The job is done with the store: the writer of its record removes what the job wrote
+ * (stores whose records outlive it: a file directory, a process's table). */
+static void leave_store(coll_comm *c, const meeting *m)
+{
+    if (!c || !c->store)
+        return;
+    for (int p = 0; m->owner && p < c->size; p++) {
+        char key[64];
+        snprintf(key, sizeof(key), "addr/%d", p);
+        cl_store_remove(c->store, key);
+        if (p % CARDS_PER_KEY == 0) {
+            snprintf(key, sizeof(key), "cards/%d", p / CARDS_PER_KEY);
+            cl_store_remove(c->store, key);
+        }
+    }
+    if (m->owner) {
+        cl_store_remove(c->store, "clash");
+        cl_store_remove(c->store, "job");
+    }
+    c->store->ops->close(c->store);
+    c->store = NULL;
+}
+
+/* Once every rank has read the cards (the first lap proved it), rank 0 looks whether
+ * a rank was refused its place meanwhile, closes the store (nobody else registers after
+ * the look) and says so once around the ring: every rank of a disturbed job fails. */
+static int verdict(coll_comm *c, const meeting *m)
+{
+    char what[64] = "";
+    size_t n = 0;
+    int status = COLL_OK;
+    if (c->rank == 0 && c->store->ops->get(c->store, "clash", what, sizeof(what) - 1, &n) == COLL_OK) {
+        what[n] = 0;
+        status = clash(m, what);
+    }
+    leave_store(c, m);
+    int rc = cl_link_verdict(c, status);
+    if (rc == COLL_EMISMATCH && c->rank != 0)
+        clash(m, "rank 0 found a rank registered twice");
+    if (rc != COLL_OK)
+        cl_comm_fail(c, rc, "%s", init_err[0] ? init_err : "rank 0's verdict did not come");
+    return rc;
+}
+
+/* With COLL_SECRET, the store's values carry a tag: nobody without it writes an address. */
+static int seal_store(coll_comm *c)
+{
+    cl_store *sealed;
+    int rc = cl_store_seal(c->store, c->key, &sealed);
+    if (rc == COLL_OK)
+        c->store = sealed;
+    return rc;
+}
+
+/* Without a secret, anyone who reaches the rendezvous can join the job: say so once
+ * when it is reachable from beyond this machine. */
+static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
+{
+    static atomic_int told;
+    int local = strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0;
+    if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || local || atomic_exchange(&told, 1))
+        return;
+    cl_log(COLL_LOG_WARN,
+           "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "
+           "join this job or read its data (see the README, Security)",
+           rv->where);
+}
+
+/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
+/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
+static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
+{
+    int64_t deadline = cl_now_ms() + cfg->timeout_ms;
+    meeting m = {.cfg = cfg, .rv = rv};
+    cl_card mine;
+    cl_tr_listener *l = NULL;
+    coll_comm *c = NULL;
+    cl_card *cards = NULL;
+    int rc = cl_comm_create(cfg, rv->rank, rv->size, 0, &c, &l, &mine);
+    if (rc != COLL_OK) {
+        if (!init_err[0])
+            snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
+                     coll_strerror(rc));
+        if (store)
+            store->ops->close(store);
+        return rc;
+    }
+    c->store = store;
+    if ((!store &&
+         (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err)))) ||
+        (cfg->keyed && (rc = seal_store(c))) || (rc = agree_job(c, &m, deadline)) ||
+        (rc = enroll(c, &m, &mine)))
+        goto fail;
+    if (!(cards = calloc((size_t)c->size, sizeof(cl_card)))) {
+        rc = COLL_ENOMEM;
+        goto fail;
+    }
+    if ((rc = gather_cards(c, cards, deadline)) != COLL_OK || (rc = same_transport(c, cards)))
+        goto fail;
+    if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
+        snprintf(init_err, sizeof(init_err), "%.500s", c->err);
+        goto fail;
+    }
+    free(cards);
+    if ((rc = verdict(c, &m)) != COLL_OK) {
+        coll_destroy(c); /* its engine runs already */
+        return rc;
+    }
+    *out = c;
+    return COLL_OK;
+fail:
+    if (!init_err[0])
+        snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
+                 coll_strerror(rc));
+    free(cards);
+    leave_store(c, &m);
+    cl_comm_free(c);
+    return rc;
+}
+
+int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_config *cfg)
+{
+    init_err[0] = 0;
+    if (!out)
+        return COLL_EINVAL;
+    *out = NULL;
+    cl_rdzv rv;
+    cl_config conf;
+    int rc = cl_rdzv_parse(url, rank, size, &rv, init_err, sizeof(init_err));
+    if (rc == COLL_OK)
+        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+    if (rc == COLL_OK) {
+        warn_unkeyed(&conf, &rv);
+        rc = init_comm(out, &conf, &rv, NULL);
+    }
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
+    return rc;
+}
+
+int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank, int size,
+                    const coll_config *cfg)
+{
+    init_err[0] = 0;
+    if (!out)
+        return COLL_EINVAL;
+    *out = NULL;
+    cl_rdzv rv = {.scheme = "store", .where = "caller", .rank = rank, .size = size};
+    cl_config conf;
+    cl_store *s = NULL;
+    int rc = COLL_EINVAL;
+    if (!ops || !ops->set || !ops->get)
+        snprintf(init_err, sizeof(init_err), "the store's ops, set or get is NULL");
+    else if (size < 1 || rank < 0 || rank >= size)
+        snprintf(init_err, sizeof(init_err), "rank %d is not within a world of %d", rank, size);
+    else
+        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+    if (rc == COLL_OK)
+        rc = cl_store_caller_open(ops, ctx, &s);
+    if (rc == COLL_OK) {
+        rc = init_comm(out, &conf, &rv, s);
+    }
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);
+    return rc;
+}
+
+const char *coll_last_error(const coll_comm *comm)
+{
+    return comm ? comm->err : init_err;
+}
+

@@ -1,0 +1,194 @@
+/* The rendezvous keeps jobs apart and says why it fails: two jobs started at one port
+ * fail together with a sentence saying so (never a silent mix of their ranks); jobs
+ * with names are told apart at once; ranks that disagree on the transport, loop over a
+ * tcp rendezvous and an interface that does not exist are refused naming the cause; a
+ * file directory is reused after a job (its records are removed) and refused while
+ * another job's records are there. */
+#include "collective.h"
+
+#include "common/harness.h"
+#include "common/suite.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { TIMEOUT_MS = 3000 };
+
+/* One rank process: what it sets, when it starts, what init must say. */
+typedef struct {
+    int rank, size, delay_ms;
+    const char *env;       /* "NAME=value" or NULL */
+    int want;              /* COLL_OK: init, then an all-reduce that must add up */
+    const char *says;      /* with an error: words coll_last_error must hold */
+    int base;              /* the job's values: base + rank */
+} who;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int rank_main(const char *url, const who *w)
+{
+    alarm(6 * TIMEOUT_MS / 1000);
+    sleep_ms(w->delay_ms);
+    if (w->env)
+        putenv((char *)w->env);
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = TIMEOUT_MS;
+    coll_comm *c = NULL;
+    int rc = coll_init(&c, url, w->rank, w->size, &cfg);
+    const char *e = coll_last_error(NULL);
+    if (rc != w->want || (rc != COLL_OK && !strstr(e, w->says))) {
+        fprintf(stderr, "rank %d of job %d: init %s, want %s with '%s': %s\n", w->rank, w->base,
+                coll_strerror(rc), coll_strerror(w->want), w->says ? w->says : "", e);
+        return 1;
+    }
+    if (rc != COLL_OK)
+        return 0;
+    int v = w->base + w->rank, sum = -1, want = w->size * w->base + w->size * (w->size - 1) / 2;
+    rc = coll_allreduce(c, &v, &sum, 1, COLL_I32, COLL_SUM);
+    coll_destroy(c);
+    if (rc != COLL_OK || sum != want) {
+        fprintf(stderr, "rank %d of job %d: all-reduce %s, sum %d, want %d\n", w->rank, w->base,
+                coll_strerror(rc), sum, want);
+        return 1;
+    }
+    return 0;
+}
+
+/* Starts every rank as a process; returns how many did not behave. */
+static int run(const char *url, const who *ws, int n)
+{
+    pid_t pids[16];
+    for (int i = 0; i < n; i++)
+        if ((pids[i] = fork()) == 0)
+            _exit(rank_main(url, &ws[i]));
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    return bad;
+}
+
+static void env_url(char *url, size_t len)
+{
+    snprintf(url, len, "tcp://127.0.0.1:%d", free_port());
+}
+
+#define CLASH "another job is using this rendezvous"
+
+/* Job A's ranks 0 and 1 come first (rank 0 serves the store); all of job B comes: its
+ * rank 0 cannot bind the port, its rank 1 finds rank 1's place taken, its rank 2 takes
+ * rank 2's place. Rank 0 finds rank 1's note, and every rank that met fails saying so:
+ * none computes with the other job's ranks. Job A's rank 2 comes after the store closed
+ * and finds nobody. */
+START_TEST(two_jobs_at_one_port_fail_together)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    who ws[] = {{0, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
+                {1, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
+                {2, 3, 1500, NULL, COLL_ETIMEDOUT, "did not answer", 100},
+                {0, 3, 500, NULL, COLL_ESYS, "another job", 200},
+                {1, 3, 500, NULL, COLL_EMISMATCH, "rank 1 registered twice", 200},
+                {2, 3, 500, NULL, COLL_EMISMATCH, CLASH, 200}};
+    ck_assert_int_eq(run(url, ws, 6), 0);
+}
+END_TEST
+
+/* With names (COLL_JOB_ID, or a launcher's job id), a rank of another job is refused at
+ * once naming both, and the job that owns the rendezvous runs undisturbed. */
+START_TEST(named_jobs_are_told_apart)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    who ws[] = {{0, 3, 0, "COLL_JOB_ID=alpha", COLL_OK, NULL, 10},
+                {1, 3, 0, "COLL_JOB_ID=alpha", COLL_OK, NULL, 10},
+                {1, 3, 300, "SLURM_JOB_ID=4711", COLL_EMISMATCH, "job 'alpha'", 20},
+                {2, 3, 1000, "COLL_JOB_ID=alpha", COLL_OK, NULL, 10}};
+    ck_assert_int_eq(run(url, ws, 4), 0);
+    env_url(url, sizeof(url));
+    who alone[] = {{0, 2, 0, "COLL_JOB_ID=alpha", COLL_ETIMEDOUT, "missing rank(s) 1", 0},
+                   {1, 2, 300, "SLURM_JOB_ID=4711", COLL_EMISMATCH,
+                    "this rank is of job '4711' from SLURM_JOB_ID", 0}};
+    ck_assert_int_eq(run(url, alone, 2), 0);
+}
+END_TEST
+
+START_TEST(ranks_on_different_transports_both_say_so)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    who ws[] = {{0, 2, 0, "COLL_TRANSPORT=shm", COLL_EMISMATCH, "rank 1 uses transport tcp", 0},
+                {1, 2, 0, "COLL_TRANSPORT=tcp", COLL_EMISMATCH, "rank 0 uses transport shm", 0}};
+    ck_assert_int_eq(run(url, ws, 2), 0);
+}
+END_TEST
+
+/* Refused in the calling process before anything is sent, naming the cause. */
+START_TEST(loop_over_tcp_and_a_missing_interface_say_why)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = TIMEOUT_MS;
+    coll_comm *c = NULL;
+    cfg.transport = "loop";
+    ck_assert_int_eq(coll_init(&c, url, 0, 2, &cfg), COLL_EINVAL);
+    ck_assert_msg(strstr(coll_last_error(NULL), "use mem://NAME"), "%s", coll_last_error(NULL));
+    cfg.transport = "tcp";
+    cfg.device = "eth9";
+    ck_assert_int_eq(coll_init(&c, url, 0, 2, &cfg), COLL_EINVAL);
+    ck_assert_msg(strstr(coll_last_error(NULL), "no network interface matches 'eth9'"), "%s",
+                  coll_last_error(NULL));
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
+/* Two jobs one after the other in one directory run (the first's records are gone when
+ * it is built); a directory holding a crashed job's records is refused on every rank. */
+START_TEST(a_file_directory_is_reused_or_refused)
+{
+    char dir[64] = "/tmp/coll_meet.XXXXXX", url[96], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    for (int job = 1; job <= 2; job++) {
+        who ws[] = {{0, 2, 0, NULL, COLL_OK, NULL, job}, {1, 2, 0, NULL, COLL_OK, NULL, job}};
+        ck_assert_int_eq(run(url, ws, 2), 0);
+    }
+    snprintf(cmd, sizeof(cmd), "cd %s && ls | wc -l | grep -qx 0", dir);
+    ck_assert_msg(system(cmd) == 0, "the jobs left records in %s", dir);
+    snprintf(cmd, sizeof(cmd), "cd %s && head -c 88 /dev/zero > job && touch addr_0 addr_1", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    who ws[] = {{0, 2, 0, NULL, COLL_EMISMATCH, "already holds another job's files", 0},
+                {1, 2, 0, NULL, COLL_EMISMATCH, "already holds another job's files", 0}};
+    ck_assert_int_eq(run(url, ws, 2), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("meet");
+    TCase *t = tcase_create("meet");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, two_jobs_at_one_port_fail_together);
+    tcase_add_test(t, named_jobs_are_told_apart);
+    tcase_add_test(t, ranks_on_different_transports_both_say_so);
+    tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
+    tcase_add_test(t, a_file_directory_is_reused_or_refused);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}
