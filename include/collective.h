@@ -336,7 +336,9 @@ typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,
 typedef void (*coll_log_fn)(coll_log_level level, const char *msg, void *arg);
 
 /* Routes the library's log lines at `level` and above in importance to fn (NULL: stderr).
- * Default: stderr, level from $COLL_DEBUG (error|warn|info|debug|trace; default warn). */
+ * Default: stderr, level from $COLL_DEBUG (error|warn|info|debug|trace; default warn).
+ * info: set-up and each algorithm choice; debug: every link, collective (with its time)
+ * and send/recv; trace: every segment. */
 COLL_API void coll_set_log(coll_log_fn fn, void *arg, coll_log_level level);
 
 #ifdef __cplusplus

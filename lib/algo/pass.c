@@ -117,6 +117,15 @@ static void *slot_at(char *base, size_t i, size_t bytes)
 
 static int link_error(pass *p, int rc, int peer, const char *dir);
 
+/* COLL_DEBUG=trace: every segment that leaves or arrives. */
+static void trace_unit(const pass *p, size_t u, int peer, size_t bytes, const char *what)
+{
+    if (cl_log_enabled(COLL_LOG_TRACE))
+        cl_log(COLL_LOG_TRACE, "rank %d %s #%u: segment %zu, %zu bytes, %s rank %d",
+               cl_rank_of(p->x, p->x->rank), cl_kind_name(p->op->kind), p->op->seq, u, bytes,
+               what, cl_rank_of(p->x, peer));
+}
+
 static int post_send(flight *f)
 {
     pass *p = f->p;
@@ -132,6 +141,7 @@ static int post_send(flight *f)
     if (rc == COLL_OK) {
         f->s_posted++;
         atomic_fetch_add(p->x->wire_tx, sizeof(h) + h.len);
+        trace_unit(p, u, peer, bytes, "sent to");
     }
     return rc;
 }
@@ -203,6 +213,7 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
     if (v == CL_WIRE_MISMATCH)
         return mismatch(p, u, got, &want);
     atomic_fetch_add(p->x->wire_rx, sizeof(want) + nbytes);
+    trace_unit(p, u, cl_unit_peer(p, u, 1), nbytes, "from");
     if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);
     f->r_done++;

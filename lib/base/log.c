@@ -2,6 +2,7 @@
 #include "base/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,8 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static coll_log_fn sink;
 static void *sink_arg;
-static int level_set;
-static coll_log_level level = COLL_LOG_WARN;
+/* 0 until first read: a level check is one atomic load, cheap enough per segment. */
+static _Atomic int level;
 
 int cl_log_level_parse(const char *name)
 {
@@ -32,14 +33,13 @@ static coll_log_level level_from_env(void)
 
 static coll_log_level current(void)
 {
-    pthread_mutex_lock(&mu);
-    if (!level_set) {
-        level = level_from_env();
-        level_set = 1;
+    int l = atomic_load_explicit(&level, memory_order_relaxed);
+    if (l == 0) {
+        int none = 0;
+        atomic_compare_exchange_strong(&level, &none, (int)level_from_env());
+        l = atomic_load(&level);
     }
-    coll_log_level l = level;
-    pthread_mutex_unlock(&mu);
-    return l;
+    return (coll_log_level)l;
 }
 
 int cl_log_enabled(coll_log_level l)
@@ -52,8 +52,7 @@ void coll_set_log(coll_log_fn fn, void *arg, coll_log_level l)
     pthread_mutex_lock(&mu);
     sink = fn;
     sink_arg = arg;
-    level = l;
-    level_set = 1;
+    atomic_store(&level, (int)l);
     pthread_mutex_unlock(&mu);
 }
 

@@ -7,6 +7,11 @@
  * receive never queues behind a send. */
 #include "core/comm.h"
 
+#include "base/log.h"
+#include "base/util.h"
+#include "kernels/codec.h"
+#include "kernels/reduce.h"
+
 #include <stdlib.h>
 
 /* cl_choose, remembered per collective for the same count, dtype, op and codec (the
@@ -25,6 +30,16 @@ static const cl_algo *choose(coll_comm *c, const cl_op *op, char *why, size_t le
     return a;
 }
 
+/* COLL_DEBUG=debug: every collective, with what it moved, how, and how long it took. */
+static void tell_done(const coll_comm *c, const cl_algo *a, const cl_op *op, int rc, int64_t t0)
+{
+    cl_log(COLL_LOG_DEBUG, "rank %d %s #%u: %zu x %s %s, root %d, codec %s: %s, %lld us%s%s",
+           c->rank, cl_kind_name(op->kind), op->seq, op->count, cl_dtype_name(op->dtype),
+           cl_op_name(op->op), op->root, cl_codec_name(op->codec), a->name,
+           (long long)(cl_now_us() - t0), rc == COLL_OK ? "" : ": ",
+           rc == COLL_OK ? "" : coll_strerror(rc));
+}
+
 static int run_one(coll_comm *c, coll_req *r)
 {
     char why[160];
@@ -32,7 +47,11 @@ static int run_one(coll_comm *c, coll_req *r)
     if (!a) /* api.c refuses an operation no algorithm runs: never here */
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
-    return a->run(cl_topo_ctx(c, &r->op), &r->op);
+    int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
+    int rc = a->run(cl_topo_ctx(c, &r->op), &r->op);
+    if (t0)
+        tell_done(c, a, &r->op, rc, t0);
+    return rc;
 }
 
 int cl_run_collective(coll_comm *c, coll_req *r)

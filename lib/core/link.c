@@ -77,11 +77,13 @@ static void take_waiting(coll_comm *c)
     cl_tr_conn *conn;
     while (c->tr->accept(c->listener, raw, &conn) == COLL_OK) {
         int slot = claim(c, raw, conn);
-        if (slot < 0)
+        if (slot < 0) {
             c->tr->close_conn(conn);
-        else
-            __atomic_store_n(&c->conns[slot / c->size][1][slot % c->size], conn,
-                             __ATOMIC_RELEASE);
+            continue;
+        }
+        __atomic_store_n(&c->conns[slot / c->size][1][slot % c->size], conn, __ATOMIC_RELEASE);
+        cl_log(COLL_LOG_DEBUG, "rank %d: link from rank %d (channel %d) via %s", c->rank,
+               slot % c->size, slot / c->size, c->tr->peer_name(conn));
     }
 }
 
@@ -110,8 +112,11 @@ static int dial(coll_comm *c, int ch, int p)
     cl_hello_make(&me, ch, tag, raw);
     cl_tr_conn *conn = NULL;
     int rc = c->tr->connect(c->ctx, c->handles[p], raw, link_want(c, ch, p), &conn);
-    if (rc == COLL_OK)
+    if (rc == COLL_OK) {
         __atomic_store_n(&c->conns[ch][0][p], conn, __ATOMIC_RELEASE);
+        cl_log(COLL_LOG_DEBUG, "rank %d: link to rank %d (channel %d, %zu bytes in flight) via %s",
+               c->rank, p, ch, link_want(c, ch, p), c->tr->peer_name(conn));
+    }
     return rc;
 }
 

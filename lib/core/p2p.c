@@ -6,6 +6,7 @@
  * held, in issue order, and posted once it is, so posting order stays matching order. */
 #include "core/comm.h"
 
+#include "base/log.h"
 #include "base/util.h"
 #include "kernels/reduce.h"
 
@@ -77,6 +78,9 @@ int cl_p2p_post(coll_comm *c, coll_req *q)
     cl_op *r = &q->op;
     pthread_mutex_lock(&c->p2p_mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
+    cl_log(COLL_LOG_DEBUG, "rank %d %s #%u %s rank %d, tag %u: %zu x %s", c->rank,
+           cl_kind_name(r->kind), r->seq, r->kind == CL_SEND ? "to" : "from", r->root, r->tag,
+           r->count, cl_dtype_name(r->dtype));
     q->held = 1;
     q->next = NULL;
     if (c->held_tail)

@@ -215,6 +215,45 @@ static int stats_rank(coll_comm *c, void *arg)
     return 0;
 }
 
+/* What each level adds: debug, every collective with its algorithm and time and every
+ * send/recv; trace, every segment; info, neither. Counted per level, lines of each kind. */
+static int said[COLL_LOG_TRACE + 1][3];
+
+static void count_kinds(coll_log_level level, const char *msg, void *arg)
+{
+    (void)arg;
+    said[level][0] += strstr(msg, "allreduce #") && strstr(msg, " us") && strstr(msg, "ring");
+    said[level][1] += strstr(msg, "send #") != NULL;
+    said[level][2] += strstr(msg, ": segment ") != NULL;
+}
+
+static int levels_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    enum { COUNT = 1 << 18 };
+    float *x = calloc(COUNT, sizeof(float));
+    int me = coll_rank(c), peer = 1 - me;
+    for (int l = COLL_LOG_INFO; l <= COLL_LOG_TRACE; l++) {
+        coll_set_log(count_kinds, NULL, (coll_log_level)l);
+        EXPECT_RC(coll_allreduce(c, x, x, COUNT, COLL_F32, COLL_SUM), COLL_OK);
+        EXPECT_RC(coll_sendrecv(c, x, 4, peer, x + 4, 4, peer, COLL_F32, 0), COLL_OK);
+    }
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    free(x);
+    FAIL_IF(said[COLL_LOG_INFO][0] + said[COLL_LOG_INFO][1] + said[COLL_LOG_INFO][2] ||
+                !said[COLL_LOG_DEBUG][0] || !said[COLL_LOG_DEBUG][1] || !said[COLL_LOG_TRACE][2],
+            "lines (collective, send, segment): info %d %d %d, debug %d %d, trace %d",
+            said[COLL_LOG_INFO][0], said[COLL_LOG_INFO][1], said[COLL_LOG_INFO][2],
+            said[COLL_LOG_DEBUG][0], said[COLL_LOG_DEBUG][1], said[COLL_LOG_TRACE][2]);
+    return 0;
+}
+
+START_TEST(debug_and_trace_say_what_runs)
+{
+    expect_all_pass(2, levels_rank, RDZV_TCP);
+}
+END_TEST
+
 START_TEST(stats_count_wire_bytes_exactly)
 {
     expect_all_pass(4, stats_rank, RDZV_FILE);
@@ -401,6 +440,7 @@ int main(void)
     tcase_add_test(t, split_makes_groups_by_color_and_key);
     tcase_add_test(t, split_of_a_split_and_lazy_p2p);
     tcase_add_test(t, ranks_on_one_machine_are_counted);
+    tcase_add_test(t, debug_and_trace_say_what_runs);
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_test(t, integer_averages_do_not_wrap);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
