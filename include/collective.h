@@ -15,7 +15,10 @@
  * nobody chose, which may pair differently on two ranks; same-shaped operations then
  * reduce the wrong buffers with no error (different shapes give COLL_EMISMATCH). Issue
  * from one thread per communicator, or order the threads yourself; coll_split gives each
- * thread a communicator of its own. The library never changes the process's signal
+ * thread a communicator of its own. A collective issued while another thread is inside a
+ * blocking collective on the same communicator is always such a race and is refused
+ * (COLL_EINVAL, the communicator stays usable); other interleavings go undetected.
+ * Point-to-point is ordered per peer and direction and may come from any thread. The library never changes the process's signal
  * dispositions: its socket writes use MSG_NOSIGNAL, so a dead peer is COLL_EPEER, not a
  * SIGPIPE. */
 #ifndef COLLECTIVE_H

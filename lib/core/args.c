@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "kernels/reduce.h"
+#include "wire/wire.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -79,6 +80,24 @@ coll_req *cl_make(coll_comm *c, const cl_op *op)
 
 coll_req *cl_blocking;
 
+/* One issuing order per communicator: a thread that issues a collective while another is
+ * inside a blocking one on the same communicator is the race the header warns of (the
+ * two may pair differently on another rank), and is refused. Point-to-point is ordered
+ * per peer and direction, not here. */
+static __thread char thread_tag;
+
+static int issue_alone(coll_comm *c, const cl_op *op, int blocking)
+{
+    uintptr_t me = (uintptr_t)&thread_tag, none = 0, in = atomic_load(&c->blocking_in);
+    if ((in && in != me) ||
+        (blocking && !atomic_compare_exchange_strong(&c->blocking_in, &none, me)))
+        return cl_refuse(c, cl_kind_name(op->kind), COLL_EINVAL,
+                         "issued while another thread is inside a blocking collective on "
+                         "this communicator: issue from one thread, or give each thread "
+                         "its own communicator (coll_split)");
+    return COLL_OK;
+}
+
 /* A request that could not start leaves *out NULL (coll_wait(NULL) is COLL_EINVAL), never
  * whatever the caller's variable held before. */
 int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
@@ -87,18 +106,23 @@ int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
         *out = NULL;
     if (!q)
         return COLL_ENOMEM;
-    atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
-    if (q->op.kind == CL_SEND || q->op.kind == CL_RECV) {
-        int rc = cl_p2p_post(c, q);
-        if (rc != COLL_OK) {
-            free(q);
-            return rc;
-        }
-    } else if (out == CL_BLOCKING) {
-        return cl_engine_call(c, q);
-    } else {
-        cl_engine_submit(c, q);
+    int coll = q->op.kind != CL_SEND && q->op.kind != CL_RECV, blocking = out == CL_BLOCKING;
+    int rc = coll ? issue_alone(c, &q->op, blocking) : COLL_OK;
+    if (rc == COLL_OK) {
+        atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
+        rc = coll ? COLL_OK : cl_p2p_post(c, q);
     }
+    if (rc != COLL_OK) {
+        free(q);
+        return rc;
+    }
+    if (coll && blocking) {
+        rc = cl_engine_call(c, q);
+        atomic_store(&c->blocking_in, 0);
+        return rc;
+    }
+    if (coll)
+        cl_engine_submit(c, q);
     if (out == CL_BLOCKING)
         return cl_req_wait(q);
     *out = q;

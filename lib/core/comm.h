@@ -94,6 +94,8 @@ struct coll_comm {
     int status;                   /* first failure, sticky */
     int cause_rank, cause_status; /* where the failure began, passed on in the farewell */
     atomic_int aborted;
+    /* The thread inside a blocking collective (its tag, args.c), 0 when none. */
+    _Atomic uintptr_t blocking_in;
     char err[512];
 
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;

@@ -59,8 +59,10 @@ def _flat(t):
 
 
 class _Store:
-    """torch's c10d store as the library's: get waits up to timeout_ms (0: only looks;
-    c10d reads a zero timeout as none at all)."""
+    """torch's c10d store as the library's: get waits up to timeout_ms. A look (0) is a
+    compare_set that cannot match: c10d reads a zero wait as no limit at all, this
+    torch's Python stores have no check(), and with a 1 ms wait instead, later gets
+    failed here with "Socket Timeout"."""
 
     def __init__(self, store):
         self.store = store
@@ -68,9 +70,12 @@ class _Store:
     def set(self, key, value):
         self.store.set(key, value)
 
+    _ABSENT = b"\x00collective: absent\x00"
+
     def get(self, key, timeout_ms):
         if timeout_ms <= 0:
-            return self.store.get(key) if self.store.check([key]) else None
+            v = self.store.compare_set(key, self._ABSENT, self._ABSENT)
+            return None if v == self._ABSENT else v
         try:
             self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
         except RuntimeError:

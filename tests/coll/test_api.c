@@ -5,6 +5,7 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,57 @@ START_TEST(debug_and_trace_say_what_runs)
 }
 END_TEST
 
+/* Rank 0's first thread waits inside a blocking all-reduce (rank 1 comes late) while
+ * its second thread issues one: refused with COLL_EINVAL saying why; the first completes
+ * and the communicator stays usable. */
+typedef struct {
+    coll_comm *c;
+    int rc;
+    float v;
+} issuer;
+
+static void *blocking_issuer(void *arg)
+{
+    issuer *t = arg;
+    t->v = 1;
+    t->rc = coll_allreduce(t->c, &t->v, &t->v, 1, COLL_F32, COLL_SUM);
+    return NULL;
+}
+
+static int two_threads_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    issuer first = {c, -100, 0};
+    float v = 1;
+    if (coll_rank(c) == 1) {
+        usleep(600 * 1000);
+        EXPECT_RC(coll_allreduce(c, &v, &v, 1, COLL_F32, COLL_SUM), COLL_OK);
+        EXPECT_RC(coll_allreduce(c, &v, &v, 1, COLL_F32, COLL_SUM), COLL_OK);
+        FAIL_IF(v != 4, "sums %g, want 4", v);
+        return 0;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, blocking_issuer, &first);
+    usleep(300 * 1000);
+    coll_req *q = (coll_req *)&first;
+    int rc = coll_iallreduce(c, &v, &v, 1, COLL_F32, COLL_SUM, &q);
+    const char *e = coll_last_error(c);
+    FAIL_IF(rc != COLL_EINVAL || q || !strstr(e, "another thread is inside a blocking collective"),
+            "second thread: %s, request %p, '%s'", coll_strerror(rc), (void *)q, e);
+    pthread_join(t, NULL);
+    FAIL_IF(first.rc != COLL_OK || first.v != 2, "first thread: %s, %g", coll_strerror(first.rc),
+            first.v);
+    EXPECT_RC(coll_allreduce(c, &first.v, &first.v, 1, COLL_F32, COLL_SUM), COLL_OK);
+    FAIL_IF(first.v != 4, "then %g, want 4", first.v);
+    return 0;
+}
+
+START_TEST(a_second_issuing_thread_is_refused)
+{
+    expect_all_pass(2, two_threads_rank, RDZV_TCP);
+}
+END_TEST
+
 START_TEST(stats_count_wire_bytes_exactly)
 {
     expect_all_pass(4, stats_rank, RDZV_FILE);
@@ -441,6 +493,7 @@ int main(void)
     tcase_add_test(t, split_of_a_split_and_lazy_p2p);
     tcase_add_test(t, ranks_on_one_machine_are_counted);
     tcase_add_test(t, debug_and_trace_say_what_runs);
+    tcase_add_test(t, a_second_issuing_thread_is_refused);
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_test(t, integer_averages_do_not_wrap);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
