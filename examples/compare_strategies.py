@@ -58,10 +58,11 @@ def row(name, n, doc, serial_sps):
     formula = max(r[1] for r in recs)
     mem = max(recs, key=lambda r: sum(r[2].values()))[2]
     sps = last["samples_per_s"]
-    kib = [mem[k] / 1024 for k in ("params", "grads", "optimizer", "activations")]
+    kib = [mem.get(k, 0) / 1024
+           for k in ("params", "grads", "optimizer", "activations", "gathered")]
     return (f"{name:<8} {n:>2} {sps:>10.0f} {sps / serial_sps:>7.2f}x {wire:>12.0f} "
             f"{formula:>12.0f} {kib[0]:>9.0f} {kib[1]:>9.0f} {kib[2]:>9.0f} {kib[3]:>9.0f} "
-            f"{doc['test_accuracy']:>8.4f}")
+            f"{kib[4]:>9.0f} {doc['test_accuracy']:>8.4f}")
 
 
 def main():
@@ -77,6 +78,7 @@ def main():
           f"memory of the fullest rank in KiB")
     print(f"{'strategy':<8} {'N':>2} {'samples/s':>10} {'speedup':>8} {'wire B':>12} "
           f"{'formula B':>12} {'params':>9} {'grads':>9} {'optim':>9} {'activ':>9} "
+          f"{'gathered':>9} "
           f"{'test_acc':>8}")
     for n in (int(x) for x in args.ranks.split(",")):
         serial_sps = None

@@ -153,7 +153,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     for (int r = 0; r < n; r++)
         printf("  rank %d: compute %.2fs comm %.2fs\n", r, per[2 * r], per[2 * r + 1]);
     free(per);
-    ex_memory mem = { P, P, P, (double)mlp_work_bytes(&t->net, B / n) };
+    ex_memory mem = {P, P, P, (double)mlp_work_bytes(&t->net, B / n), 0};
     ex_print_memory("per rank", &mem);
     if (t->json)
         fprintf(t->json,

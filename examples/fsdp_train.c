@@ -89,8 +89,10 @@ static int shard_model(trainer *t)
             return -1;
     if (!(t->gfull = calloc(whole, sizeof(float))))
         return -1;
-    t->r.mem = (ex_memory){ .params = 4.0 * (shards + whole * (1 + t->o->prefetch)),
-                          .grads = 4.0 * (shards + whole), .optimizer = 4.0 * shards };
+    t->r.mem = (ex_memory){.params = 4.0 * shards,
+                           .grads = 4.0 * shards,
+                           .optimizer = 4.0 * shards,
+                           .gathered = 4.0 * whole * (2 + t->o->prefetch)};
     return 0;
 }
 

@@ -132,7 +132,7 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
     for (int r = 0; r < N; r++) {
         const double *v = all + NSTAT * r;
         size_t P = pipe_stage_params(&t->net, K, r % K);
-        ex_memory mem = { 4.0 * P, 4.0 * P, 4.0 * P, v[STASH_BYTES] };
+        ex_memory mem = {4.0 * P, 4.0 * P, 4.0 * P, v[STASH_BYTES], 0};
         double formula = 2.0 * P * ex_wire_bytes(o->codec) * (t->D - 1) / t->D;
         printf("  rank %d (stage %d, replica %d): compute %.2fs pipeline idle %.2fs "
                "all-reduce %.2fs | params %.0f KiB, peak activations %.0f KiB | group wire "

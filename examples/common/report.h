@@ -5,10 +5,14 @@
 #include <stdio.h>
 
 typedef struct {
-    double params, grads, optimizer, activations; /* bytes */
+    double params, grads, optimizer, activations; /* bytes this rank keeps */
+    /* bytes of whole layers held only while they run (FSDP's gathered parameters and
+     * their gradients), 0 for strategies that keep whole layers anyway */
+    double gathered;
 } ex_memory;
 
-/* "  memory per rank: params ... KiB, grads ..., optimizer ..., activations ..." */
+/* "  memory per rank: params ... KiB, grads ..., optimizer ..., activations ...[,
+ * gathered layers ...]" */
 void ex_print_memory(const char *who, const ex_memory *m);
 /* ,"memory":{"params":...,...} into an open JSON object. */
 void ex_json_memory(FILE *f, const ex_memory *m);

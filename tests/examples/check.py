@@ -7,8 +7,9 @@
   check.py trace FILE N T   a Chrome trace with N complete events on T named tracks
   check.py fsdp FSDP DP N PREFETCH
                             FSDP's parameter memory per rank is its shards (DP's over N,
-                            up to the padding of each layer) plus 1 + PREFETCH buffers of
-                            the largest gathered layer
+                            up to the padding of each layer); its gathered layers are
+                            1 + PREFETCH parameter buffers and one gradient buffer, each
+                            the size of the largest layer
 """
 import json
 import sys
@@ -55,16 +56,17 @@ SIZES = (784, 512, 256, 128, 10)
 
 
 def check_fsdp(path, dp_path, n, prefetch):
-    fsdp = json.load(open(path))["epochs"][-1]["memory"]["params"]
+    mem = json.load(open(path))["epochs"][-1]["memory"]
+    fsdp = mem["params"]
     dp = json.load(open(dp_path))["epochs"][-1]["memory"]["params"]
     counts = [SIZES[l] * SIZES[l + 1] + SIZES[l + 1] for l in range(len(SIZES) - 1)]
     shards = [-(-c // n) for c in counts]
-    gathered = 4 * (1 + prefetch) * n * max(shards)
-    assert fsdp == 4 * sum(shards) + gathered, f"params {fsdp} B, want {4 * sum(shards) + gathered}"
-    assert abs((fsdp - gathered) - dp / n) <= 4 * len(counts) * (n - 1), \
-        f"shards {fsdp - gathered} B vs DP {dp} B / {n}"
-    print(f"{path}: {fsdp - gathered:.0f} B of shards = DP's {dp:.0f} B / {n}, "
-          f"plus {gathered} B gathered")
+    gathered = 4 * (2 + prefetch) * n * max(shards)
+    assert fsdp == 4 * sum(shards), f"params {fsdp} B, want {4 * sum(shards)}"
+    assert mem["gathered"] == gathered, f"gathered {mem['gathered']} B, want {gathered}"
+    assert abs(fsdp - dp / n) <= 4 * len(counts) * (n - 1), f"shards {fsdp} B vs DP {dp} B / {n}"
+    print(f"{path}: {fsdp:.0f} B of shards = DP's {dp:.0f} B / {n}, "
+          f"plus {gathered} B of gathered layers")
 
 
 if __name__ == "__main__":
