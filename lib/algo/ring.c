@@ -33,9 +33,10 @@ static void rs_reduce(pass *p, size_t u, size_t first, const void *buf, size_t n
     size_t off;
     cl_unit_range(p, u, 1, &off);
     off = (off + first) * p->esize;
-    cl_reduce(p->acc + off, p->src + off, buf, n, p->op->dtype, p->op->op);
     if (p->divide_last && u / p->segs_per_chunk == (size_t)p->x->size - 2)
-        cl_divide(p->acc + off, n, p->op->dtype, p->x->size);
+        cl_reduce_avg(p->acc + off, p->src + off, buf, n, p->op->dtype, p->x->size);
+    else
+        cl_reduce(p->acc + off, p->src + off, buf, n, p->op->dtype, p->op->op);
 }
 
 static void rs_arrived(pass *p, size_t u, void *buf)

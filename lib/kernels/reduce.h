@@ -17,6 +17,10 @@ const char *cl_op_name(int op);
  * f32 and round once per call. */
 void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op);
 
+/* The last step of an average: dst[i] = (a[i] + b[i]) / k, the same numbers cl_reduce
+ * then cl_divide give, in one pass. */
+void cl_reduce_avg(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, int k);
+
 /* buf[i] /= divisor, in place (integers truncate toward zero). */
 void cl_divide(void *buf, size_t n, coll_dtype dtype, int divisor);
 

@@ -92,6 +92,38 @@ START_TEST(divide_rounds_like_the_type)
 }
 END_TEST
 
+/* The fused last step of an average gives exactly what a sum then a division give, for
+ * every dtype and divisors that are and are not powers of two. */
+START_TEST(fused_average_equals_sum_then_divide)
+{
+    int dt = _i / 5, k = (int[]){2, 3, 4, 5, 8}[_i % 5];
+    enum { N = 1000 };
+    size_t es = cl_dtype_size(dt);
+    unsigned char a[N * 8], b[N * 8], want[N * 8], got[N * 8];
+    srand(7 + (unsigned)_i);
+    for (size_t i = 0; i < N * es; i++) {
+        a[i] = (unsigned char)rand();
+        b[i] = (unsigned char)rand();
+    }
+    for (size_t i = 0; i < N && (dt == COLL_F16 || dt == COLL_BF16); i++) { /* finite */
+        set(a, i, dt, rand() % 2001 - 1000);
+        set(b, i, dt, rand() % 7 - 3);
+    }
+    for (size_t i = 0; i < N && dt == COLL_F32; i++) { /* fractions of every size */
+        ((float *)a)[i] = (float)(rand() - RAND_MAX / 2) / (float)(1 + rand() % 100000);
+        ((float *)b)[i] = (float)(rand() - RAND_MAX / 2) / 3.7e5f;
+    }
+    for (size_t i = 0; i < N && dt == COLL_F64; i++) {
+        ((double *)a)[i] = (double)(rand() - RAND_MAX / 2) / (double)(1 + rand() % 100000);
+        ((double *)b)[i] = (double)(rand() - RAND_MAX / 2) / 3.7e5;
+    }
+    cl_reduce(want, a, b, N, (coll_dtype)dt, COLL_AVG);
+    cl_divide(want, N, (coll_dtype)dt, k);
+    cl_reduce_avg(got, a, b, N, (coll_dtype)dt, k);
+    ck_assert_msg(memcmp(want, got, N * es) == 0, "%s / %d differs", cl_dtype_name(dt), k);
+}
+END_TEST
+
 START_TEST(f16_conversion_edge_cases)
 {
     ck_assert_uint_eq(cl_f32_to_f16(1.0f), 0x3c00);
@@ -145,6 +177,7 @@ int main(void)
     TCase *t = tcase_create("kernels");
     tcase_add_loop_test(t, every_dtype_and_op_matches_scalar_reference, 0, 40);
     tcase_add_test(t, divide_rounds_like_the_type);
+    tcase_add_loop_test(t, fused_average_equals_sum_then_divide, 0, 40);
     tcase_add_test(t, f16_conversion_edge_cases);
     tcase_add_test(t, bf16_conversion_edge_cases);
     tcase_add_test(t, sizes_and_names);
