@@ -11,7 +11,11 @@
  * samples/s, compute / communication time per rank, speedup over one process on the same
  * global batch, bandwidth utilisation and bytes on the wire next to 2P(N-1)/N; the second
  * step is drawn as a timeline (F, B, A per rank) and, with --trace, written as Chrome
- * trace-event JSON. Final line: "test_accuracy A". */
+ * trace-event JSON. Final line: "test_accuracy A".
+ * --elastic: when a rank is lost, the survivors shrink the communicator, split the same
+ * global batch over the ranks left (unevenly when it does not divide: each rank's
+ * gradient is then of its samples' summed loss over B, all-reduced with a sum), keep their
+ * replicas (identical) and redo the step; the run goes on to the end. */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
@@ -26,7 +30,8 @@
 #include <string.h>
 
 typedef struct {
-    coll_comm *c;
+    coll_comm *c, *first; /* the communicator in use, and the one the trainer was given */
+    int serial_owner;     /* this process began as rank 0: it runs --check-serial */
     const ex_opts *o;
     const dataset *train, *test;
     mlp net, serial;
@@ -51,29 +56,36 @@ static double rel_diff(const mlp *a, const mlp *b)
     return sqrt(num / den);
 }
 
-/* One step: local slice forward/backward, gradient all-reduce, update. */
+/* One step: local slice forward/backward, gradient all-reduce, update. Ranks that
+ * divide the batch average their slices' mean gradients; otherwise (after a shrink)
+ * slices differ by one sample and the gradients of loss sums over B are summed. Loss and
+ * correct count only once the step's all-reduce succeeded (a failed step is redone). */
 static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int *correct)
 {
-    int n = coll_size(t->c), me = coll_rank(t->c), B = t->o->batch, b = B / n;
+    int n = coll_size(t->c), me = coll_rank(t->c), B = t->o->batch, even = B % n == 0;
+    int lo = (int)((long)me * B / n), b = (int)((long)(me + 1) * B / n) - lo, ok = 0;
     const size_t *idx = t->perm + s * (size_t)B;
     double t0 = ex_now_s();
-    ex_gather(t->train, idx + (size_t)me * b, b, t->bx, t->by);
+    ex_gather(t->train, idx + lo, b, t->bx, t->by);
     memset(t->net.grads, 0, sizeof(float) * t->net.nparams);
     mlp_forward(&t->net, &t->work, t->bx, b);
     double tf = ex_now_s();
-    *loss += mlp_backward(&t->net, &t->work, t->by, b, b, correct);
+    double l = mlp_backward(&t->net, &t->work, t->by, b, even ? b : B, &ok);
     double t1 = ex_now_s();
-    int rc = coll_allreduce(t->c, t->net.grads, t->net.grads, t->net.nparams, COLL_F32, COLL_AVG);
+    int rc = coll_allreduce(t->c, t->net.grads, t->net.grads, t->net.nparams, COLL_F32,
+                            even ? COLL_AVG : COLL_SUM);
     double t2 = ex_now_s();
     if (rc != COLL_OK)
         return rc;
+    *loss += l;
+    *correct += ok;
     tl_add(&t->tl, 'F', -1, t0, tf);
     tl_add(&t->tl, 'B', -1, tf, t1);
     tl_add(&t->tl, 'A', -1, t1, t2);
     mlp_sgd(&t->net, t->lr, t->o->momentum);
     *tc += t1 - t0;
     *tm += t2 - t1;
-    if (me == 0 && (int)s < t->o->check_serial) {
+    if (t->serial_owner && (int)s < t->o->check_serial) {
         int ignore = 0;
         ex_gather(t->train, idx, B, t->sx, t->sy);
         mlp_train_batch(&t->serial, &t->serial_work, t->sx, t->sy, B, B, &ignore);
@@ -82,15 +94,50 @@ static int step(trainer *t, size_t s, double *tc, double *tm, double *loss, int 
     return COLL_OK;
 }
 
-static int replicas_identical(trainer *t)
+/* The epoch's closing exchanges: replica hashes compared (*same), stats summed, every
+ * rank's times gathered into per (2 x size). A COLL_E* code when a collective failed. */
+static int close_epoch(trainer *t, const double stats[3], double sum[3], const double times[2],
+                       double *per, int *same)
 {
     int n = coll_size(t->c);
     uint64_t h = mlp_hash(&t->net, 0, t->net.nparams), *all = malloc(sizeof(uint64_t) * (size_t)n);
-    int ok = coll_allgather(t->c, &h, all, 1, COLL_I64) == COLL_OK;
-    for (int r = 0; ok && r < n; r++)
-        ok = all[r] == h;
+    int rc = all ? coll_allgather(t->c, &h, all, 1, COLL_I64) : COLL_ENOMEM;
+    *same = 1;
+    for (int r = 0; rc == COLL_OK && r < n; r++)
+        *same &= all[r] == h;
     free(all);
-    return ok;
+    if (rc == COLL_OK)
+        rc = coll_allreduce(t->c, stats, sum, 3, COLL_F64, COLL_SUM);
+    return rc == COLL_OK ? coll_allgather(t->c, times, per, 2, COLL_F64) : rc;
+}
+
+/* --elastic: a collective failed; the survivors agree on who is gone and go on as a
+ * smaller communicator (the old one stays failed; the one the trainer was given is its
+ * caller's to destroy). */
+static int recover(trainer *t)
+{
+    int was = coll_rank(t->c), lost[64];
+    double t0 = ex_now_s();
+    coll_comm *next = NULL;
+    int rc = coll_shrink(t->c, &next);
+    if (rc != COLL_OK) {
+        fprintf(stderr, "rank %d: shrink: %s\n", was, coll_last_error(NULL));
+        return rc;
+    }
+    int k = coll_failed_ranks(t->c, lost, 64);
+    if (t->c != t->first)
+        coll_destroy(t->c);
+    t->c = next;
+    if (coll_rank(next) == 0) {
+        printf("elastic: lost rank(s)");
+        for (int i = 0; i < k && i < 64; i++)
+            printf(" %d", lost[i]);
+        printf(" of the old numbering; %d ranks go on, the global batch of %d split %d ways "
+               "(shrink took %.0f ms)\n", coll_size(next), t->o->batch, coll_size(next),
+               (ex_now_s() - t0) * 1e3);
+        fflush(stdout);
+    }
+    return COLL_OK;
 }
 
 static int run_epoch(trainer *t, int epoch, double *test_acc)
@@ -107,6 +154,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     coll_get_stats(t->c, &st0);
     double tc = 0, tm = 0, loss = 0, t0 = ex_now_s();
     int correct = 0;
+    size_t wire_from = 0; /* wire bytes count from here (the last shrink's step) */
     for (size_t s = 0; s < steps; s++) {
         int traced = epoch == 0 && s == 1, rc = traced ? tl_begin(&t->tl, t->c) : COLL_OK;
         if (rc == COLL_OK)
@@ -115,9 +163,14 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
             rc = tl_end(&t->tl, t->c, "rank", t->o->trace);
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: all-reduce: %s\n", me, coll_last_error(t->c));
-            return 1;
+            if (!t->o->elastic || recover(t) != COLL_OK)
+                return 1;
+            n = coll_size(t->c), me = coll_rank(t->c), s--; /* the step again, on the rest */
+            coll_get_stats(t->c, &st0);
+            wire_from = s + 1;
+            continue;
         }
-        if (epoch == 0 && me == 0 && (int)s + 1 == t->o->check_serial) {
+        if (epoch == 0 && t->serial_owner && (int)s + 1 == t->o->check_serial) {
             double d = rel_diff(&t->net, &t->serial);
             printf("check: after %d steps, %d-rank weights differ from one process by %.2e "
                    "(relative L2)\n", t->o->check_serial, n, d);
@@ -127,14 +180,22 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     }
     double wall = ex_now_s() - t0;
     coll_get_stats(t->c, &st1);
-    if (!replicas_identical(t)) {
-        fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
-        return 2;
-    }
     double stats[3] = { loss, (double)correct, tm }, sum[3], times[2] = { tc, tm };
     double *per = malloc(sizeof(double) * 2 * (size_t)n);
-    coll_allreduce(t->c, stats, sum, 3, COLL_F64, COLL_SUM);
-    coll_allgather(t->c, times, per, 2, COLL_F64);
+    int same = 1, rc;
+    while ((rc = close_epoch(t, stats, sum, times, per, &same)) != COLL_OK) {
+        fprintf(stderr, "rank %d: closing epoch %d: %s\n", me, epoch, coll_last_error(t->c));
+        if (!t->o->elastic || recover(t) != COLL_OK) {
+            free(per);
+            return 1;
+        }
+        n = coll_size(t->c), me = coll_rank(t->c); /* a smaller world: per still fits */
+    }
+    if (!same) {
+        fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
+        free(per);
+        return 2;
+    }
     *test_acc = mlp_accuracy(&t->net, &t->work, t->test->x, t->test->y, t->test->n);
     if (me != 0) {
         free(per);
@@ -143,7 +204,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     double samples = (double)steps * B, sps = samples / wall;
     double P = (double)t->net.nparams * 4, bytes = 2.0 * P * (n - 1) / n;
     double formula = bytes / 4 * ex_wire_bytes(t->o->codec);
-    double wire = (double)(st1.wire_tx - st0.wire_tx) / (double)steps;
+    double wire = (double)(st1.wire_tx - st0.wire_tx) / (double)(steps - wire_from);
     double ar = sum[2] / n / (double)steps; /* mean all-reduce time per step */
     printf("epoch %d: lr %.4f loss %.4f train_acc %.4f test_acc %.4f | %.0f samples/s, speedup "
            "%.2fx | wire %.0f B/step (2P(N-1)/N = %.0f) | allreduce %.2f ms, busbw %.3f GB/s\n",
@@ -181,7 +242,8 @@ static int train(coll_comm *c, const ex_opts *o)
     dataset train_set, test_set;
     if (ex_load_data(o, "dp_train", &train_set, &test_set) != 0)
         return 2;
-    trainer t = { .c = c, .o = o, .train = &train_set, .test = &test_set };
+    trainer t = {.c = c, .first = c, .serial_owner = me == 0, .o = o, .train = &train_set,
+                 .test = &test_set};
     int rc = tl_init(&t.tl, 3) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) ||
              mlp_work_init(&t.work, &t.net, o->batch) ||
@@ -206,8 +268,10 @@ static int train(coll_comm *c, const ex_opts *o)
         fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
         fclose(t.json);
     }
-    if (me == 0 && !rc)
+    if (coll_rank(t.c) == 0 && !rc)
         printf("test_accuracy %.4f\n", acc);
+    if (t.c != c)
+        coll_destroy(t.c);
     mlp_free(&t.net), mlp_free(&t.serial), mlp_work_free(&t.work), mlp_work_free(&t.serial_work);
     tl_free(&t.tl);
     free(t.bx), free(t.sx), free(t.by), free(t.sy), free(t.perm);
@@ -220,6 +284,7 @@ int main(int argc, char **argv)
     return ex_main(argc, argv,
                    "dp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
-                   "[--json FILE] [--trace FILE] [--seed S] [--lr-schedule cosine|const]",
+                   "[--json FILE] [--trace FILE] [--seed S] [--lr-schedule cosine|const] "
+                   "[--elastic]",
                    NULL, train);
 }

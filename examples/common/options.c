@@ -58,7 +58,8 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         { "lr", 1, 0, 'l' },      { "seed", 1, 0, 'S' },         { "codec", 1, 0, 'z' },
         { "data", 1, 0, 'd' },    { "json", 1, 0, 'j' },         { "trace", 1, 0, 't' },
         { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { "lr-schedule", 1, 0, 'L' },
-        { "sweep", 1, 0, 'w' },   { "prefetch", 1, 0, 'p' },     { 0, 0, 0, 0 } };
+        { "sweep", 1, 0, 'w' },   { "prefetch", 1, 0, 'p' },     { "elastic", 0, 0, 'E' },
+        { 0, 0, 0, 0 } };
     *o = (ex_opts){ .np = 2, .stages = 2, .epochs = 10, .batch = 64, .micro = 4, .onef1b = 1,
                     .cosine = 1, .prefetch = 1, .lr = 0.05f, .momentum = 0.9f, .seed = 1,
                     .codec = COLL_CODEC_NONE };
@@ -74,6 +75,7 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         case 's': o->steps = atoi(optarg); break;
         case 'c': o->check_serial = atoi(optarg); break;
         case 'p': o->prefetch = atoi(optarg) != 0; break;
+        case 'E': o->elastic = 1; break;
         case 'l': o->lr = (float)atof(optarg); break;
         case 'S': o->seed = strtoull(optarg, NULL, 10); break;
         case 'd': o->data = optarg; break;

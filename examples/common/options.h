@@ -8,6 +8,7 @@
 
 typedef struct {
     int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine, prefetch;
+    int elastic; /* dp_train: survive a lost rank (shrink and go on) */
     int sweep[8], nsweep; /* micro-batch counts to sweep */
     float lr, momentum;
     unsigned long long seed;
@@ -17,7 +18,8 @@ typedef struct {
 
 /* Flags: --np --stages --epochs --batch --microbatches --steps --check-serial
  * --schedule gpipe|1f1b --lr --lr-schedule cosine|const --seed --codec none|fp16|bf16|int8
- * --data --json --trace --sweep M1,M2,... --prefetch 0|1. Returns 0, or -1 for an unknown flag or value. */
+ * --data --json --trace --sweep M1,M2,... --prefetch 0|1 --elastic. Returns 0, or -1 for an
+ * unknown flag or value. */
 int ex_parse(int argc, char **argv, ex_opts *o);
 
 /* The learning rate of an epoch: --lr throughout (const), or a cosine from --lr down
