@@ -134,21 +134,21 @@ START_TEST(create_is_first_wins_and_remove_forgets)
     if (_i >= 3) {
         cl_store *inner = s;
         uint8_t key[32] = {5};
-        ck_assert_int_eq(inner->ops->set(inner, "k", "forged-by-a-stranger-0123456789", 31),
+        ck_assert_int_eq(inner->ops->set(inner, "once", "forged-by-a-stranger-0123456789", 31),
                          COLL_OK);
         ck_assert_int_eq(cl_store_seal(inner, key, &s), COLL_OK);
     }
     char buf[64];
     size_t len = 0;
-    ck_assert_int_eq(cl_store_create(s, "k", "first", 5), COLL_OK);
-    ck_assert_int_eq(cl_store_create(s, "k", "second", 6), CL_STORE_TAKEN);
-    ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_int_eq(cl_store_create(s, "once", "first", 5), COLL_OK);
+    ck_assert_int_eq(cl_store_create(s, "once", "second", 6), CL_STORE_TAKEN);
+    ck_assert_int_eq(s->ops->get(s, "once", buf, sizeof(buf), &len), COLL_OK);
     ck_assert_uint_eq(len, 5);
     ck_assert_int_eq(memcmp(buf, "first", 5), 0);
     if (_i % 3 != 2) {
-        cl_store_remove(s, "k");
-        ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_INPROGRESS);
-        ck_assert_int_eq(cl_store_create(s, "k", "again", 5), COLL_OK);
+        cl_store_remove(s, "once");
+        ck_assert_int_eq(s->ops->get(s, "once", buf, sizeof(buf), &len), COLL_INPROGRESS);
+        ck_assert_int_eq(cl_store_create(s, "once", "again", 5), COLL_OK);
     }
     s->ops->close(s);
     if (dir[0]) {
