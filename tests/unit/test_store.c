@@ -33,6 +33,17 @@ static cl_store *open_kind(int kind, char *dir)
     return s;
 }
 
+/* Closes s and removes a file store's directory. */
+static void close_kind(cl_store *s, const char *dir)
+{
+    s->ops->close(s);
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+}
+
 START_TEST(set_get_missing_and_timeout)
 {
     char dir[64] = "";
@@ -50,12 +61,7 @@ START_TEST(set_get_missing_and_timeout)
     int64_t t0 = cl_now_ms();
     ck_assert_int_eq(cl_store_wait(s, "never", buf, sizeof(buf), &len, t0 + 200), COLL_ETIMEDOUT);
     ck_assert_int_ge(cl_now_ms() - t0, 190);
-    s->ops->close(s);
-    if (dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-        ck_assert_int_eq(system(cmd), 0);
-    }
+    close_kind(s, dir);
 }
 END_TEST
 
@@ -150,12 +156,7 @@ START_TEST(create_is_first_wins_and_remove_forgets)
         ck_assert_int_eq(s->ops->get(s, "once", buf, sizeof(buf), &len), COLL_INPROGRESS);
         ck_assert_int_eq(cl_store_create(s, "once", "again", 5), COLL_OK);
     }
-    s->ops->close(s);
-    if (dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-        ck_assert_int_eq(system(cmd), 0);
-    }
+    close_kind(s, dir);
 }
 END_TEST
 
