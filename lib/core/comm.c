@@ -128,10 +128,9 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
         cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
         goto fail;
     }
-    for (int ch = 0; ch < CL_CHANNELS; ch++)
-        c->algo[ch] = algo_ctx(c, ch);
     if ((rc = c->tr->listen(c->ctx, mine->handle, l)) != COLL_OK)
         goto fail;
+    c->listener = *l;
     *out = c;
     return COLL_OK;
 fail:
@@ -162,8 +161,17 @@ static void fd_room(coll_comm *c)
                c->rank, c->size, need, limit);
 }
 
+void cl_comm_place(coll_comm *c, int rank, int size, uint64_t id)
+{
+    c->rank = rank;
+    c->size = size;
+    c->id = id;
+}
+
 int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
+    for (int ch = 0; ch < CL_CHANNELS; ch++)
+        c->algo[ch] = algo_ctx(c, ch);
     for (int p = 0; p < c->size; p++) {
         memcpy(c->lives[p], cards[p].life, CL_LIFE_ADDR);
         c->lives[p][CL_LIFE_ADDR - 1] = 0;
@@ -174,8 +182,6 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     if (rc == COLL_OK) {
         cl_topo_contexts(c);
         rc = cl_link_start(c, l, cards);
-    } else {
-        c->tr->close_listener(l);
     }
     if (rc == COLL_OK)
         rc = cl_engine_start(c);

@@ -119,6 +119,9 @@ typedef struct cl_card {
  * connected; *mine is this rank's card. */
 int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
                    cl_tr_listener **l, cl_card *mine);
+/* Where c stands, when it is learnt after cl_comm_create (shrink): size no more than
+ * the size c was created with. */
+void cl_comm_place(coll_comm *c, int rank, int size, uint64_t id);
 /* Connects c given every rank's card (rank order), then starts its engine. */
 int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
 void cl_comm_free(coll_comm *c);

@@ -1,16 +1,33 @@
 /* coll_shrink: after a failure, the survivors agree on who is gone, over the lifelines
  * (life.h), and connect a communicator of themselves.
  *
- * The agreement is flooding in rounds. Each survivor dials every rank it does not
- * count as failed (a refused dial: failed). In round r it sends every live peer its set
- * of failed ranks and reads theirs; a peer that closes or says nothing before the
- * deadline joins the set. A round where every set read equals this rank's own, and
- * nothing new failed, decides; the rank says so in one last message, which its peers
- * count as that peer's round, and stops. Then each survivor builds its new communicator
- * and sends its card over the same lifelines. The new id is a hash of the decided set:
- * survivors that decided differently (a rank died between two peers' reads of one round)
- * cannot connect to each other, and their shrink fails rather than build two
- * communicators; calling it again agrees anew. */
+ * The agreement is flooding in rounds, with a perfect-enough failure detector: a peer
+ * whose lifeline closes, or that says nothing for two timeouts, is counted failed. Each
+ * survivor dials every rank it does not count as failed (refused: failed). In round r it
+ * sends every live peer its set of failed ranks and its card for the new communicator,
+ * and reads theirs; every set read joins its own.
+ *
+ * Deciding. A rank decides by itself in a round where every set read equals the one it
+ * sent and nothing new failed; it then sends its set and every member's card, marked
+ * decided, once more to every rank it has a socket to, and stops. A rank that reads a
+ * decided word from a live peer takes that set and those cards as its own, decides, and
+ * passes the word on the same way. Why one answer:
+ * - Two ranks that decide by themselves in the same round read each other's sets of
+ *   that round (one that counted the other failed in it saw something new), and each
+ *   set was its sender's decision: equal. (Two that counted each other failed before
+ *   exclude each other: the detector's error, below.)
+ * - A rank that decided in round r is heard in round r+1 by every rank that still counts
+ *   it live, and what they hear is its decided word: none of them can decide by itself
+ *   after round r, and those that adopt pass the same set on. The only ranks left to
+ *   decide otherwise counted the decider failed: excluded from it (they learn so from its
+ *   decided word, which reaches every socket) or dead.
+ * - Every round that decides nothing saw a rank fail or a set grow, and sets only grow:
+ *   at most 2n + 2 rounds.
+ * A member that dies after the decision is in the new communicator: connecting it, or
+ * its first collective, fails, and the survivors shrink the new one (as ULFM's
+ * MPI_Comm_shrink). What the failure detector gets wrong is a rank alive but silent for
+ * two timeouts (stopped): it ends excluded, told so by the deciders' word. The new id is
+ * a hash of the decided set, so ranks that decided differently can never connect. */
 #include "core/comm.h"
 
 #include "base/auth.h"
@@ -26,45 +43,51 @@
 #include <unistd.h>
 
 #define LIFE_MAGIC 0x4C494645u /* "LIFE" */
-#define CARDS (-1)               /* the round that carries the new communicator's cards */
 
 typedef struct {
     uint32_t magic, attempt;
-    int32_t from, round, decided, size;
+    int32_t from, round, decided, size, ncards;
     uint64_t job, id;
-    cl_card card;               /* round CARDS: the sender's, for the new communicator */
-    uint8_t tag[CL_TAG_BYTES];  /* with COLL_SECRET: HMAC of the message, this zeroed */
-    /* then `size` bytes: 1 where the sender counts a rank as failed */
+    uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: HMAC of the message, this zeroed */
+    /* then `size` bytes: 1 where the sender counts a rank as failed; then ncards cards:
+     * the sender's own for the new communicator, or (decided) every rank's by old rank */
 } life_msg;
 
 /* One connection a peer dialed to us; rank -1 until its first message names it. */
 typedef struct {
     int fd, rank;
-    size_t off;
+    size_t off, cap;
     uint8_t *buf;
 } inlink;
 
 typedef struct {
     coll_comm *c;
     int n;
-    size_t msz;
+    size_t fixed; /* a message's header and set */
     uint8_t *dead, *heard, *done;
+    int adopted;  /* this rank took a decided peer's set and cards */
+    int disagree; /* a set read this round differs from this rank's */
     int *out;     /* per rank: the socket we dialed, -1 */
     inlink *in;   /* accepted connections */
     int nin, cap; /* how many, room for */
-    int disagree; /* a set read this round differs from this rank's */
-    cl_card *cards;
-    uint8_t *msg; /* this rank's outgoing message */
+    cl_card *cards; /* by old rank: each one's card for the new communicator */
+    uint8_t *msg;   /* this rank's outgoing message, room for every card */
 } agreement;
+
+static size_t msg_size(const agreement *a, int ncards)
+{
+    return a->fixed + (size_t)ncards * sizeof(cl_card);
+}
 
 static int live(const agreement *a, int p)
 {
     return p != a->c->rank && !a->dead[p] && !a->done[p];
 }
 
+/* Once a decided set is taken, nothing more changes it. */
 static void lost(agreement *a, int p, const char *why)
 {
-    if (p < 0 || a->dead[p] || a->done[p])
+    if (p < 0 || a->dead[p] || a->done[p] || a->adopted)
         return;
     cl_log(COLL_LOG_INFO, "rank %d shrink: rank %d counted as failed: %s", a->c->rank, p, why);
     a->dead[p] = 1;
@@ -89,21 +112,22 @@ static void agreement_free(agreement *a)
     free(a->msg);
 }
 
-static int agreement_init(agreement *a, coll_comm *c)
+static int agreement_init(agreement *a, coll_comm *c, const cl_card *mine)
 {
     int n = c->size;
-    *a = (agreement){.c = c, .n = n, .msz = sizeof(life_msg) + (size_t)n, .cap = 2 * n + 4};
+    *a = (agreement){.c = c, .n = n, .fixed = sizeof(life_msg) + (size_t)n, .cap = 2 * n + 4};
     a->dead = calloc((size_t)n, 1);
     a->heard = calloc((size_t)n, 1);
     a->done = calloc((size_t)n, 1);
     a->out = malloc((size_t)n * sizeof(int));
     a->in = calloc((size_t)a->cap, sizeof(inlink));
     a->cards = calloc((size_t)n, sizeof(cl_card));
-    a->msg = calloc(1, a->msz);
+    a->msg = calloc(1, msg_size(a, n));
     for (int p = 0; a->out && p < n; p++)
         a->out[p] = -1; /* before any return: agreement_free closes what is not -1 */
     if (!a->dead || !a->heard || !a->done || !a->out || !a->in || !a->cards || !a->msg)
         return COLL_ENOMEM;
+    a->cards[c->rank] = *mine;
     return COLL_OK;
 }
 
@@ -126,94 +150,157 @@ static void dial_all(agreement *a, int64_t deadline)
 /* With COLL_SECRET, a lifeline message carries a tag under the job's key: nobody
  * without it can speak in an agreement (a message replayed from one is the same word
  * again, and the attempt number keeps one agreement's words out of the next). */
-static void seal(const agreement *a, uint8_t *msg)
+static void seal(const agreement *a, uint8_t *msg, size_t len)
 {
     uint8_t *tag = msg + offsetof(life_msg, tag);
     memset(tag, 0, CL_TAG_BYTES);
-    cl_auth_tag(a->c->key, tag, 2, "coll life v1", (size_t)12, msg, a->msz);
+    cl_auth_tag(a->c->key, tag, 2, "coll life v1", (size_t)12, msg, len);
 }
 
-static int sealed(const agreement *a, const uint8_t *msg)
+static int sealed(const agreement *a, const uint8_t *msg, size_t len)
 {
     if (!a->c->keyed)
         return 1;
-    uint8_t *copy = malloc(a->msz), want[CL_TAG_BYTES];
+    uint8_t *copy = malloc(len), want[CL_TAG_BYTES];
     if (!copy)
         return 0;
-    memcpy(copy, msg, a->msz);
-    seal(a, copy);
+    memcpy(copy, msg, len);
+    seal(a, copy, len);
     memcpy(want, copy + offsetof(life_msg, tag), CL_TAG_BYTES);
     free(copy);
     return cl_auth_equal(want, msg + offsetof(life_msg, tag), CL_TAG_BYTES);
 }
 
+/* This rank's word for `round` to every live peer; decided, also to every rank it still
+ * has a socket to (one counted failed but alive learns it is out), and whoever no longer
+ * listens changes nothing. */
 static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
-    life_msg m = {LIFE_MAGIC, c->shrinks, c->rank, round, decided, a->n, c->job, c->id,
-                  {{0}, 0, 0, {0}, {0}, {0}}, {0}};
-    if (round == CARDS)
-        m.card = a->cards[c->rank];
+    int ncards = decided ? a->n : 1;
+    life_msg m;
+    memset(&m, 0, sizeof(m)); /* the padding travels too */
+    m.magic = LIFE_MAGIC;
+    m.attempt = c->shrinks;
+    m.from = c->rank;
+    m.round = round;
+    m.decided = decided;
+    m.size = a->n;
+    m.ncards = ncards;
+    m.job = c->job;
+    m.id = c->id;
     memcpy(a->msg, &m, sizeof(m));
     memcpy(a->msg + sizeof(m), a->dead, (size_t)a->n);
+    memcpy(a->msg + a->fixed, decided ? a->cards : &a->cards[c->rank], (size_t)ncards * sizeof(cl_card));
+    size_t len = msg_size(a, ncards);
     if (c->keyed)
-        seal(a, a->msg);
-    for (int p = 0; p < a->n; p++)
-        if (live(a, p) && cl_life_send(a->out[p], a->msg, a->msz, deadline) != COLL_OK)
+        seal(a, a->msg, len);
+    for (int p = 0; p < a->n; p++) {
+        if (live(a, p) && cl_life_send(a->out[p], a->msg, len, deadline) != COLL_OK)
             lost(a, p, "the lifeline closed");
+        else if (decided && p != c->rank && a->dead[p] && a->out[p] >= 0)
+            cl_life_send(a->out[p], a->msg, len, cl_now_ms());
+    }
 }
 
-/* A whole message on link l: checks it and takes it as its sender's word for `round`
- * (round CARDS skips what is left of the rounds before it): its set joins this rank's,
- * and differs or not from what this rank sent (`sent`). */
+/* A peer's decided word: its set and cards become this rank's. */
+static void adopt(agreement *a, const uint8_t *set, const uint8_t *cards)
+{
+    if (a->adopted)
+        return;
+    memcpy(a->dead, set, (size_t)a->n);
+    memcpy(a->cards, cards, (size_t)a->n * sizeof(cl_card));
+    a->adopted = 1;
+}
+
+static void drop(agreement *a, inlink *l, int round, const life_msg *m)
+{
+    cl_log(COLL_LOG_WARN, "rank %d shrink: dropped a lifeline message that is not this "
+           "communicator's round %d (from %d, round %d)", a->c->rank, round, m->from, m->round);
+    close(l->fd);
+    l->fd = -1;
+}
+
+/* A whole message on link l: checks it and takes it as its sender's word for `round`:
+ * its set joins this rank's, and differs or not from what this rank sent (`sent`). */
 static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
 {
     coll_comm *c = a->c;
     life_msg m;
     memcpy(&m, l->buf, sizeof(m));
-    const uint8_t *set = l->buf + sizeof(m);
+    const uint8_t *set = l->buf + sizeof(m), *cards = l->buf + a->fixed;
     l->off = 0;
-    int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id && sealed(a, l->buf) &&
-             m.size == a->n && m.from >= 0 && m.from < a->n && m.from != c->rank &&
-             m.attempt == c->shrinks && (l->rank < 0 || l->rank == m.from);
+    int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id &&
+             sealed(a, l->buf, msg_size(a, m.ncards)) && m.from >= 0 && m.from < a->n &&
+             m.from != c->rank && m.attempt == c->shrinks && (l->rank < 0 || l->rank == m.from);
     /* Counted failed already (it came too late): its word no longer counts. */
     if (ok && (a->dead[m.from] || a->done[m.from])) {
         l->rank = m.from;
         return;
     }
-    if (ok && round == CARDS && m.round != CARDS)
-        return;
     if (!ok || m.round != round) {
-        cl_log(COLL_LOG_WARN, "rank %d shrink: dropped a lifeline message that is not this "
-               "communicator's round %d (from %d, round %d)", c->rank, round, m.from, m.round);
-        close(l->fd);
-        l->fd = -1;
+        drop(a, l, round, &m);
         return;
     }
     l->rank = m.from;
     a->heard[m.from] = 1;
-    if (round == CARDS) {
-        a->cards[m.from] = m.card;
+    if (m.decided) {
+        a->done[m.from] = 1;
+        adopt(a, set, cards);
         return;
     }
-    a->done[m.from] = m.decided != 0;
+    memcpy(&a->cards[m.from], cards, sizeof(cl_card));
+    if (a->adopted)
+        return;
     for (int p = 0; p < a->n; p++)
         a->dead[p] |= set[p];
     if (memcmp(set, sent, (size_t)a->n) != 0)
         a->disagree = 1;
 }
 
+/* How long the message arriving on l is: its header first, then what that says (0: a
+ * header no message of this agreement has). */
+static size_t expected(const agreement *a, const inlink *l)
+{
+    if (l->off < a->fixed)
+        return a->fixed;
+    life_msg m;
+    memcpy(&m, l->buf, sizeof(m));
+    if (m.size != a->n || m.ncards != (m.decided ? a->n : 1))
+        return 0;
+    return msg_size(a, m.ncards);
+}
+
 static void read_link(agreement *a, inlink *l, int round, const uint8_t *sent)
 {
-    ssize_t got = read(l->fd, l->buf + l->off, a->msz - l->off);
-    if (got > 0) {
+    for (;;) {
+        size_t want = expected(a, l);
+        if (want > l->cap) {
+            uint8_t *b = realloc(l->buf, want);
+            if (!b)
+                want = 0;
+            else
+                l->buf = b, l->cap = want;
+        }
+        if (!want) {
+            life_msg m;
+            memcpy(&m, l->buf, sizeof(m));
+            drop(a, l, round, &m);
+            return;
+        }
+        ssize_t got = read(l->fd, l->buf + l->off, want - l->off);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+            lost(a, l->rank, "its lifeline closed");
+            close(l->fd);
+            l->fd = -1;
+        }
+        if (got <= 0)
+            return;
         l->off += (size_t)got;
-        if (l->off == a->msz)
+        if (l->off == want && want > a->fixed) {
             take(a, l, round, sent);
-    } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        lost(a, l->rank, "its lifeline closed");
-        close(l->fd);
-        l->fd = -1;
+            return;
+        }
     }
 }
 
@@ -221,19 +308,19 @@ static void accept_new(agreement *a)
 {
     int fd;
     while (a->nin < a->cap && (fd = cl_life_accept(&a->c->life)) >= 0) {
-        uint8_t *buf = malloc(a->msz);
+        uint8_t *buf = malloc(a->fixed);
         if (!buf) {
             close(fd);
             return;
         }
-        a->in[a->nin++] = (inlink){fd, -1, 0, buf};
+        a->in[a->nin++] = (inlink){fd, -1, 0, a->fixed, buf};
     }
 }
 
 /* Is anyone's word for this round still to come? */
 static int waiting(const agreement *a)
 {
-    for (int p = 0; p < a->n; p++)
+    for (int p = 0; p < a->n && !a->adopted; p++)
         if (live(a, p) && !a->heard[p])
             return 1;
     return 0;
@@ -296,8 +383,9 @@ static void read_round(agreement *a, int round, const uint8_t *sent, int64_t dea
     free(idx);
 }
 
-/* Rounds until one decides; COLL_OK with a->dead the agreed set. */
-static int agree(agreement *a)
+/* Rounds until this rank decides; COLL_OK with a->dead the agreed set and a->cards
+ * every member's card. *rounds: how many it took. */
+static int agree(agreement *a, int *rounds)
 {
     coll_comm *c = a->c;
     uint8_t *sent = malloc((size_t)a->n);
@@ -307,46 +395,23 @@ static int agree(agreement *a)
      * another's at once when the peer closed), and rounds end that far apart. */
     int64_t deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
     dial_all(a, deadline);
-    int decided = 0;
-    for (int round = 0; !decided && round <= 2 * a->n + 2; round++) {
+    int decided = 0, round;
+    for (round = 0; !decided && round <= 2 * a->n + 2; round++) {
         memcpy(sent, a->dead, (size_t)a->n);
         send_round(a, round, 0, deadline);
         memset(a->heard, 0, (size_t)a->n);
         a->disagree = 0;
         read_round(a, round, sent, deadline);
-        decided = !a->disagree && memcmp(sent, a->dead, (size_t)a->n) == 0;
+        decided = a->adopted || (!a->disagree && memcmp(sent, a->dead, (size_t)a->n) == 0);
         deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
         if (decided)
             send_round(a, round + 1, 1, deadline);
     }
     free(sent);
+    *rounds = round;
     if (!decided)
         return COLL_ETIMEDOUT;
     return a->dead[c->rank] ? COLL_EPEER : COLL_OK;
-}
-
-/* Every survivor's card for the new communicator, in new rank order, into cards. */
-static int trade_cards(agreement *a, cl_card *cards)
-{
-    int64_t deadline = cl_now_ms() + a->c->timeout_ms;
-    uint8_t *agreed = malloc((size_t)a->n);
-    if (!agreed)
-        return COLL_ENOMEM;
-    memcpy(agreed, a->dead, (size_t)a->n);
-    memset(a->done, 0, (size_t)a->n); /* from here, live = survivor */
-    memset(a->heard, 0, (size_t)a->n);
-    send_round(a, CARDS, 0, deadline);
-    read_round(a, CARDS, NULL, deadline);
-    int m = 0, rc = COLL_OK;
-    for (int p = 0; p < a->n; p++) {
-        if (agreed[p])
-            continue;
-        if (p != a->c->rank && !a->heard[p])
-            rc = COLL_EPEER;
-        cards[m++] = a->cards[p];
-    }
-    free(agreed);
-    return rc;
 }
 
 static void describe(const agreement *a, char *out, size_t len)
@@ -360,35 +425,33 @@ static void describe(const agreement *a, char *out, size_t len)
         snprintf(out, len, "none");
 }
 
-/* The survivors' communicator, once they agree on the failed set. */
-static int rebuild(agreement *a, coll_comm **out)
+/* Connects nc, the survivors' communicator, from the agreed set and cards. A member
+ * gone since the decision fails it as it connects; it is kept, failed (its calls say
+ * why), so that every survivor holds the same communicator and shrinks it next. */
+static int rebuild(agreement *a, coll_comm *nc, cl_tr_listener *l)
 {
-    coll_comm *c = a->c, *nc = NULL;
+    coll_comm *c = a->c;
     int m = 0, me = 0;
+    cl_card *cards = calloc((size_t)a->n, sizeof(cl_card));
+    if (!cards)
+        return COLL_ENOMEM;
     for (int p = 0; p < a->n; p++) {
         me += p < c->rank && !a->dead[p];
-        m += !a->dead[p];
+        if (!a->dead[p])
+            cards[m++] = a->cards[p];
     }
-    cl_config cfg = cl_comm_config(c);
-    cl_tr_listener *l = NULL;
-    cl_card *cards = calloc((size_t)m, sizeof(cl_card));
-    uint64_t id = cl_hash(a->dead, (size_t)a->n, cl_hash(&c->shrinks, sizeof(c->shrinks), c->id));
-    int rc = cards ? cl_comm_create(&cfg, me, m, id, &nc, &l, &a->cards[c->rank]) : COLL_ENOMEM;
-    if (rc == COLL_OK) {
-        nc->job = c->job;
-        rc = trade_cards(a, cards);
-    }
-    if (rc == COLL_OK && (rc = cl_comm_connect(nc, l, cards)) != COLL_OK)
-        cl_comm_init_error("shrink: %.480s", nc->err);
-    else if (rc != COLL_OK)
-        cl_comm_init_error("shrink: a survivor failed before it sent its address; call "
-                           "coll_shrink again");
-    if (rc != COLL_OK && nc) {
-        cl_comm_free(nc);
-        nc = NULL;
-    }
+    cl_comm_place(nc, me, m, cl_hash(a->dead, (size_t)a->n,
+                                     cl_hash(&c->shrinks, sizeof(c->shrinks), c->id)));
+    nc->job = c->job;
+    int rc = cl_comm_connect(nc, l, cards);
     free(cards);
-    *out = nc;
+    if (rc != COLL_OK && cl_comm_state(nc) == COLL_ESTATE && cl_engine_start(nc) == COLL_OK) {
+        cl_log(COLL_LOG_WARN, "rank %d shrink: the survivors agreed, and their communicator "
+               "failed as it connected (%s): shrink it too", c->rank, nc->err);
+        rc = COLL_OK;
+    } else if (rc != COLL_OK) {
+        cl_comm_init_error("shrink: %.480s", nc->err[0] ? nc->err : coll_strerror(rc));
+    }
     return rc;
 }
 
@@ -403,21 +466,39 @@ int coll_shrink(coll_comm *c, coll_comm **out)
     if (cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, COLL_EABORTED, "rank %d: the communicator was shrunk", c->rank);
     c->shrinks++;
-    agreement a;
-    int rc = agreement_init(&a, c);
-    if (rc == COLL_OK && (rc = agree(&a)) != COLL_OK)
+    int64_t t0 = cl_now_us();
+    /* The new communicator exists before the agreement, at the old size (an upper
+     * bound), so that its card travels in every round. */
+    cl_config cfg = cl_comm_config(c);
+    cl_tr_listener *l = NULL;
+    coll_comm *nc = NULL;
+    cl_card mine;
+    agreement a = {0};
+    int rounds = 0, rc = cl_comm_create(&cfg, c->rank, c->size, 0, &nc, &l, &mine);
+    if (rc == COLL_OK && (rc = agreement_init(&a, c, &mine)) == COLL_OK &&
+        (rc = agree(&a, &rounds)) != COLL_OK)
         cl_comm_init_error("shrink: %s", rc == COLL_EPEER ? "the other survivors count this rank "
                            "as failed" : "no agreement on the failed ranks in time");
+    int64_t t1 = cl_now_us();
     if (rc == COLL_OK) {
         memcpy(c->failed, a.dead, (size_t)c->size);
         char gone[256];
         describe(&a, gone, sizeof(gone));
-        cl_log(COLL_LOG_INFO, "rank %d shrink: ranks failed: %s", c->rank, gone);
-        rc = rebuild(&a, out);
+        cl_log(COLL_LOG_INFO, "rank %d shrink: agreed in %d round(s), %.1f ms: ranks failed: %s",
+               c->rank, rounds, (double)(t1 - t0) / 1e3, gone);
+        rc = rebuild(&a, nc, l);
     }
     agreement_free(&a);
-    if (rc != COLL_OK)
-        cl_log(COLL_LOG_ERROR, "coll_shrink: %s", coll_last_error(NULL));
+    if (rc == COLL_OK) {
+        cl_log(COLL_LOG_INFO, "rank %d shrink: rank %d of %d in the new communicator, "
+               "connected in %.1f ms", c->rank, nc->rank, nc->size,
+               (double)(cl_now_us() - t1) / 1e3);
+        *out = nc;
+        return COLL_OK;
+    }
+    if (nc)
+        cl_comm_free(nc);
+    cl_log(COLL_LOG_ERROR, "coll_shrink: %s", coll_last_error(NULL));
     return rc;
 }
 
