@@ -36,6 +36,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,7 @@ typedef struct {
     int nin, cap; /* how many, room for */
     cl_card *cards; /* by old rank: each one's card for the new communicator */
     uint8_t *msg;   /* this rank's outgoing message, room for every card */
+    int die_round, die_after; /* COLL_FAULT_SHRINK, or -1 */
 } agreement;
 
 static size_t msg_size(const agreement *a, int ncards)
@@ -128,6 +130,11 @@ static int agreement_init(agreement *a, coll_comm *c, const cl_card *mine)
     if (!a->dead || !a->heard || !a->done || !a->out || !a->in || !a->cards || !a->msg)
         return COLL_ENOMEM;
     a->cards[c->rank] = *mine;
+    /* Fault injection for the tests: COLL_FAULT_SHRINK=R:K kills this rank in round R
+     * once its word reached K peers: a death between two peers' reads of one round. */
+    const char *f = getenv("COLL_FAULT_SHRINK");
+    if (!f || sscanf(f, "%d:%d", &a->die_round, &a->die_after) != 2)
+        a->die_round = a->die_after = -1;
     return COLL_OK;
 }
 
@@ -195,12 +202,17 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
     size_t len = msg_size(a, ncards);
     if (c->keyed)
         seal(a, a->msg, len);
-    for (int p = 0; p < a->n; p++) {
+    for (int p = 0, told = 0; p < a->n; p++) {
+        if (round == a->die_round && told == a->die_after)
+            raise(SIGKILL);
+        told += live(a, p);
         if (live(a, p) && cl_life_send(a->out[p], a->msg, len, deadline) != COLL_OK)
             lost(a, p, "the lifeline closed");
         else if (decided && p != c->rank && a->dead[p] && a->out[p] >= 0)
             cl_life_send(a->out[p], a->msg, len, cl_now_ms());
     }
+    if (round == a->die_round)
+        raise(SIGKILL);
 }
 
 /* A peer's decided word: its set and cards become this rank's. */
@@ -246,6 +258,8 @@ static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
     a->heard[m.from] = 1;
     if (m.decided) {
         a->done[m.from] = 1;
+        if (!a->adopted)
+            cl_log(COLL_LOG_INFO, "rank %d shrink: takes rank %d's decision", c->rank, m.from);
         adopt(a, set, cards);
         return;
     }
