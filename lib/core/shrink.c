@@ -179,8 +179,8 @@ static int sealed(const agreement *a, const uint8_t *msg, size_t len)
 }
 
 /* This rank's word for `round` to every live peer; decided, also to every rank it still
- * has a socket to (one counted failed but alive learns it is out), and whoever no longer
- * listens changes nothing. */
+ * has a socket to (one counted failed but still in the agreement, a round or more
+ * behind, learns it is out), and whoever no longer listens changes nothing. */
 static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
@@ -250,7 +250,8 @@ static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
         l->rank = m.from;
         return;
     }
-    if (!ok || m.round != round) {
+    /* A decided word is final whatever round it comes in (to a rank a round behind). */
+    if (!ok || (m.round != round && !m.decided)) {
         drop(a, l, round, &m);
         return;
     }
