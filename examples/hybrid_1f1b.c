@@ -6,14 +6,18 @@
  *   hybrid_1f1b [--np N] [--stages K] [--schedule 1f1b|gpipe] [--microbatches M]
  *               [--epochs E] [--batch B] [--lr LR] [--codec none|fp16|bf16|int8]
  *               [--lr-schedule cosine|const] [--steps S] [--check-serial K] [--data DIR]
- *               [--seed S] [--json FILE] [--trace FILE]
+ *               [--seed S] [--json FILE] [--trace FILE] [--elastic]
  * The global batch B is split across the D replicas. Replicas are checked bit-identical
  * every epoch; --check-serial K compares the weights after K steps with one process on
  * the whole batch (relative L2 within 1e-5 allowed: the summation order differs).
  * Prints per epoch the speedup over one process, each rank's compute, pipeline idle and
  * all-reduce time, peak activations stashed and the group's wire bytes next to 2P(D-1)/D;
  * the second step is drawn as a timeline (one row per rank: F, B, A) and, with --trace,
- * written as Chrome trace-event JSON. Final line: "test_accuracy A". */
+ * written as Chrome trace-event JSON. Final line: "test_accuracy A".
+ * --elastic: when a rank is lost, the survivors shrink the world; a replica that lost a
+ * rank cannot run its pipeline and leaves whole, the others re-form their pipelines and
+ * stage groups, split the global batch over the replicas left, and redo the first step
+ * not every rank finished, from the weights it began with. */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
@@ -34,6 +38,7 @@ enum { COMPUTE, IDLE, REDUCE, WIRE, STASH_BYTES, NSTAT }; /* per-rank numbers ga
 
 typedef struct {
     const ex_opts *o;
+    coll_comm *first;                /* the world the caller gave (theirs to destroy) */
     coll_comm *world, *pipe, *group; /* group: the same stage of every replica */
     int replica, D;
     pipeline p;
@@ -45,7 +50,10 @@ typedef struct {
     float lr;
     timeline tl;
     FILE *json;
+    float *kept[2]; /* --elastic: this stage's weights and velocity as steps began */
 } trainer;
+
+enum { LEAVES = -2 }; /* recover(): this rank's replica lost a rank */
 
 /* One step: this replica's share through the pipeline, then the stage group averages
  * the stage's gradients and everyone updates. */
@@ -67,17 +75,16 @@ static int step(trainer *t, size_t k, double *loss, int *correct)
     return rc;
 }
 
-static int replicas_identical(trainer *t)
+/* COLL_OK with *every set when every stage group's replicas hold the same weights. */
+static int replicas_identical(trainer *t, int *every)
 {
     size_t from, n = pipe_params(&t->p, &from);
     uint64_t h = mlp_hash(&t->net, from, n), *all = malloc(sizeof(uint64_t) * (size_t)t->D);
-    int ok = coll_allgather(t->group, &h, all, 1, COLL_I64) == COLL_OK;
-    for (int r = 0; ok && r < t->D; r++)
-        ok = all[r] == h;
+    int rc = all ? coll_allgather(t->group, &h, all, 1, COLL_I64) : COLL_ENOMEM, ok = 1;
+    for (int r = 0; rc == COLL_OK && r < t->D; r++)
+        ok &= all[r] == h;
     free(all);
-    int every;
-    coll_allreduce(t->world, &ok, &every, 1, COLL_I32, COLL_MIN);
-    return every;
+    return rc == COLL_OK ? coll_allreduce(t->world, &ok, every, 1, COLL_I32, COLL_MIN) : rc;
 }
 
 /* Relative L2 distance of this stage's weights from one process on the whole batch,
@@ -152,53 +159,169 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
         fprintf(t->json, "]}");
 }
 
+/* The pipelines (one per replica) and stage groups over the world as it is now, and
+ * this rank's pipeline on them. */
+static int form_groups(trainer *t)
+{
+    const ex_opts *o = t->o;
+    int me = coll_rank(t->world), K = o->stages, N = coll_size(t->world);
+    t->D = N / K, t->replica = me / K;
+    if (N % K || o->batch % (t->D * o->micro)) {
+        fprintf(stderr, "hybrid_1f1b: %d ranks do not make %d stages with batch %d in %d "
+                        "micro-batches per replica\n", N, K, o->batch, o->micro);
+        return 2;
+    }
+    int rc = coll_split(t->world, me / K, me % K, &t->pipe) ||
+             coll_split(t->world, me % K, me / K, &t->group);
+    if (!rc && o->codec != COLL_CODEC_NONE)
+        rc = coll_set_codec(t->group, o->codec);
+    return rc || pipe_init(&t->p, t->pipe, &t->net, o->batch / t->D, o->micro, o->onef1b,
+                           t->train);
+}
+
+/* --elastic: this stage's weights and velocity as step k begins, or back to them. The
+ * last two steps are kept: a rank can finish the step its peers failed in, never more. */
+static void keep(trainer *t, size_t k, int back)
+{
+    size_t from, n = pipe_params(&t->p, &from), sz = n * sizeof(float);
+    float *slot = t->kept[k % 2], *w = t->net.params + from, *v = t->net.velocity + from;
+    memcpy(back ? w : slot, back ? slot : w, sz);
+    memcpy(back ? v : slot + n, back ? slot + n : v, sz);
+}
+
+static void say_lost(const int *lost, int k, int left, int D, int B, size_t from)
+{
+    printf("elastic: lost rank(s)");
+    for (int i = 0; i < k && i < 64; i++)
+        printf(" %d", lost[i]);
+    printf(" of the old numbering; %d ranks (%d replicas) go on, the global batch of %d split "
+           "%d ways, from step %zu\n", left, D, B, D, from);
+    fflush(stdout);
+}
+
+/* --elastic: step k failed here (k = steps: the epoch's close). The survivors agree on who
+ * is gone; a replica that lost a rank leaves whole (LEAVES on its ranks); the others
+ * re-form their groups and go back to the first step not every rank finished (returned),
+ * from the weights it began with. -1 when recovery failed. */
+static int recover(trainer *t, size_t k)
+{
+    int K = t->o->stages, was = coll_rank(t->world), lost[64], leave = 0;
+    coll_abort(t->pipe); /* whoever waits in them stops now, not at its timeout */
+    coll_abort(t->group);
+    coll_comm *next = NULL, *rest = NULL;
+    if (coll_shrink(t->world, &next) != COLL_OK) {
+        fprintf(stderr, "rank %d: shrink: %s\n", was, coll_last_error(NULL));
+        return -1;
+    }
+    int nl = coll_failed_ranks(t->world, lost, 64);
+    for (int i = 0; i < nl && i < 64; i++)
+        leave |= lost[i] / K == was / K;
+    int rc = coll_split(next, leave ? -1 : 0, was, &rest);
+    coll_destroy(next);
+    if (t->world != t->first)
+        coll_destroy(t->world);
+    coll_destroy(t->pipe);
+    coll_destroy(t->group);
+    pipe_free(&t->p);
+    t->world = rest, t->pipe = t->group = NULL;
+    if (rc != COLL_OK || leave) {
+        if (leave)
+            printf("elastic: rank %d leaves with its replica %d\n", was, was / K);
+        return rc != COLL_OK ? -1 : LEAVES;
+    }
+    long mine = (long)k, from = 0;
+    if (coll_allreduce(rest, &mine, &from, 1, COLL_I64, COLL_MIN) != COLL_OK || from + 1 < mine) {
+        fprintf(stderr, "rank %d: no step to go back to: %s\n", was, coll_last_error(rest));
+        return -1;
+    }
+    if (from < mine)
+        keep(t, (size_t)from, 1);
+    double compute = t->p.compute, idle = t->p.idle;
+    if (form_groups(t) != 0)
+        return -1;
+    t->p.compute = compute, t->p.idle = idle;
+    if (coll_rank(rest) == 0)
+        say_lost(lost, nl, coll_size(rest), t->D, t->o->batch, (size_t)from);
+    return (int)from;
+}
+
+/* The epoch's closing exchanges: replicas compared, every rank's numbers gathered, the
+ * test accuracy through the pipelines, and rank 0's report. A COLL_E* code when one
+ * failed; 2 when replicas differ. */
+static int close_epoch(trainer *t, int epoch, size_t steps, const double *mine, const double *tot,
+                       double wall, double *acc)
+{
+    int N = coll_size(t->world), same = 0;
+    double sum[2], *all = malloc(sizeof(double) * NSTAT * (size_t)N);
+    int rc = all ? replicas_identical(t, &same) : COLL_ENOMEM;
+    if (rc == COLL_OK && !same) {
+        fprintf(stderr, "rank %d: replicas differ after epoch %d\n", coll_rank(t->world), epoch);
+        rc = 2;
+    }
+    if (rc == COLL_OK)
+        rc = coll_allgather(t->world, mine, all, NSTAT, COLL_F64);
+    if (rc == COLL_OK)
+        rc = coll_allreduce(t->world, tot, sum, 2, COLL_F64, COLL_SUM);
+    if (rc == COLL_OK && (*acc = pipe_evaluate(&t->p, t->test)) < 0)
+        rc = COLL_EPEER;
+    if (rc == COLL_OK && coll_rank(t->world) == 0)
+        report(t, epoch, steps, wall, sum, *acc, all);
+    free(all);
+    return rc;
+}
+
+/* 0, LEAVES, or an exit status. */
 static int run_epoch(trainer *t, int epoch, double *acc)
 {
     const ex_opts *o = t->o;
-    size_t steps = t->train->n / (size_t)o->batch;
+    size_t steps = t->train->n / (size_t)o->batch, k = 0, wire_from = 0;
     if (o->steps > 0 && (size_t)o->steps < steps)
         steps = (size_t)o->steps;
     ex_shuffle(t->perm, t->train->n, o->seed * 1000003ULL + (unsigned long long)epoch);
     t->lr = ex_lr(o, epoch);
-    int correct = 0, me = coll_rank(t->world);
-    if (epoch == 0 && me == 0)
+    int correct = 0;
+    if (epoch == 0 && coll_rank(t->world) == 0)
         t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, o->batch, o->lr, o->momentum);
     t->p.compute = t->p.idle = t->reduce_s = 0;
     coll_stats g0, g1;
     coll_get_stats(t->group, &g0);
-    double loss = 0, t0 = ex_now_s();
-    for (size_t k = 0; k < steps; k++) {
-        if (run_step(t, epoch, k, &loss, &correct) != COLL_OK) {
-            fprintf(stderr, "rank %d: %s / %s\n", me, coll_last_error(t->pipe),
-                    coll_last_error(t->group));
-            return 1;
+    double loss = 0, t0 = ex_now_s(), wall = 0;
+    while (k <= steps) {
+        int rc;
+        if (k < steps) {
+            if (o->elastic)
+                keep(t, k, 0);
+            rc = run_step(t, epoch, k, &loss, &correct);
+        } else {
+            wall = ex_now_s() - t0;
+            coll_get_stats(t->group, &g1);
+            double mine[NSTAT] = { t->p.compute, t->p.idle, t->reduce_s,
+                                   (double)(g1.wire_tx - g0.wire_tx) / (double)(steps - wire_from),
+                                   (double)t->p.peak_stash * pipe_stash_bytes(&t->p) };
+            double tot[2] = { loss, correct };
+            if ((rc = close_epoch(t, epoch, steps, mine, tot, wall, acc)) == 2)
+                return 2;
+        }
+        if (rc != COLL_OK) {
+            fprintf(stderr, "rank %d: step %zu: %s (%s / %s)\n", coll_rank(t->world), k,
+                    coll_strerror(rc), coll_last_error(t->pipe), coll_last_error(t->group));
+            int from = o->elastic ? recover(t, k) : -1;
+            if (from < 0)
+                return from == LEAVES ? LEAVES : 1;
+            k = wire_from = (size_t)from;
+            coll_get_stats(t->group, &g0);
+            continue;
         }
         if (epoch == 0 && (int)k + 1 == o->check_serial) {
             double d = serial_distance(t, k + 1);
-            if (me == 0)
+            if (coll_rank(t->world) == 0)
                 printf("check: after %zu steps, weights differ from one process by %.2e "
                        "(relative L2, largest stage)\n", k + 1, d);
             if (d > 1e-5)
                 return 3;
         }
+        k++;
     }
-    double wall = ex_now_s() - t0;
-    coll_get_stats(t->group, &g1);
-    if (!replicas_identical(t)) {
-        fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
-        return 2;
-    }
-    double mine[NSTAT] = { t->p.compute, t->p.idle, t->reduce_s,
-                           (double)(g1.wire_tx - g0.wire_tx) / (double)steps,
-                           (double)t->p.peak_stash * pipe_stash_bytes(&t->p) };
-    int N = coll_size(t->world);
-    double tot[2] = { loss, correct }, sum[2], *all = malloc(sizeof(double) * NSTAT * (size_t)N);
-    coll_allgather(t->world, mine, all, NSTAT, COLL_F64);
-    coll_allreduce(t->world, tot, sum, 2, COLL_F64, COLL_SUM);
-    *acc = pipe_evaluate(&t->p, t->test);
-    if (me == 0)
-        report(t, epoch, steps, wall, sum, *acc, all);
-    free(all);
     return 0;
 }
 
@@ -207,23 +330,16 @@ static int train(coll_comm *world, const ex_opts *o)
     dataset tr, te;
     if (ex_load_data(o, "hybrid_1f1b", &tr, &te) != 0)
         return 2;
-    int me = coll_rank(world), K = o->stages, N = coll_size(world);
-    if (N % K || o->batch % (N / K * o->micro)) {
-        fprintf(stderr, "hybrid_1f1b: %d ranks do not make %d stages with batch %d in %d "
-                        "micro-batches per replica\n", N, K, o->batch, o->micro);
-        mnist_free(&tr), mnist_free(&te);
-        return 2;
-    }
-    trainer t = { .o = o, .world = world, .replica = me / K, .D = N / K, .train = &tr,
-                  .test = &te };
-    int rc = coll_split(world, me / K, me % K, &t.pipe) || coll_split(world, me % K, me / K, &t.group);
-    if (!rc && o->codec != COLL_CODEC_NONE)
-        rc = coll_set_codec(t.group, o->codec);
-    rc = rc || tl_init(&t.tl, 2 * o->micro + 1) || mlp_init(&t.net, sizes, 4, o->seed) || mlp_init(&t.serial, sizes, 4, o->seed) ||
-         mlp_work_init(&t.whole, &t.net, o->batch) ||
-         pipe_init(&t.p, t.pipe, &t.net, o->batch / t.D, o->micro, o->onef1b, &tr);
+    trainer t = { .o = o, .first = world, .world = world, .train = &tr, .test = &te };
+    int rc = tl_init(&t.tl, 2 * o->micro + 1) || mlp_init(&t.net, sizes, 4, o->seed) ||
+             mlp_init(&t.serial, sizes, 4, o->seed) || mlp_work_init(&t.whole, &t.net, o->batch);
+    rc = rc ? rc : form_groups(&t);
+    size_t from, n = rc ? 0 : pipe_params(&t.p, &from);
+    for (int i = 0; o->elastic && i < 2; i++)
+        rc = rc || !(t.kept[i] = malloc(2 * n * sizeof(float)));
     t.perm = malloc(sizeof(size_t) * tr.n);
-    if (me == 0)
+    int me = coll_rank(world), K = o->stages, N = coll_size(world);
+    if (me == 0 && !rc)
         printf("# hybrid_1f1b: %d stages x %d replicas, global batch %d (%d per replica, %d "
                "micro-batches), codec %d\n",
                K, t.D, o->batch, o->batch / t.D, o->micro, (int)o->codec);
@@ -240,17 +356,20 @@ static int train(coll_comm *world, const ex_opts *o)
         fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
         fclose(t.json);
     }
-    if (me == 0 && !rc)
+    if (t.world && coll_rank(t.world) == 0 && !rc)
         printf("test_accuracy %.4f\n", acc);
     tl_free(&t.tl);
     pipe_free(&t.p);
     mlp_work_free(&t.whole);
     mlp_free(&t.net), mlp_free(&t.serial);
     free(t.perm);
+    free(t.kept[0]), free(t.kept[1]);
     coll_destroy(t.pipe);
     coll_destroy(t.group);
+    if (t.world != world)
+        coll_destroy(t.world);
     mnist_free(&tr), mnist_free(&te);
-    return rc;
+    return rc == LEAVES ? 0 : rc;
 }
 
 /* The rank layout is checked in train(): under a launcher --np is not the size. */
@@ -265,6 +384,7 @@ int main(int argc, char **argv)
                    "hybrid_1f1b [--np N] [--stages K (1-4, divides N)] [--schedule 1f1b|gpipe] "
                    "[--microbatches M] [--epochs E] [--batch B (divisible by N/K x M)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
-                   "[--seed S] [--lr-schedule cosine|const] [--json FILE] [--trace FILE]",
+                   "[--seed S] [--lr-schedule cosine|const] [--json FILE] [--trace FILE] "
+                   "[--elastic]",
                    valid, train);
 }

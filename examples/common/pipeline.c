@@ -81,6 +81,7 @@ void pipe_free(pipeline *p)
     free(p->work);
     free(p->sends);
     free(p->y);
+    p->work = NULL, p->sends = NULL, p->y = NULL; /* freed twice is harmless */
 }
 
 size_t pipe_params(const pipeline *p, size_t *from)
@@ -245,8 +246,7 @@ double pipe_evaluate(pipeline *p, const dataset *test)
         }
     }
     double acc = (double)correct / (double)used;
-    coll_broadcast(p->c, &acc, 1, COLL_F64, p->K - 1);
-    return acc;
+    return coll_broadcast(p->c, &acc, 1, COLL_F64, p->K - 1) == COLL_OK ? acc : -1;
 }
 
 size_t pipe_stash_bytes(const pipeline *p)

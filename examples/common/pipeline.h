@@ -44,7 +44,8 @@ size_t pipe_stash_bytes(const pipeline *p);
 /* Parameters of stage k of K, split as pipe_split cuts them. */
 size_t pipe_stage_params(const mlp *net, int K, int k);
 
-/* Forward only over the test set; every stage gets the accuracy. */
+/* Forward only over the test set; every stage gets the accuracy (-1 when a send, receive
+ * or the broadcast failed). */
 double pipe_evaluate(pipeline *p, const dataset *test);
 /* This stage's parameters: [*from, *from + return) of net->params. */
 size_t pipe_params(const pipeline *p, size_t *from);

@@ -66,6 +66,7 @@ static void draw(const double *ev, int ranks, int cap, double span, const char *
         }
         printf("  %s %d |%s|\n", row, r, line);
     }
+    fflush(stdout); /* training has begun: the elastic test waits for this to kill a rank */
 }
 
 static void write_trace(const double *ev, int ranks, int cap, const char *row, const char *path)

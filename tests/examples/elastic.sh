@@ -1,26 +1,41 @@
 #!/bin/sh
-# dp_train --elastic on 4 ranks: one rank, chosen at random, is killed (SIGKILL, from
-# outside) at a random moment of its training; the survivors shrink, split the global
-# batch over the three left and finish the run. The last line is still "test_accuracy
-# A", within 0.01 of the same run undisturbed, and the run says whom it lost.
-# Usage: elastic.sh DP_TRAIN. Skips (77) without the Fashion-MNIST files.
+# A trainer's --elastic on 4 ranks: one rank, chosen at random, is killed (SIGKILL, from
+# outside) at a random moment of its training; the survivors shrink and finish the run
+# (dp_train: the three left split the global batch; hybrid_1f1b, 2 stages x 2 replicas:
+# the replica that lost a rank leaves, the other takes the whole batch). The last line
+# is still "test_accuracy A", within 0.01 of the same run undisturbed, and the run says
+# whom it lost.
+# Usage: elastic.sh TRAINER [ARGS...]. Skips (77) without the Fashion-MNIST files.
 set -u
 dp=$1
+shift
 tmp=${TMPDIR:-/tmp}/elastic.$$
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     { echo "dataset-fashion-mnist not installed: skipped"; exit 77; }
-args="--np 4 --epochs 2 --steps 120 --batch 60 --lr-schedule const"
+args="--np 4 --epochs 2 --steps 120 --lr-schedule const $*"
 export COLL_TIMEOUT_MS=3000
+# Starts the trainer in the background (pid in $parent) and returns once its training has
+# begun: the timeline of its second step is out.
+start() {
+    "$dp" $args "$@" > "$out" 2>&1 &
+    parent=$!
+    for i in $(seq 600); do
+        grep -q "^timeline of one step" "$out" && return
+        sleep 0.1
+    done
+}
+out=$tmp.base
+start
 t0=$(date +%s%N)
-"$dp" $args > "$tmp.base" 2>&1 || { cat "$tmp.base"; echo "FAIL: undisturbed run"; exit 1; }
+wait "$parent" || { cat "$tmp.base"; echo "FAIL: undisturbed run"; exit 1; }
 took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 base=$(tail -n 1 "$tmp.base" | sed -n 's/^test_accuracy //p')
 [ -n "$base" ] || { cat "$tmp.base"; echo "FAIL: no test_accuracy undisturbed"; exit 1; }
-# Between a fifth and a half of the undisturbed run's time: after the data is loaded,
-# well before the end even when this run goes faster than that one.
-at_ms=$(( took_ms / 5 + $(od -An -N2 -tu2 /dev/urandom) % (took_ms * 3 / 10) ))
-"$dp" $args --elastic > "$tmp.out" 2>&1 &
-parent=$!
+# The kill: once training has begun, within the first half of what was left of the
+# undisturbed run then (well before the end).
+out=$tmp.out
+start --elastic
+at_ms=$(( $(od -An -N2 -tu2 /dev/urandom) % (took_ms / 2 + 1) ))
 sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
 ranks=$(pgrep -P "$parent" | sort -n)
 pick=$(( $(od -An -N2 -tu2 /dev/urandom) % 4 + 1 ))
@@ -30,10 +45,10 @@ kill -9 "$victim"
 wait "$parent"
 cat "$tmp.out"
 grep -q "^elastic: lost rank(s) $((pick - 1)) " "$tmp.out" ||
-    { echo "FAIL: the run did not say it lost rank $((pick - 1)) (killed at $at_ms ms)"; exit 1; }
+    { echo "FAIL: the run did not say it lost rank $((pick - 1)) (killed $at_ms ms after the second step)"; exit 1; }
 got=$(sed -n "s/^test_accuracy //p" "$tmp.out" | tail -n 1)
 [ -n "$got" ] || { echo "FAIL: no test_accuracy after the loss"; exit 1; }
 awk -v a="$got" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
     { echo "FAIL: test_accuracy $got, undisturbed $base"; exit 1; }
 rm -f "$tmp.base" "$tmp.out"
-echo "dp_train --elastic: lost rank $((pick - 1)) at $at_ms ms of $took_ms, test_accuracy $got (undisturbed $base)"
+echo "$(basename "$dp") --elastic: lost rank $((pick - 1)) $at_ms ms after the second step (the undisturbed run took $took_ms more), test_accuracy $got (undisturbed $base)"
