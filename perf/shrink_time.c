@@ -22,7 +22,7 @@ enum { COUNT = 16384, KILL_AT = 20, MAX_NP = 64 };
 /* Per rank, milliseconds: detection and first correct all-reduce from the kill, the
  * agreement and the connection as the library logged them. */
 typedef struct {
-    double killed;             /* the victim's clock when it raised SIGKILL */
+    double killed; /* the victim's clock when it raised SIGKILL */
     double failed[MAX_NP], ok[MAX_NP], agreed[MAX_NP], connected[MAX_NP];
 } board;
 

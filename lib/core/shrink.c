@@ -66,13 +66,13 @@ typedef struct {
     int n;
     size_t fixed; /* a message's header and set */
     uint8_t *dead, *heard, *done;
-    int adopted;  /* this rank took a decided peer's set and cards */
-    int disagree; /* a set read this round differs from this rank's */
-    int *out;     /* per rank: the socket we dialed, -1 */
-    inlink *in;   /* accepted connections */
-    int nin, cap; /* how many, room for */
-    cl_card *cards; /* by old rank: each one's card for the new communicator */
-    uint8_t *msg;   /* this rank's outgoing message, room for every card */
+    int adopted;              /* this rank took a decided peer's set and cards */
+    int disagree;             /* a set read this round differs from this rank's */
+    int *out;                 /* per rank: the socket we dialed, -1 */
+    inlink *in;               /* accepted connections */
+    int nin, cap;             /* how many, room for */
+    cl_card *cards;           /* by old rank: each one's card for the new communicator */
+    uint8_t *msg;             /* this rank's outgoing message, room for every card */
     int die_round, die_after; /* COLL_FAULT_SHRINK, or -1 */
 } agreement;
 
@@ -198,7 +198,8 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
     m.id = c->id;
     memcpy(a->msg, &m, sizeof(m));
     memcpy(a->msg + sizeof(m), a->dead, (size_t)a->n);
-    memcpy(a->msg + a->fixed, decided ? a->cards : &a->cards[c->rank], (size_t)ncards * sizeof(cl_card));
+    memcpy(a->msg + a->fixed, decided ? a->cards : &a->cards[c->rank],
+           (size_t)ncards * sizeof(cl_card));
     size_t len = msg_size(a, ncards);
     if (c->keyed)
         seal(a, a->msg, len);
@@ -227,8 +228,10 @@ static void adopt(agreement *a, const uint8_t *set, const uint8_t *cards)
 
 static void drop(agreement *a, inlink *l, int round, const life_msg *m)
 {
-    cl_log(COLL_LOG_WARN, "rank %d shrink: dropped a lifeline message that is not this "
-           "communicator's round %d (from %d, round %d)", a->c->rank, round, m->from, m->round);
+    cl_log(COLL_LOG_WARN,
+           "rank %d shrink: dropped a lifeline message that is not this "
+           "communicator's round %d (from %d, round %d)",
+           a->c->rank, round, m->from, m->round);
     close(l->fd);
     l->fd = -1;
 }
@@ -455,14 +458,16 @@ static int rebuild(agreement *a, coll_comm *nc, cl_tr_listener *l)
         if (!a->dead[p])
             cards[m++] = a->cards[p];
     }
-    cl_comm_place(nc, me, m, cl_hash(a->dead, (size_t)a->n,
-                                     cl_hash(&c->shrinks, sizeof(c->shrinks), c->id)));
+    cl_comm_place(nc, me, m,
+                  cl_hash(a->dead, (size_t)a->n, cl_hash(&c->shrinks, sizeof(c->shrinks), c->id)));
     nc->job = c->job;
     int rc = cl_comm_connect(nc, l, cards);
     free(cards);
     if (rc != COLL_OK && cl_comm_state(nc) == COLL_ESTATE && cl_engine_start(nc) == COLL_OK) {
-        cl_log(COLL_LOG_WARN, "rank %d shrink: the survivors agreed, and their communicator "
-               "failed as it connected (%s): shrink it too", c->rank, nc->err);
+        cl_log(COLL_LOG_WARN,
+               "rank %d shrink: the survivors agreed, and their communicator "
+               "failed as it connected (%s): shrink it too",
+               c->rank, nc->err);
         rc = COLL_OK;
     } else if (rc != COLL_OK) {
         cl_comm_init_error("shrink: %.480s", nc->err[0] ? nc->err : coll_strerror(rc));
@@ -492,8 +497,10 @@ int coll_shrink(coll_comm *c, coll_comm **out)
     int rounds = 0, rc = cl_comm_create(&cfg, c->rank, c->size, 0, &nc, &l, &mine);
     if (rc == COLL_OK && (rc = agreement_init(&a, c, &mine)) == COLL_OK &&
         (rc = agree(&a, &rounds)) != COLL_OK)
-        cl_comm_init_error("shrink: %s", rc == COLL_EPEER ? "the other survivors count this rank "
-                           "as failed" : "no agreement on the failed ranks in time");
+        cl_comm_init_error("shrink: %s", rc == COLL_EPEER
+                                             ? "the other survivors count this rank "
+                                               "as failed"
+                                             : "no agreement on the failed ranks in time");
     int64_t t1 = cl_now_us();
     if (rc == COLL_OK) {
         memcpy(c->failed, a.dead, (size_t)c->size);
@@ -505,9 +512,10 @@ int coll_shrink(coll_comm *c, coll_comm **out)
     }
     agreement_free(&a);
     if (rc == COLL_OK) {
-        cl_log(COLL_LOG_INFO, "rank %d shrink: rank %d of %d in the new communicator, "
-               "connected in %.1f ms", c->rank, nc->rank, nc->size,
-               (double)(cl_now_us() - t1) / 1e3);
+        cl_log(COLL_LOG_INFO,
+               "rank %d shrink: rank %d of %d in the new communicator, "
+               "connected in %.1f ms",
+               c->rank, nc->rank, nc->size, (double)(cl_now_us() - t1) / 1e3);
         *out = nc;
         return COLL_OK;
     }

@@ -19,8 +19,7 @@ int survivors_sum(coll_comm *c, int orig, unsigned alive)
     if (rc != COLL_OK)
         return rc;
     for (int i = 0; i < 1000; i++)
-        FAIL_IF(v[i] != want + i * size, "element %d: %d, want %d", i, v[i],
-                want + i * size);
+        FAIL_IF(v[i] != want + i * size, "element %d: %d, want %d", i, v[i], want + i * size);
     return COLL_OK;
 }
 
@@ -31,8 +30,8 @@ int survivors_check(coll_comm *c, int orig, unsigned alive)
         want_rank += (alive >> r & 1) && r < orig;
         want_size += alive >> r & 1;
     }
-    FAIL_IF(coll_size(c) != want_size || coll_rank(c) != want_rank,
-            "rank %d of %d, want %d of %d", coll_rank(c), coll_size(c), want_rank, want_size);
+    FAIL_IF(coll_size(c) != want_size || coll_rank(c) != want_rank, "rank %d of %d, want %d of %d",
+            coll_rank(c), coll_size(c), want_rank, want_size);
     for (int round = 0; round < 3; round++) {
         int rc = survivors_sum(c, orig, alive);
         if (rc != COLL_OK)

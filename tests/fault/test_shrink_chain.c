@@ -110,8 +110,8 @@ static int journey_rank(coll_comm *c, void *arg)
     if (r == COLL_OK) {
         FAIL_IF(!identical_everywhere(cur, &v.shrinks, sizeof(v.shrinks)) ||
                     !identical_everywhere(cur, v.agreed, sizeof(v.agreed)),
-                "survivors agreed on different sets (this one: %d shrinks, first 0x%x)",
-                v.shrinks, v.agreed[0]);
+                "survivors agreed on different sets (this one: %d shrinks, first 0x%x)", v.shrinks,
+                v.agreed[0]);
     }
     if (cur != c)
         coll_destroy(cur);
@@ -120,15 +120,18 @@ static int journey_rank(coll_comm *c, void *arg)
 
 static void run_journey(int n, const journey *j, const char *transport)
 {
-    run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transport,
-                  .timeout_ms = TIMEOUT_MS, .deadline_s = 50};
+    run_opts o = {.nranks = n,
+                  .rdzv = RDZV_FILE,
+                  .transport = transport,
+                  .timeout_ms = TIMEOUT_MS,
+                  .deadline_s = 50};
     run_ranks(&o, journey_rank, (void *)j);
     for (int r = 0; r < n; r++) {
         int dies = r == j->late;
         for (int st = 0; st < j->stages; st++)
             dies |= r == j->kill[st];
-        ck_assert_msg(last_exit[r] == (dies ? -1 : 0), "%s: rank %d of %d exit %d", transport,
-                      r, n, last_exit[r]);
+        ck_assert_msg(last_exit[r] == (dies ? -1 : 0), "%s: rank %d of %d exit %d", transport, r, n,
+                      last_exit[r]);
     }
 }
 
@@ -176,12 +179,15 @@ static int split_rank(coll_comm *c, void *arg)
 
 START_TEST(shrink_of_a_split_communicator)
 {
-    run_opts o = {.nranks = 6, .rdzv = RDZV_FILE, .transport = transports[_i],
-                  .timeout_ms = TIMEOUT_MS, .deadline_s = 40};
+    run_opts o = {.nranks = 6,
+                  .rdzv = RDZV_FILE,
+                  .transport = transports[_i],
+                  .timeout_ms = TIMEOUT_MS,
+                  .deadline_s = 40};
     run_ranks(&o, split_rank, NULL);
     for (int r = 0; r < 6; r++)
-        ck_assert_msg(last_exit[r] == (r == 3 ? -1 : 0), "%s: rank %d exit %d", transports[_i],
-                      r, last_exit[r]);
+        ck_assert_msg(last_exit[r] == (r == 3 ? -1 : 0), "%s: rank %d exit %d", transports[_i], r,
+                      last_exit[r]);
 }
 END_TEST
 
@@ -205,8 +211,11 @@ static int eager_rank(coll_comm *c, void *arg)
 
 START_TEST(a_rank_that_shrinks_while_others_go_on)
 {
-    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .transport = transports[_i],
-                  .timeout_ms = TIMEOUT_MS, .deadline_s = 30};
+    run_opts o = {.nranks = 4,
+                  .rdzv = RDZV_FILE,
+                  .transport = transports[_i],
+                  .timeout_ms = TIMEOUT_MS,
+                  .deadline_s = 30};
     ck_assert_int_eq(run_ranks(&o, eager_rank, NULL), 0);
 }
 END_TEST
