@@ -118,13 +118,18 @@ static int journey_rank(coll_comm *c, void *arg)
     return r != COLL_OK;
 }
 
+static run_opts opts(int n, const char *transport, int deadline_s)
+{
+    return (run_opts){.nranks = n,
+                      .rdzv = RDZV_FILE,
+                      .transport = transport,
+                      .timeout_ms = TIMEOUT_MS,
+                      .deadline_s = deadline_s};
+}
+
 static void run_journey(int n, const journey *j, const char *transport)
 {
-    run_opts o = {.nranks = n,
-                  .rdzv = RDZV_FILE,
-                  .transport = transport,
-                  .timeout_ms = TIMEOUT_MS,
-                  .deadline_s = 50};
+    run_opts o = opts(n, transport, 50);
     run_ranks(&o, journey_rank, (void *)j);
     for (int r = 0; r < n; r++) {
         int dies = r == j->late;
@@ -179,11 +184,7 @@ static int split_rank(coll_comm *c, void *arg)
 
 START_TEST(shrink_of_a_split_communicator)
 {
-    run_opts o = {.nranks = 6,
-                  .rdzv = RDZV_FILE,
-                  .transport = transports[_i],
-                  .timeout_ms = TIMEOUT_MS,
-                  .deadline_s = 40};
+    run_opts o = opts(6, transports[_i], 40);
     run_ranks(&o, split_rank, NULL);
     for (int r = 0; r < 6; r++)
         ck_assert_msg(last_exit[r] == (r == 3 ? -1 : 0), "%s: rank %d exit %d", transports[_i], r,
@@ -211,11 +212,7 @@ static int eager_rank(coll_comm *c, void *arg)
 
 START_TEST(a_rank_that_shrinks_while_others_go_on)
 {
-    run_opts o = {.nranks = 4,
-                  .rdzv = RDZV_FILE,
-                  .transport = transports[_i],
-                  .timeout_ms = TIMEOUT_MS,
-                  .deadline_s = 30};
+    run_opts o = opts(4, transports[_i], 30);
     ck_assert_int_eq(run_ranks(&o, eager_rank, NULL), 0);
 }
 END_TEST
