@@ -66,7 +66,7 @@ typedef struct {
     int n;
     size_t fixed; /* a message's header and set */
     uint8_t *dead, *heard, *done;
-    int adopted;              /* this rank took a decided peer's set and cards */
+    int decided;              /* by itself or by a peer's word: its set is final */
     int disagree;             /* a set read this round differs from this rank's */
     int *out;                 /* per rank: the socket we dialed, -1 */
     inlink *in;               /* accepted connections */
@@ -86,10 +86,10 @@ static int live(const agreement *a, int p)
     return p != a->c->rank && !a->dead[p] && !a->done[p];
 }
 
-/* Once a decided set is taken, nothing more changes it. */
+/* Once this rank decided, nothing more changes its set. */
 static void lost(agreement *a, int p, const char *why)
 {
-    if (p < 0 || a->dead[p] || a->done[p] || a->adopted)
+    if (p < 0 || a->dead[p] || a->done[p] || a->decided)
         return;
     cl_log(COLL_LOG_INFO, "rank %d shrink: rank %d counted as failed: %s", a->c->rank, p, why);
     a->dead[p] = 1;
@@ -219,11 +219,11 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
 /* A peer's decided word: its set and cards become this rank's. */
 static void adopt(agreement *a, const uint8_t *set, const uint8_t *cards)
 {
-    if (a->adopted)
+    if (a->decided)
         return;
     memcpy(a->dead, set, (size_t)a->n);
     memcpy(a->cards, cards, (size_t)a->n * sizeof(cl_card));
-    a->adopted = 1;
+    a->decided = 1;
 }
 
 static void drop(agreement *a, inlink *l, int round, const life_msg *m)
@@ -262,13 +262,13 @@ static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
     a->heard[m.from] = 1;
     if (m.decided) {
         a->done[m.from] = 1;
-        if (!a->adopted)
+        if (!a->decided)
             cl_log(COLL_LOG_INFO, "rank %d shrink: takes rank %d's decision", c->rank, m.from);
         adopt(a, set, cards);
         return;
     }
     memcpy(&a->cards[m.from], cards, sizeof(cl_card));
-    if (a->adopted)
+    if (a->decided)
         return;
     for (int p = 0; p < a->n; p++)
         a->dead[p] |= set[p];
@@ -338,7 +338,7 @@ static void accept_new(agreement *a)
 /* Is anyone's word for this round still to come? */
 static int waiting(const agreement *a)
 {
-    for (int p = 0; p < a->n && !a->adopted; p++)
+    for (int p = 0; p < a->n && !a->decided; p++)
         if (live(a, p) && !a->heard[p])
             return 1;
     return 0;
@@ -413,21 +413,21 @@ static int agree(agreement *a, int *rounds)
      * another's at once when the peer closed), and rounds end that far apart. */
     int64_t deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
     dial_all(a, deadline);
-    int decided = 0, round;
-    for (round = 0; !decided && round <= 2 * a->n + 2; round++) {
+    int round;
+    for (round = 0; !a->decided && round <= 2 * a->n + 2; round++) {
         memcpy(sent, a->dead, (size_t)a->n);
         send_round(a, round, 0, deadline);
         memset(a->heard, 0, (size_t)a->n);
         a->disagree = 0;
         read_round(a, round, sent, deadline);
-        decided = a->adopted || (!a->disagree && memcmp(sent, a->dead, (size_t)a->n) == 0);
+        a->decided |= !a->disagree && memcmp(sent, a->dead, (size_t)a->n) == 0;
         deadline = cl_now_ms() + 2 * (int64_t)c->timeout_ms;
-        if (decided)
+        if (a->decided)
             send_round(a, round + 1, 1, deadline);
     }
     free(sent);
     *rounds = round;
-    if (!decided)
+    if (!a->decided)
         return COLL_ETIMEDOUT;
     return a->dead[c->rank] ? COLL_EPEER : COLL_OK;
 }
