@@ -22,6 +22,7 @@
 #include "common/options.h"
 #include "common/report.h"
 #include "common/timeline.h"
+#include "common/undo.h"
 #include "collective.h"
 
 #include <math.h>
@@ -43,6 +44,7 @@ typedef struct {
     float lr;          /* this epoch's */
     timeline tl;
     FILE *json;
+    ex_undo undo; /* --elastic: the weights and velocity as the last two steps began */
 } trainer;
 
 static double rel_diff(const mlp *a, const mlp *b)
@@ -111,10 +113,11 @@ static int close_epoch(trainer *t, const double stats[3], double sum[3], const d
     return rc == COLL_OK ? coll_allgather(t->c, times, per, 2, COLL_F64) : rc;
 }
 
-/* --elastic: a collective failed; the survivors agree on who is gone and go on as a
- * smaller communicator (the old one stays failed; the one the trainer was given is its
- * caller's to destroy). */
-static int recover(trainer *t)
+/* --elastic: step k failed here (k = steps: the epoch's close). The survivors agree on
+ * who is gone and go on as a smaller communicator (the old one stays failed; the one the
+ * trainer was given is its caller's to destroy), back at the first step not every rank
+ * finished, from the weights it began with (*from). */
+static int recover(trainer *t, size_t k, size_t *from)
 {
     int was = coll_rank(t->c), lost[64];
     double t0 = ex_now_s();
@@ -124,17 +127,19 @@ static int recover(trainer *t)
         fprintf(stderr, "rank %d: shrink: %s\n", was, coll_last_error(NULL));
         return rc;
     }
-    int k = coll_failed_ranks(t->c, lost, 64);
+    int nl = coll_failed_ranks(t->c, lost, 64);
     if (t->c != t->first)
         coll_destroy(t->c);
     t->c = next;
+    if ((rc = ex_undo_agree(&t->undo, next, k, t->net.params, t->net.velocity, from)))
+        return rc;
     if (coll_rank(next) == 0) {
         printf("elastic: lost rank(s)");
-        for (int i = 0; i < k && i < 64; i++)
+        for (int i = 0; i < nl && i < 64; i++)
             printf(" %d", lost[i]);
-        printf(" of the old numbering; %d ranks go on, the global batch of %d split %d ways "
-               "(shrink took %.0f ms)\n", coll_size(next), t->o->batch, coll_size(next),
-               (ex_now_s() - t0) * 1e3);
+        printf(" of the old numbering; %d ranks go on, the global batch of %d split %d ways, "
+               "from step %zu (shrink took %.0f ms)\n", coll_size(next), t->o->batch,
+               coll_size(next), *from, (ex_now_s() - t0) * 1e3);
         fflush(stdout);
     }
     return COLL_OK;
@@ -154,42 +159,48 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     coll_get_stats(t->c, &st0);
     double tc = 0, tm = 0, loss = 0, t0 = ex_now_s();
     int correct = 0;
-    size_t wire_from = 0; /* wire bytes count from here (the last shrink's step) */
-    for (size_t s = 0; s < steps; s++) {
-        int traced = epoch == 0 && s == 1, rc = traced ? tl_begin(&t->tl, t->c) : COLL_OK;
-        if (rc == COLL_OK)
-            rc = step(t, s, &tc, &tm, &loss, &correct);
-        if (rc == COLL_OK && traced)
-            rc = tl_end(&t->tl, t->c, "rank", t->o->trace);
-        if (rc != COLL_OK) {
-            fprintf(stderr, "rank %d: all-reduce: %s\n", me, coll_last_error(t->c));
-            if (!t->o->elastic || recover(t) != COLL_OK)
-                return 1;
-            n = coll_size(t->c), me = coll_rank(t->c), s--; /* the step again, on the rest */
-            coll_get_stats(t->c, &st0);
-            wire_from = s + 1;
-            continue;
-        }
-        if (epoch == 0 && t->serial_owner && (int)s + 1 == t->o->check_serial) {
-            double d = rel_diff(&t->net, &t->serial);
-            printf("check: after %d steps, %d-rank weights differ from one process by %.2e "
-                   "(relative L2)\n", t->o->check_serial, n, d);
-            if (d > 1e-5)
-                return 3;
-        }
-    }
-    double wall = ex_now_s() - t0;
-    coll_get_stats(t->c, &st1);
-    double stats[3] = { loss, (double)correct, tm }, sum[3], times[2] = { tc, tm };
-    double *per = malloc(sizeof(double) * 2 * (size_t)n);
+    size_t wire_from = 0, s = 0, from; /* wire bytes count from wire_from (the last shrink) */
+    double wall, stats[3], sum[3], times[2], *per = malloc(sizeof(double) * 2 * (size_t)n);
     int same = 1, rc;
-    while ((rc = close_epoch(t, stats, sum, times, per, &same)) != COLL_OK) {
-        fprintf(stderr, "rank %d: closing epoch %d: %s\n", me, epoch, coll_last_error(t->c));
-        if (!t->o->elastic || recover(t) != COLL_OK) {
+    for (;;) { /* the steps, then the close; a lost rank sends both back to `from` */
+        for (; s < steps; s++) {
+            if (t->o->elastic)
+                ex_undo_keep(&t->undo, s, t->net.params, t->net.velocity);
+            int traced = epoch == 0 && s == 1;
+            rc = traced ? tl_begin(&t->tl, t->c) : COLL_OK;
+            if (rc == COLL_OK)
+                rc = step(t, s, &tc, &tm, &loss, &correct);
+            if (rc == COLL_OK && traced)
+                rc = tl_end(&t->tl, t->c, "rank", t->o->trace);
+            if (rc != COLL_OK)
+                break;
+            if (epoch == 0 && t->serial_owner && (int)s + 1 == t->o->check_serial) {
+                double d = rel_diff(&t->net, &t->serial);
+                printf("check: after %d steps, %d-rank weights differ from one process by %.2e "
+                       "(relative L2)\n", t->o->check_serial, n, d);
+                if (d > 1e-5) {
+                    free(per);
+                    return 3;
+                }
+            }
+        }
+        if (s == steps) {
+            wall = ex_now_s() - t0;
+            coll_get_stats(t->c, &st1);
+            stats[0] = loss, stats[1] = correct, stats[2] = tm;
+            times[0] = tc, times[1] = tm;
+            if ((rc = close_epoch(t, stats, sum, times, per, &same)) == COLL_OK)
+                break;
+        }
+        fprintf(stderr, "rank %d: %s %zu: %s\n", me, s < steps ? "step" : "closing epoch at step",
+                s, coll_last_error(t->c));
+        if (!t->o->elastic || !per || recover(t, s, &from) != COLL_OK) {
             free(per);
             return 1;
         }
         n = coll_size(t->c), me = coll_rank(t->c); /* a smaller world: per still fits */
+        coll_get_stats(t->c, &st0);
+        s = wire_from = from;
     }
     if (!same) {
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
@@ -247,7 +258,8 @@ static int train(coll_comm *c, const ex_opts *o)
     int rc = tl_init(&t.tl, 3) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) ||
              mlp_work_init(&t.work, &t.net, o->batch) ||
-             mlp_work_init(&t.serial_work, &t.net, o->batch);
+             mlp_work_init(&t.serial_work, &t.net, o->batch) ||
+             (o->elastic && ex_undo_init(&t.undo, t.net.nparams));
     t.bx = malloc(sizeof(float) * (size_t)o->batch * 784);
     t.sx = malloc(sizeof(float) * (size_t)o->batch * 784);
     t.by = malloc((size_t)o->batch);
@@ -275,6 +287,7 @@ static int train(coll_comm *c, const ex_opts *o)
     mlp_free(&t.net), mlp_free(&t.serial), mlp_work_free(&t.work), mlp_work_free(&t.serial_work);
     tl_free(&t.tl);
     free(t.bx), free(t.sx), free(t.by), free(t.sy), free(t.perm);
+    ex_undo_free(&t.undo);
     mnist_free(&train_set), mnist_free(&test_set);
     return rc;
 }

@@ -25,6 +25,7 @@
 #include "common/pipeline.h"
 #include "common/report.h"
 #include "common/timeline.h"
+#include "common/undo.h"
 #include "collective.h"
 
 #include <math.h>
@@ -50,7 +51,7 @@ typedef struct {
     float lr;
     timeline tl;
     FILE *json;
-    float *kept[2]; /* --elastic: this stage's weights and velocity as steps began */
+    ex_undo undo;   /* --elastic: this stage's weights and velocity as steps began */
 } trainer;
 
 enum { LEAVES = -2 }; /* recover(): this rank's replica lost a rank */
@@ -179,14 +180,12 @@ static int form_groups(trainer *t)
                            t->train);
 }
 
-/* --elastic: this stage's weights and velocity as step k begins, or back to them. The
- * last two steps are kept: a rank can finish the step its peers failed in, never more. */
-static void keep(trainer *t, size_t k, int back)
+/* This stage's weights and velocity. */
+static float *stage_of(trainer *t, float *all)
 {
-    size_t from, n = pipe_params(&t->p, &from), sz = n * sizeof(float);
-    float *slot = t->kept[k % 2], *w = t->net.params + from, *v = t->net.velocity + from;
-    memcpy(back ? w : slot, back ? slot : w, sz);
-    memcpy(back ? v : slot + n, back ? slot + n : v, sz);
+    size_t from;
+    pipe_params(&t->p, &from);
+    return all + from;
 }
 
 static void say_lost(const int *lost, int k, int left, int D, int B, size_t from)
@@ -229,19 +228,16 @@ static int recover(trainer *t, size_t k)
             printf("elastic: rank %d leaves with its replica %d\n", was, was / K);
         return rc != COLL_OK ? -1 : LEAVES;
     }
-    long mine = (long)k, from = 0;
-    if (coll_allreduce(rest, &mine, &from, 1, COLL_I64, COLL_MIN) != COLL_OK || from + 1 < mine) {
-        fprintf(stderr, "rank %d: no step to go back to: %s\n", was, coll_last_error(rest));
+    size_t from = 0;
+    if (ex_undo_agree(&t->undo, rest, k, stage_of(t, t->net.params),
+                      stage_of(t, t->net.velocity), &from) != COLL_OK)
         return -1;
-    }
-    if (from < mine)
-        keep(t, (size_t)from, 1);
     double compute = t->p.compute, idle = t->p.idle;
     if (form_groups(t) != 0)
         return -1;
     t->p.compute = compute, t->p.idle = idle;
     if (coll_rank(rest) == 0)
-        say_lost(lost, nl, coll_size(rest), t->D, t->o->batch, (size_t)from);
+        say_lost(lost, nl, coll_size(rest), t->D, t->o->batch, from);
     return (int)from;
 }
 
@@ -290,7 +286,8 @@ static int run_epoch(trainer *t, int epoch, double *acc)
         int rc;
         if (k < steps) {
             if (o->elastic)
-                keep(t, k, 0);
+                ex_undo_keep(&t->undo, k, stage_of(t, t->net.params),
+                             stage_of(t, t->net.velocity));
             rc = run_step(t, epoch, k, &loss, &correct);
         } else {
             wall = ex_now_s() - t0;
@@ -335,8 +332,8 @@ static int train(coll_comm *world, const ex_opts *o)
              mlp_init(&t.serial, sizes, 4, o->seed) || mlp_work_init(&t.whole, &t.net, o->batch);
     rc = rc ? rc : form_groups(&t);
     size_t from, n = rc ? 0 : pipe_params(&t.p, &from);
-    for (int i = 0; o->elastic && i < 2; i++)
-        rc = rc || !(t.kept[i] = malloc(2 * n * sizeof(float)));
+    if (!rc && o->elastic)
+        rc = ex_undo_init(&t.undo, n);
     t.perm = malloc(sizeof(size_t) * tr.n);
     int me = coll_rank(world), K = o->stages, N = coll_size(world);
     if (me == 0 && !rc)
@@ -363,7 +360,7 @@ static int train(coll_comm *world, const ex_opts *o)
     mlp_work_free(&t.whole);
     mlp_free(&t.net), mlp_free(&t.serial);
     free(t.perm);
-    free(t.kept[0]), free(t.kept[1]);
+    ex_undo_free(&t.undo);
     coll_destroy(t.pipe);
     coll_destroy(t.group);
     if (t.world != world)

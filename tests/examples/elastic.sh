@@ -13,7 +13,7 @@ tmp=${TMPDIR:-/tmp}/elastic.$$
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     { echo "dataset-fashion-mnist not installed: skipped"; exit 77; }
 args="--np 4 --epochs 2 --steps 120 --lr-schedule const $*"
-export COLL_TIMEOUT_MS=3000
+export COLL_TIMEOUT_MS=10000 # ranks load the data at their own pace before the first collective
 # Starts the trainer in the background (pid in $parent) and returns once its training has
 # begun: the timeline of its second step is out.
 start() {
