@@ -162,6 +162,8 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     size_t wire_from = 0, s = 0, from; /* wire bytes count from wire_from (the last shrink) */
     double wall, stats[3], sum[3], times[2], *per = malloc(sizeof(double) * 2 * (size_t)n);
     int same = 1, rc;
+    if (!per)
+        return 1;
     for (;;) { /* the steps, then the close; a lost rank sends both back to `from` */
         for (; s < steps; s++) {
             if (t->o->elastic)
@@ -194,7 +196,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
         }
         fprintf(stderr, "rank %d: %s %zu: %s\n", me, s < steps ? "step" : "closing epoch at step",
                 s, coll_last_error(t->c));
-        if (!t->o->elastic || !per || recover(t, s, &from) != COLL_OK) {
+        if (!t->o->elastic || recover(t, s, &from) != COLL_OK) {
             free(per);
             return 1;
         }
