@@ -45,9 +45,11 @@ void cl_reqq_push(cl_reqq *q, cl_tr_req *r)
 
 void cl_req_complete(cl_tr_req *r, int status)
 {
+    /* Once done is published the waiter may free r: nothing of it is read after. */
+    cl_notifier *n = r->owner->notifier;
     r->status = status;
     atomic_store_explicit(&r->done, 1, memory_order_release);
-    cl_notify(r->owner->notifier);
+    cl_notify(n);
 }
 
 cl_tr_req *cl_reqq_pop(cl_reqq *q)

@@ -100,7 +100,7 @@ static int issue_alone(coll_comm *c, const cl_op *op, int blocking)
 
 /* A request that could not start leaves *out NULL (coll_wait(NULL) is COLL_EINVAL), never
  * whatever the caller's variable held before. */
-int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
+static int launch(coll_comm *c, coll_req *q, coll_req **out)
 {
     if (out != CL_BLOCKING)
         *out = NULL;
@@ -121,12 +121,23 @@ int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
         atomic_store(&c->blocking_in, 0);
         return rc;
     }
+    if (out != CL_BLOCKING)
+        cl_req_hand_out(c, q);
     if (coll)
         cl_engine_submit(c, q);
     if (out == CL_BLOCKING)
         return cl_req_wait(q);
     *out = q;
     return COLL_OK;
+}
+
+/* Counted inside c for its whole length: coll_destroy on another thread waits it out. */
+int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
+{
+    atomic_fetch_add(&c->inside, 1);
+    int rc = launch(c, q, out);
+    atomic_fetch_sub(&c->inside, 1);
+    return rc;
 }
 
 int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,

@@ -301,12 +301,12 @@ int coll_destroy(coll_comm *comm)
 {
     if (!comm)
         return COLL_OK;
-    pthread_mutex_lock(&comm->mu);
-    int pending = comm->qhead != NULL;
-    pthread_mutex_unlock(&comm->mu);
-    if (pending)
-        coll_abort(comm);
-    cl_engine_stop(comm);
+    if (cl_comm_settle(comm) != COLL_OK) {
+        cl_log(COLL_LOG_ERROR, "coll_destroy: a thread stayed inside an operation on the "
+                               "communicator for %d ms after it was aborted: not freed",
+               comm->timeout_ms);
+        return COLL_ETIMEDOUT;
+    }
     cl_comm_free(comm);
     return COLL_OK;
 }

@@ -24,7 +24,11 @@ struct coll_req {
     int held;              /* p2p: waiting for its link (comm->held) */
     cl_op op;
     int status, done; /* under comm->mu */
-    cl_tr_req *treq;  /* p2p only */
+    /* Handed to the caller (a coll_i... form): on comm->out until collected, so destroy
+     * can leave it finished and on its own (comm NULL) instead of dangling. */
+    struct coll_req *out_prev, *out_next;
+    int handed;
+    cl_tr_req *treq; /* p2p only */
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */
 };
 
@@ -82,6 +86,7 @@ struct coll_comm {
     pthread_mutex_t mu; /* queue, request states, status */
     pthread_cond_t cv;
     coll_req *qhead, *qtail;
+    coll_req *out; /* requests handed to the caller and not yet collected */
     int stop;
     int busy; /* a collective is running, on the engine thread or a caller's */
     pthread_t engine;
@@ -96,6 +101,7 @@ struct coll_comm {
     atomic_int aborted;
     /* The thread inside a blocking collective (its tag, args.c), 0 when none. */
     _Atomic uintptr_t blocking_in;
+    atomic_int inside; /* callers inside an operation or a wait: destroy waits them out */
     char err[512];
 
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
@@ -185,6 +191,13 @@ int cl_p2p_progress(coll_comm *c);
 
 /* Waits until a request is done; frees it; returns its status. */
 int cl_req_wait(coll_req *r);
+/* r goes to the caller: it stays valid until coll_wait, whatever happens to its comm. */
+void cl_req_hand_out(coll_comm *c, coll_req *r);
+/* coll_destroy's first part: aborts c if anything is unfinished, waits (bounded by the
+ * timeout) for the callers inside c to leave, stops the engine, and leaves every
+ * request handed out finished, with its status and no communicator. COLL_ETIMEDOUT
+ * when a caller stayed inside (c must not be freed then). */
+int cl_comm_settle(coll_comm *c);
 
 /* Links (link.c): made when first used, by their sender; the listener takes them. */
 /* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,

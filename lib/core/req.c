@@ -16,15 +16,23 @@ int coll_test(coll_req *r, int *done)
 {
     if (!r || !done)
         return COLL_EINVAL;
-    if (is_p2p(r)) {
-        int rc = cl_p2p_test(r, done);
-        return *done ? rc : COLL_INPROGRESS;
-    }
     coll_comm *c = r->comm;
-    pthread_mutex_lock(&c->mu);
-    *done = r->done;
-    int rc = r->done ? r->status : COLL_INPROGRESS;
-    pthread_mutex_unlock(&c->mu);
+    if (!c) { /* its communicator was destroyed: it finished then */
+        *done = 1;
+        return r->status;
+    }
+    int rc;
+    atomic_fetch_add(&c->inside, 1);
+    if (is_p2p(r)) {
+        rc = cl_p2p_test(r, done);
+        rc = *done ? rc : COLL_INPROGRESS;
+    } else {
+        pthread_mutex_lock(&c->mu);
+        *done = r->done;
+        rc = r->done ? r->status : COLL_INPROGRESS;
+        pthread_mutex_unlock(&c->mu);
+    }
+    atomic_fetch_sub(&c->inside, 1);
     return rc;
 }
 
@@ -60,21 +68,116 @@ static int wait_p2p(coll_req *r)
     return timed_out ? COLL_ETIMEDOUT : rc;
 }
 
+/* Off the list of requests handed out (c->mu held). */
+static void take_back(coll_comm *c, coll_req *r)
+{
+    if (!r->handed)
+        return;
+    if (r->out_prev)
+        r->out_prev->out_next = r->out_next;
+    else
+        c->out = r->out_next;
+    if (r->out_next)
+        r->out_next->out_prev = r->out_prev;
+}
+
+void cl_req_hand_out(coll_comm *c, coll_req *r)
+{
+    pthread_mutex_lock(&c->mu);
+    r->handed = 1;
+    r->out_prev = NULL;
+    r->out_next = c->out;
+    if (c->out)
+        c->out->out_prev = r;
+    c->out = r;
+    pthread_mutex_unlock(&c->mu);
+}
+
 int cl_req_wait(coll_req *r)
 {
-    int rc;
+    coll_comm *c = r->comm;
+    int rc = r->status;
+    if (!c) { /* finished when its communicator was destroyed */
+        free(r);
+        return rc;
+    }
+    atomic_fetch_add(&c->inside, 1);
     if (is_p2p(r)) {
         rc = wait_p2p(r);
+        if (r->handed) {
+            pthread_mutex_lock(&c->mu);
+            take_back(c, r);
+            pthread_mutex_unlock(&c->mu);
+        }
     } else {
-        coll_comm *c = r->comm;
         pthread_mutex_lock(&c->mu);
         while (!r->done)
             pthread_cond_wait(&c->cv, &c->mu);
         rc = r->status;
+        take_back(c, r);
         pthread_mutex_unlock(&c->mu);
     }
+    atomic_fetch_sub(&c->inside, 1);
     free(r);
     return rc;
+}
+
+/* A handed-out request as destroy leaves it: finished, its status kept, on its own. */
+static void settle(coll_req *r)
+{
+    int done = 1;
+    if (is_p2p(r)) {
+        cl_p2p_test(r, &done);
+        if (!done)
+            r->status = wait_p2p(r); /* the aborted transport lets go within the timeout */
+        if (r->treq || __atomic_load_n(&r->held, __ATOMIC_ACQUIRE))
+            r->status = COLL_EABORTED; /* never let go: the transport's to free */
+    } else if (!r->done) {
+        r->status = COLL_EABORTED;
+    }
+    r->done = 1;
+    r->handed = 0;
+    r->comm = NULL;
+}
+
+/* Whether destroy must abort first: somebody is inside, or something is unfinished. */
+static int unfinished(coll_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int any = atomic_load(&c->inside) > 0 || c->qhead || c->busy;
+    coll_req *out = c->out;
+    for (coll_req *r = out; r && !any; r = r->out_next)
+        any = !is_p2p(r) && !r->done;
+    pthread_mutex_unlock(&c->mu);
+    for (coll_req *r = out; r && !any; r = r->out_next) {
+        int done = 1;
+        if (is_p2p(r))
+            cl_p2p_test(r, &done);
+        any = !done;
+    }
+    return any;
+}
+
+int cl_comm_settle(coll_comm *c)
+{
+    if (unfinished(c))
+        coll_abort(c);
+    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    while (atomic_load(&c->inside) > 0 && cl_now_ms() < deadline)
+        cl_sleep_ms(1);
+    if (atomic_load(&c->inside) > 0)
+        return COLL_ETIMEDOUT;
+    cl_engine_stop(c);
+    pthread_mutex_lock(&c->mu);
+    coll_req *r = c->out;
+    c->out = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (r) {
+        coll_req *next = r->out_next;
+        settle(r);
+        r = next;
+    }
+    return COLL_OK;
 }
 
 int coll_wait(coll_req *r)

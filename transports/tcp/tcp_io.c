@@ -19,9 +19,11 @@ enum { RB_BYTES = 16384 }; /* payloads this size or larger skip the buffer */
 
 void cl_tcp_complete(cl_tr_req *r, int status)
 {
+    /* Once done is published the waiter may free r: nothing of it is read after. */
+    cl_notifier *n = r->conn->ctx->notifier;
     r->status = status;
     atomic_store_explicit(&r->done, 1, memory_order_release);
-    cl_notify(r->conn->ctx->notifier);
+    cl_notify(n);
 }
 
 static cl_tr_req *pop(cl_tr_req **head, cl_tr_req **tail)
