@@ -109,8 +109,13 @@ COLL_API int coll_split(coll_comm *comm, int color, int key, coll_comm **out);
  * communicator is closed, so peers fail promptly too. */
 COLL_API int coll_abort(coll_comm *comm);
 
-/* Releases the communicator; bounded by the timeout. NULL is a no-op. Pending
- * operations are aborted. */
+/* Releases the communicator; bounded by the timeout. NULL is a no-op. Unfinished
+ * operations are aborted (the peers learn it as from coll_abort). A thread inside a
+ * blocking call on comm returns COLL_EABORTED and is waited for; if one stays inside
+ * past the timeout, comm is not freed and COLL_ETIMEDOUT is returned. Requests of comm
+ * not yet collected stay valid: coll_test/coll_wait then report them done, with their
+ * status (COLL_EABORTED where they had not finished), and coll_wait frees them. A call
+ * that begins on comm after destroy began is a use after free, as with any handle. */
 COLL_API int coll_destroy(coll_comm *comm);
 
 /* This rank's index in comm, or COLL_EINVAL for NULL. */

@@ -1,4 +1,5 @@
-/* Behaviour through the public API on real processes: the non-blocking forms, split, barrier, statistics, mismatches and misuse. */
+/* Behaviour through the public API on real processes: the non-blocking forms, split, barrier,
+ * statistics, mismatches, misuse, and destroy with work outstanding. */
 #include "common/harness.h"
 #include "perf/verify.h"
 
@@ -483,6 +484,63 @@ START_TEST(abort_fails_this_rank_and_its_peers)
 }
 END_TEST
 
+/* coll_destroy with requests outstanding: each stays valid until collected, finished with
+ * its status (COLL_EABORTED where it had not finished), and a thread inside a blocking
+ * collective on the communicator is woken and waited out, not left on freed memory. */
+static void *blocked_caller(void *arg)
+{
+    issuer *t = arg;
+    t->rc = coll_allreduce(t->c, &t->v, &t->v, 1, COLL_F32, COLL_SUM);
+    return NULL;
+}
+
+static int destroy_outstanding_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c), d = 0;
+    coll_comm *s;
+    EXPECT_RC(coll_split(c, 0, me, &s), COLL_OK);
+    float one = 1, sum = 0, late = 1, in[4];
+    coll_req *finished, *recv, *queued;
+    EXPECT_RC(coll_iallreduce(s, &one, &sum, 1, COLL_F32, COLL_SUM, &finished), COLL_OK);
+    for (int t = 0; t < 5000 && !d; t++, usleep(1000))
+        coll_test(finished, &d);
+    FAIL_IF(!d, "the all-reduce did not finish");
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    if (me == 0) { /* rank 1 sends nothing and joins nothing on s until rank 0 is through */
+        issuer blocked = {s, -100, 1};
+        pthread_t t;
+        EXPECT_RC(coll_irecv(s, in, 4, COLL_F32, 1, 8, &recv), COLL_OK);
+        EXPECT_RC(coll_iallreduce(s, &one, &late, 1, COLL_F32, COLL_SUM, &queued), COLL_OK);
+        pthread_create(&t, NULL, blocked_caller, &blocked);
+        usleep(200 * 1000);
+        EXPECT_RC(coll_destroy(s), COLL_OK);
+        pthread_join(t, NULL);
+        FAIL_IF(blocked.rc != COLL_EABORTED, "the blocked caller got %s",
+                coll_strerror(blocked.rc));
+        d = 0;
+        EXPECT_RC(coll_test(recv, &d), COLL_EABORTED);
+        FAIL_IF(!d, "a request of a destroyed communicator is not done");
+        EXPECT_RC(coll_wait(recv), COLL_EABORTED);
+        EXPECT_RC(coll_wait(queued), COLL_EABORTED);
+    }
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    if (me == 1)
+        EXPECT_RC(coll_destroy(s), COLL_OK);
+    EXPECT_RC(coll_wait(finished), COLL_OK);
+    FAIL_IF(sum != 2, "the finished all-reduce gave %g", sum);
+    return 0;
+}
+
+START_TEST(destroy_leaves_outstanding_requests_valid)
+{
+    const char *tr[] = {"tcp", "shm"};
+    run_opts o = { .nranks = 2, .rdzv = RDZV_FILE, .transport = tr[_i], .timeout_ms = 5000,
+                   .deadline_s = 60 };
+    ck_assert_msg(run_ranks(&o, destroy_outstanding_rank, NULL) == 0, "on %s", tr[_i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -501,6 +559,7 @@ int main(void)
     tcase_add_test(t, segment_bytes_from_the_environment);
     tcase_add_test(t, bad_environment_is_einval_naming_the_variable);
     tcase_add_test(t, abort_fails_this_rank_and_its_peers);
+    tcase_add_loop_test(t, destroy_leaves_outstanding_requests_valid, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
