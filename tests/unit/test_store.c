@@ -1,17 +1,21 @@
 /* The rendezvous stores (file, mem, tcp) behave alike: set then get, a missing key is
- * "not yet", waiting past the deadline times out; the tcp server survives garbage. */
+ * "not yet", waiting past the deadline times out; the tcp server survives garbage and
+ * bounds what a client can take. */
 #include "base/util.h"
 #include "rdzv/store.h"
+#include "rdzv/tcp_server.h"
 #include "common/harness.h"
 
 #include "common/suite.h"
 
 #include <check.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static cl_store *open_kind(int kind, char *dir)
@@ -88,6 +92,73 @@ START_TEST(tcp_server_survives_garbage_clients)
     ck_assert_int_eq(s->ops->set(s, "k", "v", 1), COLL_OK);
     ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
     s->ops->close(s);
+}
+END_TEST
+
+static int dial(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* 1 once the server closed fd (read to its end), 0 if it was still open after 8 s. */
+static int closed_by_server(int fd)
+{
+    struct timeval tv = { .tv_sec = 8 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char sink[65536];
+    ssize_t n;
+    while ((n = recv(fd, sink, sizeof(sink), 0)) > 0)
+        ;
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+/* What stopped or filled rank 0's store before: a client that pipelines gets of a large
+ * value and never reads (the server blocked in send, and closing it waited for that
+ * client), thousands of large junk values, connections that say nothing. Now the server
+ * answers others throughout, refuses sets past its byte limit, drops the silent and the
+ * unread after the idle bound (2 x the init timeout, 1 s at least), and closes at once. */
+START_TEST(tcp_server_bounds_what_a_client_can_take)
+{
+    char where[64], err[256];
+    int port = free_port();
+    snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+    cl_store *server, *s;
+    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 400, &server, err, sizeof(err)),
+                     COLL_OK);
+    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 15000, &s, err, sizeof(err)),
+                     COLL_OK);
+    static char big[60000], back[60000];
+    memset(big, 7, sizeof(big));
+    ck_assert_int_eq(s->ops->set(s, "big", big, sizeof(big)), COLL_OK);
+    int greedy = dial(port), silent = dial(port);
+    unsigned char get[12] = { 2, 3, 0, 0, 0, 0, 0, 0, 0, 'b', 'i', 'g' };
+    for (int k = 0; k < 2000; k++) /* 120 MB of replies asked for, none read */
+        ck_assert_int_eq(send(greedy, get, sizeof(get), MSG_NOSIGNAL), (ssize_t)sizeof(get));
+    size_t len = 0;
+    ck_assert_int_eq(s->ops->get(s, "big", back, sizeof(back), &len), COLL_OK);
+    ck_assert_uint_eq(len, sizeof(big));
+    int stored = 0, rc = COLL_OK;
+    for (int k = 0; k < 2000 && rc == COLL_OK; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "junk/%d", k);
+        if ((rc = s->ops->set(s, key, big, sizeof(big))) == COLL_OK)
+            stored++;
+    }
+    ck_assert_int_eq(rc, COLL_ENOMEM);
+    ck_assert_int_le((long)stored * (long)sizeof(big), (long)CL_STORE_MAX_BYTES);
+    ck_assert_int_eq(s->ops->get(s, "big", back, sizeof(back), &len), COLL_OK);
+    ck_assert_msg(closed_by_server(silent), "a silent client was not dropped");
+    ck_assert_msg(closed_by_server(greedy), "a client that never reads was not dropped");
+    int64_t t0 = cl_now_ms();
+    server->ops->close(server);
+    ck_assert_int_lt(cl_now_ms() - t0, 3000); /* it waited 27 s for the greedy client */
+    s->ops->close(s);
+    close(greedy);
+    close(silent);
 }
 END_TEST
 
@@ -200,6 +271,7 @@ int main(void)
     tcase_add_loop_test(t, sealed_store_ignores_forgeries, 0, 2);
     tcase_add_loop_test(t, create_is_first_wins_and_remove_forgets, 0, 6);
     tcase_add_test(t, tcp_server_survives_garbage_clients);
+    tcase_add_test(t, tcp_server_bounds_what_a_client_can_take);
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
     suite_add_tcase(s, t);

@@ -1,0 +1,304 @@
+/* The TCP store's server: one poll() thread serving a hashed key-value table to every
+ * rank. Its input is hostile, so nothing a client does can stop it or grow it without
+ * bound: sockets are non-blocking and replies wait in a per-client queue (a client that
+ * sends requests and never reads them is no longer read once one reply's worth waits);
+ * keys, bytes and clients are capped; malformed requests and clients idle past the
+ * bound are dropped. */
+#include "rdzv/tcp_server.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "collective.h"
+#include "rdzv/store.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { BUCKETS = 4096, OUT_LIMIT = 5 + CL_STORE_MAX_VALUE, IN_LIMIT = 2 * (CL_STORE_REQ_HDR + CL_STORE_MAX_KEY + CL_STORE_MAX_VALUE) };
+
+struct kv {
+    struct kv *next;
+    unsigned char *key, *val;
+    size_t klen, len;
+};
+
+struct client {
+    int fd;
+    unsigned char *in, *out;
+    size_t got, in_cap, out_len, out_sent, out_cap;
+    int64_t last_ms; /* its last whole request or reply byte taken */
+};
+
+struct cl_store_server {
+    int lfd, wake[2], idle_ms, full_told, running;
+    pthread_t thread;
+    struct kv *bucket[BUCKETS];
+    size_t keys, bytes;
+    struct client *cl;
+    struct pollfd *pfd;
+    int ncl;
+};
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+static struct kv **slot(cl_store_server *s, const unsigned char *key, size_t klen)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < klen; i++)
+        h = (h ^ key[i]) * 1099511628211ULL;
+    struct kv **at = &s->bucket[h % BUCKETS];
+    while (*at && ((*at)->klen != klen || memcmp((*at)->key, key, klen) != 0))
+        at = &(*at)->next;
+    return at;
+}
+
+/* 1 stored, 0 refused (memory or the limits). */
+static unsigned char store(cl_store_server *s, struct kv **at, const unsigned char *key,
+                           size_t klen, const unsigned char *val, size_t vlen)
+{
+    struct kv *e = *at;
+    size_t more = vlen + (e ? 0 : klen), less = e ? e->len : 0;
+    if ((!e && s->keys >= CL_STORE_MAX_KEYS) || s->bytes - less + more > CL_STORE_MAX_BYTES) {
+        if (!s->full_told++)
+            cl_log(COLL_LOG_WARN, "rendezvous store: a set refused: %zu keys and %zu bytes "
+                                  "held, the limits are %d and %u",
+                   s->keys, s->bytes, CL_STORE_MAX_KEYS, CL_STORE_MAX_BYTES);
+        return 0;
+    }
+    unsigned char *v = malloc(vlen ? vlen : 1);
+    struct kv *fresh = e ? NULL : calloc(1, sizeof(*fresh));
+    unsigned char *k = fresh ? malloc(klen ? klen : 1) : NULL;
+    if (!v || (!e && !k)) {
+        free(v), free(fresh), free(k);
+        return 0;
+    }
+    if (!e) {
+        memcpy(k, key, klen);
+        fresh->key = k, fresh->klen = klen;
+        *at = e = fresh;
+        s->keys++;
+    }
+    memcpy(v, val, vlen);
+    free(e->val);
+    e->val = v;
+    e->len = vlen;
+    s->bytes = s->bytes - less + more;
+    return 1;
+}
+
+/* ---- one client --------------------------------------------------------------------- */
+
+static int reply(struct client *c, const void *a, size_t n, const void *b, size_t m)
+{
+    if (c->out_cap - c->out_len < n + m) {
+        size_t cap = c->out_len + n + m + 4096;
+        unsigned char *o = realloc(c->out, cap);
+        if (!o)
+            return -1;
+        c->out = o, c->out_cap = cap;
+    }
+    memcpy(c->out + c->out_len, a, n);
+    if (m)
+        memcpy(c->out + c->out_len + n, b, m);
+    c->out_len += n + m;
+    return 0;
+}
+
+static int answer(cl_store_server *s, struct client *c, const unsigned char *p, uint32_t klen,
+                  uint32_t vlen)
+{
+    const unsigned char *key = p + CL_STORE_REQ_HDR;
+    struct kv **at = slot(s, key, klen);
+    if (p[0] == CL_STORE_OP_GET) {
+        unsigned char hdr[5] = {*at != NULL};
+        uint32_t len = *at ? (uint32_t)(*at)->len : 0;
+        memcpy(hdr + 1, &len, 4);
+        return reply(c, hdr, 5, *at ? (*at)->val : NULL, len);
+    }
+    unsigned char ok = p[0] == CL_STORE_OP_CREATE && *at ? 2 : store(s, at, key, klen, key + klen, vlen);
+    return reply(c, &ok, 1, NULL, 0);
+}
+
+/* Answers the whole requests read, while less than one largest reply waits to go out.
+ * -1 drops the client. */
+static int serve_requests(cl_store_server *s, struct client *c, int64_t now)
+{
+    size_t off = 0;
+    while (c->got - off >= CL_STORE_REQ_HDR && c->out_len - c->out_sent < OUT_LIMIT) {
+        unsigned char *p = c->in + off;
+        uint32_t klen, vlen;
+        memcpy(&klen, p + 1, 4);
+        memcpy(&vlen, p + 5, 4);
+        if (klen > CL_STORE_MAX_KEY || vlen > CL_STORE_MAX_VALUE || p[0] < CL_STORE_OP_SET ||
+            p[0] > CL_STORE_OP_CREATE)
+            return -1;
+        if (c->got - off < CL_STORE_REQ_HDR + klen + vlen)
+            break;
+        if (answer(s, c, p, klen, vlen) != 0)
+            return -1;
+        off += CL_STORE_REQ_HDR + klen + vlen;
+        c->last_ms = now;
+    }
+    memmove(c->in, c->in + off, c->got - off);
+    c->got -= off;
+    return 0;
+}
+
+static int read_some(struct client *c)
+{
+    if (c->in_cap - c->got < 4096) {
+        size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
+        unsigned char *b = cap <= IN_LIMIT ? realloc(c->in, cap) : NULL;
+        if (!b)
+            return -1;
+        c->in = b, c->in_cap = cap;
+    }
+    ssize_t n = recv(c->fd, c->in + c->got, c->in_cap - c->got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    if (n <= 0)
+        return -1;
+    c->got += (size_t)n;
+    return 0;
+}
+
+static int write_some(struct client *c, int64_t now)
+{
+    while (c->out_sent < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        c->out_sent += (size_t)n;
+        c->last_ms = now;
+    }
+    c->out_len = c->out_sent = 0;
+    return 0;
+}
+
+/* Everything one wake-up allows for c: -1 drops it. */
+static int tend(cl_store_server *s, struct client *c, short revents, int64_t now)
+{
+    if ((revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c) != 0)
+        return -1;
+    if (serve_requests(s, c, now) != 0 || write_some(c, now) != 0)
+        return -1;
+    /* a reply that went out may let requests waiting behind it be answered */
+    if (serve_requests(s, c, now) != 0 || write_some(c, now) != 0)
+        return -1;
+    if (now - c->last_ms > s->idle_ms) {
+        cl_log(COLL_LOG_DEBUG, "rendezvous store: a client idle for %d ms dropped", s->idle_ms);
+        return -1;
+    }
+    return 0;
+}
+
+static void drop(struct client *c)
+{
+    close(c->fd);
+    free(c->in);
+    free(c->out);
+    *c = (struct client){.fd = -1};
+}
+
+/* ---- the thread --------------------------------------------------------------------- */
+
+static void accept_client(cl_store_server *s, int64_t now)
+{
+    int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (s->ncl >= CL_STORE_MAX_CLIENTS) {
+        close(fd);
+        return;
+    }
+    s->cl[s->ncl++] = (struct client){.fd = fd, .last_ms = now};
+}
+
+/* The poll set: a client is read only while its replies are taken. */
+static void watch(cl_store_server *s)
+{
+    s->pfd[0] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+    s->pfd[1] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    int k = 0;
+    for (int i = 0; i < s->ncl; i++) {
+        struct client *c = &s->cl[i];
+        if (c->fd < 0)
+            continue;
+        s->cl[k] = *c;
+        short ev = c->out_len - c->out_sent < OUT_LIMIT ? POLLIN : 0;
+        s->pfd[k + 2] = (struct pollfd){.fd = c->fd, .events = ev | (c->out_len ? POLLOUT : 0)};
+        k++;
+    }
+    s->ncl = k;
+}
+
+static void *serve(void *arg)
+{
+    cl_store_server *s = arg;
+    watch(s);
+    /* woken at least every second: idle clients are dropped on time */
+    for (;;) {
+        int n = poll(s->pfd, (nfds_t)s->ncl + 2, 1000);
+        if ((n < 0 && errno != EINTR) || (n > 0 && s->pfd[1].revents))
+            break;
+        int64_t now = cl_now_ms();
+        for (int i = 0; i < s->ncl; i++)
+            if (tend(s, &s->cl[i], s->pfd[i + 2].revents, now) != 0)
+                drop(&s->cl[i]);
+        if (s->pfd[0].revents)
+            accept_client(s, now);
+        watch(s);
+    }
+    return NULL;
+}
+
+int cl_store_server_start(int lfd, int idle_ms, cl_store_server **out)
+{
+    cl_store_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return COLL_ENOMEM;
+    s->lfd = lfd;
+    s->idle_ms = idle_ms;
+    s->wake[0] = s->wake[1] = -1;
+    s->cl = calloc(CL_STORE_MAX_CLIENTS, sizeof(*s->cl));
+    s->pfd = calloc(CL_STORE_MAX_CLIENTS + 2, sizeof(*s->pfd));
+    s->running = s->cl && s->pfd && pipe(s->wake) == 0 &&
+                 pthread_create(&s->thread, NULL, serve, s) == 0;
+    if (!s->running) {
+        cl_store_server_stop(s);
+        return COLL_ESYS;
+    }
+    *out = s;
+    return COLL_OK;
+}
+
+void cl_store_server_stop(cl_store_server *s)
+{
+    if (s->running) {
+        ssize_t w = write(s->wake[1], "x", 1);
+        (void)w;
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; i < s->ncl; i++)
+        drop(&s->cl[i]);
+    for (int b = 0; b < BUCKETS; b++)
+        while (s->bucket[b]) {
+            struct kv *e = s->bucket[b];
+            s->bucket[b] = e->next;
+            free(e->key);
+            free(e->val);
+            free(e);
+        }
+    if (s->wake[0] >= 0)
+        close(s->wake[0]), close(s->wake[1]);
+    close(s->lfd);
+    free(s->cl);
+    free(s->pfd);
+    free(s);
+}
