@@ -1,7 +1,9 @@
 /* A listening socket's accepted connections whose opening bytes (a hello, an address)
  * have not all arrived: read without blocking, so one slow or silent connector never
- * holds up the others. Shared by the transports that accept on a plain socket (shm,
- * ibverbs' bootstrap). */
+ * holds up the others, and bounded so strangers cannot hold the listener: at most
+ * CL_PENDING_MAX at once (a new one pushes out the oldest), each for CL_PENDING_MS (a
+ * rank sends its opening bytes right after it connects). Shared by the transports that
+ * accept on a plain socket (shm, ibverbs' bootstrap). */
 #ifndef CL_ACCEPT_H
 #define CL_ACCEPT_H
 
@@ -10,10 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { CL_PENDING_MAX = 16, CL_PENDING_BYTES = 128 };
+enum { CL_PENDING_MAX = 16, CL_PENDING_BYTES = 128, CL_PENDING_MS = 2000 };
 
 typedef struct cl_pending {
     int fd;
+    int64_t since; /* accepted then (ms) */
     size_t n; /* bytes of buf read so far (for a transport that reads them here) */
     uint8_t buf[CL_PENDING_BYTES];
 } cl_pending;
@@ -35,8 +38,9 @@ typedef struct cl_accepting {
  * 0 nothing to do yet, -1 drop it (the helper closes fd). */
 typedef int (*cl_pending_take)(void *arg, cl_pending *p);
 
-/* Accepts whatever waits (up to CL_PENDING_MAX pending), then offers each pending socket
- * to take until one makes a connection: COLL_OK then, else COLL_INPROGRESS. */
+/* Drops pending sockets past CL_PENDING_MS, accepts whatever waits, then offers each
+ * pending socket to take until one makes a connection: COLL_OK then, else
+ * COLL_INPROGRESS. */
 int cl_listen_accept(cl_listen_fd *l, cl_pending_take take, void *arg);
 /* Closes the pending sockets and the listening one. */
 void cl_listen_close(cl_listen_fd *l);

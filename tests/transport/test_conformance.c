@@ -425,6 +425,50 @@ START_TEST(shm_refuses_an_unsealed_ring)
 }
 END_TEST
 
+/* shm: strangers that connect and say nothing neither fill the listener (a real hello
+ * behind twice as many of them is taken) nor hold it (each is closed after the pending
+ * bound). Before, 16 of them made the listener refuse every rank after. */
+START_TEST(shm_silent_strangers_neither_fill_nor_hold_the_listener)
+{
+    pair p = {0};
+    p.tr = cl_transport_find("shm");
+    cl_notifier_init(&p.nb);
+    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p.nb};
+    ck_assert_int_eq(p.tr->ctx_create(&cb, &p.b), COLL_OK);
+    char handle[CL_HANDLE_BYTES];
+    ck_assert_int_eq(p.tr->listen(p.b, handle, &p.l), COLL_OK);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    const char *name = handle + 4; /* "shm:" */
+    memcpy(a.sun_path + 1, name, strlen(name));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    enum { SILENT = 32 };
+    int silent[SILENT];
+    uint8_t got[CL_HELLO_BYTES];
+    for (int i = 0; i < SILENT; i++) {
+        silent[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_eq(connect(silent[i], (struct sockaddr *)&a, len), 0);
+        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
+    }
+    raw_shm_hello(handle, 1);
+    int rc = COLL_INPROGRESS;
+    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
+        rc = p.tr->accept(p.l, got, &p.recv);
+    ck_assert_int_eq(rc, COLL_OK);
+    int64_t t0 = cl_now_ms();
+    char c;
+    while (recv(silent[SILENT - 1], &c, 1, MSG_DONTWAIT) != 0 && cl_now_ms() - t0 < 10000) {
+        p.tr->accept(p.l, got, &p.recv); /* the listener is looked at as a rank would */
+        usleep(10000);
+    }
+    ck_assert_msg(recv(silent[SILENT - 1], &c, 1, MSG_DONTWAIT) == 0,
+                  "a silent stranger was still held after 10 s");
+    for (int i = 0; i < SILENT; i++)
+        close(silent[i]);
+    p.tr->ctx_destroy(p.b);
+    cl_notifier_destroy(&p.nb);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     tname = argc > 1 ? argv[1] : "loop";
@@ -441,8 +485,10 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
-    if (strcmp(tname, "shm") == 0)
+    if (strcmp(tname, "shm") == 0) {
         tcase_add_test(t, shm_refuses_an_unsealed_ring);
+        tcase_add_test(t, shm_silent_strangers_neither_fill_nor_hold_the_listener);
+    }
 #ifdef CL_HAVE_IBVERBS
     if (strcmp(tname, "ibverbs-fake") == 0) {
         tcase_add_test(t, fake_retry_exceeded_fails_the_connection);
