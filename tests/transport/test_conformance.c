@@ -368,18 +368,42 @@ static int available(void)
     return rc == COLL_OK;
 }
 
+/* An shm listener alone (p->b, p->l), for what strangers send it. */
+static void shm_listen(pair *p, char handle[CL_HANDLE_BYTES])
+{
+    memset(p, 0, sizeof(*p));
+    p->tr = cl_transport_find("shm");
+    cl_notifier_init(&p->nb);
+    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
+    ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
+    ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
+}
+
+static void shm_unlisten(pair *p)
+{
+    p->tr->ctx_destroy(p->b);
+    cl_notifier_destroy(&p->nb);
+}
+
 /* shm: a stranger's hello with an unsealed memfd (it could shrink the ring under the
  * receiver's mapping: SIGBUS) is dropped, and the listener still takes a real one. */
-static void raw_shm_hello(const char *handle, int seal)
+/* A socket connected to an shm listener's abstract name, as any local process can. */
+static int shm_dial(const char *handle)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     const char *name = handle + 4; /* "shm:" */
     memcpy(a.sun_path + 1, name, strlen(name));
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
+    return s;
+}
+
+static void raw_shm_hello(const char *handle, int seal)
+{
+    int s = shm_dial(handle);
     int mfd = memfd_create("stranger", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
     int efd = eventfd(0, EFD_CLOEXEC);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
     ck_assert_int_eq(ftruncate(mfd, 256 + (1 << 16)), 0);
     if (seal)
         ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
@@ -402,13 +426,9 @@ static void raw_shm_hello(const char *handle, int seal)
 
 START_TEST(shm_refuses_an_unsealed_ring)
 {
-    pair p = {0};
-    p.tr = cl_transport_find("shm");
-    cl_notifier_init(&p.nb);
-    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p.nb};
-    ck_assert_int_eq(p.tr->ctx_create(&cb, &p.b), COLL_OK);
+    pair p;
     char handle[CL_HANDLE_BYTES];
-    ck_assert_int_eq(p.tr->listen(p.b, handle, &p.l), COLL_OK);
+    shm_listen(&p, handle);
     uint8_t got[CL_HELLO_BYTES];
     raw_shm_hello(handle, 0);
     int64_t until = cl_now_ms() + 300;
@@ -420,8 +440,7 @@ START_TEST(shm_refuses_an_unsealed_ring)
         rc = p.tr->accept(p.l, got, &p.recv);
     ck_assert_int_eq(rc, COLL_OK);
     ck_assert_int_eq(got[0], 1);
-    p.tr->ctx_destroy(p.b);
-    cl_notifier_destroy(&p.nb);
+    shm_unlisten(&p);
 }
 END_TEST
 
@@ -430,23 +449,14 @@ END_TEST
  * bound). Before, 16 of them made the listener refuse every rank after. */
 START_TEST(shm_silent_strangers_neither_fill_nor_hold_the_listener)
 {
-    pair p = {0};
-    p.tr = cl_transport_find("shm");
-    cl_notifier_init(&p.nb);
-    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p.nb};
-    ck_assert_int_eq(p.tr->ctx_create(&cb, &p.b), COLL_OK);
+    pair p;
     char handle[CL_HANDLE_BYTES];
-    ck_assert_int_eq(p.tr->listen(p.b, handle, &p.l), COLL_OK);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    const char *name = handle + 4; /* "shm:" */
-    memcpy(a.sun_path + 1, name, strlen(name));
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    shm_listen(&p, handle);
     enum { SILENT = 32 };
     int silent[SILENT];
     uint8_t got[CL_HELLO_BYTES];
     for (int i = 0; i < SILENT; i++) {
-        silent[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        ck_assert_int_eq(connect(silent[i], (struct sockaddr *)&a, len), 0);
+        silent[i] = shm_dial(handle);
         ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
     }
     raw_shm_hello(handle, 1);
@@ -464,8 +474,7 @@ START_TEST(shm_silent_strangers_neither_fill_nor_hold_the_listener)
                   "a silent stranger was still held after 10 s");
     for (int i = 0; i < SILENT; i++)
         close(silent[i]);
-    p.tr->ctx_destroy(p.b);
-    cl_notifier_destroy(&p.nb);
+    shm_unlisten(&p);
 }
 END_TEST
 
