@@ -129,7 +129,7 @@ START_TEST(tcp_server_bounds_what_a_client_can_take)
     cl_store *server, *s;
     ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 400, &server, err, sizeof(err)),
                      COLL_OK);
-    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 15000, &s, err, sizeof(err)),
+    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 60000, &s, err, sizeof(err)),
                      COLL_OK);
     static char big[60000], back[60000];
     memset(big, 7, sizeof(big));
