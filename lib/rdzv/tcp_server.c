@@ -144,8 +144,10 @@ static int serve_requests(cl_store_server *s, struct client *c, int64_t now)
         off += CL_STORE_REQ_HDR + klen + vlen;
         c->last_ms = now;
     }
-    memmove(c->in, c->in + off, c->got - off);
-    c->got -= off;
+    if (off) {
+        memmove(c->in, c->in + off, c->got - off);
+        c->got -= off;
+    }
     return 0;
 }
 
