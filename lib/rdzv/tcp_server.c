@@ -93,8 +93,15 @@ static unsigned char store(cl_store_server *s, struct kv **at, const unsigned ch
 
 /* ---- one client --------------------------------------------------------------------- */
 
+/* Queues a reply behind what still waits to go out (moved to the front first: a client
+ * that always leaves a little unread must not grow the queue with what it took). */
 static int reply(struct client *c, const void *a, size_t n, const void *b, size_t m)
 {
+    if (c->out_sent) {
+        memmove(c->out, c->out + c->out_sent, c->out_len - c->out_sent);
+        c->out_len -= c->out_sent;
+        c->out_sent = 0;
+    }
     if (c->out_cap - c->out_len < n + m) {
         size_t cap = c->out_len + n + m + 4096;
         unsigned char *o = realloc(c->out, cap);

@@ -512,8 +512,15 @@ static int destroy_outstanding_rank(coll_comm *c, void *arg)
         pthread_t t;
         EXPECT_RC(coll_irecv(s, in, 4, COLL_F32, 1, 8, &recv), COLL_OK);
         EXPECT_RC(coll_iallreduce(s, &one, &late, 1, COLL_F32, COLL_SUM, &queued), COLL_OK);
+        coll_stats st;
+        coll_get_stats(s, &st);
+        uint64_t before = st.bytes_in;
         pthread_create(&t, NULL, blocked_caller, &blocked);
-        usleep(200 * 1000);
+        /* its bytes are counted once it is inside the call: destroy must find it there */
+        for (int k = 0; k < 5000 && st.bytes_in == before; k++, usleep(1000))
+            coll_get_stats(s, &st);
+        FAIL_IF(st.bytes_in == before, "the blocked caller never entered its all-reduce");
+        usleep(50 * 1000);
         EXPECT_RC(coll_destroy(s), COLL_OK);
         pthread_join(t, NULL);
         FAIL_IF(blocked.rc != COLL_EABORTED, "the blocked caller got %s",
