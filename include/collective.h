@@ -80,12 +80,15 @@ typedef struct coll_config {
 COLL_API const char *coll_strerror(int status);
 
 /* The sentence describing the communicator's first failure (rank, peer, operation and
- * sequence number); while it has not failed, the last argument error (COLL_EINVAL:
- * the call and the argument, e.g. "rank 1 coll_allgather: sendbuf is NULL with count 4"),
- * which does not stick; "" when there was neither. Never NULL; comm may be NULL, then it
- * describes the last coll_init failure of the calling thread.
- * An argument error is found on the calling rank before anything is sent: the other
- * ranks are not told, and wait in their part of the collective until their timeout. */
+ * sequence number, or the call and the argument: "rank 1 coll_allgather: sendbuf is
+ * NULL with count 4"); while it has not failed, the last refusal that leaves it usable
+ * (a collective issued from a second thread); "" when there was neither. Never NULL;
+ * comm may be NULL, then it describes the last coll_init failure of the calling thread.
+ * A bad argument to a collective or point-to-point call (COLL_EINVAL), or memory this
+ * rank cannot get for it (COLL_ENOMEM), is found on the calling rank before anything of
+ * that call is sent, and fails the communicator: the other ranks are told at once and
+ * return COLL_EPEER naming this rank and its cause, instead of waiting for it until
+ * their timeout. */
 COLL_API const char *coll_last_error(const coll_comm *comm);
 
 /* Creates a communicator of `size` ranks; collective over all of them.

@@ -29,9 +29,11 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
     int status = -(int)h->tag;
     if (status >= 0 || status < COLL_EPROTO)
         status = COLL_EPROTO;
-    /* A peer that failed for a reason of its own: this rank's links are fine. */
+    /* A peer that failed for a reason of its own (a bad argument it passed, its memory):
+     * this rank's links and arguments are fine. */
     int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
-               status == COLL_ESYS || status == COLL_ESTATE;
+               status == COLL_ESYS || status == COLL_ESTATE || status == COLL_EINVAL ||
+               status == COLL_ENOTSUP;
     x->fail.blame(x->fail.owner, (int)h->count, status); /* a communicator rank */
     return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
                         cl_rank_of(x, x->rank), what, seq, (unsigned long long)h->count,

@@ -19,6 +19,7 @@
 static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                      coll_dtype dt, coll_op op, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, s, r, count, 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK)
@@ -36,6 +37,7 @@ static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_
 static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                           coll_dtype dt, coll_op op, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK) {
@@ -54,6 +56,7 @@ static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, 
 static int allgather(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                      coll_dtype dt, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
     size_t bytes = count * cl_dtype_size(dt);
     if (rc == COLL_OK) {
@@ -69,6 +72,7 @@ static int allgather(const char *fn, coll_comm *c, const void *s, void *r, size_
 static int broadcast(const char *fn, coll_comm *c, void *buf, size_t count, coll_dtype dt,
                      int root, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, buf, buf, count, 1, dt);
     if (rc == COLL_OK)
         rc = cl_check_root(fn, c, root);
@@ -100,6 +104,7 @@ static int p2p_start(coll_comm *c, int kind, const void *buf, size_t count, int 
 static int p2p(const char *fn, coll_comm *c, int kind, const void *buf, size_t count, int dt,
                int peer, uint32_t tag, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = p2p_check(fn, c, buf, count, dt, peer);
     if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
@@ -224,7 +229,7 @@ int coll_set_codec(coll_comm *c, coll_codec codec)
         return cl_bad(c, __func__, "communicator is NULL or codec %d invalid", (int)codec);
     int32_t mine = (int32_t)codec, *all = calloc((size_t)c->size, sizeof(int32_t));
     if (!all)
-        return COLL_ENOMEM;
+        return cl_comm_no_memory(c, __func__);
     int rc = coll_allgather(c, &mine, all, 1, COLL_I32);
     for (int p = 0; rc == COLL_OK && p < c->size; p++)
         if (all[p] != mine) {
@@ -241,6 +246,7 @@ int coll_set_codec(coll_comm *c, coll_codec codec)
 int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,
                        coll_codec codec, float *residual, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(__func__, c, s, r, count, 1, COLL_F32);
     if (rc == COLL_OK && (op != COLL_SUM && op != COLL_AVG)) {
         cl_log(COLL_LOG_WARN, "%s: codecs reduce f32 with sum or avg only, not %s", __func__,

@@ -41,6 +41,7 @@ static int check_counts(const char *fn, coll_comm *c, const char *what, const si
 static int reduce(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                   coll_dtype dt, coll_op op, int root, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = c ? cl_check_root(fn, c, root) : cl_check(fn, c, s, r, count, 1, dt);
     int at_root = rc == COLL_OK && c->rank == root;
     size_t bytes = count * cl_dtype_size(dt);
@@ -61,6 +62,7 @@ static int reduce(const char *fn, coll_comm *c, const void *s, void *r, size_t c
 static int rooted(const char *fn, int kind, coll_comm *c, const void *s, void *r, size_t count,
                   coll_dtype dt, int root, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = c ? cl_check_root(fn, c, root) : cl_check(fn, c, s, r, count, 1, dt);
     int at_root = rc == COLL_OK && c->rank == root, gather = kind == CL_GATHER;
     const void *mine = gather ? s : r; /* what every rank has */
@@ -84,6 +86,7 @@ static int rooted(const char *fn, int kind, coll_comm *c, const void *s, void *r
 static int alltoall(const char *fn, coll_comm *c, const void *s, void *r, size_t count,
                     coll_dtype dt, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, s, r, count, c ? (size_t)c->size : 1, dt);
     size_t all = count * cl_dtype_size(dt) * (c ? (size_t)c->size : 1);
     if (rc == COLL_OK)
@@ -103,6 +106,7 @@ static int launch_v(coll_comm *c, cl_op *o, coll_req **req)
 
 static int alltoallv(const char *fn, coll_comm *c, cl_op *o, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, o->sbuf, o->rbuf, 0, 1, o->dtype);
     size_t es = cl_dtype_size(o->dtype), sext = 0, rext = 0;
     if (rc == COLL_OK)
@@ -123,6 +127,7 @@ static int alltoallv(const char *fn, coll_comm *c, cl_op *o, coll_req **req)
 
 static int allgatherv(const char *fn, coll_comm *c, cl_op *o, size_t sendcount, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, o->sbuf, o->sbuf, sendcount, 1, o->dtype);
     size_t es = cl_dtype_size(o->dtype), ext = 0;
     if (rc == COLL_OK)
@@ -144,6 +149,7 @@ static int allgatherv(const char *fn, coll_comm *c, cl_op *o, size_t sendcount, 
 
 static int reduce_scatterv(const char *fn, coll_comm *c, cl_op *o, coll_req **req)
 {
+    cl_clear_req(req);
     int rc = cl_check(fn, c, o->sbuf, o->rbuf, 0, 1, o->dtype);
     size_t es = cl_dtype_size(o->dtype), all = 0;
     if (rc == COLL_OK)

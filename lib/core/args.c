@@ -31,7 +31,10 @@ int cl_bad(coll_comm *c, const char *fn, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    return cl_refuse(c, fn, COLL_EINVAL, what);
+    if (!c)
+        return cl_refuse(c, fn, COLL_EINVAL, what);
+    cl_comm_fail(c, COLL_EINVAL, "rank %d %s: %s", c->rank, fn, what);
+    return COLL_EINVAL;
 }
 
 int cl_check(const char *fn, coll_comm *c, const void *s, const void *r, size_t count,
@@ -105,7 +108,7 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
     if (out != CL_BLOCKING)
         *out = NULL;
     if (!q)
-        return COLL_ENOMEM;
+        return cl_comm_no_memory(c, "a request");
     int coll = q->op.kind != CL_SEND && q->op.kind != CL_RECV, blocking = out == CL_BLOCKING;
     int rc = coll ? issue_alone(c, &q->op, blocking) : COLL_OK;
     if (rc == COLL_OK) {
@@ -172,6 +175,12 @@ int cl_check_root(const char *fn, coll_comm *c, int root)
 {
     return root >= 0 && root < c->size ? COLL_OK
                                        : cl_bad(c, fn, "root %d out of range [0, %d)", root, c->size);
+}
+
+void cl_clear_req(coll_req **req)
+{
+    if (req && req != CL_BLOCKING)
+        *req = NULL;
 }
 
 int cl_check_req(const char *fn, coll_comm *c, coll_req **req)

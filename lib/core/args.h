@@ -9,10 +9,14 @@
 extern coll_req *cl_blocking;
 #define CL_BLOCKING (&cl_blocking)
 
-/* An argument error: logged at warn, and kept as coll_last_error(c)'s sentence while the
- * communicator has not failed (it does not stick: the next call may succeed). Returns
- * status (cl_bad: COLL_EINVAL). */
+/* A call refused for a reason that leaves the communicator as it was (another thread is
+ * inside a collective, a forced algorithm that cannot run it): logged at warn, and kept
+ * as coll_last_error(c)'s sentence while the communicator has not failed. Returns
+ * status. */
 int cl_refuse(coll_comm *c, const char *fn, int status, const char *what);
+/* A bad argument to a collective or point-to-point call: COLL_EINVAL, and (c not NULL)
+ * the communicator fails with this sentence, so its peers learn at once (the farewell
+ * names this rank and the cause) instead of waiting for this rank until the timeout. */
 int cl_bad(coll_comm *c, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -29,6 +33,9 @@ int cl_check_root(const char *fn, coll_comm *c, int root);
 /* COLL_ALGO names an all-reduce algorithm that cannot run this one: COLL_ENOTSUP. */
 int cl_check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op);
 int cl_check_req(const char *fn, coll_comm *c, coll_req **req);
+/* First in every non-blocking call: a request refused by any check is NULL, never what
+ * the caller's variable held before (coll_wait(NULL) is COLL_EINVAL). */
+void cl_clear_req(coll_req **req);
 
 /* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
  * all-reduces and reduce-scatters. Everything else moves uncompressed. */

@@ -270,7 +270,8 @@ int coll_split(coll_comm *comm, int color, int key, coll_comm **out)
     int n = comm->size, ck[2] = {color < 0 ? -1 : color, key};
     int *all = calloc((size_t)n * 2, sizeof(int));
     member *mem = calloc((size_t)n, sizeof(member));
-    int rc = all && mem ? coll_allgather(comm, ck, all, 2, COLL_I32) : COLL_ENOMEM;
+    int rc = all && mem ? coll_allgather(comm, ck, all, 2, COLL_I32)
+                        : cl_comm_no_memory(comm, __func__);
     int m = 0, newrank = -1;
     if (rc == COLL_OK && color >= 0) {
         m = members_of(all, n, color, mem);

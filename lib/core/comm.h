@@ -140,6 +140,9 @@ void cl_comm_init_error(const char *fmt, ...) __attribute__((format(printf, 1, 2
  * peers notice, and wakes every waiter. Later failures only count as errors. */
 void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A call on c (fn) that cannot get the memory it needs: fails c, so the peers waiting
+ * on this rank hear at once. Returns COLL_ENOMEM. */
+int cl_comm_no_memory(coll_comm *c, const char *fn);
 /* Before cl_comm_fail: the failure began at `rank` with `status`, not here. */
 void cl_comm_blame(coll_comm *c, int rank, int status);
 /* Where the communicator's algorithms report failures: cl_comm_fail and cl_comm_blame. */

@@ -90,10 +90,15 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* An error an algorithm met on this rank alone (no memory for scratch) fails the
+ * communicator like one it reported, so the peers waiting on this rank hear at once. */
 static void run(coll_comm *c, coll_req *r, int by_caller)
 {
-    int state = cl_comm_state(c);
-    finish(c, r, state != COLL_OK ? state : cl_run_collective(c, r), by_caller);
+    int rc = cl_comm_state(c);
+    if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
+        cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
+                     coll_strerror(rc));
+    finish(c, r, rc, by_caller);
 }
 
 static void *engine_main(void *arg)

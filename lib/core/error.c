@@ -71,6 +71,12 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     fail_msg(c, status, msg);
 }
 
+int cl_comm_no_memory(coll_comm *c, const char *fn)
+{
+    cl_comm_fail(c, COLL_ENOMEM, "rank %d %s: out of memory", c->rank, fn);
+    return COLL_ENOMEM;
+}
+
 void cl_comm_blame(coll_comm *c, int rank, int status)
 {
     pthread_mutex_lock(&c->mu);

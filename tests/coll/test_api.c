@@ -383,33 +383,83 @@ START_TEST(mismatched_arguments_are_emismatch_on_every_rank)
 }
 END_TEST
 
-/* Bad arguments are COLL_EINVAL and leave the communicator usable. */
+/* Misuse number k on s; every one is a bad argument, named in the sentence by `names`. */
+static const char *const names[] = { "dtype 42", "op -1", "sendbuf is NULL", "overflows",
+                                     "overflows", "root 99", "peer", "peer -1", "req is NULL",
+                                     "codec 99", "buf is NULL" };
+
+static int misuse(coll_comm *s, int k, void *arg)
+{
+    float *f = arg;
+    coll_req *q;
+    switch (k) {
+    case 0: return coll_allreduce(s, f, f, 4, (coll_dtype)42, COLL_SUM);
+    case 1: return coll_allreduce(s, f, f, 4, COLL_F32, (coll_op)-1);
+    case 2: return coll_allreduce(s, NULL, f, 4, COLL_F32, COLL_SUM);
+    case 3: return coll_allreduce(s, f, f, SIZE_MAX / 2, COLL_F32, COLL_SUM);
+    case 4: return coll_reduce_scatter(s, f, f, SIZE_MAX / 8, COLL_F64, COLL_SUM);
+    case 5: return coll_broadcast(s, f, 4, COLL_F32, 99);
+    case 6: return coll_send(s, f, 4, COLL_F32, coll_rank(s), 0);
+    case 7: return coll_recv(s, f, 4, COLL_F32, -1, 0);
+    case 8: return coll_iallreduce(s, f, f, 4, COLL_F32, COLL_SUM, NULL);
+    case 9: return coll_set_codec(s, (coll_codec)99);
+    default: return coll_irecv(s, NULL, 4, COLL_F32, 0, 0, &q);
+    }
+}
+
+/* Bad arguments are COLL_EINVAL with a sentence naming them, and fail the communicator
+ * they were passed to (its peers would otherwise wait for this rank). */
 static int misuse_rank(coll_comm *c, void *arg)
 {
     (void)arg;
     float f[4] = { 0 };
     coll_req *q;
     EXPECT_RC(coll_allreduce(NULL, f, f, 4, COLL_F32, COLL_SUM), COLL_EINVAL);
-    EXPECT_RC(coll_allreduce(c, f, f, 4, (coll_dtype)42, COLL_SUM), COLL_EINVAL);
-    EXPECT_RC(coll_allreduce(c, f, f, 4, COLL_F32, (coll_op)-1), COLL_EINVAL);
-    EXPECT_RC(coll_allreduce(c, NULL, f, 4, COLL_F32, COLL_SUM), COLL_EINVAL);
-    EXPECT_RC(coll_allreduce(c, f, f, SIZE_MAX / 2, COLL_F32, COLL_SUM), COLL_EINVAL);
-    EXPECT_RC(coll_reduce_scatter(c, f, f, SIZE_MAX / 8, COLL_F64, COLL_SUM), COLL_EINVAL);
-    EXPECT_RC(coll_broadcast(c, f, 4, COLL_F32, 99), COLL_EINVAL);
-    EXPECT_RC(coll_send(c, f, 4, COLL_F32, coll_rank(c), 0), COLL_EINVAL);
-    EXPECT_RC(coll_recv(c, f, 4, COLL_F32, -1, 0), COLL_EINVAL);
-    EXPECT_RC(coll_iallreduce(c, f, f, 4, COLL_F32, COLL_SUM, NULL), COLL_EINVAL);
-    EXPECT_RC(coll_set_codec(c, (coll_codec)99), COLL_EINVAL);
     EXPECT_RC(coll_wait(NULL), COLL_EINVAL);
+    for (int k = 0; k < (int)(sizeof(names) / sizeof(names[0])); k++)
+        if (einval_on_split(c, misuse, k, f, names[k]))
+            return 1;
     EXPECT_RC(coll_iallreduce(c, f, f, 4, COLL_F32, COLL_SUM, &q), COLL_OK);
     EXPECT_RC(coll_wait(q), COLL_OK);
     EXPECT_RC(coll_barrier(c), COLL_OK);
     return 0;
 }
 
-START_TEST(misuse_returns_einval_and_comm_stays_usable)
+START_TEST(misuse_returns_einval_and_fails_the_comm)
 {
     expect_all_pass(2, misuse_rank, RDZV_FILE);
+}
+END_TEST
+
+/* One rank passes a bad argument, the others call the collective rightly: they return
+ * COLL_EPEER naming that rank and its cause, long before their timeout (60 s here; the
+ * test's own deadline is 30 s). A broadcast's root may have finished its part first:
+ * then its next call says it. */
+static int one_bad_rank(coll_comm *c, void *arg)
+{
+    int which = *(int *)arg, me = coll_rank(c);
+    float f[8] = { 0 }, out[8];
+    int rc = which == 0 ? coll_allreduce(c, me == 1 ? NULL : f, out, 8, COLL_F32, COLL_SUM)
+                        : coll_broadcast(c, f, 8, COLL_F32, me == 1 ? -3 : 0);
+    if (me == 1) {
+        EXPECT_RC(rc, COLL_EINVAL);
+        return 0;
+    }
+    if (which == 1 && me == 0 && rc == COLL_OK) /* the root's part was done: its next call */
+        rc = coll_barrier(c);
+    EXPECT_RC(rc, COLL_EPEER);
+    const char *e = coll_last_error(c);
+    FAIL_IF(!strstr(e, "rank 1 failed") || !strstr(e, "invalid argument"),
+            "the survivors' sentence should name rank 1 and its cause: '%s'", e);
+    return 0;
+}
+
+START_TEST(a_bad_argument_on_one_rank_fails_the_others_at_once)
+{
+    int which = _i;
+    run_opts o = { .nranks = 3, .rdzv = RDZV_FILE, .transport = _i ? "shm" : "tcp",
+                   .timeout_ms = 60000, .deadline_s = 30 };
+    ck_assert_int_eq(run_ranks(&o, one_bad_rank, &which), 0);
 }
 END_TEST
 
@@ -562,7 +612,8 @@ int main(void)
     tcase_add_test(t, stats_count_wire_bytes_exactly);
     tcase_add_test(t, integer_averages_do_not_wrap);
     tcase_add_loop_test(t, mismatched_arguments_are_emismatch_on_every_rank, 0, 3);
-    tcase_add_test(t, misuse_returns_einval_and_comm_stays_usable);
+    tcase_add_test(t, misuse_returns_einval_and_fails_the_comm);
+    tcase_add_loop_test(t, a_bad_argument_on_one_rank_fails_the_others_at_once, 0, 2);
     tcase_add_test(t, segment_bytes_from_the_environment);
     tcase_add_test(t, bad_environment_is_einval_naming_the_variable);
     tcase_add_test(t, abort_fails_this_rank_and_its_peers);

@@ -193,3 +193,19 @@ int identical_everywhere(coll_comm *c, const void *buf, size_t bytes)
             return 0;
     return 1;
 }
+
+int einval_on_split(coll_comm *c, misuse_fn fn, int k, void *arg, const char *what)
+{
+    coll_comm *s = NULL;
+    float f = 0;
+    EXPECT_RC(coll_split(c, 0, coll_rank(c), &s), COLL_OK);
+    int rc = fn(s, k, arg);
+    char said[512];
+    snprintf(said, sizeof(said), "%s", coll_last_error(s));
+    int after = coll_allreduce(s, &f, &f, 1, COLL_F32, COLL_SUM);
+    coll_destroy(s);
+    FAIL_IF(rc != COLL_EINVAL, "misuse %d: %s, not COLL_EINVAL", k, coll_strerror(rc));
+    FAIL_IF(!strstr(said, what), "misuse %d: '%s' should name '%s'", k, said, what);
+    FAIL_IF(after != COLL_ESTATE, "misuse %d: then %s, not COLL_ESTATE", k, coll_strerror(after));
+    return 0;
+}

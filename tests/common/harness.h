@@ -57,4 +57,11 @@ int identical_everywhere(coll_comm *c, const void *buf, size_t bytes);
         }                                                                                    \
     } while (0)
 
+/* Misuse number k of a test's list, on communicator s. */
+typedef int (*misuse_fn)(coll_comm *s, int k, void *arg);
+/* Runs misuse k on a split of c of its own (a bad argument fails the communicator it is
+ * passed to; c stays good): 0 when it returned COLL_EINVAL, coll_last_error named
+ * `what`, and the split then refused a collective with COLL_ESTATE. Collective over c. */
+int einval_on_split(coll_comm *c, misuse_fn fn, int k, void *arg, const char *what);
+
 #endif

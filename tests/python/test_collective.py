@@ -86,15 +86,26 @@ def errors(r, n, where):
     for bad, exc in [(lambda: c.allreduce(np.ones(3, np.complex64)), TypeError),
                      (lambda: c.allreduce(np.ones(4)[::2]), ValueError),
                      (lambda: c.allgather(np.ones(3), np.ones(2)), ValueError),
-                     (lambda: c.allreduce(np.ones(3), op="xor"), ValueError),
-                     (lambda: c.broadcast(np.ones(3), root=n), collective.CollectiveError)]:
+                     (lambda: c.allreduce(np.ones(3), op="xor"), ValueError)]:
         try:
             bad()
         except exc:
             pass
         else:
             raise AssertionError(f"{bad} did not raise {exc}")
-    c.barrier()  # still usable
+    c.barrier()  # refused before the library saw them: still usable
+    # One the library refuses (COLL_EINVAL) fails that communicator: on a split of its own.
+    s = c.split(0)
+    for call, name in [(lambda: s.broadcast(np.ones(3), root=n), "COLL_EINVAL"),
+                       (s.barrier, "COLL_ESTATE")]:
+        try:
+            call()
+        except collective.CollectiveError as e:
+            assert e.name == name, e
+        else:
+            raise AssertionError(f"{call} did not raise {name}")
+    s.close()
+    c.barrier()
     # A count that differs between ranks: COLL_EMISMATCH on every rank.
     try:
         c.allreduce(np.ones(4 + r, np.float32))
