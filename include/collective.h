@@ -70,11 +70,20 @@ typedef struct coll_config {
     const char *transport; /* "auto", "shm", "tcp", "ibverbs", "ibverbs-fake", "loop";
                             * NULL: $COLL_TRANSPORT or "auto" */
     const char *device;    /* interface; NULL: $COLL_SOCKET_IFNAME or auto */
-    int timeout_ms;        /* every wait; 0: $COLL_TIMEOUT_MS or 30000 */
+    int timeout_ms;        /* every wait on a peer that does not answer: rendezvous,
+                            * connecting, destroy, shrink, and a tcp link whose peer's host
+                            * stops acknowledging (keepalive); 0: $COLL_TIMEOUT_MS or 30000 */
     coll_codec codec;      /* default wire codec for f32 sum/avg */
     size_t segment_bytes;  /* ring segment; 0: library default (512 KiB) */
+    /* An operation (collective, send, receive) that makes no progress for this long fails
+     * with COLL_ETIMEDOUT, though its peers are alive: one may be evaluating or writing a
+     * checkpoint. 0: $COLL_OP_TIMEOUT_MS, else timeout_ms when the caller set that (field
+     * or $COLL_TIMEOUT_MS), else 1800000 (30 minutes, torch's default). A peer that is
+     * gone is found sooner: its process's exit closes its links at once, its host's loss
+     * within timeout_ms (tcp keepalive). */
+    int op_timeout_ms;
 } coll_config;
-#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0 }
+#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0, 0 }
 
 /* A short English description of a status code; never NULL. */
 COLL_API const char *coll_strerror(int status);

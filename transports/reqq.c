@@ -72,6 +72,11 @@ void cl_reqq_fail(cl_reqq *q, int status)
         cl_reqq_finish_head(q, status);
 }
 
+size_t cl_req_moved(cl_tr_req *r)
+{
+    return __atomic_load_n(&r->moved, __ATOMIC_RELAXED);
+}
+
 int cl_req_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {

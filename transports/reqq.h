@@ -49,6 +49,8 @@ void cl_reqq_finish_head(cl_reqq *q, int status);
 void cl_reqq_fail(cl_reqq *q, int status);
 /* The transport's test(): done, status and size once complete; frees the request. */
 int cl_req_test(cl_tr_req *r, int *done, size_t *nbytes);
+/* The transport's moved(): r->moved as it stands. */
+size_t cl_req_moved(cl_tr_req *r);
 /* At context destroy, after the progress thread stopped: frees what nobody will test. */
 void cl_req_owner_free_live(cl_req_owner *o);
 

@@ -98,6 +98,10 @@ typedef struct cl_transport {
     int (*isend)(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out);
     int (*irecv)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out);
     int (*test)(cl_tr_req *r, int *done, size_t *nbytes);
+    /* Optional (NULL: not known): the stream bytes of a request not yet done that moved
+     * so far, header included. A waiter's no-progress deadline starts again while this
+     * grows (a large message on a slow link is slow, not stuck). */
+    size_t (*moved)(cl_tr_req *r);
     void (*close_conn)(cl_tr_conn *c);
     void (*shutdown)(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell);
     /* Optional (NULL: progress needs no caller). A waiter that polls moves bytes on its

@@ -79,7 +79,7 @@ typedef struct cl_algo_ctx {
     cl_tr_ctx *tctx;
     cl_link_hooks link;        /* this context's channel's links */
     cl_notifier *notifier;     /* signalled on every transport completion */
-    int timeout_ms;            /* no progress for this long fails the operation */
+    int timeout_ms;            /* no progress for this long fails the operation (op) */
     size_t segment_bytes;      /* pipeline segment */
     cl_buf *scratch;           /* the running collective's own (one runs at a time) */
     cl_buf *staging;           /* the running pass's receive and send slots */
@@ -126,5 +126,8 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
  * briefly (min(timeout, 1 s)); if so fails as cl_peer_failed and returns that status,
  * else returns COLL_OK. */
 int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t seq);
+/* Waits until the transport completed *r (then NULL): for requests whose end is certain,
+ * on a connection closed or a transport shut down (transport.h), so no deadline. */
+void cl_tr_settle(const cl_algo_ctx *x, cl_tr_req **r);
 
 #endif

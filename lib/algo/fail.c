@@ -40,13 +40,25 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
                         coll_strerror(status), h->seq);
 }
 
+void cl_tr_settle(const cl_algo_ctx *x, cl_tr_req **r)
+{
+    int done = 0;
+    while (*r) {
+        uint64_t seen = cl_notifier_events(x->notifier);
+        x->tr->test(*r, &done, NULL);
+        if (done)
+            *r = NULL;
+        else
+            cl_notifier_wait(x->notifier, seen, cl_now_ms() + 100);
+    }
+}
+
 int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t seq)
 {
     cl_msg_hdr h = {0};
     cl_tr_req *r;
     /* A farewell is written before the close that failed our send: it is here already,
-     * or nearly, on a link of its own if the peer had none to us. Past this bound the
-     * request stays with the transport until destroy. */
+     * or nearly, on a link of its own if the peer had none to us. */
     int64_t deadline = cl_now_ms() + CL_MIN(x->timeout_ms, 1000);
     cl_tr_conn *from = NULL;
     while (cl_link_get(x, 1, peer, &from) == COLL_INPROGRESS && cl_now_ms() < deadline) {
@@ -64,5 +76,10 @@ int cl_await_farewell(const cl_algo_ctx *x, int peer, const char *what, uint32_t
     }
     if (done && rc == COLL_OK && h.coll == CL_FAREWELL)
         return cl_peer_failed(x, &h, what, seq);
+    if (!done) { /* h is ours: the link it would land on closes first (the send to this
+                  * peer failed, so this rank fails anyway), which completes the receive */
+        x->tr->close_conn(from);
+        cl_tr_settle(x, &r);
+    }
     return COLL_OK;
 }

@@ -334,24 +334,17 @@ static int finished(const flight *f)
     return f->r_done == p->recvs && f->s_done == p->sends;
 }
 
-/* Waits for the requests still posted so no transport touches our buffers after return. */
+/* Waits for the requests still posted, so no transport touches this flight (its headers
+ * and sinks) or the caller's buffers after return. Only a failed pass drains, and the
+ * failure shut the transport down, which completes every pending request (transport.h):
+ * the wait is short and needs no deadline of its own. */
 static void drain(flight *f)
 {
     const cl_algo_ctx *x = f->p->x;
-    int64_t deadline = cl_now_ms() + x->timeout_ms;
     for (int i = 0; i < WINDOW; i++) {
         cl_tr_req **qs[2] = {&f->rq[i], &f->sq[i]};
-        for (int k = 0; k < 2; k++) {
-            int done = 0;
-            while (*qs[k]) {
-                uint64_t seen = cl_notifier_events(x->notifier);
-                x->tr->test(*qs[k], &done, NULL);
-                if (done || cl_now_ms() > deadline)
-                    *qs[k] = NULL; /* past the deadline the transport keeps it */
-                else
-                    cl_notifier_wait(x->notifier, seen, deadline);
-            }
-        }
+        for (int k = 0; k < 2; k++)
+            cl_tr_settle(x, qs[k]);
     }
 }
 

@@ -62,7 +62,7 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .link = {c, ch, {c->conns[ch][0], c->conns[ch][1]}, open_link,
                                   p2p_progress},
                          .notifier = &c->notifier,
-                         .timeout_ms = c->timeout_ms,
+                         .timeout_ms = c->op_timeout_ms,
                          .segment_bytes = c->segment_bytes,
                          .scratch = &c->scratch,
                          .staging = &c->staging,
@@ -88,6 +88,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->size = size;
     c->id = id;
     c->timeout_ms = cfg->timeout_ms;
+    c->op_timeout_ms = cfg->op_timeout_ms;
     c->segment_bytes = cfg->segment_bytes;
     c->spin.spin_us = cfg->spin_us;
     atomic_init(&c->spin.boost, 1);
@@ -216,6 +217,7 @@ cl_config cl_comm_config(const coll_comm *c)
     cl_config cfg = {.transport = c->tr,
                      .device = c->device[0] ? c->device : NULL,
                      .timeout_ms = c->timeout_ms,
+                     .op_timeout_ms = c->op_timeout_ms,
                      .segment_bytes = c->segment_bytes,
                      .keyed = c->keyed,
                      .codec = c->codec,

@@ -51,7 +51,8 @@ struct coll_comm {
     uint64_t id, job;
     int keyed; /* COLL_SECRET is set: every link and lifeline proves it */
     uint8_t key[CL_KEY_BYTES];
-    int timeout_ms;
+    int timeout_ms;    /* a peer that does not answer */
+    int op_timeout_ms; /* an operation without progress */
     size_t segment_bytes;
     cl_spin_tune spin;
     int local; /* ranks of this communicator on this machine, this one included */
@@ -98,6 +99,7 @@ struct coll_comm {
 
     int status;                   /* first failure, sticky */
     int cause_rank, cause_status; /* where the failure began, passed on in the farewell */
+    cl_msg_hdr bye; /* the farewell: a send still posted may read it until destroy */
     atomic_int aborted;
     /* The thread inside a blocking collective (its tag, args.c), 0 when none. */
     _Atomic uintptr_t blocking_in;

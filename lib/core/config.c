@@ -62,6 +62,19 @@ static int pairing_ok(const cl_config *out, const cl_rdzv *rv, char *err, size_t
     return 0;
 }
 
+/* A bound in milliseconds: the caller's (> 0), else the variable's, else the default. */
+static int env_ms(const char *var, int given, long def, int *out, char *err, size_t errlen)
+{
+    const char *t = env_or(var, NULL);
+    long v = def;
+    if (t && cl_parse_long(t, 1, INT_MAX, &v)) {
+        snprintf(err, errlen, "%s must be a positive number of milliseconds, not '%s'", var, t);
+        return -1;
+    }
+    *out = given > 0 ? given : (int)v;
+    return 0;
+}
+
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,
                       size_t errlen)
 {
@@ -85,14 +98,16 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     job_name(out);
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
-    const char *t = env_or("COLL_TIMEOUT_MS", NULL);
-    long env_t = CL_DEFAULT_TIMEOUT_MS;
-    if (t && cl_parse_long(t, 1, INT_MAX, &env_t)) {
-        snprintf(err, errlen, "COLL_TIMEOUT_MS must be a positive number of milliseconds, not '%s'",
-                 t);
+    /* A timeout the caller set bounds operations too, as it always did, unless the
+     * operations' own is set: only the default changes (30 s for a silent peer, 30 min
+     * for an operation whose peers are busy). */
+    int told = u.timeout_ms > 0 || env_or("COLL_TIMEOUT_MS", NULL);
+    if (env_ms("COLL_TIMEOUT_MS", u.timeout_ms, CL_DEFAULT_TIMEOUT_MS, &out->timeout_ms, err,
+               errlen) ||
+        env_ms("COLL_OP_TIMEOUT_MS", u.op_timeout_ms,
+               told ? out->timeout_ms : CL_DEFAULT_OP_TIMEOUT_MS, &out->op_timeout_ms, err,
+               errlen))
         return COLL_EINVAL;
-    }
-    out->timeout_ms = u.timeout_ms > 0 ? u.timeout_ms : (int)env_t;
     const char *dbg = getenv("COLL_DEBUG");
     if (dbg && cl_log_level_parse(dbg) < 0) {
         snprintf(err, errlen, "COLL_DEBUG must be error, warn, info, debug or trace, not '%s'",

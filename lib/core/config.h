@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #define CL_DEFAULT_TIMEOUT_MS 30000
+#define CL_DEFAULT_OP_TIMEOUT_MS 1800000
 #define CL_DEFAULT_SEGMENT (512u * 1024u)
 #define CL_MAX_SEGMENT (64u << 20)
 /* A waiting collective polls this long before sleeping: a peer's answer to a small
@@ -23,7 +24,8 @@
 typedef struct cl_config {
     const cl_transport *transport;
     const char *device; /* NULL: transport's own choice */
-    int timeout_ms;
+    int timeout_ms;    /* a peer that does not answer (coll_config.timeout_ms) */
+    int op_timeout_ms; /* an operation without progress (coll_config.op_timeout_ms) */
     size_t segment_bytes;
     int keyed;                 /* COLL_SECRET is set */
     uint8_t key[CL_KEY_BYTES]; /* derived from it (base/auth.h) */

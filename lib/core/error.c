@@ -51,13 +51,13 @@ static void fail_msg(coll_comm *c, int status, const char *msg)
     cl_log(COLL_LOG_ERROR, "%s", c->err);
     /* Closing every link makes the failure reach every peer within one timeout; the
      * farewell tells them why, so a mismatch is a mismatch on every rank. */
-    cl_msg_hdr bye = {.magic = CL_MSG_MAGIC,
-                      .coll = CL_FAREWELL,
-                      .seq = seq,
-                      .tag = (uint32_t)-cause_status,
-                      .count = (uint64_t)cause_rank};
-    cl_link_spread(c, &bye);
-    c->tr->shutdown(c->ctx, status, &bye);
+    c->bye = (cl_msg_hdr){.magic = CL_MSG_MAGIC,
+                          .coll = CL_FAREWELL,
+                          .seq = seq,
+                          .tag = (uint32_t)-cause_status,
+                          .count = (uint64_t)cause_rank};
+    cl_link_spread(c, &c->bye);
+    c->tr->shutdown(c->ctx, status, &c->bye);
     cl_notify(&c->notifier);
 }
 

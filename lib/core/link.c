@@ -140,19 +140,20 @@ int cl_link_open(coll_comm *c, int ch, int dir, int peer)
     return rc;
 }
 
-/* Waits for one of this file's requests; COLL_ETIMEDOUT past the deadline (the transport
- * keeps the request then). */
-static int await(coll_comm *c, cl_tr_req *r, int64_t deadline)
+/* Waits for one of this file's requests: done (then *r is NULL) and its status, or
+ * COLL_ETIMEDOUT past the deadline, the request still with the transport. */
+static int await(coll_comm *c, cl_tr_req **r, int64_t deadline)
 {
     int done = 0, rc = COLL_OK;
     while (!done) {
         uint64_t seen = cl_notifier_events(&c->notifier);
-        rc = c->tr->test(r, &done, NULL);
+        rc = c->tr->test(*r, &done, NULL);
         if (!done && cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
         if (!done)
             cl_notifier_wait(&c->notifier, seen, deadline);
     }
+    *r = NULL;
     return rc;
 }
 
@@ -173,7 +174,7 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
             k++;
     pthread_mutex_unlock(&c->link_mu);
     for (int i = 0; i < k; i++)
-        await(c, reqs[i], deadline);
+        await(c, &reqs[i], deadline); /* one still pending reads c->bye, which stays */
     free(reqs);
 }
 
@@ -193,22 +194,30 @@ static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const cha
     cl_tr_req *s = NULL, *r = NULL;
     memset(got, 0, sizeof(*got));
     int rc = c->tr->irecv(cl_link_now_of(c, CL_CH_COLL, 1, from), got, NULL, 0, &r);
-    if (rc == COLL_OK && !first && (rc = await(c, r, deadline)) == COLL_OK && !lap_header_ok(got))
+    if (rc != COLL_OK)
+        r = NULL;
+    if (rc == COLL_OK && !first && (rc = await(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
         rc = COLL_EPROTO;
     if (rc == COLL_OK) {
         peer = to, dir = "to";
         rc = c->tr->isend(cl_link_now_of(c, CL_CH_COLL, 0, to), first ? start : got, NULL, &s);
+        s = rc == COLL_OK ? s : NULL;
     }
     if (rc == COLL_OK)
-        rc = await(c, s, deadline);
+        rc = await(c, &s, deadline);
     if (rc == COLL_OK && first) {
         peer = from, dir = "from";
-        if ((rc = await(c, r, deadline)) == COLL_OK && !lap_header_ok(got))
+        if ((rc = await(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
             rc = COLL_EPROTO;
     }
-    if (rc != COLL_OK)
+    if (rc != COLL_OK) {
         cl_comm_fail(c, rc, "rank %d: the %s %s rank %d failed: %s", c->rank, what, dir, peer,
                      coll_strerror(rc));
+        /* The failure closed every link, which ends what is still posted: it points into
+         * this frame and the caller's. */
+        cl_tr_settle(&c->algo[CL_CH_COLL], &r);
+        cl_tr_settle(&c->algo[CL_CH_COLL], &s);
+    }
     return rc;
 }
 

@@ -36,13 +36,22 @@ int coll_test(coll_req *r, int *done)
     return rc;
 }
 
-/* Past the deadline the communicator fails; its shutdown completes the transport
- * request, which is then collected so nothing writes into the buffer after return. */
+/* Bytes r's transport request moved so far (0 while held or unknown). */
+static size_t moved(const coll_req *r)
+{
+    const cl_transport *tr = r->comm->tr;
+    return r->treq && tr->moved ? tr->moved(r->treq) : 0;
+}
+
+/* Past the deadline (the op timeout since the last byte moved) the communicator fails;
+ * its shutdown completes the transport request, which is then collected so nothing
+ * writes into the buffer after return. */
 static int wait_p2p(coll_req *r)
 {
     coll_comm *c = r->comm;
     int done = 0, rc = COLL_INPROGRESS, timed_out = 0;
-    int64_t deadline = cl_now_ms() + c->timeout_ms;
+    int64_t deadline = cl_now_ms() + c->op_timeout_ms;
+    size_t seen_bytes = 0;
     cl_spin spin = cl_spin_start(&c->algo[CL_CH_P2P]);
     for (;;) {
         uint64_t seen = cl_notifier_events(&c->notifier);
@@ -51,16 +60,23 @@ static int wait_p2p(coll_req *r)
             break;
         if (cl_spin_poll(&spin))
             continue;
+        size_t now_bytes = timed_out ? seen_bytes : moved(r);
+        if (now_bytes != seen_bytes) {
+            seen_bytes = now_bytes;
+            deadline = cl_now_ms() + c->op_timeout_ms;
+        }
         if (cl_now_ms() >= deadline) {
             if (timed_out)
                 break; /* the transport never let go: leave the request */
             timed_out = 1;
-            cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: nothing from peer %d for %d ms",
-                         c->rank, cl_kind_name(r->op.kind), r->op.seq, r->op.root, c->timeout_ms);
+            cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress with peer %d for %d ms",
+                         c->rank, cl_kind_name(r->op.kind), r->op.seq, r->op.root,
+                         c->op_timeout_ms);
             deadline = cl_now_ms() + c->timeout_ms;
         }
-        /* Not every listener signals a connection: a held request looks again soon. */
-        int64_t until = cl_p2p_progress(c) ? CL_MIN(deadline, cl_now_ms() + 1) : deadline;
+        /* Not every listener signals a connection, and a large message completes once:
+         * a held or moving request looks again soon. */
+        int64_t until = CL_MIN(deadline, cl_now_ms() + (cl_p2p_progress(c) ? 1 : 100));
         cl_notifier_wait(&c->notifier, seen, until);
         cl_spin_progress(&spin);
     }

@@ -159,10 +159,11 @@ class Communicator:
     (env://, tcp://host:port, file:///dir, mem://name; rank and size -1: from the
     launcher's environment), or Communicator(store, rank, size) through a store with
     set(key, bytes) and get(key, timeout_ms) -> bytes or None. Keywords: transport,
-    device, timeout_ms, codec ("none", "fp16", "bf16", "int8"), segment_bytes."""
+    device, timeout_ms (a peer that does not answer), op_timeout_ms (an operation without
+    progress), codec ("none", "fp16", "bf16", "int8"), segment_bytes."""
 
     def __init__(self, url_or_store="env://", rank=-1, size=-1, *, transport=None, device=None,
-                 timeout_ms=0, codec="none", segment_bytes=0, _handle=None):
+                 timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0, _handle=None):
         self._h = None
         self._reqs = weakref.WeakSet()  # requests not yet waited, orphaned by close()
         if _handle is not None:
@@ -170,7 +171,7 @@ class Communicator:
             return
         cfg = _lib.Config(ctypes.sizeof(_lib.Config), transport.encode() if transport else None,
                           device.encode() if device else None, int(timeout_ms),
-                          CODECS[codec], int(segment_bytes))
+                          CODECS[codec], int(segment_bytes), int(op_timeout_ms))
         h = _lib.comm_p()
         if isinstance(url_or_store, str):
             rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,

@@ -68,6 +68,7 @@ static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, v
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.transport = o->transport;
     cfg.timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
+    cfg.op_timeout_ms = o->op_timeout_ms;
     coll_comm *c = NULL;
     int r = o->rdzv == RDZV_ENV ? -1 : rank, n = o->rdzv == RDZV_ENV ? -1 : o->nranks;
     if (o->rdzv == RDZV_ENV) {

@@ -18,6 +18,7 @@ typedef struct {
     rdzv_kind rdzv;
     const char *transport; /* NULL: tcp */
     int timeout_ms;        /* library timeout; 0: 10000 */
+    int op_timeout_ms;     /* operations' own; 0: the library's rule (timeout_ms) */
     int deadline_s;        /* the whole run; ranks still alive then are killed */
     /* Called in each rank (with fn's arg) before coll_init: environment, log routing. */
     void (*setup)(int rank, void *arg);

@@ -5,7 +5,8 @@
 #  2. four ranks, two per namespace: the auto transport joins each pair with shm and the
 #     pairs with tcp, in one communicator, and every result is exact;
 #  3. the link goes down in the middle of a long all-reduce: both ranks fail within the
-#     timeout instead of hanging.
+#     timeout instead of hanging; and again with a 10-minute operation timeout: the
+#     links' keepalive finds the lost peer within the peer timeout (COLL_TIMEOUT_MS).
 # Needs root and iproute2 (tc); skips (77) where namespaces cannot be made.
 set -u
 perf=$1
@@ -107,3 +108,27 @@ if [ $s0 -eq 0 ] || [ $s1 -eq 0 ] || [ $took -gt 20 ]; then
     echo "FAIL: link down: exits $s0 $s1 after $took s (want both non-zero, promptly)"; exit 1
 fi
 echo "both ranks failed after the link went down ($took s in all)"
+
+# The same with operations allowed 10 minutes without progress: the links' keepalive and
+# TCP_USER_TIMEOUT (bound by COLL_TIMEOUT_MS, 3 s) find the lost peer, not the operation.
+echo "== link down, operation timeout 10 min, peer timeout 3 s"
+ip -n "$a" link set va$$ up
+port=$((port + 1))
+start=$(date +%s)
+export COLL_OP_TIMEOUT_MS=600000
+rank 0 "$a" "$port" 3000 -b 64M -e 64M -n 200 -w 1 -c 0 > /tmp/netem.$$.0 2>&1 &
+p0=$!
+rank 1 "$b" "$port" 3000 -b 64M -e 64M -n 200 -w 1 -c 0 > /tmp/netem.$$.1 2>&1 &
+p1=$!
+sleep 3
+ip -n "$a" link set va$$ down
+wait $p0; s0=$?
+wait $p1; s1=$?
+unset COLL_OP_TIMEOUT_MS
+took=$(( $(date +%s) - start ))
+tail -n 2 /tmp/netem.$$.0 /tmp/netem.$$.1
+rm -f /tmp/netem.$$.0 /tmp/netem.$$.1
+if [ $s0 -eq 0 ] || [ $s1 -eq 0 ] || [ $took -gt 30 ]; then
+    echo "FAIL: link down, long operation timeout: exits $s0 $s1 after $took s"; exit 1
+fi
+echo "both ranks found the lost peer by its link ($took s in all)"

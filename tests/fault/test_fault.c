@@ -188,6 +188,34 @@ START_TEST(stopped_rank_makes_the_others_time_out)
 }
 END_TEST
 
+/* A rank busy for three times the peer timeout (evaluating, writing a checkpoint) is not
+ * dead: the others wait in the collective, bounded by the operation timeout only. */
+static int busy_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float buf[256];
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < 256; k++)
+            buf[k] = (float)(coll_rank(c) + k);
+        if (coll_rank(c) == 1 && round == 1)
+            usleep(3 * 1000 * 1000);
+        EXPECT_RC(coll_allreduce(c, buf, buf, 256, COLL_F32, COLL_SUM), COLL_OK);
+        int n = coll_size(c);
+        for (int k = 0; k < 256; k++)
+            FAIL_IF(buf[k] != (float)(n * (n - 1) / 2 + n * k), "element %d: %g", k, buf[k]);
+    }
+    return 0;
+}
+
+START_TEST(a_busy_rank_is_not_a_dead_one)
+{
+    static const char *const tr[] = { "tcp", "shm" };
+    run_opts o = { .nranks = 3, .rdzv = RDZV_FILE, .transport = tr[_i], .timeout_ms = 1000,
+                   .op_timeout_ms = 30000, .deadline_s = 30 };
+    ck_assert_int_eq(run_ranks(&o, busy_rank, NULL), 0);
+}
+END_TEST
+
 /* A queue pair error (retry count exceeded, injected into the fake verbs after a
  * random number of writes after start-up) on one link: every rank fails within twice the
  * timeout. */
@@ -360,6 +388,7 @@ int main(void)
     tcase_add_loop_test(t, killed_rank_on_shm_fails_every_survivor, 0, 6);
     tcase_add_loop_test(t, survivors_that_exit_at_once_still_name_the_dead_rank, 0, 4);
     tcase_add_test(t, stopped_rank_makes_the_others_time_out);
+    tcase_add_loop_test(t, a_busy_rank_is_not_a_dead_one, 0, 2);
     tcase_add_loop_test(t, root_or_order_disagreement_is_emismatch_everywhere, 0, 6);
     tcase_add_test(t, abort_from_another_thread_ends_a_wait);
     tcase_add_test(t, two_jobs_on_one_host_never_cross);

@@ -257,6 +257,11 @@ static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
             inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
 }
 
+static size_t auto_moved(cl_tr_req *r)
+{
+    return r->tr->moved ? r->tr->moved(r->inner) : 0;
+}
+
 static size_t auto_poll(cl_tr_ctx *ctx, int mode)
 {
     size_t moved = 0;
@@ -283,6 +288,7 @@ const cl_transport cl_transport_auto = {
     .irecv = auto_irecv,
     .irecv_sink = auto_irecv_sink,
     .test = auto_test,
+    .moved = auto_moved,
     .close_conn = auto_close_conn,
     .shutdown = auto_shutdown,
     .poll = auto_poll,

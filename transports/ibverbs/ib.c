@@ -531,7 +531,7 @@ static const char *ib_peer_name(cl_tr_conn *c)
 #define IB_OPS                                                                              \
     .ctx_destroy = ib_ctx_destroy, .listen = ib_listen, .accept = ib_accept,                \
     .close_listener = ib_close_listener, .connect = ib_connect, .isend = ib_isend,          \
-    .irecv = ib_irecv, .test = cl_req_test, .close_conn = ib_close_conn, .shutdown = ib_shutdown, \
+    .irecv = ib_irecv, .test = cl_req_test, .moved = cl_req_moved, .close_conn = ib_close_conn, .shutdown = ib_shutdown, \
     .peer_name = ib_peer_name
 
 const cl_transport cl_transport_ibverbs = { .name = "ibverbs", .ctx_create = ib_ctx_create,

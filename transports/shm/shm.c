@@ -725,6 +725,7 @@ const cl_transport cl_transport_shm = {
     .irecv = shm_irecv,
     .irecv_sink = shm_irecv_sink,
     .test = cl_req_test,
+    .moved = cl_req_moved,
     .close_conn = shm_close_conn,
     .shutdown = shm_shutdown,
     .poll = shm_poll,

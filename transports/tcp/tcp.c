@@ -221,11 +221,25 @@ static void start_reading(cl_tr_conn *c)
 
 /* ---- connections ----------------------------------------------------------------- */
 
-static void tune_socket(uv_tcp_t *t)
+/* A peer whose host vanished or whose network went away is found within about the
+ * peer timeout T, whatever the operation's own bound: keepalive probes an idle link
+ * (first after T/2, then every T/6, three unanswered end it) and TCP_USER_TIMEOUT ends a
+ * link whose sent bytes stay unacknowledged for T. A peer that is only busy answers
+ * both from its kernel. */
+static void tune_socket(uv_tcp_t *t, int peer_timeout_ms)
 {
     uv_tcp_nodelay(t, 1);
-    /* Keepalive finds a peer whose host vanished while we wait to send nothing. */
-    uv_tcp_keepalive(t, 1, 30);
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)t, &fd) != 0)
+        return;
+    int on = 1, idle = CL_MAX(1, peer_timeout_ms / 2000), intvl = CL_MAX(1, peer_timeout_ms / 6000);
+    int cnt = 3;
+    unsigned user = (unsigned)peer_timeout_ms;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
 }
 
 static int conn_dead(cl_tr_conn *c)
@@ -257,7 +271,7 @@ static void on_connect(uv_connect_t *req, int status)
         mark_dead(c, dead ? dead : COLL_EPEER, status < 0 ? uv_strerror(status) : "closed");
         return;
     }
-    tune_socket(&c->tcp);
+    tune_socket(&c->tcp, c->ctx->timeout_ms);
     if (send_hello(c) != 0) {
         mark_dead(c, COLL_EPEER, "cannot send the hello");
         return;
@@ -324,7 +338,7 @@ static void on_connection(uv_stream_t *server, int status)
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
     snprintf(c->name, sizeof(c->name), "%s:%u", ip, ntohs(in->sin_port));
-    tune_socket(&c->tcp);
+    tune_socket(&c->tcp, c->ctx->timeout_ms);
     uv_timer_init(&l->ctx->loop, &c->hello_timer);
     c->hello_timer.data = c;
     c->timer_on = 1;
@@ -650,6 +664,11 @@ static int tcp_test(cl_tr_req *r, int *done, size_t *nbytes)
     return status;
 }
 
+static size_t tcp_moved(cl_tr_req *r)
+{
+    return __atomic_load_n(&r->got, __ATOMIC_RELAXED);
+}
+
 static void tcp_close_conn(cl_tr_conn *c)
 {
     post(c->ctx, (struct cmd){.kind = CMD_CLOSE, .conn = c});
@@ -722,6 +741,7 @@ const cl_transport cl_transport_tcp = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .test = tcp_test,
+    .moved = tcp_moved,
     .close_conn = tcp_close_conn,
     .shutdown = tcp_shutdown,
     .poll = tcp_poll,
