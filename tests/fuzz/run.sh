@@ -1,11 +1,20 @@
 #!/bin/sh
-# Builds the wire-format fuzz target with clang's libFuzzer (ASan + UBSan) and runs it
-# for SECONDS (default 30). Skips (77) where clang or libFuzzer is missing.
+# Builds a fuzz target with clang's libFuzzer (ASan + UBSan) and runs it for SECONDS
+# (default 30): run.sh SECONDS [TARGET], TARGET wire (the handshake and segment headers,
+# default) or store (the tcp store server through a real socket). Skips (77) where
+# clang or libFuzzer is missing.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$here/../..
 seconds=${1:-30}
-out=${TMPDIR:-/tmp}/fuzz_wire.$$
+target=${2:-wire}
+case $target in
+wire) srcs="$top/lib/wire/wire.c"; opts="" ;;
+store) srcs="$top/lib/rdzv/tcp_server.c $top/lib/base/util.c $top/lib/base/log.c"
+       opts="-max_len=512" ;;
+*) echo "unknown fuzz target '$target'"; exit 1 ;;
+esac
+out=${TMPDIR:-/tmp}/fuzz_$target.$$
 command -v clang >/dev/null 2>&1 || { echo "clang not installed: skipped"; exit 77; }
 # Only a missing libFuzzer skips: a target that no longer compiles is a failure.
 printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return (int)(d[0] & n & 0); }\n' \
@@ -15,9 +24,10 @@ clang -fsanitize=fuzzer "$out.probe.c" -o "$out.probe" >/dev/null 2>&1 ||
 rm -f "$out.probe.c" "$out.probe"
 clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -I"$top/include" -I"$top/lib" -I"$top" \
-    "$here/fuzz_wire.c" "$top/lib/wire/wire.c" -o "$out" || { echo "the fuzz target does not build"; exit 1; }
+    "$here/fuzz_$target.c" $srcs -lpthread -o "$out" ||
+    { echo "the fuzz target does not build"; exit 1; }
 mkdir -p "$out.corpus"
-"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 \
+"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 $opts \
     -artifact_prefix="$out." "$out.corpus" > "$out.log" 2>&1
 status=$?
 tail -n 12 "$out.log"
