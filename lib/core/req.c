@@ -43,7 +43,7 @@ static size_t moved(const coll_req *r)
     return r->treq && tr->moved ? tr->moved(r->treq) : 0;
 }
 
-/* Past the deadline (the op timeout since the last byte moved) the communicator fails;
+/* Past the deadline (an op timeout in which no byte moved) the communicator fails;
  * its shutdown completes the transport request, which is then collected so nothing
  * writes into the buffer after return. */
 static int wait_p2p(coll_req *r)
@@ -60,9 +60,10 @@ static int wait_p2p(coll_req *r)
             break;
         if (cl_spin_poll(&spin))
             continue;
-        size_t now_bytes = timed_out ? seen_bytes : moved(r);
-        if (now_bytes != seen_bytes) {
-            seen_bytes = now_bytes;
+        /* Bytes that moved since the last look are progress: the bound starts again
+         * (a stall is found within one to two op timeouts). */
+        if (!timed_out && cl_now_ms() >= deadline && moved(r) != seen_bytes) {
+            seen_bytes = moved(r);
             deadline = cl_now_ms() + c->op_timeout_ms;
         }
         if (cl_now_ms() >= deadline) {
@@ -74,9 +75,8 @@ static int wait_p2p(coll_req *r)
                          c->op_timeout_ms);
             deadline = cl_now_ms() + c->timeout_ms;
         }
-        /* Not every listener signals a connection, and a large message completes once:
-         * a held or moving request looks again soon. */
-        int64_t until = CL_MIN(deadline, cl_now_ms() + (cl_p2p_progress(c) ? 1 : 100));
+        /* Not every listener signals a connection: a held request looks again soon. */
+        int64_t until = cl_p2p_progress(c) ? CL_MIN(deadline, cl_now_ms() + 1) : deadline;
         cl_notifier_wait(&c->notifier, seen, until);
         cl_spin_progress(&spin);
     }
