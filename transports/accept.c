@@ -59,6 +59,15 @@ int cl_listen_accept(cl_listen_fd *l, cl_pending_take take, void *arg)
     return offer(l, take, arg) ? COLL_OK : COLL_INPROGRESS;
 }
 
+int cl_listen_vet(const cl_listen_fd *l, const uint8_t hello[CL_HELLO_BYTES], const char *tr)
+{
+    const char *why = l->vet ? l->vet(l->vet_arg, hello) : NULL;
+    if (why)
+        cl_log(COLL_LOG_WARN, "%s: refused connection: %s (%s)", tr, coll_strerror(COLL_EPROTO),
+               why);
+    return why == NULL;
+}
+
 void cl_listen_close(cl_listen_fd *l)
 {
     for (int i = 0; i < l->np; i++)

@@ -23,6 +23,8 @@ typedef struct cl_pending {
 
 typedef struct cl_listen_fd {
     int fd; /* the listening socket, non-blocking; -1 once closed */
+    cl_tr_vet vet; /* the caller's judgement of a hello (cl_tr_config), or NULL */
+    void *vet_arg;
     cl_pending p[CL_PENDING_MAX];
     int np;
 } cl_listen_fd;
@@ -42,6 +44,9 @@ typedef int (*cl_pending_take)(void *arg, cl_pending *p);
  * pending socket to take until one makes a connection: COLL_OK then, else
  * COLL_INPROGRESS. */
 int cl_listen_accept(cl_listen_fd *l, cl_pending_take take, void *arg);
+/* 1 when the listener's vet takes hello (or it has none), else 0 with the refusal
+ * logged under the transport's name. Called before anything is given to the connector. */
+int cl_listen_vet(const cl_listen_fd *l, const uint8_t hello[CL_HELLO_BYTES], const char *tr);
 /* Closes the pending sockets and the listening one. */
 void cl_listen_close(cl_listen_fd *l);
 

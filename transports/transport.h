@@ -57,12 +57,23 @@ typedef struct cl_tr_req cl_tr_req;
 
 enum { CL_POLL_BEGIN, CL_POLL, CL_POLL_END };
 
+/* The caller's judgement of a hello: NULL takes the connection, else why it is refused.
+ * Any thread may call it (tcp's loop thread does). */
+typedef const char *(*cl_tr_vet)(void *arg, const uint8_t hello[CL_HELLO_BYTES]);
+
 typedef struct cl_tr_config {
     const char *device;    /* interface name or NCCL-style list; NULL: auto */
     int timeout_ms;        /* a connection that sends no hello in this time is dropped */
     cl_notifier *notifier; /* signalled on every completion */
     char *err;             /* NULL, or where ctx_create says why it failed */
     size_t errlen;
+    /* Optional. Every hello is put to vet before the transport gives its connector
+     * anything (shm maps its ring and sends an eventfd back, ibverbs brings a QP up and
+     * sends the rkey of its slots) or holds it for accept() (tcp); what vet refuses is
+     * closed and freed at once. accept()'s caller still judges what comes through (a
+     * duplicate link is its business). */
+    cl_tr_vet vet;
+    void *vet_arg;
 } cl_tr_config;
 
 /* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */

@@ -124,7 +124,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
     char why[256] = "";
-    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why)};
+    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why), cl_link_vet, c};
     if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK) {
         cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
         goto fail;

@@ -51,6 +51,7 @@ struct coll_comm {
     uint64_t id, job;
     int keyed; /* COLL_SECRET is set: every link and lifeline proves it */
     uint8_t key[CL_KEY_BYTES];
+    int vetting; /* what cl_link_vet reads is set: it judges from now on (atomic) */
     int timeout_ms;    /* a peer that does not answer */
     int op_timeout_ms; /* an operation without progress */
     size_t segment_bytes;
@@ -223,6 +224,10 @@ int cl_link_open(coll_comm *c, int ch, int dir, int peer);
  * most min(timeout, 1 s) for them to go out. Each failing rank does it, so a failure
  * costs O(n) connections per rank, once. */
 void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye);
+/* A transport's vet (cl_tr_config): why a hello is not one of communicator comm's
+ * links, or NULL (also before cl_link_start, when there is nothing yet to judge by:
+ * accept's caller judges those). Safe on a transport's thread. */
+const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
 /* The link as it stands (NULL: not opened). */
 cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
 

@@ -47,21 +47,37 @@ static void proof(const coll_comm *c, int ch, int from, int to, uint8_t tag[CL_T
                 sizeof(c->id), who, sizeof(who), nonce, (size_t)CL_NONCE_BYTES);
 }
 
+/* Why this hello is not one of this communicator's links (NULL: it is; *slot then says
+ * which: channel x size + sender). */
+static const char *judge(const coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], int *slot)
+{
+    cl_hello_expect e = expectation(c);
+    const char *why = NULL;
+    *slot = cl_hello_check(raw, &e, &why);
+    if (*slot < 0 || !c->keyed)
+        return why;
+    uint8_t want[CL_TAG_BYTES], got[CL_HELLO_PROOF];
+    proof(c, *slot / c->size, *slot % c->size, c->rank, want);
+    cl_hello_proof(raw, got);
+    if (!cl_auth_equal(want, got, CL_HELLO_PROOF))
+        return "failed authentication: another COLL_SECRET, or not a rank of this job";
+    return NULL;
+}
+
+const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES])
+{
+    int slot;
+    return __atomic_load_n(&((coll_comm *)comm)->vetting, __ATOMIC_ACQUIRE) ? judge(comm, raw, &slot)
+                                                                           : NULL;
+}
+
 /* Which recv slot this hello claims, or -1 (with the reason logged) to refuse it. */
 static int claim(coll_comm *c, const uint8_t raw[CL_HELLO_BYTES], cl_tr_conn *conn)
 {
-    cl_hello_expect e = expectation(c);
-    const char *why;
-    int slot = cl_hello_check(raw, &e, &why);
-    uint8_t want[CL_TAG_BYTES] = {0}, got[CL_HELLO_PROOF];
-    if (slot >= 0 && c->conns[slot / c->size][1][slot % c->size])
+    int slot;
+    const char *why = judge(c, raw, &slot);
+    if (!why && c->conns[slot / c->size][1][slot % c->size])
         why = "duplicate connection";
-    if (slot >= 0 && !why && c->keyed) {
-        proof(c, slot / c->size, slot % c->size, c->rank, want);
-        cl_hello_proof(raw, got);
-        if (!cl_auth_equal(want, got, CL_HELLO_PROOF))
-            why = "failed authentication: another COLL_SECRET, or not a rank of this job";
-    }
     if (why) {
         cl_log(COLL_LOG_WARN, "rank %d: refused connection from %s: %s (%s)", c->rank,
                c->tr->peer_name(conn), coll_strerror(COLL_EPROTO), why);
@@ -299,6 +315,7 @@ int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
         memcpy(c->handles[p], cards[p].handle, CL_HANDLE_BYTES);
         memcpy(c->nonces[p], cards[p].nonce, CL_NONCE_BYTES);
     }
+    __atomic_store_n(&c->vetting, 1, __ATOMIC_RELEASE);
     int rc = ring_links(c);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
         int prev = cl_topo_peer(c, -1), next = cl_topo_peer(c, 1);

@@ -13,10 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef CL_HAVE_IBVERBS
+#include "transports/ibverbs/ib_dev.h"
 #include "transports/ibverbs/verbs.h"
 #endif
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -368,46 +372,70 @@ static int available(void)
     return rc == COLL_OK;
 }
 
-/* An shm listener alone (p->b, p->l), for what strangers send it. */
-static void shm_listen(pair *p, char handle[CL_HANDLE_BYTES])
+/* A listener alone (p->b, p->l), for what strangers send it; ctx a dials as a rank. */
+static void listen_alone(pair *p, char handle[CL_HANDLE_BYTES], cl_tr_vet vet)
 {
     memset(p, 0, sizeof(*p));
-    p->tr = cl_transport_find("shm");
+    p->tr = cl_transport_find(tname);
+    cl_notifier_init(&p->na);
     cl_notifier_init(&p->nb);
-    cl_tr_config cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
+    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
+                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb, .vet = vet};
+    ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
     ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
     ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
 }
 
-static void shm_unlisten(pair *p)
+/* A rank's connection with hello[0] = first: COLL_OK once the listener took it. */
+static int dial_as_rank(pair *p, const char *handle, uint8_t first)
 {
-    p->tr->ctx_destroy(p->b);
-    cl_notifier_destroy(&p->nb);
+    uint8_t hello[CL_HELLO_BYTES] = {first}, got[CL_HELLO_BYTES];
+    int rc = COLL_INPROGRESS;
+    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;) {
+        if (!p->send && p->tr->connect(p->a, handle, hello, 1 << 16, &p->send) != COLL_OK)
+            p->tr->accept(p->l, got, &p->recv); /* a full backlog: the listener makes room */
+        rc = p->send ? p->tr->accept(p->l, got, &p->recv) : COLL_INPROGRESS;
+        cl_sleep_ms(rc == COLL_INPROGRESS ? 1 : 0);
+    }
+    ck_assert(rc != COLL_OK || got[0] == first);
+    return rc;
 }
 
-/* shm: a stranger's hello with an unsealed memfd (it could shrink the ring under the
- * receiver's mapping: SIGBUS) is dropped, and the listener still takes a real one. */
-/* A socket connected to an shm listener's abstract name, as any local process can. */
-static int shm_dial(const char *handle)
+/* A socket connected to a listener's handle, as any stranger can: "shm:NAME" (an
+ * abstract unix name), "ib:IP:PORT" (ibverbs' bootstrap) or "IP:PORT" (tcp). */
+static int stranger_dial(const char *handle)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    const char *name = handle + 4; /* "shm:" */
-    memcpy(a.sun_path + 1, name, strlen(name));
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
+    if (strncmp(handle, "shm:", 4) == 0) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        const char *name = handle + 4;
+        memcpy(a.sun_path + 1, name, strlen(name));
+        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
+        return s;
+    }
+    char ip[64];
+    unsigned port;
+    ck_assert_int_eq(sscanf(handle + (strncmp(handle, "ib:", 3) == 0 ? 3 : 0), "%63[^:]:%u", ip,
+                            &port),
+                     2);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
     return s;
 }
 
-static void raw_shm_hello(const char *handle, int seal)
+/* shm's hello: 64 bytes with the ring's memfd (sealed or not) and an eventfd. */
+static int raw_shm_hello(const char *handle, int seal, uint8_t first)
 {
-    int s = shm_dial(handle);
+    int s = stranger_dial(handle);
     int mfd = memfd_create("stranger", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
     int efd = eventfd(0, EFD_CLOEXEC);
     ck_assert_int_eq(ftruncate(mfd, 256 + (1 << 16)), 0);
     if (seal)
         ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-    uint8_t hello[CL_HELLO_BYTES] = {1};
+    uint8_t hello[CL_HELLO_BYTES] = {first};
     union {
         char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
@@ -421,60 +449,107 @@ static void raw_shm_hello(const char *handle, int seal)
     ck_assert_int_eq(sendmsg(s, &m, 0), CL_HELLO_BYTES);
     close(mfd);
     close(efd);
-    /* The socket stays open: the listener decides, not our hanging up. */
+    return s; /* stays open: the listener decides, not our hanging up */
 }
 
+/* What a stranger sends as a rank's opening on this transport, hello[0] = first. */
+static int raw_hello(const char *handle, uint8_t first)
+{
+    if (strncmp(handle, "shm:", 4) == 0)
+        return raw_shm_hello(handle, 1, first);
+    int s = stranger_dial(handle);
+    uint8_t boot[CL_HELLO_BYTES + 64] = {first};
+    size_t n = CL_HELLO_BYTES;
+#ifdef CL_HAVE_IBVERBS
+    if (strncmp(handle, "ib:", 3) == 0)
+        n += sizeof(cl_ib_addr); /* its queue pair's address follows */
+#endif
+    ck_assert_int_eq(write(s, boot, n), (ssize_t)n);
+    return s;
+}
+
+/* 1 once the listener closed stranger s (EOF or reset), watched as a rank would, with
+ * accept() called meanwhile; nothing may have come back to it. */
+static int closed_on(pair *p, int s, int within_ms)
+{
+    uint8_t got[CL_HELLO_BYTES], b[64];
+    for (int64_t until = cl_now_ms() + within_ms; cl_now_ms() < until;) {
+        ck_assert_int_eq(p->tr->accept(p->l, got, &p->recv), COLL_INPROGRESS);
+        union {
+            char buf[CMSG_SPACE(2 * sizeof(int))];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec v = {b, sizeof(b)};
+        struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+                           .msg_controllen = sizeof(ctl.buf)};
+        ssize_t n = recvmsg(s, &m, MSG_DONTWAIT);
+        ck_assert_msg(n <= 0 && (n < 0 || m.msg_controllen == 0), "the listener answered a stranger");
+        if (n == 0 || (n < 0 && errno != EAGAIN))
+            return 1;
+        cl_sleep_ms(10);
+    }
+    return 0;
+}
+
+/* shm: a stranger's hello with an unsealed memfd (it could shrink the ring under the
+ * receiver's mapping: SIGBUS) is dropped, and the listener still takes a real one. */
 START_TEST(shm_refuses_an_unsealed_ring)
 {
     pair p;
     char handle[CL_HANDLE_BYTES];
-    shm_listen(&p, handle);
-    uint8_t got[CL_HELLO_BYTES];
-    raw_shm_hello(handle, 0);
-    int64_t until = cl_now_ms() + 300;
-    while (cl_now_ms() < until)
-        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
-    raw_shm_hello(handle, 1); /* sealed, same user: taken */
-    int rc = COLL_INPROGRESS;
-    for (until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
-        rc = p.tr->accept(p.l, got, &p.recv);
-    ck_assert_int_eq(rc, COLL_OK);
-    ck_assert_int_eq(got[0], 1);
-    shm_unlisten(&p);
+    listen_alone(&p, handle, NULL);
+    int s = raw_shm_hello(handle, 0, 1);
+    ck_assert_msg(closed_on(&p, s, 5000), "an unsealed ring was held");
+    close(s);
+    ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
+    pair_close(&p);
 }
 END_TEST
 
-/* shm: strangers that connect and say nothing neither fill the listener (a real hello
- * behind twice as many of them is taken) nor hold it (each is closed after the pending
- * bound). Before, 16 of them made the listener refuse every rank after. */
-START_TEST(shm_silent_strangers_neither_fill_nor_hold_the_listener)
+/* Strangers that connect and say nothing neither fill the listener (a rank dialing
+ * behind more of them than it holds is taken, the oldest are pushed out) nor hold it
+ * (each is closed after the pending bound). Before, 16 of them made the shm listener
+ * refuse every rank after, and tcp held any number for the whole timeout. */
+START_TEST(silent_strangers_neither_fill_nor_hold_the_listener)
 {
     pair p;
     char handle[CL_HANDLE_BYTES];
-    shm_listen(&p, handle);
-    enum { SILENT = 32 };
+    listen_alone(&p, handle, NULL);
+    enum { SILENT = 80 }; /* more than any transport holds pending (16 shm, 64 tcp) */
     int silent[SILENT];
     uint8_t got[CL_HELLO_BYTES];
     for (int i = 0; i < SILENT; i++) {
-        silent[i] = shm_dial(handle);
+        silent[i] = stranger_dial(handle);
         ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
     }
-    raw_shm_hello(handle, 1);
-    int rc = COLL_INPROGRESS;
-    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
-        rc = p.tr->accept(p.l, got, &p.recv);
-    ck_assert_int_eq(rc, COLL_OK);
-    int64_t t0 = cl_now_ms();
-    char c;
-    while (recv(silent[SILENT - 1], &c, 1, MSG_DONTWAIT) != 0 && cl_now_ms() - t0 < 10000) {
-        p.tr->accept(p.l, got, &p.recv); /* the listener is looked at as a rank would */
-        usleep(10000);
-    }
-    ck_assert_msg(recv(silent[SILENT - 1], &c, 1, MSG_DONTWAIT) == 0,
-                  "a silent stranger was still held after 10 s");
+    ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
+    ck_assert_msg(closed_on(&p, silent[0], 2000), "the oldest stranger was not pushed out");
+    ck_assert_msg(closed_on(&p, silent[SILENT - 1], 10000), "a silent stranger was held past 10 s");
     for (int i = 0; i < SILENT; i++)
         close(silent[i]);
-    shm_unlisten(&p);
+    pair_close(&p);
+}
+END_TEST
+
+/* The caller's vet sees the hello before the transport gives anything back (shm's
+ * eventfd, ibverbs' queue pair address) or holds it for accept() (tcp): a refused one is
+ * closed at once with nothing sent, and the listener takes the next rank. */
+static const char *only_ones(void *arg, const uint8_t hello[CL_HELLO_BYTES])
+{
+    (void)arg;
+    return hello[0] == 1 ? NULL : "not a one";
+}
+
+START_TEST(a_hello_the_vet_refuses_gets_nothing)
+{
+    pair p;
+    char handle[CL_HANDLE_BYTES];
+    listen_alone(&p, handle, only_ones);
+    int s = raw_hello(handle, 2);
+    ck_assert_msg(closed_on(&p, s, 3000), "a refused hello was held");
+    close(s);
+    ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
+    pair_close(&p);
 }
 END_TEST
 
@@ -494,9 +569,12 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
-    if (strcmp(tname, "shm") == 0) {
+    if (strcmp(tname, "shm") == 0)
         tcase_add_test(t, shm_refuses_an_unsealed_ring);
-        tcase_add_test(t, shm_silent_strangers_neither_fill_nor_hold_the_listener);
+    if (strcmp(tname, "shm") == 0 || strcmp(tname, "tcp") == 0 ||
+        strcmp(tname, "ibverbs-fake") == 0) {
+        tcase_add_test(t, silent_strangers_neither_fill_nor_hold_the_listener);
+        tcase_add_test(t, a_hello_the_vet_refuses_gets_nothing);
     }
 #ifdef CL_HAVE_IBVERBS
     if (strcmp(tname, "ibverbs-fake") == 0) {

@@ -163,6 +163,8 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         return rc;
     }
     ctx->notifier = cfg->notifier;
+    ctx->vet = cfg->vet;
+    ctx->vet_arg = cfg->vet_arg;
     ctx->reqs = (cl_req_owner){ &ctx->pg.mu, cfg->notifier, NULL };
     ctx->timeout_ms = cfg->timeout_ms;
     if ((rc = cl_progress_start(&ctx->pg, on_ready, on_round, ctx)) == COLL_OK &&
@@ -277,6 +279,8 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
+    l->lfd.vet = ctx->vet;
+    l->lfd.vet_arg = ctx->vet_arg;
     struct sockaddr_in a = { .sin_family = AF_INET };
     socklen_t alen = sizeof(a);
     inet_pton(AF_INET, ctx->ip, &a.sin_addr);
@@ -342,12 +346,15 @@ static int send_all(int fd, const void *p, size_t n)
     return send(fd, p, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
-/* A complete hello and address from the connector: bring the QP up and answer. */
+/* A complete hello and address from the connector: once the hello passes, bring the QP
+ * up and answer (nothing registered or told before). */
 static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_BYTES],
                       cl_tr_conn **out)
 {
     cl_ib_addr peer, mine;
     memcpy(&peer, p->buf + CL_HELLO_BYTES, sizeof(peer));
+    if (!cl_listen_vet(&l->lfd, p->buf, "ibverbs"))
+        return -1;
     cl_tr_conn *c = conn_new(l->ctx, p->fd, 1);
     if (!c)
         return -1;

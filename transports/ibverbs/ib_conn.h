@@ -74,6 +74,8 @@ struct cl_tr_ctx {
     cl_ib_dev dev;
     cl_mr_cache *mrs;
     cl_notifier *notifier;
+    cl_tr_vet vet; /* cl_tr_config's, for the listeners */
+    void *vet_arg;
     int timeout_ms;
     char ip[64];
     cl_progress pg; /* its mutex guards everything here */

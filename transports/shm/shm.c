@@ -79,6 +79,8 @@ struct cl_tr_listener {
 
 struct cl_tr_ctx {
     cl_notifier *notifier;
+    cl_tr_vet vet; /* cl_tr_config's, for the listeners */
+    void *vet_arg;
     cl_progress pg; /* its mutex guards the connections */
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
@@ -311,6 +313,8 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     if (!ctx)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
+    ctx->vet = cfg->vet;
+    ctx->vet_arg = cfg->vet_arg;
     ctx->reqs = (cl_req_owner){&ctx->pg.mu, cfg->notifier, NULL};
     if (cl_progress_start(&ctx->pg, on_ready, on_round, ctx) != COLL_OK) {
         free(ctx);
@@ -361,6 +365,8 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
+    l->lfd.vet = ctx->vet;
+    l->lfd.vet_arg = ctx->vet_arg;
     snprintf(l->name, sizeof(l->name), "libcollective-shm-%d-%u-%llx", (int)getpid(),
              atomic_fetch_add(&counter, 1), (unsigned long long)cl_now_ms());
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -499,7 +505,8 @@ static int same_user(int s, const cl_tr_listener *l)
     return 0;
 }
 
-/* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket:
+/* The hello and two descriptors (ring, the sender's eventfd) from an accepted socket,
+ * mapped and answered only once the sender's user and the hello pass:
  * 1 when a connection was made, 0 when nothing has arrived yet, -1 to drop it. */
 static int take_hello(void *arg, cl_pending *p)
 {
@@ -516,7 +523,8 @@ static int take_hello(void *arg, cl_pending *p)
         return 0;
     int fds[2] = {-1, -1};
     take_fds(&m, fds);
-    cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 && fds[1] >= 0 && same_user(s, l)
+    cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 && fds[1] >= 0 && same_user(s, l) &&
+                            cl_listen_vet(&l->lfd, h, "shm")
                         ? conn_new(l->ctx, s, 1)
                         : NULL;
     int ok = c && map_ring(c, fds[0], 0) == 0;

@@ -23,12 +23,20 @@
 
 enum cmd_kind { CMD_ARM, CMD_CONNECT, CMD_LISTEN, CMD_CLOSE, CMD_SHUTDOWN, CMD_STOP };
 
+/* Accepted connections whose hello is not all in, at most, per listener: a newer one
+ * pushes out the oldest, so strangers cannot hold the listener's descriptors. A hello
+ * that is there when the connection is accepted is taken at once and never counts, so
+ * a whole job dialing one rank does not push its own ranks out. */
+enum { PENDING_MAX = 64 };
+
 struct cl_tr_listener {
     uv_tcp_t tcp;
     cl_tr_ctx *ctx;
     int fd;
     struct cl_tr_listener *next_all;     /* ctx->listeners */
     cl_tr_conn *ready_head, *ready_tail; /* accepted with a full hello, under ctx->mu */
+    cl_tr_conn *pending;                 /* oldest first (loop thread) */
+    int npending;
     int closed;
 };
 
@@ -113,21 +121,95 @@ static void mark_dead(cl_tr_conn *c, int status, const char *why)
     c->reading = 0;
 }
 
+/* ---- a connection's memory ------------------------------------------------------- */
+
+static cl_tr_conn *conn_new(cl_tr_ctx *ctx)
+{
+    cl_tr_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ctx = ctx;
+    c->fd = -1;
+    pthread_mutex_init(&c->io, NULL);
+    return c;
+}
+
+static void conn_list(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->ctx->mu);
+    c->next_all = c->ctx->conns;
+    c->ctx->conns = c;
+    c->listed = 1;
+    pthread_mutex_unlock(&c->ctx->mu);
+}
+
+static void conn_free(cl_tr_conn *c)
+{
+    if (c->fd >= 0) /* only if the loop never got to close it */
+        close(c->fd);
+    pthread_mutex_destroy(&c->io);
+    free(c->rb);
+    free(c);
+}
+
+static void free_graves(cl_tr_ctx *ctx)
+{
+    while (ctx->graves) {
+        cl_tr_conn *n = ctx->graves->next_grave;
+        conn_free(ctx->graves);
+        ctx->graves = n;
+    }
+}
+
+/* A connection closed for good whose handles libuv has let go of. Only a poller walking
+ * ctx->conns may still hold a listed one, so it is unlinked and freed once none walks:
+ * a poller that starts later cannot reach it. */
+static void release(cl_tr_conn *c)
+{
+    cl_tr_ctx *ctx = c->ctx;
+    if (!c->listed) {
+        conn_free(c);
+        return;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    cl_tr_conn **p = &ctx->conns;
+    while (*p != c)
+        p = &(*p)->next_all;
+    __atomic_store_n(p, c->next_all, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ctx->mu);
+    c->next_grave = ctx->graves;
+    ctx->graves = c;
+    if (atomic_load(&ctx->walkers) == 0)
+        free_graves(ctx);
+}
+
+/* c is closed for good and its handles are closing: it goes when the last one has. */
+static void bury(cl_tr_conn *c)
+{
+    c->gone = 1;
+    if (c->handles == 0)
+        release(c);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    cl_tr_conn *c = h->data;
+    if (h == (uv_handle_t *)&c->poll)
+        close(c->poll_fd);
+    if (--c->handles == 0 && c->gone)
+        release(c);
+}
+
 static void close_setup_handles(cl_tr_conn *c)
 {
     if (c->setup_closed)
         return;
     c->setup_closed = 1;
     if (c->timer_on)
-        uv_close((uv_handle_t *)&c->hello_timer, NULL);
+        uv_close((uv_handle_t *)&c->hello_timer, on_closed);
     c->timer_on = 0;
     if (c->tcp.loop)
-        uv_close((uv_handle_t *)&c->tcp, NULL);
-}
-
-static void on_poll_closed(uv_handle_t *h)
-{
-    close((int)(intptr_t)h->data);
+        uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
 /* Closes the connection for good; the socket is closed once libuv lets go of it. */
@@ -140,8 +222,8 @@ static void close_conn_handles(cl_tr_conn *c)
     c->has_poll = 0;
     pthread_mutex_unlock(&c->io);
     if (has_poll) {
-        c->poll.data = (void *)(intptr_t)fd;
-        uv_close((uv_handle_t *)&c->poll, on_poll_closed);
+        c->poll_fd = fd;
+        uv_close((uv_handle_t *)&c->poll, on_closed);
     } else if (fd >= 0) {
         close(fd);
     }
@@ -164,6 +246,7 @@ static void to_data_mode(cl_tr_conn *c)
         mark_dead(c, COLL_EPEER, "cannot take over the socket");
         return;
     }
+    c->handles++;
     c->poll.data = c;
     pthread_mutex_lock(&c->io);
     c->fd = dup_fd;
@@ -182,9 +265,48 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)c->hello + c->hello_got, (unsigned)(CL_HELLO_BYTES - c->hello_got));
 }
 
+static void unpend(cl_tr_conn *c)
+{
+    if (!c->pending)
+        return;
+    cl_tr_listener *l = c->listener;
+    cl_tr_conn **p = &l->pending;
+    while (*p != c)
+        p = &(*p)->next_pending;
+    *p = c->next_pending;
+    c->pending = 0;
+    l->npending--;
+}
+
+/* An accepted connection that will not be one: closed, and freed once libuv lets go. */
+static void discard(cl_tr_conn *c, const char *why)
+{
+    cl_log(COLL_LOG_DEBUG, "tcp: dropped connection from %s: %s", c->name, why);
+    unpend(c);
+    mark_dead(c, COLL_EPROTO, why);
+    close_setup_handles(c);
+    bury(c);
+}
+
+static void discard_pending(cl_tr_listener *l)
+{
+    while (l->pending)
+        discard(l->pending, "the listener closed");
+}
+
+/* The hello is in: the caller's vet refuses it at once, or it waits for accept(). */
 static void hello_done(cl_tr_conn *c)
 {
     cl_tr_listener *l = c->listener;
+    const char *why = c->ctx->vet ? c->ctx->vet(c->ctx->vet_arg, c->hello) : NULL;
+    if (why) {
+        cl_log(COLL_LOG_WARN, "tcp: refused connection from %s: %s (%s)", c->name,
+               coll_strerror(COLL_EPROTO), why);
+        discard(c, why);
+        return;
+    }
+    unpend(c);
+    conn_list(c);
     to_data_mode(c);
     pthread_mutex_lock(&c->ctx->mu);
     if (l->ready_tail)
@@ -196,19 +318,34 @@ static void hello_done(cl_tr_conn *c)
     cl_notify(c->ctx->notifier);
 }
 
+static void took_hello_bytes(cl_tr_conn *c, size_t n)
+{
+    c->hello_got += n;
+    if (c->hello_got == CL_HELLO_BYTES)
+        hello_done(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     (void)buf;
     cl_tr_conn *c = s->data;
     if (n == UV_ENOBUFS || n == 0)
         return;
-    if (n < 0) {
-        mark_dead(c, COLL_EPEER, uv_strerror((int)n));
-        return;
-    }
-    c->hello_got += (size_t)n;
-    if (c->hello_got == CL_HELLO_BYTES)
-        hello_done(c);
+    if (n < 0)
+        discard(c, uv_strerror((int)n));
+    else
+        took_hello_bytes(c, (size_t)n);
+}
+
+/* What of the hello is there already (a rank sends it as soon as it is connected). */
+static void read_hello_now(cl_tr_conn *c)
+{
+    int fd = -1;
+    ssize_t n = -1;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        n = recv(fd, c->hello, CL_HELLO_BYTES, MSG_DONTWAIT);
+    if (n > 0)
+        took_hello_bytes(c, (size_t)n);
 }
 
 static void start_reading(cl_tr_conn *c)
@@ -216,7 +353,7 @@ static void start_reading(cl_tr_conn *c)
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
         c->reading = 1;
     else
-        mark_dead(c, COLL_EPEER, "read_start failed");
+        discard(c, "read_start failed");
 }
 
 /* ---- connections ----------------------------------------------------------------- */
@@ -282,6 +419,7 @@ static void on_connect(uv_connect_t *req, int status)
 static void do_connect(cl_tr_conn *c)
 {
     uv_tcp_init(&c->ctx->loop, &c->tcp);
+    c->handles++;
     c->tcp.data = c;
     c->connect_req.data = c;
     int rc = c->ctx->shutdown_status;
@@ -296,23 +434,29 @@ static void on_hello_timeout(uv_timer_t *t)
     cl_tr_conn *c = t->data;
     cl_log(COLL_LOG_WARN, "tcp: dropped connection from %s: no handshake within %d ms", c->name,
            c->ctx->timeout_ms);
-    mark_dead(c, COLL_EPROTO, "no hello");
-    close_setup_handles(c);
+    discard(c, "no hello");
 }
 
-static cl_tr_conn *conn_new(cl_tr_ctx *ctx)
+/* An accepted connection waits for its hello, bounded in time (the timer) and in number
+ * (PENDING_MAX), unless the hello is there already. */
+static void await_hello(cl_tr_listener *l, cl_tr_conn *c)
 {
-    cl_tr_conn *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->ctx = ctx;
-    c->fd = -1;
-    pthread_mutex_init(&c->io, NULL);
-    pthread_mutex_lock(&ctx->mu);
-    c->next_all = ctx->conns;
-    ctx->conns = c;
-    pthread_mutex_unlock(&ctx->mu);
-    return c;
+    read_hello_now(c);
+    if (c->hello_got == CL_HELLO_BYTES || c->gone)
+        return;
+    uv_timer_init(&l->ctx->loop, &c->hello_timer);
+    c->handles++;
+    c->hello_timer.data = c;
+    c->timer_on = 1;
+    uv_timer_start(&c->hello_timer, on_hello_timeout, (uint64_t)l->ctx->timeout_ms, 0);
+    cl_tr_conn **p = &l->pending;
+    while (*p)
+        p = &(*p)->next_pending;
+    *p = c;
+    c->pending = 1;
+    if (++l->npending > PENDING_MAX)
+        discard(l->pending, "pushed out by a newer one (too many pending)");
+    start_reading(c);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -325,10 +469,10 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     c->listener = l;
     uv_tcp_init(&l->ctx->loop, &c->tcp);
+    c->handles++;
     c->tcp.data = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
-        mark_dead(c, COLL_EPEER, "accept failed");
-        close_setup_handles(c);
+        discard(c, "accept failed");
         return;
     }
     struct sockaddr_storage sa;
@@ -339,11 +483,7 @@ static void on_connection(uv_stream_t *server, int status)
     inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
     snprintf(c->name, sizeof(c->name), "%s:%u", ip, ntohs(in->sin_port));
     tune_socket(&c->tcp, c->ctx->timeout_ms);
-    uv_timer_init(&l->ctx->loop, &c->hello_timer);
-    c->hello_timer.data = c;
-    c->timer_on = 1;
-    uv_timer_start(&c->hello_timer, on_hello_timeout, (uint64_t)l->ctx->timeout_ms, 0);
-    start_reading(c);
+    await_hello(l, c);
 }
 
 static void do_listen(cl_tr_listener *l)
@@ -355,15 +495,23 @@ static void do_listen(cl_tr_listener *l)
         cl_log(COLL_LOG_ERROR, "tcp: cannot listen on fd %d", l->fd);
 }
 
+/* A connection nobody made a request on (one accept()'s caller refused) is freed once
+ * closed; the others live until the context does, as their requests point at them. */
 static void do_close(cl_tr_conn *c, cl_tr_listener *l)
 {
     if (c) {
         mark_dead(c, COLL_EPEER, "closed locally");
         close_conn_handles(c);
+        pthread_mutex_lock(&c->ctx->mu);
+        int used = c->used;
+        pthread_mutex_unlock(&c->ctx->mu);
+        if (!used)
+            bury(c);
     }
     if (l && !l->closed) {
         l->closed = 1;
         uv_close((uv_handle_t *)&l->tcp, NULL);
+        discard_pending(l);
     }
 }
 
@@ -383,7 +531,10 @@ static void do_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         ctx->shutdown_status = status;
     pthread_mutex_lock(&ctx->mu);
     cl_tr_conn *c = ctx->conns;
+    cl_tr_listener *l = ctx->listeners;
     pthread_mutex_unlock(&ctx->mu);
+    for (; l; l = l->next_all)
+        discard_pending(l);
     for (; c; c = c->next_all) {
         if (farewell)
             say_farewell(c, farewell);
@@ -449,6 +600,8 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
     ctx->timeout_ms = cfg->timeout_ms;
+    ctx->vet = cfg->vet;
+    ctx->vet_arg = cfg->vet_arg;
     if (cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
         if (cfg->device)
             cl_tr_error(cfg, "no network interface matches '%s' (COLL_SOCKET_IFNAME or "
@@ -484,13 +637,10 @@ static void tcp_ctx_destroy(cl_tr_ctx *ctx)
         free(c);
         c = n;
     }
+    free_graves(ctx);
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next_all;
-        if (c->fd >= 0) /* only if the loop never got to close it */
-            close(c->fd);
-        pthread_mutex_destroy(&c->io);
-        free(c->rb);
-        free(c);
+        conn_free(c);
         c = n;
     }
     for (cl_tr_listener *l = ctx->listeners; l;) {
@@ -587,6 +737,7 @@ static int tcp_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     cl_tr_conn *c = conn_new(ctx);
     if (!c)
         return COLL_ENOMEM;
+    conn_list(c);
     c->addr = addr;
     snprintf(c->name, sizeof(c->name), "%s", h);
     c->hello_got = CL_HELLO_BYTES;
@@ -603,6 +754,7 @@ static cl_tr_req *new_req(cl_tr_conn *c)
         return NULL;
     r->conn = c;
     pthread_mutex_lock(&c->ctx->mu);
+    c->used = 1;
     r->all_next = c->ctx->reqs;
     if (r->all_next)
         r->all_next->all_prev = r;
@@ -717,7 +869,8 @@ static size_t tcp_poll(cl_tr_ctx *ctx, int mode)
     size_t moved = 0;
     if (mode == CL_POLL_END && !last)
         return 0;
-    for (cl_tr_conn *c = first_conn(ctx); c; c = c->next_all) {
+    atomic_fetch_add(&ctx->walkers, 1);
+    for (cl_tr_conn *c = first_conn(ctx); c; c = __atomic_load_n(&c->next_all, __ATOMIC_ACQUIRE)) {
         if (last)
             pthread_mutex_lock(&c->io);
         else if (pthread_mutex_trylock(&c->io) != 0)
@@ -727,6 +880,7 @@ static size_t tcp_poll(cl_tr_ctx *ctx, int mode)
         if (arm)
             cl_tcp_arm(c);
     }
+    atomic_fetch_sub(&ctx->walkers, 1);
     return moved;
 }
 

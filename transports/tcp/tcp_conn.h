@@ -33,8 +33,15 @@ struct cl_tr_conn {
     uv_tcp_t tcp; /* set-up only: connect, the hello, its timer */
     cl_tr_ctx *ctx;
     cl_tr_listener *listener;    /* accepted conns: where the hello is delivered */
-    struct cl_tr_conn *next_all; /* ctx->conns */
+    struct cl_tr_conn *next_all; /* ctx->conns once listed (atomic: pollers walk it) */
     struct cl_tr_conn *next_ready;
+    struct cl_tr_conn *next_pending; /* the listener's, until the hello is in (loop thread) */
+    struct cl_tr_conn *next_grave;   /* ctx->graves (loop thread) */
+    int pending, listed;             /* on those lists (loop thread) */
+    int handles;                     /* libuv handles not yet closed (loop thread) */
+    int gone;                        /* closed for good: freed once its handles are */
+    int poll_fd;                     /* closed with the poll handle */
+    int used;                        /* a request was made on it (ctx->mu) */
     struct sockaddr_in addr;
     char name[CL_HANDLE_BYTES + 8];
     uint8_t hello[CL_HELLO_BYTES];
@@ -69,6 +76,10 @@ struct cl_tr_ctx {
     cl_tr_conn *conns;
     struct cl_tr_listener *listeners;
     cl_tr_req *reqs;
+    cl_tr_conn *graves;  /* unlisted, freed once no poller walks conns (loop thread) */
+    atomic_int walkers;  /* pollers walking conns now */
+    cl_tr_vet vet;       /* cl_tr_config's */
+    void *vet_arg;
     int shutdown_status; /* loop thread only */
     atomic_int shutdowns; /* shutdown commands the loop thread has carried out */
     atomic_int pollers;  /* threads between CL_POLL_BEGIN and CL_POLL_END */
