@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -426,6 +427,30 @@ static int stranger_dial(const char *handle)
     return s;
 }
 
+/* A one-iovec message with room for two descriptors (sent when fd0, fd1 >= 0). */
+typedef struct {
+    struct msghdr m;
+    struct iovec v;
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+} fd_msg;
+
+static void fd_msg_init(fd_msg *f, void *bytes, size_t n, int fd0, int fd1)
+{
+    memset(f, 0, sizeof(*f));
+    f->v = (struct iovec){bytes, n};
+    f->m = (struct msghdr){.msg_iov = &f->v, .msg_iovlen = 1, .msg_control = f->ctl.buf,
+                           .msg_controllen = sizeof(f->ctl.buf)};
+    if (fd0 >= 0) {
+        struct cmsghdr *h = CMSG_FIRSTHDR(&f->m);
+        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(2 * sizeof(int));
+        memcpy(CMSG_DATA(h), (int[]){fd0, fd1}, 2 * sizeof(int));
+    }
+}
+
 /* shm's hello: 64 bytes with the ring's memfd (sealed or not) and an eventfd. */
 static int raw_shm_hello(const char *handle, int seal, uint8_t first)
 {
@@ -436,17 +461,9 @@ static int raw_shm_hello(const char *handle, int seal, uint8_t first)
     if (seal)
         ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
     uint8_t hello[CL_HELLO_BYTES] = {first};
-    union {
-        char buf[CMSG_SPACE(2 * sizeof(int))];
-        struct cmsghdr align;
-    } ctl = {{0}};
-    struct iovec v = {hello, sizeof(hello)};
-    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-                       .msg_controllen = sizeof(ctl.buf)};
-    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-    h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    memcpy(CMSG_DATA(h), (int[]){mfd, efd}, 2 * sizeof(int));
-    ck_assert_int_eq(sendmsg(s, &m, 0), CL_HELLO_BYTES);
+    fd_msg m;
+    fd_msg_init(&m, hello, sizeof(hello), mfd, efd);
+    ck_assert_int_eq(sendmsg(s, &m.m, 0), CL_HELLO_BYTES);
     close(mfd);
     close(efd);
     return s; /* stays open: the listener decides, not our hanging up */
@@ -475,15 +492,11 @@ static int closed_on(pair *p, int s, int within_ms)
     uint8_t got[CL_HELLO_BYTES], b[64];
     for (int64_t until = cl_now_ms() + within_ms; cl_now_ms() < until;) {
         ck_assert_int_eq(p->tr->accept(p->l, got, &p->recv), COLL_INPROGRESS);
-        union {
-            char buf[CMSG_SPACE(2 * sizeof(int))];
-            struct cmsghdr align;
-        } ctl;
-        struct iovec v = {b, sizeof(b)};
-        struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-                           .msg_controllen = sizeof(ctl.buf)};
-        ssize_t n = recvmsg(s, &m, MSG_DONTWAIT);
-        ck_assert_msg(n <= 0 && (n < 0 || m.msg_controllen == 0), "the listener answered a stranger");
+        fd_msg m;
+    fd_msg_init(&m, b, sizeof(b), -1, -1);
+        ssize_t n = recvmsg(s, &m.m, MSG_DONTWAIT);
+        ck_assert_msg(n <= 0 && (n < 0 || m.m.msg_controllen == 0),
+                      "the listener answered a stranger");
         if (n == 0 || (n < 0 && errno != EAGAIN))
             return 1;
         cl_sleep_ms(10);
@@ -502,6 +515,99 @@ START_TEST(shm_refuses_an_unsealed_ring)
     ck_assert_msg(closed_on(&p, s, 5000), "an unsealed ring was held");
     close(s);
     ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
+    pair_close(&p);
+}
+END_TEST
+
+/* shm's ring as a stranger sees it: head (the sender's count) at 0, tail at 64, data
+ * from 256 (transports/shm/shm.c). A peer can write any of it. */
+enum { RING_HEAD = 0, RING_TAIL = 64 / 8, RING_DATA_AT = 256, STRANGER_RING = 1 << 16 };
+
+/* A stranger's sealed hello whose ring it keeps mapped (*ring). */
+static int stranger_sender(const char *handle, uint64_t **ring)
+{
+    int s = stranger_dial(handle);
+    int mfd = memfd_create("stranger", MFD_CLOEXEC | MFD_ALLOW_SEALING), efd = eventfd(0, 0);
+    ck_assert_int_eq(ftruncate(mfd, RING_DATA_AT + STRANGER_RING), 0);
+    ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    *ring = mmap(NULL, RING_DATA_AT + STRANGER_RING, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    ck_assert(*ring != MAP_FAILED);
+    uint8_t hello[CL_HELLO_BYTES] = {1};
+    fd_msg m;
+    fd_msg_init(&m, hello, sizeof(hello), mfd, efd);
+    ck_assert_int_eq(sendmsg(s, &m.m, 0), CL_HELLO_BYTES);
+    close(mfd);
+    close(efd);
+    return s;
+}
+
+/* A stranger listening where ctx a dials: it maps the ring a sends with (*ring). */
+static cl_tr_conn *stranger_receiver(pair *p, uint64_t **ring, int *keep)
+{
+    char handle[CL_HANDLE_BYTES] = "shm:libcollective-test-stranger";
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    const char *name = handle + 4;
+    memcpy(a.sun_path + 1, name, strlen(name));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&a, len), 0);
+    ck_assert_int_eq(listen(l, 4), 0);
+    uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    cl_tr_conn *out = NULL;
+    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, STRANGER_RING, &out), COLL_OK);
+    *keep = accept(l, NULL, NULL);
+    close(l);
+    fd_msg m;
+    fd_msg_init(&m, got, sizeof(got), -1, -1);
+    ck_assert_int_eq(recvmsg(*keep, &m.m, 0), CL_HELLO_BYTES);
+    int mfd;
+    memcpy(&mfd, CMSG_DATA(CMSG_FIRSTHDR(&m.m)), sizeof(int));
+    struct stat st;
+    ck_assert_int_eq(fstat(mfd, &st), 0);
+    *ring = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    ck_assert(*ring != MAP_FAILED);
+    close(mfd);
+    return out;
+}
+
+/* shm: a peer that writes an impossible count into the shared ring (more written than
+ * the ring holds, a tail ahead of the head) fails that link with COLL_EPROTO. Before,
+ * the count drove memcpy lengths: reads and writes far past the mapping. */
+START_TEST(shm_a_ring_that_lies_fails_the_link_not_the_rank)
+{
+    pair p;
+    char handle[CL_HANDLE_BYTES];
+    listen_alone(&p, handle, NULL);
+    uint64_t *ring;
+    int s = stranger_sender(handle, &ring);
+    uint8_t got[CL_HELLO_BYTES];
+    int rc = COLL_INPROGRESS;
+    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
+        rc = p.tr->accept(p.l, got, &p.recv);
+    ck_assert_int_eq(rc, COLL_OK);
+    size_t big = 8 << 20;
+    cl_msg_hdr lie = {.magic = CL_MSG_MAGIC, .len = (uint32_t)big};
+    memcpy((char *)ring + RING_DATA_AT, &lie, sizeof(lie));
+    __atomic_store_n(&ring[RING_HEAD], (uint64_t)1 << 30, __ATOMIC_RELEASE);
+    char *buf = malloc(big);
+    cl_msg_hdr h;
+    cl_tr_req *r;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &h, buf, big, &r), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPROTO);
+
+    uint64_t *theirs;
+    int keep;
+    cl_tr_conn *out = stranger_receiver(&p, &theirs, &keep);
+    __atomic_store_n(&theirs[RING_TAIL], (uint64_t)1 << 40, __ATOMIC_RELEASE);
+    ck_assert_int_eq(p.tr->isend(out, &(cl_msg_hdr){.magic = CL_MSG_MAGIC, .len = 1 << 20}, buf,
+                                 &r),
+                     COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPROTO);
+    free(buf);
+    munmap(ring, RING_DATA_AT + STRANGER_RING);
+    munmap(theirs, RING_DATA_AT + STRANGER_RING);
+    close(s);
+    close(keep);
     pair_close(&p);
 }
 END_TEST
@@ -569,8 +675,10 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
-    if (strcmp(tname, "shm") == 0)
+    if (strcmp(tname, "shm") == 0) {
         tcase_add_test(t, shm_refuses_an_unsealed_ring);
+        tcase_add_test(t, shm_a_ring_that_lies_fails_the_link_not_the_rank);
+    }
     if (strcmp(tname, "shm") == 0 || strcmp(tname, "tcp") == 0 ||
         strcmp(tname, "ibverbs-fake") == 0) {
         tcase_add_test(t, silent_strangers_neither_fill_nor_hold_the_listener);

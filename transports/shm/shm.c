@@ -62,7 +62,8 @@ struct cl_tr_conn {
     struct ring *ring;
     char *data;
     uint64_t cap;       /* the ring's data bytes: kept here, never read from the shared page */
-    uint64_t tail_seen; /* sender: the receiver's tail when last read (it only grows) */
+    uint64_t pos;       /* our own counter (sender: head, receiver: tail), kept here too */
+    uint64_t tail_seen; /* sender: the receiver's tail when last read and found sane */
     cl_reqq q;          /* pending sends or receives, in order */
     int dead;           /* status that fails every request from now on */
     int peer_gone;      /* EOF on the lifeline: deliver what is in the ring, then fail */
@@ -162,18 +163,49 @@ static int sink_fits(const cl_tr_conn *c, const cl_tr_req *r, uint64_t payload_p
     return a && (a & (a - 1)) == 0 && c->cap % a == 0 && payload_pos % a == 0;
 }
 
+/* The peer's counter on the shared page said what no peer could (more in the ring than
+ * it holds): it drives memcpy lengths, so the link fails instead. */
+static int lied(cl_tr_conn *c)
+{
+    cl_log(COLL_LOG_WARN, "shm: %s: the peer wrote an impossible ring position: %s", c->name,
+           coll_strerror(COLL_EPROTO));
+    fail_all(c, COLL_EPROTO);
+    return -1;
+}
+
+/* Sender: the room to write, from the receiver's tail re-read; -1 when it lied. */
+static int sender_room(cl_tr_conn *c, uint64_t *room)
+{
+    uint64_t tail = atomic_load_explicit(&c->ring->tail, memory_order_acquire);
+    if (c->pos - tail > c->cap)
+        return lied(c);
+    c->tail_seen = tail;
+    *room = c->cap - (c->pos - tail);
+    return 0;
+}
+
+/* Receiver: the bytes to read, from the sender's head; -1 when it lied. */
+static int receiver_avail(cl_tr_conn *c, uint64_t *avail)
+{
+    uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_acquire);
+    if (head - c->pos > c->cap)
+        return lied(c);
+    *avail = head - c->pos;
+    return 0;
+}
+
 /* Sends: as much of the queued messages as fits. Returns the bytes moved. */
 static size_t pump_send(cl_tr_conn *c)
 {
     size_t moved = 0;
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_relaxed);
+        uint64_t head = c->pos;
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         /* The tail's line is the receiver's: read it only when the room known is short. */
-        if (c->cap - (head - c->tail_seen) < n)
-            c->tail_seen = atomic_load_explicit(&c->ring->tail, memory_order_acquire);
         uint64_t room = c->cap - (head - c->tail_seen);
+        if (room < n && sender_room(c, &room) != 0)
+            break;
         n = n < room ? n : (size_t)room;
         if (n == 0)
             break;
@@ -185,7 +217,8 @@ static size_t pump_send(cl_tr_conn *c)
         if (n > done)
             ring_copy(c, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
         r->moved += n;
-        atomic_store_explicit(&c->ring->head, head + n, memory_order_release);
+        c->pos = head + n;
+        atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
         moved += n;
         if (r->moved < total)
             break;
@@ -219,8 +252,9 @@ static size_t pump_recv(cl_tr_conn *c)
     const size_t h = sizeof(cl_msg_hdr);
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t tail = atomic_load_explicit(&c->ring->tail, memory_order_relaxed);
-        uint64_t avail = atomic_load_explicit(&c->ring->head, memory_order_acquire) - tail;
+        uint64_t tail = c->pos, avail;
+        if (receiver_avail(c, &avail) != 0)
+            break;
         size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
         size_t n = want < avail ? want : (size_t)avail;
         if (r->sinking)
@@ -234,7 +268,8 @@ static size_t pump_recv(cl_tr_conn *c)
         else
             ring_copy(c, tail, (char *)r->buf + (r->moved - h), n, 0);
         r->moved += n;
-        atomic_store_explicit(&c->ring->tail, tail + n, memory_order_release);
+        c->pos = tail + n;
+        atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
         moved += n;
         if (r->moved == h && !header_ok(c, r))
             break;
@@ -247,7 +282,7 @@ static size_t pump_recv(cl_tr_conn *c)
     }
     /* The sender is gone and the ring holds no more for the waiting receive. */
     if (c->peer_gone && c->q.head && !c->dead &&
-        atomic_load(&c->ring->head) == atomic_load(&c->ring->tail))
+        atomic_load(&c->ring->head) == c->pos)
         fail_all(c, COLL_EPEER);
     return moved;
 }
@@ -670,13 +705,13 @@ static void shm_close_conn(cl_tr_conn *c)
 /* Only a send connection with no message half written may carry the farewell. */
 static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
-    if (c->is_recv || c->dead || c->q.head || !c->ring)
+    uint64_t room;
+    if (c->is_recv || c->dead || c->q.head || !c->ring || sender_room(c, &room) != 0 ||
+        room < sizeof(*h))
         return;
-    uint64_t head = atomic_load(&c->ring->head);
-    if (c->cap - (head - atomic_load(&c->ring->tail)) < sizeof(*h))
-        return;
-    ring_copy(c, head, (void *)h, sizeof(*h), 1);
-    atomic_store_explicit(&c->ring->head, head + sizeof(*h), memory_order_release);
+    ring_copy(c, c->pos, (void *)h, sizeof(*h), 1);
+    c->pos += sizeof(*h);
+    atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
     ring_peer(c);
 }
 
