@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds a fuzz target with clang's libFuzzer (ASan + UBSan) and runs it for SECONDS
 # (default 30): run.sh SECONDS [TARGET], TARGET wire (the handshake and segment headers,
-# default) or store (the tcp store server through a real socket). Skips (77) where
-# clang or libFuzzer is missing.
+# default), store (the tcp store server through a real socket) or shm (a stranger's shm
+# hello and the ring it then writes). Skips (77) where clang or libFuzzer is missing.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$here/../..
@@ -12,6 +12,10 @@ case $target in
 wire) srcs="$top/lib/wire/wire.c"; opts="" ;;
 store) srcs="$top/lib/rdzv/tcp_server.c $top/lib/base/util.c $top/lib/base/log.c"
        opts="-max_len=512" ;;
+shm) t=$top/transports
+     srcs="$t/shm/shm.c $t/accept.c $t/progress.c $t/reqq.c $top/lib/base/util.c
+           $top/lib/base/log.c $top/lib/base/notifier.c"
+     opts="-max_len=4096" ;;
 *) echo "unknown fuzz target '$target'"; exit 1 ;;
 esac
 out=${TMPDIR:-/tmp}/fuzz_$target.$$
@@ -27,6 +31,8 @@ clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     "$here/fuzz_$target.c" $srcs -lpthread -o "$out" ||
     { echo "the fuzz target does not build"; exit 1; }
 mkdir -p "$out.corpus"
+# Seeds (a well-formed input or two) let the fuzzer start from what the code accepts.
+[ -d "$here/seeds/$target" ] && cp "$here/seeds/$target"/* "$out.corpus/"
 "$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 $opts \
     -artifact_prefix="$out." "$out.corpus" > "$out.log" 2>&1
 status=$?
