@@ -2,7 +2,7 @@
  * ports that send nothing, random bytes, a well-formed handshake with a wrong protocol
  * version or without the job's COLL_SECRET, half a handshake, or a megabyte of junk. Each
  * is refused with a protocol error in the log, and the job's collectives complete with
- * correct results. */
+ * correct results. Then a real rank's handshake, sniffed off the wire and replayed. */
 #include "base/util.h"
 #include "perf/verify.h"
 #include "common/harness.h"
@@ -12,7 +12,13 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,12 +152,145 @@ START_TEST(stray_and_hostile_connections_are_refused_and_the_job_completes)
 }
 END_TEST
 
+/* ---- a sniffed hello, replayed ------------------------------------------------------ */
+
+typedef struct {
+    unsigned port;               /* rank 0's listening port */
+    uint8_t hello[sizeof(hello)]; /* the first hello seen going to it */
+    int got;
+    int fd;
+} sniff;
+
+/* Reads IPv4 packets on lo until one carries a tcp payload of a hello's size or more to
+ * the port (as root can: AF_PACKET). */
+static void *sniffer(void *arg)
+{
+    sniff *w = arg;
+    uint8_t pkt[65536];
+    int64_t until = cl_now_ms() + 20000;
+    while (!w->got && cl_now_ms() < until) {
+        ssize_t n = recv(w->fd, pkt, sizeof(pkt), 0);
+        struct iphdr *ip = (struct iphdr *)pkt;
+        if (n < (ssize_t)sizeof(*ip) || ip->protocol != IPPROTO_TCP)
+            continue;
+        struct tcphdr *t = (struct tcphdr *)(pkt + ip->ihl * 4);
+        size_t off = (size_t)ip->ihl * 4 + (size_t)t->doff * 4, len = ntohs(ip->tot_len);
+        if (ntohs(t->dest) == w->port && len >= off + sizeof(hello) && (size_t)n >= len) {
+            memcpy(w->hello, pkt + off, sizeof(hello));
+            w->got = 1;
+        }
+    }
+    return NULL;
+}
+
+static int duplicates;
+
+static void count_duplicates(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)arg;
+    if (strstr(msg, "refused connection") && strstr(msg, "duplicate connection"))
+        duplicates++;
+}
+
+/* Both ranks: all-reduce, wait for the replay, then a point-to-point message (its new
+ * link makes rank 0 take what waits on its listener) and another all-reduce. */
+static int replay_rank(const char *url, const char *dir, int r)
+{
+    coll_set_log(count_duplicates, NULL, COLL_LOG_WARN);
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = 8000;
+    cfg.transport = "tcp";
+    coll_comm *c = NULL;
+    if (r == 1)
+        cl_sleep_ms(1000); /* the sniffer is listening by then */
+    int rc = coll_init(&c, url, r, 2, &cfg);
+    float x = 1, y = 0;
+    if (rc == COLL_OK)
+        rc = coll_allreduce(c, &x, &y, 1, COLL_F32, COLL_SUM);
+    char go[256];
+    snprintf(go, sizeof(go), "%s/replayed", dir);
+    for (int t = 0; t < 1000 && access(go, F_OK) != 0; t++)
+        cl_sleep_ms(10);
+    int v = 7;
+    if (rc == COLL_OK)
+        rc = r ? coll_send(c, &v, 1, COLL_I32, 0, 3) : coll_recv(c, &v, 1, COLL_I32, 1, 3);
+    if (rc == COLL_OK)
+        rc = coll_allreduce(c, &x, &y, 1, COLL_F32, COLL_SUM);
+    fprintf(stderr, "rank %d: %s: %s (sum %g, %d duplicates)\n", r, coll_strerror(rc),
+            coll_last_error(c), y, duplicates);
+    coll_destroy(c);
+    return rc != COLL_OK || y != 2 || v != 7 || (r == 0 && duplicates < 1);
+}
+
+/* With COLL_SECRET, rank 1's hello to rank 0 is sniffed and replayed on a connection of
+ * its own: its proof is genuine, and rank 0 still refuses it (that link was taken), and
+ * the job goes on with the right sums. */
+START_TEST(a_replayed_hello_is_refused)
+{
+    sniff w = {.fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP))};
+    if (w.fd < 0) {
+        printf("no AF_PACKET here (not root?): the replay was not tried\n");
+        return;
+    }
+    struct sockaddr_ll lo = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
+                             .sll_ifindex = (int)if_nametoindex("lo")};
+    struct timeval tick = {0, 100000};
+    ck_assert_int_eq(bind(w.fd, (struct sockaddr *)&lo, sizeof(lo)), 0);
+    setsockopt(w.fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+    char dir[] = "/tmp/coll_replay.XXXXXX", url[64], path[128], addr[129] = {0};
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    setenv("COLL_SECRET", "s3cret", 1);
+    signal(SIGPIPE, SIG_IGN);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(replay_rank(url, dir, r));
+    snprintf(path, sizeof(path), "%s/addr_0", dir);
+    for (int t = 0; t < 500 && !addr[0]; t++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            (void)!fread(addr, 1, 128, f);
+            fclose(f);
+        }
+        cl_sleep_ms(10);
+    }
+    char ip[64];
+    ck_assert_int_eq(sscanf(addr, "%63[^:]:%u", ip, &w.port), 2);
+    pthread_t th;
+    pthread_create(&th, NULL, sniffer, &w);
+    pthread_join(th, NULL);
+    close(w.fd);
+    int fd = w.got ? connect_to(addr) : -1;
+    if (fd >= 0)
+        (void)!write(fd, w.hello, sizeof(w.hello));
+    snprintf(path, sizeof(path), "%s/replayed", dir);
+    fclose(fopen(path, "w"));
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(w.got, "no hello was seen going to rank 0");
+    ck_assert_msg(fd >= 0, "the replay could not connect");
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
     TCase *t = tcase_create("hostile");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, stray_and_hostile_connections_are_refused_and_the_job_completes);
+    tcase_add_test(t, a_replayed_hello_is_refused);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
