@@ -72,13 +72,7 @@ static int run(const char *url, const who *ws, int n)
     for (int i = 0; i < n; i++)
         if ((pids[i] = fork()) == 0)
             _exit(rank_main(url, &ws[i]));
-    int bad = 0;
-    for (int i = 0; i < n; i++) {
-        int st;
-        waitpid(pids[i], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
-    return bad;
+    return reap_all(pids, n);
 }
 
 static void env_url(char *url, size_t len)

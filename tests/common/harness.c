@@ -15,6 +15,17 @@
 
 int last_exit[64];
 
+int reap_all(const pid_t *pids, int n)
+{
+    int bad = 0;
+    for (int r = 0; r < n; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    return bad;
+}
+
 /* Below the kernel's ephemeral range (32768 and up here), so no outgoing connection of
  * any process takes the port between this check and the rendezvous binding it. */
 int free_port(void)

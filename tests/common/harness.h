@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 typedef int (*rank_fn)(coll_comm *c, void *arg);
 
@@ -29,6 +30,9 @@ int run_ranks(const run_opts *o, rank_fn fn, void *arg);
 
 /* The rank exit codes of the last run_ranks (index = rank); -1 for a killed rank. */
 extern int last_exit[64];
+
+/* Waits for the n children in pids; returns how many did not exit with status 0. */
+int reap_all(const pid_t *pids, int n);
 
 /* A port nobody listens on right now, for tcp:// and env:// rendezvous. */
 int free_port(void);

@@ -136,12 +136,7 @@ START_TEST(stray_and_hostile_connections_are_refused_and_the_job_completes)
     int keep[N] = { -1, -1, -1 };
     for (int r = 0; r < N - 1; r++)
         attack(dir, r, &keep[r]);
-    int bad = 0;
-    for (int r = 0; r < N; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
+    int bad = reap_all(pids, N);
     for (int r = 0; r < N; r++)
         if (keep[r] >= 0)
             close(keep[r]);
@@ -267,12 +262,7 @@ START_TEST(a_replayed_hello_is_refused)
         (void)!write(fd, w.hello, sizeof(w.hello));
     snprintf(path, sizeof(path), "%s/replayed", dir);
     fclose(fopen(path, "w"));
-    int bad = 0;
-    for (int r = 0; r < 2; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
+    int bad = reap_all(pids, 2);
     if (fd >= 0)
         close(fd);
     char cmd[128];

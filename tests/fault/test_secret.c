@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "collective.h"
 
+#include "common/harness.h"
 #include "common/stranger.h"
 #include "common/suite.h"
 
@@ -80,12 +81,7 @@ START_TEST(only_ranks_with_the_secret_connect)
             _exit(rank_body(url, r, N, odd ? "other" : "s3cret", _i ? COLL_ETIMEDOUT : COLL_OK));
         }
     int64_t t0 = cl_now_ms();
-    int bad = 0;
-    for (int r = 0; r < N; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
+    int bad = reap_all(pids, N);
     remove_dir(dir);
     ck_assert_msg(bad == 0, "%d ranks behaved otherwise", bad);
     ck_assert_msg(cl_now_ms() - t0 < 4 * TIMEOUT_MS, "took %lld ms", (long long)(cl_now_ms() - t0));
@@ -199,12 +195,7 @@ START_TEST(a_connection_without_the_proof_is_refused)
     char go[96];
     snprintf(go, sizeof(go), "%s/impostor_connected", dir);
     fclose(fopen(go, "w"));
-    int bad = 0;
-    for (int r = 0; r < 2; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
+    int bad = reap_all(pids, 2);
     if (fd >= 0)
         close(fd);
     remove_dir(dir);
