@@ -29,13 +29,13 @@
 
 enum { N = 3 };
 
+/* Log lines of refused connections that also say `why` (the log callback's arg). */
 static int refusals;
 
-static void count_refusals(coll_log_level level, const char *msg, void *arg)
+static void count_refusals(coll_log_level level, const char *msg, void *why)
 {
     (void)level;
-    (void)arg;
-    if (strstr(msg, "refused connection") && strstr(msg, "protocol error"))
+    if (strstr(msg, "refused connection") && strstr(msg, why))
         refusals++;
 }
 
@@ -94,7 +94,7 @@ static void attack(const char *dir, int r, int *keep)
 
 static int rank_body(const char *url, int r)
 {
-    coll_set_log(count_refusals, NULL, COLL_LOG_WARN);
+    coll_set_log(count_refusals, "protocol error", COLL_LOG_WARN);
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.timeout_ms = 8000;
     coll_comm *c = NULL;
@@ -178,21 +178,11 @@ static void *sniffer(void *arg)
     return NULL;
 }
 
-static int duplicates;
-
-static void count_duplicates(coll_log_level level, const char *msg, void *arg)
-{
-    (void)level;
-    (void)arg;
-    if (strstr(msg, "refused connection") && strstr(msg, "duplicate connection"))
-        duplicates++;
-}
-
 /* Both ranks: all-reduce, wait for the replay, then a point-to-point message (its new
  * link makes rank 0 take what waits on its listener) and another all-reduce. */
 static int replay_rank(const char *url, const char *dir, int r)
 {
-    coll_set_log(count_duplicates, NULL, COLL_LOG_WARN);
+    coll_set_log(count_refusals, "duplicate connection", COLL_LOG_WARN);
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.timeout_ms = 8000;
     cfg.transport = "tcp";
@@ -213,9 +203,9 @@ static int replay_rank(const char *url, const char *dir, int r)
     if (rc == COLL_OK)
         rc = coll_allreduce(c, &x, &y, 1, COLL_F32, COLL_SUM);
     fprintf(stderr, "rank %d: %s: %s (sum %g, %d duplicates)\n", r, coll_strerror(rc),
-            coll_last_error(c), y, duplicates);
+            coll_last_error(c), y, refusals);
     coll_destroy(c);
-    return rc != COLL_OK || y != 2 || v != 7 || (r == 0 && duplicates < 1);
+    return rc != COLL_OK || y != 2 || v != 7 || (r == 0 && refusals < 1);
 }
 
 /* With COLL_SECRET, rank 1's hello to rank 0 is sniffed and replayed on a connection of

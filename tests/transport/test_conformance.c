@@ -402,15 +402,22 @@ static int dial_as_rank(pair *p, const char *handle, uint8_t first)
     return rc;
 }
 
+/* The abstract unix address of an shm handle "shm:NAME"; returns its length. */
+static socklen_t abstract_addr(const char *handle, struct sockaddr_un *a)
+{
+    const char *name = handle + 4;
+    *a = (struct sockaddr_un){.sun_family = AF_UNIX};
+    memcpy(a->sun_path + 1, name, strlen(name));
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+}
+
 /* A socket connected to a listener's handle, as any stranger can: "shm:NAME" (an
  * abstract unix name), "ib:IP:PORT" (ibverbs' bootstrap) or "IP:PORT" (tcp). */
 static int stranger_dial(const char *handle)
 {
     if (strncmp(handle, "shm:", 4) == 0) {
-        struct sockaddr_un a = {.sun_family = AF_UNIX};
-        const char *name = handle + 4;
-        memcpy(a.sun_path + 1, name, strlen(name));
-        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+        struct sockaddr_un a;
+        socklen_t len = abstract_addr(handle, &a);
         int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
         return s;
@@ -545,10 +552,8 @@ static int stranger_sender(const char *handle, uint64_t **ring)
 static cl_tr_conn *stranger_receiver(pair *p, uint64_t **ring, int *keep)
 {
     char handle[CL_HANDLE_BYTES] = "shm:libcollective-test-stranger";
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    const char *name = handle + 4;
-    memcpy(a.sun_path + 1, name, strlen(name));
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    struct sockaddr_un a;
+    socklen_t len = abstract_addr(handle, &a);
     int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_int_eq(bind(l, (struct sockaddr *)&a, len), 0);
     ck_assert_int_eq(listen(l, 4), 0);
