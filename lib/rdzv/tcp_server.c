@@ -31,7 +31,10 @@ struct client {
     int fd;
     unsigned char *in, *out;
     size_t got, in_cap, out_len, out_sent, out_cap;
-    int64_t last_ms; /* its last whole request or reply byte taken */
+    /* When it last owed us nothing: a whole request read with no reply waiting, or every
+     * reply taken. A reply byte taken now and then does not count: a client that trickles
+     * its replies out (a closed window's probes) held the server's attention for good. */
+    int64_t last_ms;
 };
 
 struct cl_store_server {
@@ -146,10 +149,11 @@ static int serve_requests(cl_store_server *s, struct client *c, int64_t now)
             return -1;
         if (c->got - off < CL_STORE_REQ_HDR + klen + vlen)
             break;
+        if (c->out_len == c->out_sent)
+            c->last_ms = now;
         if (answer(s, c, p, klen, vlen) != 0)
             return -1;
         off += CL_STORE_REQ_HDR + klen + vlen;
-        c->last_ms = now;
     }
     if (off) {
         memmove(c->in, c->in + off, c->got - off);
@@ -178,16 +182,28 @@ static int read_some(struct client *c)
 
 static int write_some(struct client *c, int64_t now)
 {
+    if (!c->out_len)
+        return 0;
     while (c->out_sent < c->out_len) {
         ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -1;
         c->out_sent += (size_t)n;
-        c->last_ms = now;
     }
     c->out_len = c->out_sent = 0;
+    c->last_ms = now;
     return 0;
+}
+
+/* A client dropped for what it did is reset, not closed: the replies it never took go
+ * with it at once (a FIN would wait behind megabytes it will never read, and the client
+ * would not learn it was dropped). */
+static int refuse(struct client *c)
+{
+    struct linger now = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+    return -1;
 }
 
 /* Everything one wake-up allows for c: -1 drops it. */
@@ -196,13 +212,13 @@ static int tend(cl_store_server *s, struct client *c, short revents, int64_t now
     if ((revents & (POLLIN | POLLHUP | POLLERR)) && read_some(c) != 0)
         return -1;
     if (serve_requests(s, c, now) != 0 || write_some(c, now) != 0)
-        return -1;
+        return refuse(c);
     /* a reply that went out may let requests waiting behind it be answered */
     if (serve_requests(s, c, now) != 0 || write_some(c, now) != 0)
-        return -1;
+        return refuse(c);
     if (now - c->last_ms > s->idle_ms) {
         cl_log(COLL_LOG_DEBUG, "rendezvous store: a client idle for %d ms dropped", s->idle_ms);
-        return -1;
+        return refuse(c);
     }
     return 0;
 }
