@@ -126,6 +126,19 @@ typedef struct cl_transport {
      * transport calls accept() then, or never, which means buf); sink outlives the request. */
     int (*irecv_sink)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, const cl_tr_sink *sink,
                       cl_tr_req **out);
+    /* Optional (NULL: none), the fast path of small messages: one whole message moves
+     * now, with no request, or nothing moves. send_now: COLL_OK when the header and its
+     * hdr->len payload bytes went (in one piece: a peer never sees half of them),
+     * COLL_INPROGRESS when they cannot go now (requests queued ahead on c, no room, the
+     * connection busy on another thread), else the connection's failure. recv_now:
+     * COLL_OK when c's next message was there whole, its header in *hdr and its payload
+     * in buf (*nbytes); COLL_INPROGRESS when it is not whole yet or requests are queued
+     * ahead; else the connection's failure, as a receive would have it (a payload over
+     * cap fails c with COLL_EMISMATCH, *hdr holding the header that did not fit). Both
+     * answer COLL_ENOTSUP, having done nothing, on a connection without a fast path (auto
+     * over a transport that has none). */
+    int (*send_now)(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf);
+    int (*recv_now)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
 } cl_transport;

@@ -126,23 +126,35 @@ static void trace_unit(const pass *p, size_t u, int peer, size_t bytes, const ch
                what, cl_rank_of(p->x, peer));
 }
 
-static int post_send(flight *f)
+/* Send unit u's bytes, header and link (*to NULL while it is not open). */
+static int send_unit(flight *f, size_t u, const void **buf, cl_msg_hdr *h, cl_tr_conn **to)
 {
     pass *p = f->p;
-    size_t u = f->s_posted, bytes = 0, slot = u % WINDOW;
-    const void *buf = p->ops->send(p, u, slot_at(f->sslots, slot, p->slot_bytes), &bytes);
-    cl_msg_hdr h = header_for(p, u, 0, bytes);
+    size_t bytes = 0;
+    *buf = p->ops->send(p, u, slot_at(f->sslots, u % WINDOW, p->slot_bytes), &bytes);
+    *h = header_for(p, u, 0, bytes);
+    int peer = cl_unit_peer(p, u, 0), rc = cl_link_get(p->x, 0, peer, to);
+    return rc != COLL_OK && rc != COLL_INPROGRESS ? link_error(p, rc, peer, "send to") : rc;
+}
+
+static void sent(flight *f, size_t u, const cl_msg_hdr *h)
+{
+    f->s_posted++;
+    atomic_fetch_add(f->p->x->wire_tx, sizeof(*h) + h->len);
+    trace_unit(f->p, u, cl_unit_peer(f->p, u, 0), h->len, "sent to");
+}
+
+static int post_send(flight *f)
+{
+    size_t u = f->s_posted;
+    const void *buf;
+    cl_msg_hdr h;
     cl_tr_conn *to;
-    int peer = cl_unit_peer(p, u, 0), rc = cl_link_get(p->x, 0, peer, &to);
-    if (rc != COLL_OK && rc != COLL_INPROGRESS)
-        return link_error(p, rc, peer, "send to");
+    int rc = send_unit(f, u, &buf, &h, &to);
     if (rc == COLL_OK)
-        rc = p->x->tr->isend(to, &h, buf, &f->sq[slot]);
-    if (rc == COLL_OK) {
-        f->s_posted++;
-        atomic_fetch_add(p->x->wire_tx, sizeof(h) + h.len);
-        trace_unit(p, u, peer, bytes, "sent to");
-    }
+        rc = f->p->x->tr->isend(to, &h, buf, &f->sq[u % WINDOW]);
+    if (rc == COLL_OK)
+        sent(f, u, &h);
     return rc;
 }
 
@@ -399,6 +411,61 @@ static int step(flight *f, int64_t *deadline)
     return COLL_OK;
 }
 
+/* ---- the fast path ---------------------------------------------------------------- */
+
+/* A one-unit exchange of a few cache lines (a recursive-doubling step, a two-rank ring)
+ * takes no transport request: its send goes out whole at once (send_now) and its
+ * receive is polled on its own connection (recv_now), as a shared-memory MPI does. What
+ * cannot go that way now (a link not open, a ring without room, a peer slower than the
+ * spin) is left to the general loop, which goes on from the flight's counters. Headers
+ * and their checks are the general loop's own, so either side may take either path. */
+enum { QUICK_BYTES = 8192 };
+
+static int quick_fits(const pass *p)
+{
+    const cl_transport *tr = p->x->tr;
+    return tr->send_now && tr->recv_now && !p->ops->peer && p->units == 1 &&
+           p->codec == COLL_CODEC_NONE && (p->chunk_base + 1) * p->esize <= QUICK_BYTES;
+}
+
+/* A link that failed is reported here; anything else not sent now is the loop's. */
+static int quick_send(flight *f)
+{
+    const void *buf;
+    cl_msg_hdr h;
+    cl_tr_conn *to;
+    int rc = send_unit(f, 0, &buf, &h, &to);
+    if (rc == COLL_OK && f->p->x->tr->send_now(to, &h, buf) == COLL_OK) {
+        sent(f, 0, &h);
+        f->s_done++;
+    }
+    return rc == COLL_INPROGRESS ? COLL_OK : rc;
+}
+
+static int quick_recv(flight *f)
+{
+    pass *p = f->p;
+    const cl_transport *tr = p->x->tr;
+    cl_tr_conn *from;
+    if (cl_link_get(p->x, 1, p->from, &from) != COLL_OK)
+        return COLL_OK;
+    size_t bytes = 0, nbytes = 0;
+    void *dst = p->ops->recv(p, 0, slot_at(f->rslots, 0, p->slot_bytes), &bytes);
+    f->rbuf[0] = dst;
+    f->rbytes[0] = bytes;
+    f->sink_at[0] = (sink_at){f, 0, 0};
+    cl_spin spin = cl_spin_quiet(p->x);
+    int rc;
+    while ((rc = tr->recv_now(from, &f->rh[0], dst, bytes, &nbytes)) == COLL_INPROGRESS &&
+           cl_spin_poll(&spin))
+        ;
+    cl_spin_stop(&spin);
+    if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
+        return COLL_OK;
+    f->r_posted++;
+    return finish_recv(f, rc, nbytes);
+}
+
 /* Dials every link this pass sends on before the first transfer, not as each is reached:
  * the peers connect at once instead of one after another, and a rank that fails midway
  * has a link to every peer waiting on it, which carries its farewell. */
@@ -424,8 +491,16 @@ int cl_pass_run(pass *p)
         f.sslots = f.rslots + WINDOW * p->slot_bytes;
     }
     dial_ahead(p);
-    int64_t deadline = 0; /* set when polling first gives up (step) */
     int rc = COLL_OK;
+    if (quick_fits(p)) {
+        if (p->sends)
+            rc = quick_send(&f);
+        if (rc == COLL_OK && p->recvs && f.s_done == p->sends)
+            rc = quick_recv(&f);
+        if (rc != COLL_OK || finished(&f))
+            return rc;
+    }
+    int64_t deadline = 0; /* set when polling first gives up (step) */
     f.spin = cl_spin_start(p->x);
     cl_spin_expect(&f.spin, (p->chunk_base + 1) * p->esize);
     while (rc == COLL_OK && !finished(&f))

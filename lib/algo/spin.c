@@ -25,7 +25,7 @@ enum { SPIN_CAP = 20, SPIN_BYTES_PER_US = 4096, SPIN_CALM = 64, YIELD_EVERY = 4,
 static void set_on(cl_spin *s, int on)
 {
     const cl_algo_ctx *x = s->x;
-    if (s->on != on && x->tr->poll)
+    if (s->on != on && x->tr->poll && !s->quiet)
         x->tr->poll(x->tctx, on ? CL_POLL_BEGIN : CL_POLL_END);
     s->on = on;
 }
@@ -36,13 +36,23 @@ static int64_t capped(const cl_spin_tune *t, int64_t us)
     return us < cap ? us : cap;
 }
 
-cl_spin cl_spin_start(const cl_algo_ctx *x)
+static cl_spin begin(const cl_algo_ctx *x, int quiet)
 {
     cl_spin_tune *t = x->spin;
     int boost = atomic_load_explicit(&t->boost, memory_order_relaxed);
-    cl_spin s = {.x = x, .budget_us = capped(t, (int64_t)t->spin_us * boost)};
+    cl_spin s = {.x = x, .budget_us = capped(t, (int64_t)t->spin_us * boost), .quiet = quiet};
     set_on(&s, t->spin_us > 0); /* from the start: the first messages need no wake-up */
     return s;
+}
+
+cl_spin cl_spin_start(const cl_algo_ctx *x)
+{
+    return begin(x, 0);
+}
+
+cl_spin cl_spin_quiet(const cl_algo_ctx *x)
+{
+    return begin(x, 1);
 }
 
 void cl_spin_expect(cl_spin *s, size_t bytes)
@@ -114,11 +124,11 @@ int cl_spin_poll(cl_spin *s)
         }
     }
     set_on(s, 1);
-    size_t moved = x->tr->poll ? x->tr->poll(x->tctx, CL_POLL) : 0;
+    size_t moved = x->tr->poll && !s->quiet ? x->tr->poll(x->tctx, CL_POLL) : 0;
     if (moved)
         s->since = 0; /* bytes moved: the peer is busy, not gone */
     /* Without a poll, the transport's thread needs the core to move the bytes. */
-    if (!x->tr->poll || (x->spin->crowded && turn_over(s, moved)))
+    if ((!x->tr->poll && !s->quiet) || (x->spin->crowded && turn_over(s, moved)))
         sched_yield();
     return 1;
 }

@@ -17,10 +17,14 @@ typedef struct cl_spin {
     int64_t turn_at;   /* us; when this waiter first moved bytes since it last yielded */
     unsigned idle;     /* polls that moved nothing, likewise */
     int on;            /* between CL_POLL_BEGIN and CL_POLL_END */
+    int quiet;         /* the waiter polls its own connection: the transport is not told */
     int slept;         /* this wait gave up its spin at least once */
 } cl_spin;
 
 cl_spin cl_spin_start(const cl_algo_ctx *x);
+/* A spin for a waiter that polls one connection itself (recv_now) with nothing queued:
+ * the same budget and turns, without the transport's poll. */
+cl_spin cl_spin_quiet(const cl_algo_ctx *x);
 /* Each step moves about `bytes`: the peer may go that long without moving any. */
 void cl_spin_expect(cl_spin *s, size_t bytes);
 void cl_spin_progress(cl_spin *s);

@@ -236,6 +236,16 @@ static int auto_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_
     return auto_irecv_sink(c, hdr, buf, cap, NULL, out);
 }
 
+static int auto_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
+{
+    return c->tr->send_now ? c->tr->send_now(c->inner, hdr, buf) : COLL_ENOTSUP;
+}
+
+static int auto_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    return c->tr->recv_now ? c->tr->recv_now(c->inner, hdr, buf, cap, nbytes) : COLL_ENOTSUP;
+}
+
 static int auto_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
     int rc = r->tr->test(r->inner, done, nbytes);
@@ -287,6 +297,8 @@ const cl_transport cl_transport_auto = {
     .isend = auto_isend,
     .irecv = auto_irecv,
     .irecv_sink = auto_irecv_sink,
+    .send_now = auto_send_now,
+    .recv_now = auto_recv_now,
     .test = auto_test,
     .moved = auto_moved,
     .close_conn = auto_close_conn,

@@ -227,18 +227,18 @@ static size_t pump_send(cl_tr_conn *c)
     return moved;
 }
 
-/* A header arrived: sane, and does the payload fit? Fails the connection if not. */
-static int header_ok(cl_tr_conn *c, cl_tr_req *r)
+/* A header arrived: sane, and does a payload fit in cap? Fails the connection if not. */
+static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 {
-    if (r->hdr_in->magic != CL_MSG_MAGIC) {
+    if (h->magic != CL_MSG_MAGIC) {
         fail_all(c, COLL_EPROTO);
         return 0;
     }
-    if (r->hdr_in->len > r->len) {
+    if (h->len > cap) {
         /* Debug only: the caller names a real mismatch, and a farewell probe (a 0-byte
          * receive) that meets a data message is no error. */
         cl_log(COLL_LOG_DEBUG, "shm: %s sent a %u-byte message for a %zu-byte receive", c->name,
-               r->hdr_in->len, r->len);
+               h->len, cap);
         fail_all(c, COLL_EMISMATCH);
         return 0;
     }
@@ -271,7 +271,7 @@ static size_t pump_recv(cl_tr_conn *c)
         c->pos = tail + n;
         atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
         moved += n;
-        if (r->moved == h && !header_ok(c, r))
+        if (r->moved == h && !header_ok(c, r->hdr_in, r->len))
             break;
         if (r->moved == h && r->sink && sink_fits(c, r, tail + n))
             r->sinking = r->sink->accept(r->sink->arg, r->hdr_in);
@@ -694,6 +694,75 @@ static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
     return shm_irecv_sink(c, hdr, buf, cap, NULL, out);
 }
 
+/* The fast path (transport.h): a caller that finds the connection idle copies a whole
+ * message in or out under the context's mutex, if nobody else holds it. */
+static int now_ok(cl_tr_conn *c)
+{
+    if (pthread_mutex_trylock(&c->ctx->pg.mu) != 0)
+        return COLL_INPROGRESS;
+    int rc = c->dead ? c->dead : c->q.head || !c->ring ? COLL_INPROGRESS : COLL_OK;
+    if (rc != COLL_OK)
+        pthread_mutex_unlock(&c->ctx->pg.mu);
+    return rc;
+}
+
+static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
+{
+    int rc = now_ok(c);
+    if (rc != COLL_OK)
+        return rc;
+    size_t h = sizeof(*hdr), n = h + hdr->len;
+    uint64_t room = c->cap - (c->pos - c->tail_seen);
+    if (room < n && sender_room(c, &room) != 0)
+        rc = c->dead;
+    else if (room < n)
+        rc = COLL_INPROGRESS;
+    if (rc == COLL_OK) {
+        ring_copy(c, c->pos, (void *)hdr, h, 1);
+        ring_copy(c, c->pos + h, (void *)buf, hdr->len, 1);
+        c->pos += n;
+        atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
+        ring_peer(c);
+    }
+    pthread_mutex_unlock(&c->ctx->pg.mu);
+    return rc;
+}
+
+/* Not whole yet: a sender that is gone sends no more. */
+static int not_whole(cl_tr_conn *c)
+{
+    if (!c->peer_gone)
+        return COLL_INPROGRESS;
+    fail_all(c, COLL_EPEER);
+    return COLL_EPEER;
+}
+
+static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    int rc = now_ok(c);
+    if (rc != COLL_OK)
+        return rc;
+    size_t h = sizeof(*hdr);
+    uint64_t avail = 0;
+    if (receiver_avail(c, &avail) != 0)
+        rc = c->dead;
+    else if (avail < h)
+        rc = not_whole(c);
+    if (rc == COLL_OK) {
+        ring_copy(c, c->pos, hdr, h, 0);
+        rc = !header_ok(c, hdr, cap) ? c->dead : avail < h + hdr->len ? not_whole(c) : COLL_OK;
+    }
+    if (rc == COLL_OK) {
+        ring_copy(c, c->pos + h, buf, hdr->len, 0);
+        c->pos += h + hdr->len;
+        *nbytes = hdr->len;
+        atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
+        ring_peer(c);
+    }
+    pthread_mutex_unlock(&c->ctx->pg.mu);
+    return rc;
+}
+
 static void shm_close_conn(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->ctx->pg.mu);
@@ -772,5 +841,7 @@ const cl_transport cl_transport_shm = {
     .close_conn = shm_close_conn,
     .shutdown = shm_shutdown,
     .poll = shm_poll,
+    .send_now = shm_send_now,
+    .recv_now = shm_recv_now,
     .peer_name = shm_peer_name,
 };
