@@ -259,13 +259,9 @@ int coll_iallreduce_ef(coll_comm *c, const float *s, float *r, size_t count, col
     if (rc != COLL_OK)
         return rc;
     cl_op o = {.kind = CL_ALLREDUCE, .sbuf = s, .rbuf = r, .count = count, .dtype = COLL_F32,
-               .op = op};
-    coll_req *q = cl_make(c, &o);
-    if (q) {
-        q->op.codec = codec;
-        q->op.residual = codec == COLL_CODEC_NONE ? NULL : residual;
-    }
-    return cl_launch(c, q, req);
+               .op = op, .codec = codec,
+               .residual = codec == COLL_CODEC_NONE ? NULL : residual};
+    return cl_launch(c, &o, req);
 }
 
 int coll_allreduce_ef(coll_comm *c, const float *s, float *r, size_t count, coll_op op,

@@ -101,7 +101,8 @@ static int alltoall(const char *fn, coll_comm *c, const void *s, void *r, size_t
 static int launch_v(coll_comm *c, cl_op *o, coll_req **req)
 {
     o->count = 0;
-    return cl_launch(c, cl_make(c, o), req);
+    o->codec = cl_codec_for(c, o->kind, o->dtype, o->op);
+    return cl_launch(c, o, req);
 }
 
 static int alltoallv(const char *fn, coll_comm *c, cl_op *o, coll_req **req)

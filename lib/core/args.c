@@ -71,13 +71,11 @@ coll_codec cl_codec_for(coll_comm *c, int kind, int dtype, int op)
     return fits ? c->codec : COLL_CODEC_NONE;
 }
 
-coll_req *cl_make(coll_comm *c, const cl_op *op)
+static coll_req *make(coll_comm *c, const cl_op *op)
 {
     coll_req *q = malloc(sizeof(*q)); /* not calloc: glibc's calloc bypasses its tcache */
-    if (q) {
+    if (q)
         *q = (coll_req){.comm = c, .op = *op};
-        q->op.codec = cl_codec_for(c, op->kind, op->dtype, op->op);
-    }
     return q;
 }
 
@@ -116,7 +114,8 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
         rc = coll ? COLL_OK : cl_p2p_post(c, q);
     }
     if (rc != COLL_OK) {
-        free(q);
+        if (!(coll && blocking))
+            free(q);
         return rc;
     }
     if (coll && blocking) {
@@ -134,11 +133,15 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
     return COLL_OK;
 }
 
-/* Counted inside c for its whole length: coll_destroy on another thread waits it out. */
-int cl_launch(coll_comm *c, coll_req *q, coll_req **out)
+/* Counted inside c for its whole length: coll_destroy on another thread waits it out.
+ * A blocking collective's request lives on its caller's stack (the caller waits for it
+ * and nobody else holds it): a small all-reduce allocates nothing. */
+int cl_launch(coll_comm *c, const cl_op *op, coll_req **out)
 {
     atomic_fetch_add(&c->inside, 1);
-    int rc = launch(c, q, out);
+    int coll = op->kind != CL_SEND && op->kind != CL_RECV;
+    coll_req here = {.comm = c, .op = *op};
+    int rc = launch(c, coll && out == CL_BLOCKING ? &here : make(c, op), out);
     atomic_fetch_sub(&c->inside, 1);
     return rc;
 }
@@ -153,8 +156,9 @@ int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int d
                .dtype = (coll_dtype)dtype,
                .op = (coll_op)op,
                .root = root,
-               .tag = tag};
-    return cl_launch(c, cl_make(c, &o), out);
+               .tag = tag,
+               .codec = cl_codec_for(c, kind, dtype, op)};
+    return cl_launch(c, &o, out);
 }
 
 int cl_check_op(const char *fn, coll_comm *c, int op)

@@ -40,12 +40,10 @@ void cl_clear_req(coll_req **req);
 /* The communicator's codec applies where it can: f32 all-gathers and f32 sum/avg
  * all-reduces and reduce-scatters. Everything else moves uncompressed. */
 coll_codec cl_codec_for(coll_comm *c, int kind, int dtype, int op);
-/* A request for op (its codec by cl_codec_for); NULL when out of memory. */
-coll_req *cl_make(coll_comm *c, const cl_op *op);
-/* Hands q to the engine (collectives) or the transport (point-to-point); with
- * CL_BLOCKING waits for it and returns its status, else *out is the request (NULL when
- * it could not start). */
-int cl_launch(coll_comm *c, coll_req *q, coll_req **out);
+/* Hands a request for op (its codec decided) to the engine (collectives) or the
+ * transport (point-to-point); with CL_BLOCKING waits for it and returns its status, else
+ * *out is the request (NULL when it could not start). */
+int cl_launch(coll_comm *c, const cl_op *op, coll_req **out);
 int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int dtype, int op,
              int root, uint32_t tag, coll_req **out);
 

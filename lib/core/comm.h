@@ -158,7 +158,7 @@ int cl_engine_start(coll_comm *c);
 void cl_engine_stop(coll_comm *c);
 void cl_engine_submit(coll_comm *c, coll_req *r);
 /* A blocking collective: runs r on the calling thread when nothing is queued or running,
- * else queues it behind the others and waits. Frees r; returns its status. */
+ * else queues it behind the others and waits. r is the caller's; returns its status. */
 int cl_engine_call(coll_comm *c, coll_req *r);
 
 /* Learns the hosts and orders the ring from every rank's card, before connecting. */

@@ -149,12 +149,14 @@ int cl_engine_call(coll_comm *c, coll_req *r)
         r->op.seq = ++c->seq;
     }
     pthread_mutex_unlock(&c->mu);
-    if (!here) {
-        cl_engine_submit(c, r);
-        return cl_req_wait(r);
+    if (here) {
+        run(c, r, 1);
+        return r->status;
     }
-    run(c, r, 1);
-    int rc = r->status;
-    free(r);
-    return rc;
+    cl_engine_submit(c, r);
+    pthread_mutex_lock(&c->mu);
+    while (!r->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    return r->status;
 }

@@ -739,6 +739,12 @@ static int not_whole(cl_tr_conn *c)
 
 static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
 {
+    /* A poll that finds nothing new takes no lock: one load of the head's line, which
+     * stays in this core's cache until the sender writes it. (pos changes only under the
+     * mutex, and a stale read only sends this poll on to the locked check.) */
+    if (c->ring && atomic_load_explicit(&c->ring->head, memory_order_relaxed) ==
+                       __atomic_load_n(&c->pos, __ATOMIC_RELAXED) && !c->peer_gone && !c->dead)
+        return COLL_INPROGRESS;
     int rc = now_ok(c);
     if (rc != COLL_OK)
         return rc;
