@@ -84,6 +84,7 @@ typedef struct cl_algo_ctx {
     cl_buf *scratch;           /* the running collective's own (one runs at a time) */
     cl_buf *staging;           /* the running pass's receive and send slots */
     atomic_uint_least64_t *wire_tx, *wire_rx; /* header + payload bytes */
+    atomic_uint_least64_t *quick;             /* messages that took the fast path */
     atomic_int *aborted;                      /* set by coll_abort */
     cl_spin_tune *spin;
     cl_fail_hooks fail;

@@ -438,6 +438,7 @@ static int quick_send(flight *f)
     if (rc == COLL_OK && f->p->x->tr->send_now(to, &h, buf) == COLL_OK) {
         sent(f, 0, &h);
         f->s_done++;
+        atomic_fetch_add_explicit(f->p->x->quick, 1, memory_order_relaxed);
     }
     return rc == COLL_INPROGRESS ? COLL_OK : rc;
 }
@@ -462,8 +463,24 @@ static int quick_recv(flight *f)
     cl_spin_stop(&spin);
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
         return COLL_OK;
+    atomic_fetch_add_explicit(p->x->quick, 1, memory_order_relaxed);
     f->r_posted++;
     return finish_recv(f, rc, nbytes);
+}
+
+/* In the order the general loop keeps: a pass with no lag forwards what it receives
+ * (a chain's middle), so its send waits for its receive; otherwise the send goes first
+ * and the receive is polled only once it went (the peer may be waiting for it). */
+static int quick(flight *f)
+{
+    pass *p = f->p;
+    int forward = p->lag == 0 && p->recvs;
+    int rc = forward ? quick_recv(f) : COLL_OK;
+    if (rc == COLL_OK && p->sends && (!forward || f->r_done))
+        rc = quick_send(f);
+    if (rc == COLL_OK && !forward && p->recvs && f->s_done == p->sends)
+        rc = quick_recv(f);
+    return rc;
 }
 
 /* Dials every link this pass sends on before the first transfer, not as each is reached:
@@ -492,14 +509,8 @@ int cl_pass_run(pass *p)
     }
     dial_ahead(p);
     int rc = COLL_OK;
-    if (quick_fits(p)) {
-        if (p->sends)
-            rc = quick_send(&f);
-        if (rc == COLL_OK && p->recvs && f.s_done == p->sends)
-            rc = quick_recv(&f);
-        if (rc != COLL_OK || finished(&f))
-            return rc;
-    }
+    if (quick_fits(p) && ((rc = quick(&f)) != COLL_OK || finished(&f)))
+        return rc;
     int64_t deadline = 0; /* set when polling first gives up (step) */
     f.spin = cl_spin_start(p->x);
     cl_spin_expect(&f.spin, (p->chunk_base + 1) * p->esize);

@@ -85,7 +85,7 @@ coll_req *cl_blocking;
  * inside a blocking one on the same communicator is the race the header warns of (the
  * two may pair differently on another rank), and is refused. Point-to-point is ordered
  * per peer and direction, not here. */
-static __thread char thread_tag;
+static __thread char thread_tag __attribute__((tls_model("initial-exec")));
 
 static int issue_alone(coll_comm *c, const cl_op *op, int blocking)
 {
@@ -135,13 +135,16 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
 
 /* Counted inside c for its whole length: coll_destroy on another thread waits it out.
  * A blocking collective's request lives on its caller's stack (the caller waits for it
- * and nobody else holds it): a small all-reduce allocates nothing. */
+ * and nobody else holds it), and a blocking send or receive first tries the fast path
+ * there: a small all-reduce or message allocates nothing. */
 int cl_launch(coll_comm *c, const cl_op *op, coll_req **out)
 {
     atomic_fetch_add(&c->inside, 1);
     int coll = op->kind != CL_SEND && op->kind != CL_RECV;
     coll_req here = {.comm = c, .op = *op};
-    int rc = launch(c, coll && out == CL_BLOCKING ? &here : make(c, op), out);
+    int rc = !coll && out == CL_BLOCKING ? cl_p2p_now(c, &here) : COLL_INPROGRESS;
+    if (rc == COLL_INPROGRESS)
+        rc = launch(c, coll && out == CL_BLOCKING ? &here : make(c, op), out);
     atomic_fetch_sub(&c->inside, 1);
     return rc;
 }

@@ -68,6 +68,7 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .staging = &c->staging,
                          .wire_tx = &c->wire_tx,
                          .wire_rx = &c->wire_rx,
+                         .quick = &c->quick,
                          .aborted = &c->aborted,
                          .spin = &c->spin,
                          .fail = cl_comm_hooks(c)};

@@ -108,6 +108,7 @@ struct coll_comm {
     char err[512];
 
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
+    atomic_uint_least64_t quick; /* messages sent or taken on the fast path (COLL_DEBUG=debug) */
 
     cl_buf scratch; /* the running collective's (see busy) */
     cl_buf staging; /* the running pass's receive and send slots */
@@ -191,6 +192,9 @@ int cl_algo_name_valid(const char *name);
 
 /* Point-to-point requests bypass the engine: posted to the transport at once. */
 int cl_p2p_post(coll_comm *c, coll_req *r);
+/* A blocking send or receive by the transport's fast path, done on return, or
+ * COLL_INPROGRESS: it did not apply and nothing was done (post it instead). */
+int cl_p2p_now(coll_comm *c, coll_req *q);
 int cl_p2p_test(coll_req *r, int *done);
 /* Posts the held p2p requests whose links opened: 1 while some are still held. */
 int cl_p2p_progress(coll_comm *c);

@@ -30,13 +30,16 @@ static const cl_algo *choose(coll_comm *c, const cl_op *op, char *why, size_t le
     return a;
 }
 
-/* COLL_DEBUG=debug: every collective, with what it moved, how, and how long it took. */
-static void tell_done(const coll_comm *c, const cl_algo *a, const cl_op *op, int rc, int64_t t0)
+/* COLL_DEBUG=debug: every collective, with what it moved, how, how long it took and how
+ * many of its messages took the fast path (quick: the count before it ran). */
+static void tell_done(coll_comm *c, const cl_algo *a, const cl_op *op, int rc, int64_t t0,
+                      uint64_t quick)
 {
-    cl_log(COLL_LOG_DEBUG, "rank %d %s #%u: %zu x %s %s, root %d, codec %s: %s, %lld us%s%s",
-           c->rank, cl_kind_name(op->kind), op->seq, op->count, cl_dtype_name(op->dtype),
-           cl_op_name(op->op), op->root, cl_codec_name(op->codec), a->name,
-           (long long)(cl_now_us() - t0), rc == COLL_OK ? "" : ": ",
+    cl_log(COLL_LOG_DEBUG,
+           "rank %d %s #%u: %zu x %s %s, root %d, codec %s: %s, %lld us, %llu fast%s%s", c->rank,
+           cl_kind_name(op->kind), op->seq, op->count, cl_dtype_name(op->dtype), cl_op_name(op->op),
+           op->root, cl_codec_name(op->codec), a->name, (long long)(cl_now_us() - t0),
+           (unsigned long long)(atomic_load(&c->quick) - quick), rc == COLL_OK ? "" : ": ",
            rc == COLL_OK ? "" : coll_strerror(rc));
 }
 
@@ -48,9 +51,10 @@ static int run_one(coll_comm *c, coll_req *r)
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
     int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
+    uint64_t quick = t0 ? atomic_load(&c->quick) : 0;
     int rc = a->run(cl_topo_ctx(c, &r->op), &r->op);
     if (t0)
-        tell_done(c, a, &r->op, rc, t0);
+        tell_done(c, a, &r->op, rc, t0, quick);
     return rc;
 }
 

@@ -10,6 +10,20 @@
 #include "base/util.h"
 #include "kernels/reduce.h"
 
+static cl_msg_hdr header(const cl_op *r, size_t len, uint32_t seq)
+{
+    return (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
+                        .len = (uint32_t)len, .seq = seq, .tag = r->tag, .count = r->count};
+}
+
+/* COLL_DEBUG=debug: every send and receive as it is issued. */
+static void tell(const coll_comm *c, const cl_op *r, const char *how)
+{
+    cl_log(COLL_LOG_DEBUG, "rank %d %s #%u %s rank %d, tag %u: %zu x %s%s", c->rank,
+           cl_kind_name(r->kind), r->seq, r->kind == CL_SEND ? "to" : "from", r->root, r->tag,
+           r->count, cl_dtype_name(r->dtype), how);
+}
+
 /* Hands q to the transport over its open link. */
 static int post(coll_comm *c, coll_req *q)
 {
@@ -19,8 +33,7 @@ static int post(coll_comm *c, coll_req *q)
     size_t len = r->count * cl_dtype_size(r->dtype);
     if (!send)
         return c->tr->irecv(link, &q->hdr, r->rbuf, len, &q->treq);
-    q->hdr = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
-                          .len = (uint32_t)len, .seq = r->seq, .tag = r->tag, .count = r->count};
+    q->hdr = header(r, len, r->seq);
     int rc = c->tr->isend(link, &q->hdr, r->sbuf, &q->treq);
     if (rc == COLL_OK)
         atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
@@ -78,9 +91,7 @@ int cl_p2p_post(coll_comm *c, coll_req *q)
     cl_op *r = &q->op;
     pthread_mutex_lock(&c->p2p_mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
-    cl_log(COLL_LOG_DEBUG, "rank %d %s #%u %s rank %d, tag %u: %zu x %s", c->rank,
-           cl_kind_name(r->kind), r->seq, r->kind == CL_SEND ? "to" : "from", r->root, r->tag,
-           r->count, cl_dtype_name(r->dtype));
+    tell(c, r, "");
     q->held = 1;
     q->next = NULL;
     if (c->held_tail)
@@ -154,4 +165,76 @@ int cl_p2p_test(coll_req *r, int *done)
         atomic_fetch_add(&c->ops, 1);
     r->status = rc;
     return rc;
+}
+
+/* ---- the fast path ------------------------------------------------------------------ */
+
+/* A blocking send or receive of a few cache lines, on a link that is open, with nothing
+ * held, moves by the transport's send_now/recv_now (transport.h): no request, no
+ * transport poll. Its sequence number is taken only when its message moved, under
+ * p2p_mu, so it is ordered with every other send or receive as a posted one is. */
+enum { QUICK_BYTES = 8192 };
+
+static cl_tr_conn *quick_link(coll_comm *c, const cl_op *r)
+{
+    return c->held ? NULL : cl_link_now_of(c, CL_CH_P2P, r->kind == CL_SEND ? 0 : 1, r->root);
+}
+
+static void moved_now(coll_comm *c, const cl_op *r, size_t len)
+{
+    tell(c, r, " (fast path)");
+    atomic_fetch_add(&c->bytes_in, len);
+    atomic_fetch_add(&c->quick, 1);
+}
+
+static int send_now(coll_comm *c, coll_req *q, size_t len)
+{
+    cl_op *r = &q->op;
+    pthread_mutex_lock(&c->p2p_mu);
+    cl_tr_conn *link = quick_link(c, r);
+    q->hdr = header(r, len, c->p2p_seq[0][r->root] + 1);
+    int rc = link ? c->tr->send_now(link, &q->hdr, r->sbuf) : COLL_INPROGRESS;
+    if (rc == COLL_OK)
+        r->seq = ++c->p2p_seq[0][r->root];
+    pthread_mutex_unlock(&c->p2p_mu);
+    if (rc != COLL_OK) /* a failed link fails the posted send the same way, and says so */
+        return COLL_INPROGRESS;
+    moved_now(c, r, len);
+    atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
+    atomic_fetch_add(&c->ops, 1);
+    return COLL_OK;
+}
+
+/* Polled for the spin's budget, p2p_mu taken per poll (never held while waiting). */
+static int recv_now(coll_comm *c, coll_req *q, size_t len)
+{
+    cl_op *r = &q->op;
+    cl_spin spin = cl_spin_quiet(&c->algo[CL_CH_P2P]);
+    size_t nbytes = 0;
+    int rc;
+    do {
+        pthread_mutex_lock(&c->p2p_mu);
+        cl_tr_conn *link = quick_link(c, r);
+        rc = link ? c->tr->recv_now(link, &q->hdr, r->rbuf, len, &nbytes) : COLL_ENOTSUP;
+        if (rc != COLL_INPROGRESS && rc != COLL_ENOTSUP)
+            r->seq = ++c->p2p_seq[1][r->root];
+        pthread_mutex_unlock(&c->p2p_mu);
+    } while (rc == COLL_INPROGRESS && cl_spin_poll(&spin));
+    cl_spin_stop(&spin);
+    if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
+        return COLL_INPROGRESS;
+    moved_now(c, r, len);
+    rc = check_recv(c, q, rc, nbytes);
+    if (rc == COLL_OK)
+        atomic_fetch_add(&c->ops, 1);
+    return rc;
+}
+
+int cl_p2p_now(coll_comm *c, coll_req *q)
+{
+    cl_op *r = &q->op;
+    size_t len = r->count * cl_dtype_size(r->dtype);
+    if (!c->tr->send_now || len > QUICK_BYTES || cl_comm_state(c) != COLL_OK)
+        return COLL_INPROGRESS;
+    return r->kind == CL_SEND ? send_now(c, q, len) : recv_now(c, q, len);
 }

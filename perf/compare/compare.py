@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Side-by-side all-reduce comparison: libcollective's coll_perf against Gloo and MPI.
 
-  compare.py --coll-perf PATH --bench-dir DIR [--ranks 2,4] [--rounds 3]
-             [--min 8] [--max 268435456] [--iters 20] [--out DIR]
+  compare.py --coll-perf PATH --bench-dir DIR [--coll allreduce|pingpong] [--ranks 2,4]
+             [--rounds 3] [--min 8] [--max 268435456] [--iters 20] [--out DIR]
   compare.py --from DIR/results.json [--out DIR]     (tables and plot of an earlier run)
+
+--coll pingpong compares point-to-point latency instead (OSU-style: ranks 2k and 2k+1
+bounce a message with blocking send and receive, time = half the round trip), ours
+against the MPIs (Gloo has no such benchmark), every size's ratio by time.
 
 Contenders: coll_perf over tcp and with its default transport (auto: shm between local
 ranks); Gloo ring_chunked and halving_doubling (tcp); Open MPI forced to
@@ -63,11 +67,13 @@ def contenders(args, n, lo, hi, iters, warmup):
     gloo = [sys.executable, os.path.abspath(__file__), "--gloo-ranks", str(n),
             os.path.join(args.bench_dir, "gloo_bench")]
     gloo_sizes = [str(lo), str(hi), str(iters), str(warmup)]
+    sizes = ["-C", args.coll, *sizes]
     ours = [args.coll_perf, "--np", str(n), "-I", "0", *sizes]  # out of place, as the others
     yield "libcollective-tcp", ["env", "COLL_TRANSPORT=tcp", *ours]
     yield "libcollective-auto", ours
-    yield "gloo-ring-chunked", [*gloo, "ring_chunked", *gloo_sizes]
-    yield "gloo-halving-doubling", [*gloo, "halving_doubling", *gloo_sizes]
+    if args.coll == "allreduce":
+        yield "gloo-ring-chunked", [*gloo, "ring_chunked", *gloo_sizes]
+        yield "gloo-halving-doubling", [*gloo, "halving_doubling", *gloo_sizes]
     yield "ompi-tcp", [*ompi, "--mca", "btl", "tcp,self", os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
     yield "ompi-sm", [*ompi, os.path.join(args.bench_dir, "mpi_bench_ompi"), *sizes]
     mpich = ["mpirun.mpich", "-np", str(n)]
@@ -128,10 +134,11 @@ def run_one(args, n, name, cmd, results, stuck):
         results.setdefault(name, {}).setdefault(size, []).append((t, bw))
 
 
-def table(n, res):
+def table(n, res, latency):
+    """latency: every size's ratio by time (pingpong), not only those below 64 KiB."""
     names = list(res)
     print(f"\n## n = {n}: median time (us) | busbw (GB/s); ratio = ours/best peer "
-          f"(busbw, or their time/our time below 64 KiB)")
+          f"(busbw, or their time/our time {'at every size' if latency else 'below 64 KiB'})")
     print(f"{'size':>10} " + " ".join(f"{m:>24}" for m in names) +
           f" {'tcp vs best tcp':>16} {'auto vs best shm':>17}")
     for size in sorted(set().union(*res.values())):
@@ -145,14 +152,14 @@ def table(n, res):
             if ours not in med:
                 return float("nan")
             o = med[ours]
-            return min((med[m][0] / o[0] if size < 65536 else
+            return min((med[m][0] / o[0] if size < 65536 or latency else
                         (o[1] / med[m][1] if med[m][1] else float("inf")) for m in peers if m in med),
                        default=float("nan"))
         print(f"{size:>10} {cells} {lead('libcollective-tcp', TCP_PEERS):>16.2f} "
               f"{lead('libcollective-auto', SHM_PEERS):>17.2f}")
 
 
-def plot(out, results):
+def plot(out, results, coll):
     if not shutil.which("gnuplot"):
         print("gnuplot not found: no plot")
         return
@@ -168,7 +175,8 @@ def plot(out, results):
                 for size in sorted(res[m]):
                     f.write(f"{size} {statistics.median(b for _, b in res[m][size])}\n")
             plots.append(f"'{path}' using 1:2 with linespoints title '{m}'")
-        script += [f"set title 'all-reduce float sum, {n} ranks, loopback'", "plot " + ", ".join(plots)]
+        what = "all-reduce float sum" if coll == "allreduce" else "ping-pong, one way"
+        script += [f"set title '{what}, {n} ranks, loopback'", "plot " + ", ".join(plots)]
     subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
     print(f"\nplot: {out}/busbw.png")
 
@@ -223,6 +231,8 @@ def main():
     ap.add_argument("--coll-perf")
     ap.add_argument("--bench-dir")
     ap.add_argument("--from", dest="prior", help="results.json of an earlier run: report it")
+    ap.add_argument("--coll", choices=("allreduce", "pingpong"), default="allreduce",
+                    help="what is timed; with --from, what the earlier run timed")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min", type=int, default=8)
@@ -240,8 +250,8 @@ def main():
     else:
         results = measure(args)
     for n in results:
-        table(n, results[n])
-    plot(args.out, results)
+        table(n, results[n], args.coll == "pingpong")
+    plot(args.out, results, args.coll)
 
 
 if __name__ == "__main__":

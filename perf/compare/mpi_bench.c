@@ -1,12 +1,18 @@
 /* MPI_Allreduce (float, sum) over a range of sizes, printed in coll_perf's columns so
  * perf/compare reads both the same way: size, count, type, redop, root, time (us),
  * algbw, busbw (2(n-1)/n), #wrong. Every result is checked against the exact sum.
- *   mpi_bench -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
+ * With -C pingpong, as coll_perf -C pingpong (and osu_latency): ranks 2k and 2k+1
+ * bounce the message with MPI_Send/MPI_Recv, time = half the round trip, busbw = algbw,
+ * the received message checked.
+ *   mpi_bench [-C allreduce|pingpong] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
 #include <mpi.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+static int pingpong_mode;
 
 /* Small integers, so every order of summation gives the exact same float. */
 static float value(int rank, size_t i)
@@ -26,6 +32,35 @@ static long check(const float *out, size_t count, int n)
     return wrong;
 }
 
+/* One round trip with the partner (rank ^ 1); a rank without one sits out. */
+static void bounce(const float *in, float *out, int count, int me, int n)
+{
+    int peer = me ^ 1;
+    if (peer >= n)
+        return;
+    if (me % 2 == 0)
+        MPI_Send(in, count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD);
+    MPI_Recv(out, count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (me % 2 == 1)
+        MPI_Send(in, count, MPI_FLOAT, peer, 1, MPI_COMM_WORLD);
+}
+
+static void once(const float *in, float *out, int count, int me, int n)
+{
+    if (pingpong_mode)
+        bounce(in, out, count, me, n);
+    else
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static long check_bounced(const float *out, size_t count, int me, int n)
+{
+    long wrong = 0;
+    for (size_t i = 0; (me ^ 1) < n && i < count; i++)
+        wrong += out[i] != value(me ^ 1, i);
+    return wrong;
+}
+
 static void run(size_t bytes, int iters, int warmup, int me, int n)
 {
     size_t count = bytes / sizeof(float);
@@ -33,19 +68,20 @@ static void run(size_t bytes, int iters, int warmup, int me, int n)
     for (size_t i = 0; i < count; i++)
         in[i] = value(me, i);
     for (int k = 0; k < warmup; k++)
-        MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        once(in, out, (int)count, me, n);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int k = 0; k < iters; k++)
-        MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double t = (MPI_Wtime() - t0) / iters, worst;
-    long wrong = check(out, count, n), all;
+        once(in, out, (int)count, me, n);
+    double t = (MPI_Wtime() - t0) / iters / (pingpong_mode ? 2 : 1), worst;
+    long wrong = pingpong_mode ? check_bounced(out, count, me, n) : check(out, count, n), all;
     MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (me == 0) {
         double algbw = bytes / worst / 1e9;
+        double bus = pingpong_mode ? 1.0 : 2.0 * (n - 1) / n;
         printf("%12zu  %12zu     float     sum      -1  %9.2f  %6.2f  %6.2f  %6ld\n", bytes,
-               count, worst * 1e6, algbw, algbw * 2.0 * (n - 1) / n, all);
+               count, worst * 1e6, algbw, algbw * bus, all);
         fflush(stdout);
     }
     free(in);
@@ -57,8 +93,9 @@ int main(int argc, char **argv)
     size_t lo = 8, hi = 8 << 20;
     int factor = 2, iters = 20, warmup = 5, c, me, n;
     MPI_Init(&argc, &argv);
-    while ((c = getopt(argc, argv, "b:e:f:n:w:")) != -1) {
+    while ((c = getopt(argc, argv, "C:b:e:f:n:w:")) != -1) {
         switch (c) {
+        case 'C': pingpong_mode = strcmp(optarg, "pingpong") == 0; break;
         case 'b': lo = strtoull(optarg, NULL, 0); break;
         case 'e': hi = strtoull(optarg, NULL, 0); break;
         case 'f': factor = atoi(optarg); break;

@@ -1,0 +1,245 @@
+/* Small messages and their fast path (issue 22): exchanges of up to 8 KiB on a transport
+ * with send_now/recv_now (shm, auto) skip the transport's requests. Proven here through
+ * the public API on real processes: results exact at every small count and rank count,
+ * the path taken (COLL_DEBUG=debug counts it), ranks on either path interoperating, and
+ * mismatches and a dead peer caught on it as on the general path. */
+#include "common/harness.h"
+
+#include "common/suite.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void expect_all_pass(int n, const char *transport, rank_fn fn, void *arg)
+{
+    run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transport, .timeout_ms = 5000,
+                  .deadline_s = 60};
+    int failed = run_ranks(&o, fn, arg);
+    ck_assert_msg(failed == 0, "%d of %d ranks failed on %s", failed, n, transport);
+}
+
+/* ---- exact results ---------------------------------------------------------------- */
+
+static int32_t value(int rank, size_t i, int round)
+{
+    return (int32_t)(rank * 1000 + (int)(i % 97) + round);
+}
+
+/* Every small count around the rank count and the 8 KiB edge, all-reduce (blocking, and
+ * non-blocking just before, so one rank's call may queue behind the other's), broadcast
+ * from every root (a one-element chain forwards what it received) and a barrier. */
+static int exact_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    const size_t counts[] = {0, 1, 2, (size_t)n - 1, (size_t)n, (size_t)n + 1, 100, 2048, 2049};
+    static int32_t a[2049], b[2049], d[2049];
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        size_t cnt = counts[k];
+        for (int round = 0; round < 3; round++) {
+            for (size_t i = 0; i < cnt; i++)
+                a[i] = value(me, i, round), b[i] = value(me, i, round + 1);
+            coll_req *q;
+            EXPECT_RC(coll_iallreduce(c, b, d, cnt, COLL_I32, COLL_SUM, &q), COLL_OK);
+            EXPECT_RC(coll_allreduce(c, a, a, cnt, COLL_I32, COLL_SUM), COLL_OK);
+            EXPECT_RC(coll_wait(q), COLL_OK);
+            for (size_t i = 0; i < cnt; i++) {
+                int32_t want = 0, want_d = 0;
+                for (int r = 0; r < n; r++)
+                    want += value(r, i, round), want_d += value(r, i, round + 1);
+                FAIL_IF(a[i] != want || d[i] != want_d, "count %zu element %zu: %d, %d; want %d, %d",
+                        cnt, i, a[i], d[i], want, want_d);
+            }
+            int root = (int)(k + (size_t)round) % n;
+            for (size_t i = 0; i < cnt; i++)
+                a[i] = me == root ? value(root, i, round) : -1;
+            EXPECT_RC(coll_broadcast(c, a, cnt, COLL_I32, root), COLL_OK);
+            for (size_t i = 0; i < cnt; i++)
+                FAIL_IF(a[i] != value(root, i, round), "broadcast of %zu from %d, element %zu: %d",
+                        cnt, root, i, a[i]);
+            EXPECT_RC(coll_barrier(c), COLL_OK);
+        }
+    }
+    return 0;
+}
+
+START_TEST(small_collectives_are_exact_on_every_path)
+{
+    static const char *const transports[] = {"shm", "auto", "tcp"};
+    static const int sizes[] = {2, 3, 4, 5, 8};
+    expect_all_pass(sizes[_i % 5], transports[_i / 5], exact_rank, NULL);
+}
+END_TEST
+
+/* Ping-pong between neighbours and a ring of sends: every message whole and in order. */
+static int p2p_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c), to = (me + 1) % n, from = (me + n - 1) % n;
+    static int32_t out[2049], in[2049];
+    const size_t counts[] = {0, 1, 2, 100, 2048, 2049, 1};
+    for (int round = 0; round < 20; round++) {
+        size_t cnt = counts[round % 7];
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = value(me, i, round);
+        if (me % 2 == 0) { /* odd n: the last even rank's to is rank 0, its from is odd */
+            EXPECT_RC(coll_send(c, out, cnt, COLL_I32, to, (uint32_t)round), COLL_OK);
+            EXPECT_RC(coll_recv(c, in, cnt, COLL_I32, from, (uint32_t)round), COLL_OK);
+        } else {
+            EXPECT_RC(coll_recv(c, in, cnt, COLL_I32, from, (uint32_t)round), COLL_OK);
+            EXPECT_RC(coll_send(c, out, cnt, COLL_I32, to, (uint32_t)round), COLL_OK);
+        }
+        for (size_t i = 0; i < cnt; i++)
+            FAIL_IF(in[i] != value(from, i, round), "round %d element %zu: %d", round, i, in[i]);
+    }
+    return 0;
+}
+
+START_TEST(small_messages_arrive_whole_and_in_order)
+{
+    static const char *const transports[] = {"shm", "auto"};
+    expect_all_pass(2 + _i % 3, transports[_i / 3], p2p_rank, NULL);
+}
+END_TEST
+
+/* ---- the path is taken ------------------------------------------------------------ */
+
+static int fast_collectives, fast_sends, fast_recvs;
+
+/* "..., doubling, 3 us, 2 fast": a collective two of whose messages took the path. */
+static void count_fast(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level, (void)arg;
+    const char *f = strstr(msg, " fast"), *k = f;
+    while (k && k > msg && k[-1] >= '0' && k[-1] <= '9')
+        k--;
+    if (f && strstr(msg, "allreduce #") && strtol(k, NULL, 10) > 0)
+        fast_collectives++;
+    if (strstr(msg, "(fast path)"))
+        *(strstr(msg, " send #") ? &fast_sends : &fast_recvs) += 1;
+}
+
+static int taken_rank(coll_comm *c, void *arg)
+{
+    int want = *(int *)arg, me = coll_rank(c);
+    int32_t v[4] = {me, me, me, me};
+    coll_set_log(count_fast, NULL, COLL_LOG_DEBUG);
+    for (int k = 0; k < 20; k++) {
+        EXPECT_RC(coll_allreduce(c, v, v, 4, COLL_I32, COLL_SUM), COLL_OK);
+        if (me == 0) {
+            EXPECT_RC(coll_send(c, v, 4, COLL_I32, 1, 7), COLL_OK);
+            EXPECT_RC(coll_recv(c, v, 4, COLL_I32, 1, 7), COLL_OK);
+        } else {
+            EXPECT_RC(coll_recv(c, v, 4, COLL_I32, 0, 7), COLL_OK);
+            EXPECT_RC(coll_send(c, v, 4, COLL_I32, 0, 7), COLL_OK);
+        }
+    }
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    /* Each kind at least once: the first call of each opens its links by the general
+     * path, and a peer slower than the spin is met there too. */
+    FAIL_IF(want && (!fast_collectives || !fast_sends || !fast_recvs),
+            "fast path: %d all-reduces, %d sends, %d receives", fast_collectives, fast_sends,
+            fast_recvs);
+    FAIL_IF(!want && (fast_collectives || fast_sends || fast_recvs),
+            "a transport without a fast path took it: %d, %d, %d", fast_collectives, fast_sends,
+            fast_recvs);
+    return 0;
+}
+
+START_TEST(the_fast_path_is_taken_where_the_transport_has_one)
+{
+    int yes = 1, no = 0;
+    expect_all_pass(2, "shm", taken_rank, &yes);
+    expect_all_pass(2, "auto", taken_rank, &yes);
+    expect_all_pass(2, "tcp", taken_rank, &no);
+}
+END_TEST
+
+/* ---- failures on the fast path ---------------------------------------------------- */
+
+/* After a warm-up (links open, so both ranks are on the fast path), the ranks disagree
+ * on the count, the dtype, or a tag: COLL_EMISMATCH on both, naming what each sent. */
+static int mismatch_rank(coll_comm *c, void *arg)
+{
+    int what = *(int *)arg, me = coll_rank(c);
+    int32_t v[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 5; k++) {
+        EXPECT_RC(coll_allreduce(c, v, v, 4, COLL_I32, COLL_SUM), COLL_OK);
+        EXPECT_RC(me ? coll_recv(c, v, 4, COLL_I32, 0, 1) : coll_send(c, v, 4, COLL_I32, 1, 1),
+                  COLL_OK);
+    }
+    int rc;
+    if (what == 0)
+        rc = coll_allreduce(c, v, v, me ? 3 : 2, COLL_I32, COLL_SUM);
+    else if (what == 1)
+        rc = coll_allreduce(c, v, v, 2, me ? COLL_F32 : COLL_I32, COLL_SUM);
+    else if (me == 0)
+        rc = coll_send(c, v, 2, COLL_I32, 1, 5) == COLL_OK ? coll_barrier(c) : COLL_EINVAL;
+    else
+        rc = coll_recv(c, v, 2, COLL_I32, 0, 6);
+    const char *err = coll_last_error(c);
+    if (rc != COLL_EMISMATCH) {
+        fprintf(stderr, "rank %d case %d: %s [%s]\n", me, what, coll_strerror(rc), err);
+        return 1;
+    }
+    const char *says[] = {"count 3", "int32", "tag 5"};
+    FAIL_IF(me == 1 && !strstr(err, says[what]) && !strstr(err, "disagree"),
+            "case %d: the error does not say what the peer sent", what);
+    return 0;
+}
+
+START_TEST(mismatches_on_the_fast_path_are_emismatch_on_both_ranks)
+{
+    int what = _i % 3;
+    expect_all_pass(2, _i < 3 ? "shm" : "auto", mismatch_rank, &what);
+}
+END_TEST
+
+/* A peer that dies between small operations: the survivor's next all-reduce or receive
+ * (fast path first, then the general loop) fails with COLL_EPEER well within its
+ * timeout, never hangs. */
+static int dying_rank(coll_comm *c, void *arg)
+{
+    int p2p = *(int *)arg, me = coll_rank(c);
+    int32_t v[2] = {me, me};
+    for (int k = 0; k < 20; k++)
+        EXPECT_RC(coll_allreduce(c, v, v, 2, COLL_I32, COLL_SUM), COLL_OK);
+    if (p2p)
+        EXPECT_RC(me ? coll_send(c, v, 2, COLL_I32, 0, 1) : coll_recv(c, v, 2, COLL_I32, 1, 1),
+                  COLL_OK);
+    if (me == 1)
+        raise(SIGKILL);
+    int rc = p2p ? coll_recv(c, v, 2, COLL_I32, 1, 1) : coll_allreduce(c, v, v, 2, COLL_I32, COLL_SUM);
+    FAIL_IF(rc != COLL_EPEER, "after the peer died: %s", coll_strerror(rc));
+    return 0;
+}
+
+START_TEST(a_peer_that_dies_fails_the_fast_path_with_epeer)
+{
+    int p2p = _i % 2;
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = _i < 2 ? "shm" : "auto",
+                  .timeout_ms = 5000, .deadline_s = 30};
+    run_ranks(&o, dying_rank, &p2p);
+    ck_assert_msg(last_exit[0] == 0, "the survivor did not fail cleanly (exit %d)", last_exit[0]);
+    ck_assert_int_eq(last_exit[1], -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("small");
+    TCase *t = tcase_create("small");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, small_collectives_are_exact_on_every_path, 0, 15);
+    tcase_add_loop_test(t, small_messages_arrive_whole_and_in_order, 0, 6);
+    tcase_add_test(t, the_fast_path_is_taken_where_the_transport_has_one);
+    tcase_add_loop_test(t, mismatches_on_the_fast_path_are_emismatch_on_both_ranks, 0, 6);
+    tcase_add_loop_test(t, a_peer_that_dies_fails_the_fast_path_with_epeer, 0, 4);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}
