@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Side-by-side all-reduce comparison: libcollective's coll_perf against Gloo and MPI.
 
-  compare.py --coll-perf PATH --bench-dir DIR [--coll allreduce|pingpong] [--ranks 2,4]
+  compare.py --coll-perf PATH --bench-dir DIR [--coll allreduce|pingpong|alltoall] [--ranks 2,4]
              [--rounds 3] [--min 8] [--max 268435456] [--iters 20] [--out DIR]
   compare.py --from DIR/results.json [--out DIR]     (tables and plot of an earlier run)
 
 --coll pingpong compares point-to-point latency instead (OSU-style: ranks 2k and 2k+1
 bounce a message with blocking send and receive, time = half the round trip), ours
-against the MPIs (Gloo has no such benchmark), every size's ratio by time.
+against the MPIs (Gloo has no such benchmark), every size's ratio by time. --coll
+alltoall compares all-to-all (MPI_Alltoall; the size is a rank's whole buffer of n
+blocks, busbw = algbw x (n-1)/n), ours against the MPIs.
 
 Contenders: coll_perf over tcp and with its default transport (auto: shm between local
 ranks); Gloo ring_chunked and halving_doubling (tcp); Open MPI forced to
@@ -175,7 +177,8 @@ def plot(out, results, coll):
                 for size in sorted(res[m]):
                     f.write(f"{size} {statistics.median(b for _, b in res[m][size])}\n")
             plots.append(f"'{path}' using 1:2 with linespoints title '{m}'")
-        what = "all-reduce float sum" if coll == "allreduce" else "ping-pong, one way"
+        what = {"allreduce": "all-reduce float sum", "pingpong": "ping-pong, one way",
+                "alltoall": "all-to-all float"}[coll]
         script += [f"set title '{what}, {n} ranks, loopback'", "plot " + ", ".join(plots)]
     subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
     print(f"\nplot: {out}/busbw.png")
@@ -231,7 +234,7 @@ def main():
     ap.add_argument("--coll-perf")
     ap.add_argument("--bench-dir")
     ap.add_argument("--from", dest="prior", help="results.json of an earlier run: report it")
-    ap.add_argument("--coll", choices=("allreduce", "pingpong"), default="allreduce",
+    ap.add_argument("--coll", choices=("allreduce", "pingpong", "alltoall"), default="allreduce",
                     help="what is timed; with --from, what the earlier run timed")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--rounds", type=int, default=3)

@@ -3,8 +3,10 @@
  * algbw, busbw (2(n-1)/n), #wrong. Every result is checked against the exact sum.
  * With -C pingpong, as coll_perf -C pingpong (and osu_latency): ranks 2k and 2k+1
  * bounce the message with MPI_Send/MPI_Recv, time = half the round trip, busbw = algbw,
- * the received message checked.
- *   mpi_bench [-C allreduce|pingpong] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
+ * the received message checked. With -C alltoall, MPI_Alltoall as coll_perf -C alltoall
+ * times it: the size is a rank's whole buffer (n blocks), busbw = algbw x (n-1)/n, every
+ * block received checked against its sender's values.
+ *   mpi_bench [-C allreduce|pingpong|alltoall] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
 #include <mpi.h>
 
 #include <stdio.h>
@@ -12,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static int pingpong_mode;
+enum { ALLREDUCE, PINGPONG, ALLTOALL };
+static int mode;
 
 /* Small integers, so every order of summation gives the exact same float. */
 static float value(int rank, size_t i)
@@ -47,10 +50,23 @@ static void bounce(const float *in, float *out, int count, int me, int n)
 
 static void once(const float *in, float *out, int count, int me, int n)
 {
-    if (pingpong_mode)
+    if (mode == PINGPONG)
         bounce(in, out, count, me, n);
+    else if (mode == ALLTOALL)
+        MPI_Alltoall(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
     else
         MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* Block p came from rank p: its values at this rank's place in p's buffer. */
+static long check_exchanged(const float *out, size_t count, int me, int n)
+{
+    long wrong = 0;
+    size_t block = count / (size_t)n;
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < block; i++)
+            wrong += out[(size_t)p * block + i] != value(p, (size_t)me * block + i);
+    return wrong;
 }
 
 static long check_bounced(const float *out, size_t count, int me, int n)
@@ -73,13 +89,16 @@ static void run(size_t bytes, int iters, int warmup, int me, int n)
     double t0 = MPI_Wtime();
     for (int k = 0; k < iters; k++)
         once(in, out, (int)count, me, n);
-    double t = (MPI_Wtime() - t0) / iters / (pingpong_mode ? 2 : 1), worst;
-    long wrong = pingpong_mode ? check_bounced(out, count, me, n) : check(out, count, n), all;
+    double t = (MPI_Wtime() - t0) / iters / (mode == PINGPONG ? 2 : 1), worst;
+    long wrong = mode == PINGPONG   ? check_bounced(out, count, me, n)
+                 : mode == ALLTOALL ? check_exchanged(out, count, me, n)
+                                    : check(out, count, n),
+         all;
     MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (me == 0) {
         double algbw = bytes / worst / 1e9;
-        double bus = pingpong_mode ? 1.0 : 2.0 * (n - 1) / n;
+        double bus = mode == PINGPONG ? 1.0 : (mode == ALLTOALL ? 1.0 : 2.0) * (n - 1) / n;
         printf("%12zu  %12zu     float     sum      -1  %9.2f  %6.2f  %6.2f  %6ld\n", bytes,
                count, worst * 1e6, algbw, algbw * bus, all);
         fflush(stdout);
@@ -95,7 +114,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     while ((c = getopt(argc, argv, "C:b:e:f:n:w:")) != -1) {
         switch (c) {
-        case 'C': pingpong_mode = strcmp(optarg, "pingpong") == 0; break;
+        case 'C':
+            mode = strcmp(optarg, "pingpong") == 0   ? PINGPONG
+                   : strcmp(optarg, "alltoall") == 0 ? ALLTOALL
+                                                     : ALLREDUCE;
+            break;
         case 'b': lo = strtoull(optarg, NULL, 0); break;
         case 'e': hi = strtoull(optarg, NULL, 0); break;
         case 'f': factor = atoi(optarg); break;

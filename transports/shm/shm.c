@@ -719,7 +719,8 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
         rc = COLL_INPROGRESS;
     if (rc == COLL_OK) {
         ring_copy(c, c->pos, (void *)hdr, h, 1);
-        ring_copy(c, c->pos + h, (void *)buf, hdr->len, 1);
+        if (hdr->len) /* an empty message may come with no buffer at all */
+            ring_copy(c, c->pos + h, (void *)buf, hdr->len, 1);
         c->pos += n;
         atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
         ring_peer(c);
@@ -759,7 +760,8 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
         rc = !header_ok(c, hdr, cap) ? c->dead : avail < h + hdr->len ? not_whole(c) : COLL_OK;
     }
     if (rc == COLL_OK) {
-        ring_copy(c, c->pos + h, buf, hdr->len, 0);
+        if (hdr->len)
+            ring_copy(c, c->pos + h, buf, hdr->len, 0);
         c->pos += h + hdr->len;
         *nbytes = hdr->len;
         atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
