@@ -51,6 +51,7 @@ extern const cl_algo cl_algo_direct;       /* direct.c */
 extern const cl_algo cl_algo_ring_gather;  /* direct.c: reduce */
 extern const cl_algo cl_algo_hier;         /* hier.c */
 extern const cl_algo cl_algo_rabenseifner; /* rabenseifner.c */
+extern const cl_algo cl_algo_bruck;        /* bruck.c */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 

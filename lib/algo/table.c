@@ -13,6 +13,7 @@ const cl_algo *const cl_algos[] = {
     &cl_algo_ring_gather,
     &cl_algo_hier,
     &cl_algo_rabenseifner,
+    &cl_algo_bruck,
     NULL,
 };
 

@@ -8,6 +8,7 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,53 @@ START_TEST(the_choice_is_named_once_per_size_class)
 }
 END_TEST
 
+/* Bruck's all-to-all: chosen for small blocks on 4 or more ranks (the direct exchange for
+ * large ones), every block where it belongs, in place too, on each transport; a rank
+ * that disagrees on the block count makes it COLL_EMISMATCH on every rank. */
+static int bruck_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    static int32_t s[8 * 4096], r[8 * 4096];
+    told[0] = 0;
+    coll_set_log(keep, NULL, COLL_LOG_INFO);
+    const size_t counts[] = {1, 3, 16, 4096};
+    for (int k = 0; k < 4; k++) {
+        size_t cnt = counts[k];
+        for (int inplace = 0; inplace < 2; inplace++) {
+            for (size_t i = 0; i < (size_t)n * cnt; i++)
+                s[i] = (int32_t)(me * 1000000 + (int)i);
+            int32_t *out = inplace ? s : r;
+            EXPECT_RC(coll_alltoall(c, s, out, cnt, COLL_I32), COLL_OK);
+            for (int p = 0; p < n; p++)
+                for (size_t i = 0; i < cnt; i++)
+                    FAIL_IF(out[(size_t)p * cnt + i] != (int32_t)(p * 1000000 + (int)((size_t)me * cnt + i)),
+                            "count %zu, in place %d: block %d element %zu is %d", cnt, inplace,
+                            p, i, out[(size_t)p * cnt + i]);
+        }
+    }
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    const char *small = strstr(told, "alltoall of 4 bytes"), *large = strstr(told, "alltoall of 16384 bytes");
+    FAIL_IF(!small || strncmp(strchr(small, ':') + 2, "bruck", 5) != 0,
+            "4-byte blocks: want bruck named; log:\n%s", told);
+    FAIL_IF(!large || strncmp(strchr(large, ':') + 2, "direct", 6) != 0,
+            "16 KiB blocks: want direct named; log:\n%s", told);
+    int rc = coll_alltoall(c, s, r, me == 1 ? 2 : 1, COLL_I32);
+    FAIL_IF(rc != COLL_EMISMATCH && rc != COLL_EPEER, "a count mismatch: %s", coll_strerror(rc));
+    FAIL_IF(rc == COLL_EPEER && !strstr(coll_last_error(c), "disagree"),
+            "a count mismatch reported as something else");
+    return 0;
+}
+
+START_TEST(bruck_all_to_all_for_small_blocks)
+{
+    static const char *const transports[] = {"shm", "tcp", "auto"};
+    run_opts o = {.nranks = 4 + _i % 5, .rdzv = RDZV_FILE, .transport = transports[_i % 3],
+                  .timeout_ms = 10000, .deadline_s = 60};
+    ck_assert_int_eq(run_ranks(&o, bruck_rank, NULL), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("algo");
@@ -174,6 +222,7 @@ int main(void)
     tcase_add_test(t, an_algorithm_that_cannot_run_is_enotsup_with_its_reason);
     tcase_add_test(t, an_unknown_name_fails_init);
     tcase_add_test(t, the_choice_is_named_once_per_size_class);
+    tcase_add_loop_test(t, bruck_all_to_all_for_small_blocks, 0, 5);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
