@@ -258,6 +258,102 @@ START_TEST(message_longer_than_receive_is_emismatch)
 }
 END_TEST
 
+/* ---- the fast path (send_now, recv_now) ------------------------------------------ */
+
+/* recv_now until it answers something else than COLL_INPROGRESS (bounded). */
+static int recv_now_within(pair *p, cl_msg_hdr *g, void *buf, size_t cap, size_t *n)
+{
+    int64_t deadline = cl_now_ms() + 5000;
+    int rc;
+    while ((rc = p->tr->recv_now(p->recv, g, buf, cap, n)) == COLL_INPROGRESS)
+        ck_assert_msg(cl_now_ms() < deadline, "recv_now never answered");
+    return rc;
+}
+
+/* send_now until it goes: COLL_INPROGRESS may also mean the transport's own thread held
+ * the connection at that moment. */
+static int send_now_within(pair *p, const cl_msg_hdr *h, const void *buf)
+{
+    int64_t deadline = cl_now_ms() + 5000;
+    int rc;
+    while ((rc = p->tr->send_now(p->send, h, buf)) == COLL_INPROGRESS)
+        ck_assert_msg(cl_now_ms() < deadline, "send_now never went");
+    return rc;
+}
+
+/* Whole messages, in order with the posted ones: recv_now never takes a message a
+ * posted receive is owed, send_now never overtakes a posted send, and a full ring makes
+ * send_now wait (COLL_INPROGRESS) instead of overwriting. */
+START_TEST(the_fast_path_keeps_messages_whole_and_in_order)
+{
+    pair p;
+    pair_open(&p);
+    uint64_t v = 0x0123456789abcdefull, got = 0;
+    cl_msg_hdr g, h1 = hdr(8, 1), h2 = hdr(8, 2), h0 = hdr(0, 3);
+    size_t n = 99;
+    ck_assert_int_eq(p.tr->recv_now(p.recv, &g, &got, 8, &n), COLL_INPROGRESS);
+    ck_assert_int_eq(send_now_within(&p, &h1, &v), COLL_OK);
+    ck_assert_int_eq(recv_now_within(&p, &g, &got, 8, &n), COLL_OK);
+    ck_assert(g.seq == 1 && n == 8 && got == v);
+    cl_tr_req *r, *s;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, &got, 8, &r), COLL_OK);
+    ck_assert_int_eq(send_now_within(&p, &h2, &v), COLL_OK);
+    ck_assert_int_eq(p.tr->recv_now(p.recv, &g, &got, 8, &n), COLL_INPROGRESS); /* owed to r */
+    ck_assert_int_eq(wait_req(&p, r, &n), COLL_OK);
+    ck_assert(g.seq == 2 && n == 8);
+    ck_assert_int_eq(send_now_within(&p, &h0, NULL), COLL_OK); /* empty, no buffer */
+    ck_assert_int_eq(recv_now_within(&p, &g, NULL, 0, &n), COLL_OK);
+    ck_assert(g.seq == 3 && n == 0);
+    size_t big = 8u << 20; /* larger than any ring: the send stays queued */
+    char *out = calloc(1, big), *in = calloc(1, big);
+    cl_msg_hdr hb = hdr((uint32_t)big, 4), h5 = hdr(8, 5);
+    ck_assert_int_eq(p.tr->isend(p.send, &hb, out, &s), COLL_OK);
+    ck_assert_int_eq(p.tr->send_now(p.send, &h5, &v), COLL_INPROGRESS);
+    ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, big, &r), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, r, NULL), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, s, NULL), COLL_OK);
+    uint32_t sent = 0;
+    char chunk[4096] = {0};
+    /* Full: send_now answers COLL_INPROGRESS for as long as nothing is read. */
+    int64_t full_since = 0;
+    for (cl_msg_hdr hc = hdr(sizeof(chunk), 6); sent < 100000;) {
+        if (p.tr->send_now(p.send, &hc, chunk) == COLL_OK)
+            hc.seq++, sent++, full_since = 0;
+        else if (!full_since)
+            full_since = cl_now_ms();
+        else if (cl_now_ms() - full_since > 500)
+            break;
+    }
+    ck_assert_msg(sent > 0 && sent < 100000, "a ring took %u messages unread", sent);
+    for (uint32_t k = 0; k < sent; k++) {
+        ck_assert_int_eq(recv_now_within(&p, &g, in, sizeof(chunk), &n), COLL_OK);
+        ck_assert_uint_eq(g.seq, 6 + k);
+    }
+    free(out), free(in);
+    pair_close(&p);
+}
+END_TEST
+
+/* A message over the receive's room and a closed sender fail recv_now as they fail a
+ * posted receive. */
+START_TEST(the_fast_path_fails_as_a_receive_would)
+{
+    pair p;
+    pair_open(&p);
+    char out[64] = {0}, in[16];
+    cl_msg_hdr h = hdr(64, 1), g;
+    size_t n;
+    ck_assert_int_eq(send_now_within(&p, &h, out), COLL_OK);
+    ck_assert_int_eq(recv_now_within(&p, &g, in, sizeof(in), &n), COLL_EMISMATCH);
+    ck_assert_uint_eq(g.len, 64); /* the header is there to explain the mismatch */
+    pair_close(&p);
+    pair_open(&p);
+    p.tr->close_conn(p.send);
+    ck_assert_int_eq(recv_now_within(&p, &g, in, sizeof(in), &n), COLL_EPEER);
+    pair_close(&p);
+}
+END_TEST
+
 START_TEST(closed_peer_fails_pending_and_later_receives)
 {
     pair p;
@@ -680,6 +776,10 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
+    if (strcmp(tname, "shm") == 0 || strcmp(tname, "auto") == 0) {
+        tcase_add_test(t, the_fast_path_keeps_messages_whole_and_in_order);
+        tcase_add_test(t, the_fast_path_fails_as_a_receive_would);
+    }
     if (strcmp(tname, "shm") == 0) {
         tcase_add_test(t, shm_refuses_an_unsealed_ring);
         tcase_add_test(t, shm_a_ring_that_lies_fails_the_link_not_the_rank);
