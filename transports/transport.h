@@ -33,6 +33,7 @@
 #define CL_HANDLE_BYTES 128
 #define CL_HELLO_BYTES 64
 #define CL_MSG_MAGIC 0xC011u
+#define CL_NOW_BYTES 8192 /* the largest payload sent by send_now (the fast path) */
 
 /* The per-message header, little-endian on the wire (every supported host is). */
 typedef struct cl_msg_hdr {

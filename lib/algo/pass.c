@@ -419,13 +419,12 @@ static int step(flight *f, int64_t *deadline)
  * cannot go that way now (a link not open, a ring without room, a peer slower than the
  * spin) is left to the general loop, which goes on from the flight's counters. Headers
  * and their checks are the general loop's own, so either side may take either path. */
-enum { QUICK_BYTES = 8192 };
 
 static int quick_fits(const pass *p)
 {
     const cl_transport *tr = p->x->tr;
     return tr->send_now && tr->recv_now && !p->ops->peer && p->units == 1 &&
-           p->codec == COLL_CODEC_NONE && (p->chunk_base + 1) * p->esize <= QUICK_BYTES;
+           p->codec == COLL_CODEC_NONE && (p->chunk_base + 1) * p->esize <= CL_NOW_BYTES;
 }
 
 /* A link that failed is reported here; anything else not sent now is the loop's. */

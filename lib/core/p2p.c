@@ -173,7 +173,6 @@ int cl_p2p_test(coll_req *r, int *done)
  * held, moves by the transport's send_now/recv_now (transport.h): no request, no
  * transport poll. Its sequence number is taken only when its message moved, under
  * p2p_mu, so it is ordered with every other send or receive as a posted one is. */
-enum { QUICK_BYTES = 8192 };
 
 static cl_tr_conn *quick_link(coll_comm *c, const cl_op *r)
 {
@@ -234,7 +233,7 @@ int cl_p2p_now(coll_comm *c, coll_req *q)
 {
     cl_op *r = &q->op;
     size_t len = r->count * cl_dtype_size(r->dtype);
-    if (!c->tr->send_now || len > QUICK_BYTES || cl_comm_state(c) != COLL_OK)
+    if (!c->tr->send_now || len > CL_NOW_BYTES || cl_comm_state(c) != COLL_OK)
         return COLL_INPROGRESS;
     return r->kind == CL_SEND ? send_now(c, q, len) : recv_now(c, q, len);
 }

@@ -706,6 +706,18 @@ static int now_ok(cl_tr_conn *c)
     return rc;
 }
 
+/* A whole message into room known to be there, published with one head store (the fast
+ * path's sends and the farewell). */
+static void put_whole(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
+{
+    ring_copy(c, c->pos, (void *)hdr, sizeof(*hdr), 1);
+    if (hdr->len) /* an empty message may come with no buffer at all */
+        ring_copy(c, c->pos + sizeof(*hdr), (void *)buf, hdr->len, 1);
+    c->pos += sizeof(*hdr) + hdr->len;
+    atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
+    ring_peer(c);
+}
+
 static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
 {
     int rc = now_ok(c);
@@ -717,14 +729,8 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
         rc = c->dead;
     else if (room < n)
         rc = COLL_INPROGRESS;
-    if (rc == COLL_OK) {
-        ring_copy(c, c->pos, (void *)hdr, h, 1);
-        if (hdr->len) /* an empty message may come with no buffer at all */
-            ring_copy(c, c->pos + h, (void *)buf, hdr->len, 1);
-        c->pos += n;
-        atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
-        ring_peer(c);
-    }
+    if (rc == COLL_OK)
+        put_whole(c, hdr, buf);
     pthread_mutex_unlock(&c->ctx->pg.mu);
     return rc;
 }
@@ -786,10 +792,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
     if (c->is_recv || c->dead || c->q.head || !c->ring || sender_room(c, &room) != 0 ||
         room < sizeof(*h))
         return;
-    ring_copy(c, c->pos, (void *)h, sizeof(*h), 1);
-    c->pos += sizeof(*h);
-    atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
-    ring_peer(c);
+    put_whole(c, h, NULL); /* header only: its len is 0 */
 }
 
 static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
