@@ -52,6 +52,7 @@ extern const cl_algo cl_algo_ring_gather;  /* direct.c: reduce */
 extern const cl_algo cl_algo_hier;         /* hier.c */
 extern const cl_algo cl_algo_rabenseifner; /* rabenseifner.c */
 extern const cl_algo cl_algo_bruck;        /* bruck.c */
+extern const cl_algo cl_algo_binomial;     /* binomial.c */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 
@@ -130,6 +131,10 @@ void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
  * in acc (chunk c: count/n elements, one more for c < count % n). */
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
                                 const void *src, void *acc);
+/* An empty message to rank r + 1 and from r - 1 whose header carries the root: ranks
+ * that disagree on it get COLL_EMISMATCH (some neighbours differ) where an exchange that
+ * depends on the root would leave one waiting for a message sent elsewhere. */
+int cl_root_check(const cl_algo_ctx *x, const cl_op *op);
 /* A ring all-gather of `count` elements in buf, every rank's chunk already in place. */
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf);
 

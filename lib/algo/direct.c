@@ -194,8 +194,10 @@ static int run(const cl_algo_ctx *x, cl_op *op)
         memcpy(copy, op->sbuf, bytes);
         src = copy;
     }
-    own_block(x, op, src, op->rbuf);
-    return exchange(x, op, src, op->rbuf);
+    int rc = op->kind == CL_GATHER || op->kind == CL_SCATTER ? cl_root_check(x, op) : COLL_OK;
+    if (rc == COLL_OK)
+        own_block(x, op, src, op->rbuf);
+    return rc == COLL_OK ? exchange(x, op, src, op->rbuf) : rc;
 }
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
@@ -205,16 +207,15 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
 }
 
 /* n-1 messages; bytes: the blocks this rank sends (even blocks of S/n for the v-forms'
- * estimate, where only the caller's arrays know). */
+ * estimate, where only the caller's arrays know). Gather and scatter: the n - 1 blocks on
+ * the root's link, and the root check before them. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t n = (size_t)x->size, es = cl_dtype_size(op->dtype), sends = n - 1;
-    if ((op->kind == CL_GATHER && x->rank == op->root) ||
-        (op->kind == CL_SCATTER && x->rank != op->root))
-        sends = 0;
-    if (op->kind == CL_GATHER && x->rank != op->root)
-        sends = 1;
-    return (cl_cost){.steps = (double)(n - 1), .bytes = sends * op->count * es};
+    size_t n = (size_t)x->size, es = cl_dtype_size(op->dtype);
+    cl_cost k = {.steps = (double)(n - 1), .bytes = (n - 1) * op->count * es};
+    if (op->kind == CL_GATHER || op->kind == CL_SCATTER)
+        k.steps += 1;
+    return k;
 }
 
 const cl_algo cl_algo_direct = {

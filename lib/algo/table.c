@@ -14,6 +14,7 @@ const cl_algo *const cl_algos[] = {
     &cl_algo_hier,
     &cl_algo_rabenseifner,
     &cl_algo_bruck,
+    &cl_algo_binomial,
     NULL,
 };
 

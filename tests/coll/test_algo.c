@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,7 +129,7 @@ START_TEST(an_unknown_name_fails_init)
 }
 END_TEST
 
-static char told[4096];
+static char told[32768];
 
 static void keep(coll_log_level level, const char *msg, void *arg)
 {
@@ -213,6 +214,92 @@ START_TEST(bruck_all_to_all_for_small_blocks)
 }
 END_TEST
 
+/* The algorithm named for `kind` of `bytes` in the kept log, or "" */
+static const char *named(const char *kind, size_t bytes)
+{
+    static char name[32];
+    char key[64];
+    snprintf(key, sizeof(key), "%s of %zu bytes", kind, bytes);
+    const char *at = strstr(told, key);
+    name[0] = 0;
+    if (at && (at = strchr(at, ':')))
+        sscanf(at + 2, "%31[a-z-]", name);
+    return name;
+}
+
+/* Binomial trees: small reduce, gather, scatter and broadcast from every root, in place
+ * and not, give what the root (or every rank) should have; large ones take the ring or
+ * the direct exchange. Values are small integers, so every order of summing is exact. */
+static int tree_case(coll_comm *c, int root, size_t cnt, int inplace, int32_t *s, int32_t *r)
+{
+    int n = coll_size(c), me = coll_rank(c), at_root = me == root;
+    for (size_t i = 0; i < (size_t)n * cnt; i++)
+        s[i] = (int32_t)(me * 1000 + (int)(i % 1000)), r[i] = -1;
+    int32_t *in = inplace && at_root ? r : s;
+    if (in == r)
+        memcpy(r, s, cnt * sizeof(*r));
+    EXPECT_RC(coll_reduce(c, in, at_root ? r : NULL, cnt, COLL_I32, COLL_SUM, root), COLL_OK);
+    for (size_t i = 0; at_root && i < cnt; i++)
+        FAIL_IF(r[i] != (int32_t)(1000 * n * (n - 1) / 2 + n * (int)(i % 1000)),
+                "reduce root %d count %zu in place %d: [%zu] = %d", root, cnt, inplace, i, r[i]);
+    in = inplace && at_root ? r + (size_t)root * cnt : s;
+    if (in != s)
+        memcpy(in, s, cnt * sizeof(*r));
+    EXPECT_RC(coll_gather(c, in, at_root ? r : NULL, cnt, COLL_I32, root), COLL_OK);
+    for (size_t i = 0; at_root && i < (size_t)n * cnt; i++)
+        FAIL_IF(r[i] != (int32_t)((int)(i / cnt) * 1000 + (int)(i % cnt % 1000)),
+                "gather root %d count %zu in place %d: [%zu] = %d", root, cnt, inplace, i, r[i]);
+    int32_t *out = inplace && at_root ? s + (size_t)root * cnt : r;
+    EXPECT_RC(coll_scatter(c, at_root ? s : NULL, out, cnt, COLL_I32, root), COLL_OK);
+    for (size_t i = 0; i < cnt; i++)
+        FAIL_IF(out[i] != (int32_t)(root * 1000 + (int)(((size_t)me * cnt + i) % 1000)),
+                "scatter root %d count %zu in place %d: [%zu] = %d", root, cnt, inplace, i, out[i]);
+    EXPECT_RC(coll_broadcast(c, s, cnt, COLL_I32, root), COLL_OK);
+    for (size_t i = 0; i < cnt; i++)
+        FAIL_IF(s[i] != (int32_t)(root * 1000 + (int)(i % 1000)), "broadcast root %d count %zu: [%zu] = %d",
+                root, cnt, i, s[i]);
+    return 0;
+}
+
+static int tree_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c);
+    static int32_t s[8 * 70000], r[8 * 70000];
+    told[0] = 0;
+    coll_set_log(keep, NULL, COLL_LOG_INFO);
+    const size_t counts[] = {0, 1, 5, 1000, 70000};
+    for (int k = 0; k < 5; k++)
+        for (int root = 0; root < n; root++)
+            if (tree_case(c, root, counts[k], root % 2, s, r))
+                return 1;
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    static const char *const kinds[] = {"reduce", "gather", "scatter", "broadcast"};
+    for (int k = 0; k < 4; k++) {
+        /* By the model: a tree saves steps from 4 ranks on (broadcast: from 6, the chain
+         * is as short below), and none on 3. */
+        int tree = n >= 4 && (k < 3 || n >= 6);
+        FAIL_IF((strcmp(named(kinds[k], 4), "binomial") == 0) != tree,
+                "%s of 4 bytes on %d ranks: %s; log:\n%s", kinds[k], n, named(kinds[k], 4), told);
+        FAIL_IF(!strcmp(named(kinds[k], 280000), "binomial"), "%s of 280000 bytes: binomial; log:\n%s",
+                kinds[k], told);
+    }
+    int rc = coll_gather(c, s, r, 1, COLL_I32, coll_rank(c) == 1 ? 2 : 0);
+    if (rc == COLL_OK)
+        rc = coll_barrier(c);
+    FAIL_IF(rc != COLL_EMISMATCH, "a root mismatch: %s (%s)", coll_strerror(rc), coll_last_error(c));
+    return 0;
+}
+
+START_TEST(binomial_trees_for_small_rooted_collectives)
+{
+    static const char *const transports[] = {"shm", "tcp", "auto"};
+    run_opts o = {.nranks = 3 + _i % 6, .rdzv = RDZV_FILE, .transport = transports[_i % 3],
+                  .timeout_ms = 10000, .deadline_s = 90};
+    ck_assert_int_eq(run_ranks(&o, tree_rank, NULL), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("algo");
@@ -223,6 +310,7 @@ int main(void)
     tcase_add_test(t, an_unknown_name_fails_init);
     tcase_add_test(t, the_choice_is_named_once_per_size_class);
     tcase_add_loop_test(t, bruck_all_to_all_for_small_blocks, 0, 5);
+    tcase_add_loop_test(t, binomial_trees_for_small_rooted_collectives, 0, 6);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

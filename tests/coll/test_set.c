@@ -8,6 +8,7 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int nonblocking_rank(coll_comm *c, void *arg)
@@ -52,26 +53,46 @@ END_TEST
 
 /* Rank 0 sends rank 1 one element more than rank 1 expects: both get COLL_EMISMATCH;
  * rank 2, whose own exchanges agreed, may finish first with the right data, and then
- * fails at its next call instead of waiting. Or ranks name other roots for a reduce. */
-static int mismatch_rank(coll_comm *c, void *arg)
+ * fails at its next call instead of waiting. */
+static int count_mismatch_rank(coll_comm *c)
 {
-    int which = *(int *)arg, n = coll_size(c), me = coll_rank(c);
-    int buf[64] = {0}, out[64];
+    int n = coll_size(c), me = coll_rank(c), buf[32] = {0}, out[32];
     size_t sc[8], rc[8], d[8];
     for (int i = 0; i < n; i++)
         sc[i] = rc[i] = 2, d[i] = (size_t)i * 4;
-    int rcode;
-    if (which == 0) {
-        if (me == 0)
-            sc[1] = 3;
-        rcode = coll_alltoallv(c, buf, sc, d, out, rc, d, COLL_I32);
-    } else {
-        rcode = coll_reduce(c, buf, out, 4, COLL_I32, COLL_SUM, me == 2 ? 1 : 0);
+    if (me == 0)
+        sc[1] = 3;
+    return coll_alltoallv(c, buf, sc, d, out, rc, d, COLL_I32);
+}
+
+/* Rank 2 names root 1 where the others name 0, for a rooted collective of a few
+ * elements (a binomial tree) or of many (the ring or the direct exchange). */
+static int root_mismatch_rank(coll_comm *c, int kind, size_t count)
+{
+    int n = coll_size(c), root = coll_rank(c) == 2 ? 1 : 0, rc;
+    int *buf = calloc((size_t)n * count, sizeof(int)), *out = calloc((size_t)n * count, sizeof(int));
+    switch (kind) {
+    case 0: rc = coll_reduce(c, buf, out, count, COLL_I32, COLL_SUM, root); break;
+    case 1: rc = coll_gather(c, buf, out, count, COLL_I32, root); break;
+    case 2: rc = coll_scatter(c, buf, out, count, COLL_I32, root); break;
+    default: rc = coll_broadcast(c, buf, count, COLL_I32, root); break;
     }
-    if (which == 0 && me == 2 && rcode == COLL_OK) {
+    free(buf);
+    free(out);
+    return rc;
+}
+
+/* Case 0: the count mismatch; then reduce, gather, scatter and broadcast with roots that
+ * disagree, small and large. Every rank gets COLL_EMISMATCH: from the call, or (a rank
+ * whose own part agreed and ended first) from its next one. */
+static int mismatch_rank(coll_comm *c, void *arg)
+{
+    int which = *(int *)arg;
+    int rcode = which == 0 ? count_mismatch_rank(c)
+                           : root_mismatch_rank(c, (which - 1) % 4, which > 4 ? 100003 : 4);
+    if (rcode == COLL_OK) {
         rcode = coll_barrier(c);
-        FAIL_IF(rcode == COLL_OK, "the barrier after a failed alltoallv succeeded");
-        return 0;
+        FAIL_IF(rcode == COLL_OK, "case %d: the barrier after a disagreement succeeded", which);
     }
     EXPECT_RC(rcode, COLL_EMISMATCH);
     FAIL_IF(!strstr(coll_last_error(c), "rank"), "the message should name the ranks");
@@ -81,8 +102,8 @@ static int mismatch_rank(coll_comm *c, void *arg)
 START_TEST(disagreeing_counts_or_roots_are_emismatch_everywhere)
 {
     int which = _i;
-    run_opts o = {.nranks = 3, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 5000,
-                  .deadline_s = 30};
+    run_opts o = {.nranks = which ? 4 : 3, .rdzv = RDZV_FILE, .transport = "tcp",
+                  .timeout_ms = 5000, .deadline_s = 30};
     ck_assert_int_eq(run_ranks(&o, mismatch_rank, &which), 0);
 }
 END_TEST
@@ -137,7 +158,7 @@ int main(void)
     TCase *t = tcase_create("set");
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, the_nonblocking_forms_complete_with_the_right_data, 0, 2);
-    tcase_add_loop_test(t, disagreeing_counts_or_roots_are_emismatch_everywhere, 0, 2);
+    tcase_add_loop_test(t, disagreeing_counts_or_roots_are_emismatch_everywhere, 0, 9);
     tcase_add_test(t, bad_arguments_are_einval_naming_the_call_and_argument);
     suite_add_tcase(s, t);
     return run_suite(s);
