@@ -203,27 +203,27 @@ static size_t largest(const cl_algo_ctx *x, const cl_op *op)
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
 {
-    return x->size > 2 && op->codec == COLL_CODEC_NONE && largest(x, op) <= TREE_BYTES;
+    return x->size > 1 && op->codec == COLL_CODEC_NONE && largest(x, op) <= TREE_BYTES;
 }
 
-/* ceil(log2 n) steps and the hop another root takes (counted for every root, so ranks
- * that disagree on the root still choose alike). Gather and scatter: the root's link
- * carries n - 1 blocks and the hop n, and a block crosses up to log2 n edges, n/2 log2(n)
- * - (n - 1) blocks more than the direct exchange moves (serial: store and forward).
- * Reduce and broadcast: rank 0 takes or sends the whole vector once a step, and a
- * reduction waits for each step's arrival. */
+/* ceil(log2 n) steps, and the hop another root takes as an average over roots (the
+ * price may not depend on the root, or ranks that disagree on it would choose apart).
+ * Gather and scatter: the root's link carries n - 1 blocks (and the hop n), and a block
+ * crosses up to log2 n edges, n/2 log2(n) - (n - 1) blocks more than the direct exchange
+ * moves (serial: store and forward). Reduce and broadcast: rank 0 takes or sends the
+ * whole vector once a step, and a reduction waits for each step's arrival. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, steps = 0;
     for (int m = 1; m < n; m <<= 1)
         steps++;
-    size_t bytes = op->count * cl_dtype_size(op->dtype);
-    cl_cost k = {.steps = steps + 1.0, .bytes = (size_t)(steps + 1) * bytes};
+    double hop = (double)(n - 1) / n, bytes = (double)(op->count * cl_dtype_size(op->dtype));
+    cl_cost k = {.steps = steps + hop, .bytes = (size_t)((steps + hop) * bytes)};
     if (op->kind == CL_REDUCE)
-        k.serial = (double)steps * (double)bytes;
+        k.serial = steps * bytes;
     if (op->kind == CL_GATHER || op->kind == CL_SCATTER) {
-        k.bytes = (size_t)(2 * n - 1) * bytes;
-        k.serial = ((double)n / 2 * steps - (n - 1)) * (double)bytes;
+        k.bytes = (size_t)((n - 1 + hop * n) * bytes);
+        k.serial = ((double)n / 2 * steps - (n - 1)) * bytes;
     }
     return k;
 }
