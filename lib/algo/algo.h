@@ -76,8 +76,9 @@ typedef struct pass_ops {
     void (*take)(pass *p, size_t u, size_t off, const void *bytes, size_t n);
     /* Optional, a routed pass: the peer send unit u goes to (recv = 0) or receive unit u
      * comes from, for `sends` and `recvs` units of the pass's own choosing. A routed pass
-     * moves at most one unit per peer and direction, and its sends wait for nothing
-     * (lag = units) unless lag says otherwise. */
+     * sends a peer's units one after another (their headers' unit is 0: a link keeps
+     * their order), and its sends wait for nothing (lag = units) unless lag says
+     * otherwise. */
     int (*peer)(const pass *p, size_t u, int recv);
     /* Optional: the header's count for send unit u (recv = 0), or the count this rank
      * expects in receive unit u's header; default: the op's count. */
@@ -102,6 +103,7 @@ struct pass {
     float *residual, *tmp;        /* error feedback */
     coll_codec codec;
     int divide_last;
+    const void *plan; /* a routed pass's own layout of its units (direct.c) */
 };
 
 /* The chunk unit u belongs to, seen by the sender (recv = 0) or the receiver. */

@@ -105,7 +105,7 @@ static cl_msg_hdr header_for(const pass *p, size_t u, int recv, size_t bytes)
                         .codec = (uint8_t)p->codec,
                         .len = (uint32_t)bytes,
                         .seq = q->seq,
-                        .unit = p->ops->peer ? 0 : (uint32_t)u, /* routed: one unit per link */
+                        .unit = p->ops->peer ? 0 : (uint32_t)u, /* routed: in order per link */
                         .tag = (uint32_t)q->root,
                         .count = p->ops->count ? p->ops->count(p, u, recv) : q->count};
 }

@@ -160,6 +160,24 @@ END_TEST
 
 /* MATRIX_TRANSPORT=name: only the matrix on 2 and 4 processes over that transport (the
  * real-verbs run in tests/rdma uses it for ibverbs). */
+static void small_segments(int rank, void *arg)
+{
+    (void)rank, (void)arg;
+    setenv("COLL_SEGMENT_BYTES", "4096", 1);
+}
+
+/* Segments far smaller than the blocks: a block of the direct exchange or a chunk of the
+ * ring travels in many units, and reductions go segment by segment. */
+START_TEST(matrix_small_segments)
+{
+    matrix_arg a = { 2, 100003 };
+    run_opts o = { .nranks = 3 + 2 * _i, .rdzv = RDZV_FILE, .transport = _i ? "shm" : "tcp",
+                   .deadline_s = 280, .setup = small_segments };
+    int failed = run_ranks(&o, matrix_rank, &a);
+    ck_assert_msg(failed == 0, "%d of %d ranks failed the matrix", failed, o.nranks);
+}
+END_TEST
+
 START_TEST(matrix_named_transport)
 {
     run_matrix(_i == 0 ? 2 : 4, RDZV_FILE, getenv("MATRIX_TRANSPORT"), _i == 0 ? 8 : 2);
@@ -177,6 +195,7 @@ int main(void)
         return run_suite(s);
     }
     tcase_add_loop_test(t, matrix_tcp_ranks, 0, 6);
+    tcase_add_loop_test(t, matrix_small_segments, 0, 2);
     tcase_add_test(t, matrix_tcp_rendezvous_tcp_url);
     tcase_add_test(t, matrix_tcp_rendezvous_env_url);
     tcase_add_loop_test(t, matrix_loop_threads, 0, 5);
