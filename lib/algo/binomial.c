@@ -63,7 +63,8 @@ static void t_arrived(pass *p, size_t u, void *buf)
 }
 
 static const pass_ops plain = {.send = t_send, .recv = t_recv};
-static const pass_ops folding = {.send = t_send, .recv = t_recv, .arrived = t_arrived, .take = t_take};
+static const pass_ops folding = {
+    .send = t_send, .recv = t_recv, .arrived = t_arrived, .take = t_take};
 
 /* One edge: `elems` elements at buf go to rank `to`, or come from rank `from` into buf
  * (fold: reduced into it). */
@@ -141,7 +142,8 @@ static int gather(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t all = (size_t)x->size * op->count, blk = op->count * cl_dtype_size(op->dtype);
     /* The root's own buffer has room for its subtree at its place. */
-    char *sub = x->rank == op->root ? (char *)op->rbuf + (size_t)x->rank * blk : subtree_scratch(x, op);
+    char *sub =
+        x->rank == op->root ? (char *)op->rbuf + (size_t)x->rank * blk : subtree_scratch(x, op);
     if (!sub)
         return COLL_ENOMEM;
     if (sub != op->sbuf && blk)
