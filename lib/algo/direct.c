@@ -84,7 +84,8 @@ static int fans_in(const cl_op *o)
 }
 
 /* Where each step's units begin, per direction, ending with the total: a block of k
- * elements is ceil(k / seg_elems) units, one when empty (its header is still checked). */
+ * elements is ceil(k / seg_elems) units, one when empty (its header is still checked).
+ * NULL: one unit a step (whole blocks, no table to build on the data path). */
 typedef struct {
     size_t steps[2];
     size_t *first[2];
@@ -105,6 +106,10 @@ static size_t step_of(const pass *p, size_t u, int recv, size_t *seg)
     const plan *pl = p->plan;
     const size_t *first = pl->first[recv];
     size_t lo = 0, hi = pl->steps[recv]; /* first[lo] <= u < first[hi] */
+    if (!first) {
+        *seg = 0;
+        return u;
+    }
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
         *(first[mid] <= u ? &lo : &hi) = mid;
@@ -160,12 +165,15 @@ static const pass_ops plain = {.send = d_send, .recv = d_recv, .peer = route, .c
 static const pass_ops reducing = {
     .send = d_send, .recv = d_recv, .arrived = d_reduce, .peer = route, .count = wire_count};
 
-/* Lays out `steps` blocks of one direction in units; returns the total. */
+/* Lays out `steps` blocks of one direction in units (first NULL: one a step); returns
+ * the total. */
 static size_t lay_out(pass *p, plan *pl, int recv, size_t steps, size_t *first)
 {
     size_t n, units = 0;
     pl->steps[recv] = steps;
     pl->first[recv] = first;
+    if (!first)
+        return steps;
     for (size_t k = 0; k < steps; k++) {
         first[k] = units;
         block(p, peer_at(p, k, recv), recv, &n);
@@ -190,17 +198,18 @@ static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void
         sends = !root, recvs = root ? (size_t)(n - 1) : 0;
     if (op->kind == CL_SCATTER)
         sends = root ? (size_t)(n - 1) : 0, recvs = !root;
-    size_t *first = malloc((sends + recvs + 2) * sizeof(*first));
-    if (!first)
-        return COLL_ENOMEM;
-    if (op->kind == CL_REDUCE_SCATTERV)
+    size_t *first = NULL; /* whole blocks, but a reduced one in segments */
+    if (op->kind == CL_REDUCE_SCATTERV) {
+        if (!(first = malloc((sends + recvs + 2) * sizeof(*first))))
+            return COLL_ENOMEM;
         p.slot_bytes = CL_MIN(p.seg_elems, op->rcounts[x->rank]) * p.esize;
-    else
-        p.seg_elems = SIZE_MAX; /* whole blocks */
+    } else {
+        p.seg_elems = SIZE_MAX;
+    }
     plan pl;
     p.plan = &pl;
     p.sends = lay_out(&p, &pl, 0, sends, first);
-    p.recvs = lay_out(&p, &pl, 1, recvs, first + sends + 1);
+    p.recvs = lay_out(&p, &pl, 1, recvs, first ? first + sends + 1 : NULL);
     p.lag = p.sends + 1; /* sends wait for nothing */
     int rc = cl_pass_run(&p);
     free(first);
