@@ -104,6 +104,10 @@ struct pass {
     coll_codec codec;
     int divide_last;
     const void *plan; /* a routed pass's own layout of its units (direct.c) */
+    /* Optional: work that moves no message (a block this rank keeps), done a piece at a
+     * time between the transfers' polls, so it overlaps them: the piece from *at on,
+     * advancing *at; returns 0 once all is done. Skipped if the pass fails. */
+    int (*meanwhile)(pass *p, size_t *at);
 };
 
 /* The chunk unit u belongs to, seen by the sender (recv = 0) or the receiver. */

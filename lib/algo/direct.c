@@ -183,16 +183,47 @@ static size_t lay_out(pass *p, plan *pl, int recv, size_t steps, size_t *first)
     return units;
 }
 
+enum { PIECE_BYTES = 256 << 10 };
+
+/* This rank's own block, which no message carries: moved from where the caller put it
+ * to where the result wants it, a piece at a time while the exchange moves the others
+ * (pass.meanwhile; all at once where the two overlap: the in-place layouts), except
+ * all-gather-v's, which its sends read from where it goes. */
+static int own_block(pass *p, size_t *at)
+{
+    const cl_op *op = p->op;
+    int me = p->x->rank;
+    if ((op->kind == CL_GATHER || op->kind == CL_SCATTER) && me != op->root)
+        return 0; /* its one block travels */
+    size_t n, m;
+    const char *from = op->kind == CL_SCATTER      ? p->src + (size_t)me * op->count * p->esize
+                       : op->kind == CL_ALLGATHERV ? p->src
+                                                   : block(p, me, 0, &n);
+    char *to = block(p, me, 1, &m);
+    size_t bytes = m * p->esize, piece = bytes - *at;
+    if (from == to || !piece)
+        return 0;
+    if (from + bytes <= to || to + bytes <= from)
+        piece = CL_MIN(piece, (size_t)PIECE_BYTES);
+    memmove(to + *at, from + *at, piece);
+    *at += piece;
+    return *at < bytes;
+}
+
 /* The routed pass: who sends and receives how many blocks, in how many units. */
-static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void *acc)
+static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void *acc, int own)
 {
     int n = x->size, root = x->rank == op->root;
-    if (n == 1)
-        return COLL_OK;
     pass p = cl_pass_init(x, op, CHUNKS_DIRECT, 0, cl_dtype_size(op->dtype), 1);
     p.ops = op->kind == CL_REDUCE_SCATTERV ? &reducing : &plain;
     p.src = src;
     p.acc = acc;
+    size_t done = 0;
+    if (own && op->kind == CL_ALLGATHERV)
+        while (own_block(&p, &done))
+            ;
+    else if (own)
+        p.meanwhile = own_block;
     size_t sends = (size_t)(n - 1), recvs = (size_t)(n - 1);
     if (fans_in(op))
         sends = !root, recvs = root ? (size_t)(n - 1) : 0;
@@ -214,23 +245,6 @@ static int exchange(const cl_algo_ctx *x, const cl_op *op, const void *src, void
     int rc = cl_pass_run(&p);
     free(first);
     return rc;
-}
-
-/* This rank's own block, which no message carries: moved from where the caller put it
- * to where the result wants it (memmove: the in-place layouts overlap). */
-static void own_block(const cl_algo_ctx *x, const cl_op *op, const char *src, char *dst)
-{
-    pass p = {.x = x, .op = op, .src = src, .acc = dst, .esize = cl_dtype_size(op->dtype)};
-    int root = x->rank == op->root;
-    if ((op->kind == CL_GATHER || op->kind == CL_SCATTER) && !root)
-        return; /* its one block travels */
-    size_t n, m;
-    const char *from = op->kind == CL_SCATTER      ? src + (size_t)x->rank * op->count * p.esize
-                       : op->kind == CL_ALLGATHERV ? src
-                                                   : block(&p, x->rank, 0, &n);
-    char *to = block(&p, x->rank, 1, &m);
-    if (from != to && m)
-        memmove(to, from, m * p.esize);
 }
 
 /* Bytes the caller's sendbuf spans (what an in-place all-to-all must copy away first). */
@@ -255,7 +269,7 @@ static int run_reduce_scatterv(const cl_algo_ctx *x, const cl_op *op)
         return COLL_ENOMEM;
     if (acc != own && mine)
         memmove(acc, own, mine);
-    int rc = exchange(x, op, op->sbuf, acc);
+    int rc = exchange(x, op, op->sbuf, acc, 0);
     if (rc == COLL_OK && op->op == COLL_AVG)
         cl_divide(acc, op->rcounts[x->rank], op->dtype, x->size);
     if (rc == COLL_OK && acc != op->rbuf && mine)
@@ -277,9 +291,7 @@ static int run(const cl_algo_ctx *x, cl_op *op)
         src = copy;
     }
     int rc = op->kind == CL_GATHER || op->kind == CL_SCATTER ? cl_root_check(x, op) : COLL_OK;
-    if (rc == COLL_OK)
-        own_block(x, op, src, op->rbuf);
-    return rc == COLL_OK ? exchange(x, op, src, op->rbuf) : rc;
+    return rc == COLL_OK ? exchange(x, op, src, op->rbuf, 1) : rc;
 }
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)
@@ -326,7 +338,7 @@ static int run_reduce(const cl_algo_ctx *x, cl_op *op)
     if (!acc)
         return COLL_ENOMEM;
     int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, acc);
-    return rc == COLL_OK ? exchange(x, op, NULL, acc) : rc;
+    return rc == COLL_OK ? exchange(x, op, NULL, acc, 0) : rc;
 }
 
 static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)

@@ -37,6 +37,7 @@ struct flight {
     cl_tr_sink sink[WINDOW];
     sink_at sink_at[WINDOW];
     cl_spin spin;
+    size_t busy_at; /* the pass's meanwhile work done so far */
 };
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
@@ -122,8 +123,8 @@ static void trace_unit(const pass *p, size_t u, int peer, size_t bytes, const ch
 {
     if (cl_log_enabled(COLL_LOG_TRACE))
         cl_log(COLL_LOG_TRACE, "rank %d %s #%u: segment %zu, %zu bytes, %s rank %d",
-               cl_rank_of(p->x, p->x->rank), cl_kind_name(p->op->kind), p->op->seq, u, bytes,
-               what, cl_rank_of(p->x, peer));
+               cl_rank_of(p->x, p->x->rank), cl_kind_name(p->op->kind), p->op->seq, u, bytes, what,
+               cl_rank_of(p->x, peer));
 }
 
 /* Send unit u's bytes, header and link (*to NULL while it is not open). */
@@ -189,8 +190,8 @@ static int post_recv(flight *f)
     f->sink_at[slot] = (sink_at){f, u, 0};
     f->sink[slot] = (cl_tr_sink){sink_accept, sink_take, &f->sink_at[slot], p->esize};
     rc = p->ops->take && tr->irecv_sink
-                 ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
-                 : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
+             ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
+             : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
     if (rc == COLL_OK)
         f->r_posted++;
     return rc;
@@ -365,8 +366,7 @@ static int timed_out(flight *f)
     const cl_algo_ctx *x = f->p->x;
     const cl_op *op = f->p->op;
     int recv = f->r_done < f->r_posted;
-    int peer = f->linking ? f->link_peer
-                          : cl_unit_peer(f->p, recv ? f->r_done : f->s_done, recv);
+    int peer = f->linking ? f->link_peer : cl_unit_peer(f->p, recv ? f->r_done : f->s_done, recv);
     if (f->linking) /* it never connected: likely gone, the failure begins there */
         cl_algo_blame(x, peer, COLL_ETIMEDOUT);
     return cl_algo_fail(x, COLL_ETIMEDOUT, "rank %d %s #%u: no progress for %d ms %s peer %d",
@@ -493,34 +493,52 @@ static void dial_ahead(pass *p)
         cl_link_get(p->x, 0, cl_unit_peer(p, u, 0), &conn);
 }
 
-int cl_pass_run(pass *p)
+static void meanwhile(pass *p, size_t *at, int all)
 {
-    flight f = {.p = p};
+    while (p->meanwhile && p->meanwhile(p, at) && all)
+        ;
+    if (all)
+        p->meanwhile = NULL;
+}
+
+static int fly(flight *f)
+{
+    pass *p = f->p;
     if (!p->ops->peer) {
         p->recvs = p->from >= 0 ? p->units : 0;
         p->sends = p->to >= 0 ? p->units : 0;
     }
     if (p->slot_bytes) {
-        f.rslots = cl_buf_grow(p->x->staging, 2 * WINDOW * p->slot_bytes);
-        if (!f.rslots)
+        f->rslots = cl_buf_grow(p->x->staging, 2 * WINDOW * p->slot_bytes);
+        if (!f->rslots)
             return COLL_ENOMEM;
-        f.sslots = f.rslots + WINDOW * p->slot_bytes;
+        f->sslots = f->rslots + WINDOW * p->slot_bytes;
     }
     dial_ahead(p);
     int rc = COLL_OK;
-    if (quick_fits(p) && ((rc = quick(&f)) != COLL_OK || finished(&f)))
+    if (quick_fits(p) && ((rc = quick(f)) != COLL_OK || finished(f)))
         return rc;
     int64_t deadline = 0; /* set when polling first gives up (step) */
-    f.spin = cl_spin_start(p->x);
-    cl_spin_expect(&f.spin, (p->chunk_base + 1) * p->esize);
-    while (rc == COLL_OK && !finished(&f))
-        rc = step(&f, &deadline);
-    cl_spin_stop(&f.spin);
+    f->spin = cl_spin_start(p->x);
+    cl_spin_expect(&f->spin, (p->chunk_base + 1) * p->esize);
+    while (rc == COLL_OK && !finished(f))
+        if ((rc = step(f, &deadline)) == COLL_OK)
+            meanwhile(p, &f->busy_at, 0);
+    cl_spin_stop(&f->spin);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
             cl_algo_fail(p->x, rc, "rank %d %s #%u: aborted", cl_rank_of(p->x, p->x->rank),
                          cl_kind_name(p->op->kind), p->op->seq);
-        drain(&f);
+        drain(f);
     }
+    return rc;
+}
+
+int cl_pass_run(pass *p)
+{
+    flight f = {.p = p};
+    int rc = fly(&f);
+    if (rc == COLL_OK)
+        meanwhile(p, &f.busy_at, 1); /* what the transfers left */
     return rc;
 }
