@@ -5,6 +5,7 @@ the "collective" backend (or Gloo, to compare). Reads Debian's dataset-fashion-m
 MASTER_PORT per rank, or with --np N (local processes):
 
     /usr/bin/python3 examples/torch_ddp.py --np 2 [--backend collective|gloo] [--epochs 4]
+        [--codec int8]   # gradients averaged through int8 with error feedback (a DDP hook)
 
 Per epoch: mean loss, training accuracy, samples/s (all ranks); then `test_accuracy A`.
 """
@@ -56,12 +57,15 @@ class Net(nn.Module):
 
 def train(args, rank, size):
     if args.backend == "collective":
-        import collective.torch  # noqa: F401  registers the backend
+        import collective.torch  # registers the backend
     dist.init_process_group(args.backend, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
     model = nn.parallel.DistributedDataParallel(Net())
+    if args.codec != "none":
+        model.register_comm_hook(collective.torch.ErrorFeedback(args.codec),
+                                 collective.torch.ef_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     xs, ys = load("train", args.limit)
     xt, yt = load("t10k", args.limit and args.limit // 6)
@@ -102,12 +106,17 @@ def train(args, rank, size):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="collective", choices=["collective", "gloo"])
+    ap.add_argument("--codec", default="none", choices=["none", "fp16", "bf16", "int8"],
+                    help="gradients on the wire (backend collective): error feedback keeps "
+                         "what the codec loses for the next step")
     ap.add_argument("--np", type=int, default=0, help="start this many local ranks")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--limit", type=int, default=0, help="use the first N training images")
     args = ap.parse_args()
+    if args.codec != "none" and args.backend != "collective":
+        ap.error("--codec needs --backend collective")
     if not args.np:
         train(args, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         return 0

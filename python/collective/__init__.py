@@ -63,6 +63,12 @@ def op_code(op):
     raise ValueError(f"op {op!r} is not one of {', '.join(OPS)}")
 
 
+def codec_code(codec):
+    if codec not in CODECS:
+        raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
+    return CODECS[codec]
+
+
 def _array(x, writable, what):
     """x as a contiguous numpy array over the same memory (never a copy)."""
     a = x if isinstance(x, np.ndarray) else np.asarray(memoryview(x))
@@ -171,7 +177,7 @@ class Communicator:
             return
         cfg = _lib.Config(ctypes.sizeof(_lib.Config), transport.encode() if transport else None,
                           device.encode() if device else None, int(timeout_ms),
-                          CODECS[codec], int(segment_bytes), int(op_timeout_ms))
+                          codec_code(codec), int(segment_bytes), int(op_timeout_ms))
         h = _lib.comm_p()
         if isinstance(url_or_store, str):
             rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,
@@ -239,7 +245,7 @@ class Communicator:
         return list(ranks[:n])
 
     def set_codec(self, codec):
-        _check(lib.coll_set_codec(self._live(), CODECS[codec]), self._h)
+        _check(lib.coll_set_codec(self._live(), codec_code(codec)), self._h)
 
     def stats(self):
         s = _lib.Stats()
@@ -273,6 +279,23 @@ class Communicator:
             raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")
         return self._run("allreduce", async_op,
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), op_code(op)), (s, r))
+
+    def allreduce_ef(self, sendbuf, recvbuf=None, residual=None, op="sum", codec="int8",
+                     async_op=False):
+        """All-reduce of float32 through a wire codec with error feedback: residual is a
+        float32 array of the same length, zeroed before the first call and passed again
+        with every later call on this buffer; it keeps what the codec lost, so the error
+        of repeated all-reduces averages out (coll_allreduce_ef). op: "sum" or "avg"."""
+        s, r = self._pair(sendbuf, recvbuf)
+        e = _array(residual, True, "residual") if residual is not None else None
+        if s.dtype != np.float32 or e is None or e.dtype != np.float32 or e.size != s.size:
+            raise ValueError("allreduce_ef takes float32 buffers and a float32 residual of "
+                             f"the same length ({s.size})")
+        if r.size != s.size:
+            raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")
+        return self._run("allreduce_ef", async_op,
+                         (_ptr(s), _ptr(r), s.size, op_code(op), codec_code(codec), _ptr(e)),
+                         (s, r, e))
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", async_op=False):
         s, r = self._pair(sendbuf, recvbuf)
@@ -368,7 +391,7 @@ def _nonblocking(name):
     return method
 
 
-for _name in ("allreduce", "reduce_scatter", "allgather", "allgatherv", "reduce_scatterv",
+for _name in ("allreduce", "allreduce_ef", "reduce_scatter", "allgather", "allgatherv", "reduce_scatterv",
               "broadcast", "reduce", "gather", "scatter", "alltoall", "alltoallv", "send",
               "recv"):
     setattr(Communicator, "i" + _name, _nonblocking(_name))

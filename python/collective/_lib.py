@@ -95,6 +95,7 @@ _OPS = {
     "alltoallv": [comm_p, _P, c_size_p, c_size_p, _P, c_size_p, c_size_p, _I],
     "allgatherv": [comm_p, _P, _SZ, _P, c_size_p, c_size_p, _I],
     "reduce_scatterv": [comm_p, _P, _P, c_size_p, _I, _I],
+    "allreduce_ef": [comm_p, _P, _P, _SZ, _I, _I, _P],
     "send": [comm_p, _P, _SZ, _I, _I, ctypes.c_uint32],
     "recv": [comm_p, _P, _SZ, _I, _I, ctypes.c_uint32],
 }

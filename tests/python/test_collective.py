@@ -178,11 +178,47 @@ def dead_rank(r, n, where):
     raise AssertionError("nobody noticed the dead rank")
 
 
+def error_feedback(r, n, where):
+    """int8 with error feedback: one call is off by the codec's error, the mean of many
+    calls converges to the exact average (the residual carries what each call lost), and
+    every rank gets the same bits."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=10000)
+    rng = np.random.default_rng(7 + r)
+    g = rng.standard_normal(5000).astype(np.float32)
+    exact = np.mean([np.random.default_rng(7 + p).standard_normal(5000).astype(np.float32)
+                     for p in range(n)], axis=0)
+    e, out, total, calls = np.zeros_like(g), np.zeros_like(g), np.zeros_like(g), 40
+    for k in range(calls):
+        req = c.iallreduce_ef(g, out, e, op="avg", codec="int8")
+        req.wait()
+        if k == 0:
+            first = np.abs(out - exact).max()
+            assert np.abs(e).max() > 0, "the codec lost nothing: nothing to feed back"
+        total += out
+    mean_err = np.abs(total / calls - exact).max()
+    assert 0 < first < 0.1 and mean_err < first / 8, (first, mean_err)
+    every = np.zeros(n * g.size, np.float32)
+    c.allgather(out, every)
+    assert all(np.array_equal(every[p * g.size:(p + 1) * g.size], out) for p in range(n))
+    for bad in [lambda: c.allreduce_ef(g.astype(np.float64), None, e.astype(np.float64)),
+                lambda: c.allreduce_ef(g, out, e[:10]),
+                lambda: c.allreduce_ef(g, out, e, codec="int4")]:
+        try:
+            bad()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("bad allreduce_ef arguments passed")
+    c.close()
+
+
 def main():
     bad = 0
     for n in (1, 2, 4):
         bad += ranks.check(collectives, n, "collectives")
     bad += ranks.check(errors, 2, "errors")
+    for n in (1, 3):
+        bad += ranks.check(error_feedback, n, "all-reduce with error feedback")
     bad += ranks.check(store_init, 3, "store init")
     bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
     return 1 if bad else 0
