@@ -2,6 +2,7 @@
 """Runs one model under every parallel strategy and prints one table.
 
   compare_strategies.py [--bin DIR] [--ranks 2,4] [--batch 64] [--steps 60] [--out DIR]
+                        [--no-torch]
 
 For each rank count it runs serial (dp_train on one rank), DP, FSDP, TP, PP (1F1B) and
 hybrid PP x DP on the same global batch, each for --steps steps of one epoch, and reads
@@ -11,7 +12,9 @@ FSDP 3P'(N-1)/N, TP the all-reduces of B x 256 + B x 10 + B x 256, PP activation
 gradients B x width per boundary, hybrid the stage-group all-reduce 2P_stage(D-1)/D,
 activations left out); the largest memory any rank holds (params, grads, optimizer
 state, activations, KiB); test accuracy. Chrome traces of one step of each go to
-DIR/<strategy>_<N>.trace.json (open them in Perfetto).
+DIR/<strategy>_<N>.trace.json (open them in Perfetto). Where torch is installed, two more
+rows: examples/torch_ddp.py (PyTorch DDP over this library, a small CNN) on one rank and
+on N, its speedup over its own one-rank run.
 """
 import argparse
 import json
@@ -20,9 +23,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"  # Debian's, which has torch
 
 
-def strategies(n):
+def strategies(n, torch_rows):
     """(name, program, arguments) for n ranks."""
     yield "serial", "dp_train", ["--np", "1"]
     yield "dp", "dp_train", ["--np", str(n)]
@@ -31,6 +35,13 @@ def strategies(n):
     yield "pp-1f1b", "pp_train", ["--np", str(n), "--schedule", "1f1b", "--microbatches", "4"]
     if n % 2 == 0:
         yield "hybrid", "hybrid_1f1b", ["--np", str(n), "--stages", "2", "--microbatches", "4"]
+    if torch_rows and has_torch():  # PyTorch's DDP over this library: its CNN, so its own one-rank base
+        yield "torch-1", "torch_ddp.py", ["--np", "1"]
+        yield "torch-dp", "torch_ddp.py", ["--np", str(n)]
+
+
+def has_torch():
+    return subprocess.run([PYTHON, "-c", "import torch, numpy"], capture_output=True).returncode == 0
 
 
 def records(doc):
@@ -43,9 +54,16 @@ def records(doc):
 
 def run(args, name, prog, extra, n):
     base = os.path.join(args.out, f"{name}_{n}")
-    cmd = [os.path.join(args.bin, prog), *extra, "--epochs", "1", "--steps", str(args.steps),
-           "--batch", str(args.batch), "--json", base + ".json", "--trace", base + ".trace.json"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if prog.endswith(".py"):  # the package and library of this tree unless told otherwise
+        cmd = [PYTHON, os.path.join(HERE, prog)]
+        env.setdefault("PYTHONPATH", os.path.join(HERE, "..", "python"))
+        env.setdefault("COLL_LIBRARY", os.path.join(args.bin, "..", "libcollective.so.0"))
+    else:
+        cmd = [os.path.join(args.bin, prog)]
+    cmd += [*extra, "--epochs", "1", "--steps", str(args.steps), "--batch", str(args.batch),
+            "--json", base + ".json", "--trace", base + ".trace.json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return json.load(open(base + ".json"))
@@ -72,6 +90,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--out", default="compare_out")
+    ap.add_argument("--no-torch", action="store_true", help="leave out the torch rows")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print(f"# global batch {args.batch}, {args.steps} steps each; bytes per rank per step; "
@@ -81,11 +100,11 @@ def main():
           f"{'gathered':>9} "
           f"{'test_acc':>8}")
     for n in (int(x) for x in args.ranks.split(",")):
-        serial_sps = None
-        for name, prog, extra in strategies(n):
+        base = {}  # each model's one-rank throughput: the C trainers' MLP, torch's CNN
+        for name, prog, extra in strategies(n, not args.no_torch):
             doc = run(args, name, prog, extra, n)
-            serial_sps = serial_sps or doc["epochs"][-1]["samples_per_s"]
-            print(row(name, n, doc, serial_sps), flush=True)
+            sps = base.setdefault(prog.endswith(".py"), doc["epochs"][-1]["samples_per_s"])
+            print(row(name, n, doc, sps), flush=True)
     print(f"# traces: {args.out}/<strategy>_<N>.trace.json; hybrid's bytes are its stage "
           f"group's all-reduce only")
 

@@ -12,6 +12,7 @@ Per epoch: mean loss, training accuracy, samples/s (all ranks); then `test_accur
 import argparse
 import datetime
 import gzip
+import json
 import os
 import struct
 import sys
@@ -55,42 +56,152 @@ class Net(nn.Module):
         return self.f2(F.relu(self.f1(x.flatten(1))))
 
 
+class Timeline:
+    """What this rank did in its last step: forward, backward and the optimizer (timed on
+    this thread) and each gradient bucket's all-reduce, from the hook's issue until its
+    work's future completed (timed from the work objects, on whichever thread ends them)."""
+
+    def __init__(self):
+        self.spans, self.comm_s = [], 0.0
+
+    def span(self, name, start, end=None):
+        """Times on the host's monotonic clock (perf_counter), which every local rank shares."""
+        self.spans.append((name, start, end or time.perf_counter()))
+
+    def hook(self, inner):
+        def timed(state, bucket):
+            start = time.perf_counter()
+
+            def done(fut):
+                self.comm_s += time.perf_counter() - start
+                self.span(f"all-reduce bucket {bucket.index()}", start)
+                return fut.value()
+            return inner(state, bucket).then(done)
+        return timed
+
+
+def ddp_model(args, clock):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    model = nn.parallel.DistributedDataParallel(Net())
+    if args.codec != "none":
+        import collective.torch
+        state, inner = collective.torch.ErrorFeedback(args.codec), collective.torch.ef_hook
+    else:
+        state, inner = None, default_hooks.allreduce_hook  # DDP's own: sum of grads / N
+    model.register_comm_hook(state, clock.hook(inner))
+    return model
+
+
+def activation_bytes(model, x):
+    """Bytes of every layer's output for one batch: what backward keeps."""
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, i, o: seen.append(o.numel() * o.element_size()))
+             for m in model.modules() if not list(m.children())]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    return sum(seen)
+
+
+def wire_tx():
+    """Bytes this rank has put on the wire (backend collective), else None."""
+    pg = dist.distributed_c10d._get_default_group()
+    return pg.comm.stats()["wire_tx"] if hasattr(pg, "comm") else None
+
+
+def epoch(args, e, model, opt, clock, data, rank, size):
+    """One epoch (at most --steps steps): steps, loss sum, right answers, seconds, and
+    the bytes each step put on the wire."""
+    xs, ys = data
+    order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(e))
+    per_rank = args.batch // size
+    steps = len(xs) // args.batch
+    steps = min(steps, args.steps) if args.steps else steps
+    t0, loss_sum, right, sent = time.time(), 0.0, 0, None
+    for s in range(steps):
+        idx = order[s * args.batch + rank * per_rank:s * args.batch + (rank + 1) * per_rank]
+        clock.spans, clock.comm_s = [], 0.0  # the last step's are kept
+        start = time.perf_counter()
+        out = model(xs[idx])
+        loss = F.cross_entropy(out, ys[idx])
+        clock.span("forward", start)
+        opt.zero_grad()
+        start = time.perf_counter()
+        loss.backward()
+        clock.span("backward", start)
+        start = time.perf_counter()
+        opt.step()
+        clock.span("optimizer", start)
+        loss_sum += loss.item()
+        right += (out.argmax(1) == ys[idx]).sum().item()
+        if s == 0:  # DDP's first step also rebuilds its buckets: bytes count from here
+            sent = wire_tx()
+    took = time.time() - t0
+    per_step = (wire_tx() - sent) / (steps - 1) if sent is not None and steps > 1 else None
+    return steps, loss_sum, right, took, per_step
+
+
+def report(args, model, opt, clock, x, rank, size, epochs, accuracy, per_step):
+    """The --json record (rank 0 writes it) and the --trace timeline of the last step."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    optim = sum(t.numel() * t.element_size() for st in opt.state.values()
+                for t in st.values() if torch.is_tensor(t))
+    me = {"rank": rank, "comm_s": clock.comm_s,
+          "memory": {"params": params, "grads": params, "optimizer": optim,
+                     "activations": activation_bytes(model.module, x), "gathered": 0}}
+    if per_step is not None:
+        me["sent_bytes_per_step"] = per_step
+        if args.codec == "none":  # ring all-reduce of every gradient, float32
+            me["formula_bytes_per_step"] = 2 * params * (size - 1) / size
+    ranks, timelines = [None] * size, [None] * size
+    dist.all_gather_object(ranks, me)
+    dist.all_gather_object(timelines, clock.spans)
+    if rank != 0:
+        return
+    epochs[-1]["ranks"] = ranks
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"strategy": "torch-ddp", "backend": args.backend, "codec": args.codec,
+                       "epochs": epochs, "test_accuracy": accuracy}, f)
+    if args.trace:
+        events = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": r,
+                   "args": {"name": f"rank {r}"}} for r in range(size)]
+        t0 = min(start for spans in timelines for _, start, _ in spans)
+        events += [{"ph": "X", "name": name, "pid": 0, "tid": r, "ts": (start - t0) * 1e6,
+                    "dur": (end - start) * 1e6} for r, spans in enumerate(timelines)
+                   for name, start, end in spans]
+        with open(args.trace, "w") as f:
+            json.dump({"traceEvents": events}, f)
+
+
 def train(args, rank, size):
     if args.backend == "collective":
-        import collective.torch  # registers the backend
+        import collective.torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-    model = nn.parallel.DistributedDataParallel(Net())
-    if args.codec != "none":
-        model.register_comm_hook(collective.torch.ErrorFeedback(args.codec),
-                                 collective.torch.ef_hook)
+    clock = Timeline()
+    model = ddp_model(args, clock)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    xs, ys = load("train", args.limit)
+    data = load("train", args.limit)
     xt, yt = load("t10k", args.limit and args.limit // 6)
-    per_rank = args.batch // size
-    for epoch in range(args.epochs):
-        if epoch == args.epochs - 1 and args.epochs > 1:  # a last, gentler epoch settles
+    epochs = []
+    for e in range(args.epochs):
+        if e == args.epochs - 1 and args.epochs > 1:  # a last, gentler epoch settles
             for group in opt.param_groups:
                 group["lr"] = args.lr / 10
-        order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(epoch))
-        steps = len(xs) // args.batch
-        t0, loss_sum, right = time.time(), 0.0, 0
-        for s in range(steps):
-            idx = order[s * args.batch + rank * per_rank:s * args.batch + (rank + 1) * per_rank]
-            out = model(xs[idx])
-            loss = F.cross_entropy(out, ys[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            loss_sum += loss.item()
-            right += (out.argmax(1) == ys[idx]).sum().item()
-        took = time.time() - t0
-        stats = torch.tensor([loss_sum / steps, right, steps * per_rank], dtype=torch.float64)
+        steps, loss_sum, right, took, per_step = epoch(args, e, model, opt, clock, data, rank,
+                                                       size)
+        stats = torch.tensor([loss_sum / steps, right, steps * (args.batch // size)],
+                             dtype=torch.float64)
         dist.all_reduce(stats)
+        epochs.append({"epoch": e + 1, "loss": stats[0].item() / size,
+                       "accuracy": (stats[1] / stats[2]).item(),
+                       "samples_per_s": stats[2].item() / took})
         if rank == 0:
-            print(f"epoch {epoch + 1}: loss {stats[0] / size:.4f} accuracy "
+            print(f"epoch {e + 1}: loss {stats[0] / size:.4f} accuracy "
                   f"{stats[1] / stats[2]:.4f} samples/s {stats[2] / took:.0f}", flush=True)
     model.eval()
     with torch.no_grad():
@@ -98,8 +209,11 @@ def train(args, rank, size):
         right = (model(xt[part]).argmax(1) == yt[part]).sum()
     counts = torch.tensor([right.item(), len(part)], dtype=torch.float64)
     dist.all_reduce(counts)
+    accuracy = (counts[0] / counts[1]).item()
     if rank == 0:
-        print(f"test_accuracy {counts[0] / counts[1]:.4f}", flush=True)
+        print(f"test_accuracy {accuracy:.4f}", flush=True)
+    report(args, model, opt, clock, data[0][:args.batch // size], rank, size, epochs, accuracy,
+           per_step)
     dist.destroy_process_group()
 
 
@@ -114,6 +228,9 @@ def main():
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--limit", type=int, default=0, help="use the first N training images")
+    ap.add_argument("--steps", type=int, default=0, help="at most N steps an epoch")
+    ap.add_argument("--json", help="write the run's report (compare_strategies.py reads it)")
+    ap.add_argument("--trace", help="write a Chrome trace of each rank's last step")
     args = ap.parse_args()
     if args.codec != "none" and args.backend != "collective":
         ap.error("--codec needs --backend collective")
