@@ -24,7 +24,10 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import torch_lab
+
 DATA = "/usr/share/datasets/fashion-mnist"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def load(kind, limit):
@@ -56,6 +59,9 @@ class Net(nn.Module):
         return self.f2(F.relu(self.f1(x.flatten(1))))
 
 
+MODELS = {"cnn": Net, "resnet18": torch_lab.ResNet18}
+
+
 class Timeline:
     """What this rank did in its last step: forward, backward and the optimizer (timed on
     this thread) and each gradient bucket's all-reduce, from the hook's issue until its
@@ -82,7 +88,7 @@ class Timeline:
 
 def ddp_model(args, clock):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    model = nn.parallel.DistributedDataParallel(Net())
+    model = nn.parallel.DistributedDataParallel(MODELS[args.model]())
     if args.codec != "none":
         import collective.torch
         state, inner = collective.torch.ErrorFeedback(args.codec), collective.torch.ef_hook
@@ -175,6 +181,18 @@ def report(args, model, opt, clock, x, rank, size, epochs, accuracy, per_step):
             json.dump({"traceEvents": events}, f)
 
 
+def sweep(args, rank, size):
+    """The scaling lab's measurements on this process group (torch_lab.py)."""
+    if args.backend == "collective":
+        import collective.torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=600))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+    data = load("train", max(args.sweep) * size)
+    torch_lab.sweep_rank(args, rank, size, data, MODELS[args.model], args.points)
+    dist.destroy_process_group()
+
+
 def train(args, rank, size):
     if args.backend == "collective":
         import collective.torch  # noqa: F401  registers the backend
@@ -223,7 +241,15 @@ def main():
     ap.add_argument("--codec", default="none", choices=["none", "fp16", "bf16", "int8"],
                     help="gradients on the wire (backend collective): error feedback keeps "
                          "what the codec loses for the next step")
-    ap.add_argument("--np", type=int, default=0, help="start this many local ranks")
+    ap.add_argument("--np", default="", help="start this many local ranks (with --sweep: "
+                    "a list, e.g. 1,2,4)")
+    ap.add_argument("--model", default="cnn", choices=sorted(MODELS))
+    ap.add_argument("--sweep", help="batch sizes per rank, e.g. 32,128,512: the scaling lab "
+                    "(torch_lab.py) instead of training")
+    ap.add_argument("--no-gloo", action="store_true",
+                    help="--sweep: leave out the Gloo table measured beside ours")
+    ap.add_argument("--coll-perf", default=os.path.join(HERE, "..", "build", "perf", "coll_perf"),
+                    help="--sweep: coll_perf, for its busbw at the bucket size")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -234,23 +260,54 @@ def main():
     args = ap.parse_args()
     if args.codec != "none" and args.backend != "collective":
         ap.error("--codec needs --backend collective")
+    if args.sweep:
+        return run_sweep(args)
     if not args.np:
         train(args, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         return 0
+    return launch(train, args, int(args.np))
+
+
+def launch(target, args, n):
+    """target(args, rank, n) in n local processes meeting at a free local port."""
     import multiprocessing as mp
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
     s.close()
-    ps = [mp.get_context("fork").Process(target=train, args=(args, r, args.np))
-          for r in range(args.np)]
+    ps = [mp.get_context("fork").Process(target=target, args=(args, r, n)) for r in range(n)]
     for p in ps:
         p.start()
     for p in ps:
         p.join()
     return max(abs(p.exitcode) for p in ps)
 
+
+def run_sweep(args):
+    """Every rank count of --np (or torchrun's one), then the tables (rank 0, or here)."""
+    import tempfile
+    args.sweep = [int(b) for b in args.sweep.split(",")]
+    fd, args.points = tempfile.mkstemp(prefix="torch_lab.", suffix=".jsonl")
+    os.close(fd)
+    try:
+        if args.np:
+            for n in (int(k) for k in args.np.split(",")):
+                if launch(sweep, args, n):
+                    return 1
+        else:
+            rank = int(os.environ["RANK"])
+            sweep(args, rank, int(os.environ["WORLD_SIZE"]))
+            if rank:
+                return 0
+        points = [json.loads(line) for line in open(args.points)]
+    finally:
+        os.unlink(args.points)
+    points = torch_lab.tables(points, args.coll_perf)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "points": points}, f)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
