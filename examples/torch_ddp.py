@@ -232,6 +232,7 @@ def train(args, rank, size):
         print(f"test_accuracy {accuracy:.4f}", flush=True)
     report(args, model, opt, clock, data[0][:args.batch // size], rank, size, epochs, accuracy,
            per_step)
+    del model  # DDP with a comm hook freed after its Gloo group spins forever at exit
     dist.destroy_process_group()
 
 

@@ -170,13 +170,14 @@ class _PyWork(dist._Work):
         return self._end()
 
 
-def _python_caller():
-    """Is the caller torch's Python API (distributed_c10d.py), not its C++ side (DDP's
-    reducer, parameter checks), whose waits never call back into Python?"""
+def _torch_caller():
+    """The frame of torch's Python API (distributed_c10d.py) that called the backend, or
+    None when its C++ side did (DDP's reducer, parameter checks), whose waits never call
+    back into Python."""
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename == __file__:
         f = f.f_back
-    return f is not None and f.f_code.co_filename.endswith("distributed_c10d.py")
+    return f if f is not None and f.f_code.co_filename.endswith("distributed_c10d.py") else None
 
 
 def _done(result):
@@ -203,11 +204,25 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return "collective"
 
     def _start(self, name, args, keep, after=None, result=None):
-        req = self.comm._run(name, True, args, keep)
         result = result if result is not None else []
-        if _python_caller():
+        caller = _torch_caller()
+        if caller is not None and caller.f_locals.get("async_op") is False:
+            return self._now(name, args, keep, after, result)
+        req = self.comm._run(name, True, args, keep)
+        if caller is not None:
             return _PyWork(req, after, result)
         return _c10d._create_work_from_future(self.completer.add(req, after, result))
+
+    def _now(self, name, args, keep, after, result):
+        """A call torch waits for at once (async_op=False): the blocking form on this
+        thread, no hand-off to the library's thread and back (8 B: ~10 us, not 30-80)."""
+        try:
+            self.comm._run(name, False, args, keep)
+        except collective.CollectiveError as e:
+            raise RuntimeError(str(e)) from None
+        if after:
+            after()
+        return _done(result)
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(tensors[0])

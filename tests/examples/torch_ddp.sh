@@ -13,9 +13,11 @@ $py -c "import torch, numpy" 2>/dev/null || { echo "torch is not installed: skip
     { echo "dataset-fashion-mnist is not installed: skipped"; exit 77; }
 status=0
 for how in "--backend collective" "--backend gloo" "--codec int8"; do
-    out=$(COLL_LIBRARY="$lib" PYTHONPATH="$src" timeout 240 $py "$ex" --np 2 --epochs 1 \
+    out=$(COLL_LIBRARY="$lib" PYTHONPATH="$src" timeout 120 $py "$ex" --np 2 --epochs 1 \
           --limit 6000 $how 2>&1)
+    rc=$?
     echo "$out" | grep -v '^coll '
+    [ $rc -eq 0 ] || { echo "FAIL: $how: exit status $rc (124: it did not end)"; status=1; }
     acc=$(echo "$out" | sed -n 's/^test_accuracy //p')
     if [ -z "$acc" ] || ! $py -c "import sys; sys.exit(0 if float('$acc') > 0.6 else 1)"; then
         echo "FAIL: $how: test_accuracy '${acc}'"
@@ -24,7 +26,9 @@ for how in "--backend collective" "--backend gloo" "--codec int8"; do
 done
 out=$(COLL_LIBRARY="$lib" PYTHONPATH="$src" timeout 300 $py "$ex" --model resnet18 --sweep 4 \
       --np 1,2 --steps 1 --coll-perf "$perf" 2>&1)
+rc=$?
 echo "$out" | grep -v '^coll '
+[ $rc -eq 0 ] || { echo "FAIL: scaling lab: exit status $rc"; status=1; }
 # rows: ranks batch step samples/s speedup compute comm buckets GB/s coll_perf
 rows=$(echo "$out" | awk '$1 ~ /^[12]$/ && $2 == 4 && $3 > 0 && $5 ~ /x$/ && $7 ~ /-/ &&
        ($1 == 1 || ($9 > 0 && $10 > 0))' | wc -l)
