@@ -180,6 +180,28 @@ def codecs(r, n, where):
     dist.destroy_process_group()
 
 
+def refused(fn):
+    try:
+        fn()
+    except RuntimeError as e:
+        assert "collective" in str(e) or "COLL_E" in str(e), e
+        return str(e)
+    raise AssertionError("bad input passed")
+
+
+def bad_input(r, n, where):
+    """Each a RuntimeError with the library's words, never a crash or a hang: a tensor
+    on another device, splits that do not cover the tensor, and (last: it leaves the
+    ranks out of step, so the group fails) sizes that differ across ranks."""
+    init(r, n, where, timeout_s=10)
+    refused(lambda: dist.all_reduce(torch.ones(3, device="meta")))
+    refused(lambda: dist.all_to_all_single(torch.zeros(4), torch.ones(4), [1] * n, [5] * n))
+    refused(lambda: dist.all_to_all_single(torch.zeros(2 * n + 1), torch.ones(2 * n + 1)))
+    dist.barrier()
+    said = refused(lambda: dist.all_reduce(torch.ones(3 + r)))
+    assert "COLL_EMISMATCH" in said, said
+
+
 def dead(r, n, where):
     init(r, n, where, timeout_s=3)
     dist.barrier()
@@ -202,6 +224,7 @@ def main():
         bad += ranks.check(ops, n, "torch ops against gloo")
     bad += ranks.check(ddp, 2, "DDP against gloo")
     bad += ranks.check(codecs, 3, "codecs and the error-feedback DDP hook")
+    bad += ranks.check(bad_input, 2, "bad input")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
