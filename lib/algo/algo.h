@@ -53,6 +53,7 @@ extern const cl_algo cl_algo_hier;         /* hier.c */
 extern const cl_algo cl_algo_rabenseifner; /* rabenseifner.c */
 extern const cl_algo cl_algo_bruck;        /* bruck.c */
 extern const cl_algo cl_algo_binomial;     /* binomial.c */
+extern const cl_algo cl_algo_tree;         /* tree.c */
 
 /* ---- the pipeline every algorithm runs on (pass.c) --------------------------------- */
 
@@ -83,6 +84,9 @@ typedef struct pass_ops {
     /* Optional: the header's count for send unit u (recv = 0), or the count this rank
      * expects in receive unit u's header; default: the op's count. */
     uint64_t (*count)(const pass *p, size_t u, int recv);
+    /* Optional: how many receive units must have completed before send unit u may go
+     * (a tree's node forwards what its children sent); default: by lag. */
+    size_t (*needs)(const pass *p, size_t u);
 } pass_ops;
 
 typedef enum { CHUNKS_RS, CHUNKS_AG, CHUNKS_ONE, CHUNKS_DIRECT } chunk_order;

@@ -324,7 +324,9 @@ static int post_ready(flight *f)
     size_t nr = p->recvs, ns = p->sends;
     f->linking = 0;
     while (rc == COLL_OK && f->s_posted < ns && f->s_posted - f->s_done < WINDOW) {
-        size_t need = f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag : 0;
+        size_t need = p->ops->needs              ? p->ops->needs(p, f->s_posted)
+                      : f->s_posted + 1 > p->lag ? f->s_posted + 1 - p->lag
+                                                 : 0;
         if (nr && f->r_done < CL_MIN(need, nr))
             break;
         if (not_yet(f, rc = post_send(f), f->s_posted, 0)) {

@@ -15,6 +15,7 @@ const cl_algo *const cl_algos[] = {
     &cl_algo_rabenseifner,
     &cl_algo_bruck,
     &cl_algo_binomial,
+    &cl_algo_tree,
     NULL,
 };
 

@@ -19,9 +19,6 @@
 #define ALPHA_S 4e-6
 #define BETA_S 0.25e-9
 
-/* Named in the contract (API.md), not built yet: forcing one is COLL_ENOTSUP. */
-static const char *const planned[] = {"tree", NULL};
-
 /* Every rank must choose the same algorithm, so the price is not this rank's cost but the
  * dearest of the positions whose share differs most (the first pair, which folds or owns
  * the larger chunks, and the last): the same numbers on every rank. */
@@ -47,9 +44,6 @@ static int runs(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
 
 int cl_algo_name_valid(const char *name)
 {
-    for (int i = 0; planned[i]; i++)
-        if (strcmp(name, planned[i]) == 0)
-            return 1;
     const cl_algo *a = cl_algo_named(name);
     return a && (a->serves & CL_SERVES(CL_ALLREDUCE));
 }
@@ -58,7 +52,10 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
 {
     const cl_algo *a = cl_algo_named(c->force);
     if (!a || !(a->serves & CL_SERVES(CL_ALLREDUCE)))
-        snprintf(why, len, "COLL_ALGO=%s: not built yet (built: ring, doubling, hier, rabenseifner)", c->force);
+        snprintf(
+            why, len,
+            "COLL_ALGO=%s: not an all-reduce algorithm (ring, doubling, rabenseifner, tree, hier)",
+            c->force);
     else if (!a->fits(cl_topo_ctx(c, op), op))
         snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte all-reduce on %d ranks%s", c->force,
                  op->count * cl_dtype_size(op->dtype), c->size,

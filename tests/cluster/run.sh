@@ -24,4 +24,5 @@ run "2 2 2 2" rr hier 256K
 run "2 2 2 2" rr doubling 64K
 run "3 2 2" random "" 256K
 run "3 2 2" random ring 256K
+run "3 2 2" random tree 256K
 exit $fail
