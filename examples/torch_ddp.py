@@ -8,6 +8,10 @@ MASTER_PORT per rank, or with --np N (local processes):
         [--codec int8]   # gradients averaged through int8 with error feedback (a DDP hook)
 
 Per epoch: mean loss, training accuracy, samples/s (all ranks); then `test_accuracy A`.
+--json/--trace write the run's report and a Chrome trace of each rank's last step.
+The DDP scaling lab (torch_lab.py) instead of training:
+
+    /usr/bin/python3 examples/torch_ddp.py --model resnet18 --sweep 32,128,512 --np 1,2,4
 """
 import argparse
 import datetime
