@@ -5,7 +5,8 @@ gradient all-reduce's bandwidth beside coll_perf's busbw at the same bucket size
 
 Compute is a step under DDP's no_sync() (nothing communicated); communication is each
 bucket's all-reduce from the hook's issue until its work's future completed, summed
-over the step's buckets (it overlaps backward, so compute + comm can exceed a step)."""
+over the step's buckets (it overlaps backward, so compute + comm can exceed a step);
+exposed is what communication added to the step (step - compute)."""
 import functools
 import json
 import math
@@ -141,10 +142,12 @@ def tables(points, coll_perf):
     for backend in dict.fromkeys(p["backend"] for p in points):
         print(f"\n# backend {backend}: ms per step (median), samples/s of all ranks, speedup "
               f"over 1 rank at that batch, compute (no_sync) and comm (bucket all-reduces, "
-              f"from the work objects) per rank, ms; comm bandwidth = "
+              f"from the work objects) and exposed (step - compute) per rank, ms; comm "
+              f"bandwidth = "
               f"ceil(2(N-1)/N X) x 4 B / comm")
         print(f"{'ranks':>5} {'batch':>5} {'step':>8} {'samples/s':>9} {'speedup':>7} "
-              f"{'compute':>15} {'comm':>15} {'buckets':>7} {'GB/s':>6} {'coll_perf':>9}")
+              f"{'compute':>15} {'comm':>15} {'exposed':>15} {'buckets':>7} {'GB/s':>6} "
+              f"{'coll_perf':>9}")
         for p in (q for q in points if q["backend"] == backend):
             row(p, one.get((backend, p["batch"])), coll_perf)
     return points
@@ -158,6 +161,7 @@ def row(p, base, coll_perf):
         else float("nan")
     comm = [r["comm_s"] for r in per]
     compute = [r["compute_s"] for r in per]
+    exposed = [max(0.0, r["step_s"] - r["compute_s"]) for r in per]
     x, buckets = per[0]["params"], per[0]["buckets"]
     moved = math.ceil(2 * (n - 1) / n * x) * 4
     p["gbps"] = moved / max(comm) / 1e9 if n > 1 and max(comm) > 0 else None
@@ -167,5 +171,6 @@ def row(p, base, coll_perf):
     gb = f"{p['gbps']:.2f}" if p["gbps"] else "-"
     cp = f"{p['coll_perf_busbw']:.2f}" if p["coll_perf_busbw"] else "-"
     print(f"{n:>5} {p['batch']:>5} {step * 1e3:>8.1f} {p['samples_per_s']:>9.0f} "
-          f"{speedup:>6.2f}x {span(compute):>15} {span(comm):>15} {len(buckets):>7} {gb:>6} "
+          f"{speedup:>6.2f}x {span(compute):>15} {span(comm):>15} {span(exposed):>15} "
+          f"{len(buckets):>7} {gb:>6} "
           f"{cp:>9}", flush=True)

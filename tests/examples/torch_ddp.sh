@@ -29,8 +29,8 @@ out=$(COLL_LIBRARY="$lib" PYTHONPATH="$src" timeout 300 $py "$ex" --model resnet
 rc=$?
 echo "$out" | grep -v '^coll '
 [ $rc -eq 0 ] || { echo "FAIL: scaling lab: exit status $rc"; status=1; }
-# rows: ranks batch step samples/s speedup compute comm buckets GB/s coll_perf
+# rows: ranks batch step samples/s speedup compute comm exposed buckets GB/s coll_perf
 rows=$(echo "$out" | awk '$1 ~ /^[12]$/ && $2 == 4 && $3 > 0 && $5 ~ /x$/ && $7 ~ /-/ &&
-       ($1 == 1 || ($9 > 0 && $10 > 0))' | wc -l)
+       $8 ~ /-/ && ($1 == 1 || ($10 > 0 && $11 > 0))' | wc -l)
 [ "$rows" -eq 4 ] || { echo "FAIL: scaling lab: $rows good rows, want 4"; status=1; }
 exit $status
