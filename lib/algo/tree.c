@@ -214,8 +214,9 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
  * less the leaves': 4 x depth - 2, which is what 5 and 6 ranks measured here (38 and
  * 43 us for 8 bytes, against recursive halving's 19 and 31). Bytes: what this rank sends
  * (a half to each parent, the halves it forwards to its children); its additions are
- * serial work. Across hosts every step and byte is priced as crossing (the trees do not
- * follow the hosts). */
+ * serial work. Positions are in host order, so a low subtree stays inside a host, but
+ * the two trees are not built from the hosts: across hosts every step and byte is
+ * priced as crossing (an upper bound). */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, d = 0;
