@@ -91,6 +91,12 @@ def ops(r, n, where):
     w = dist.all_reduce(torch.ones(100), async_op=True)
     w.wait()
     assert w.is_completed()
+    # A blocking call (the caller's thread) behind a non-blocking one still in flight.
+    big, small = torch.ones(1 << 20), torch.ones(3)
+    w = dist.all_reduce(big, async_op=True)
+    dist.all_reduce(small)
+    w.wait()
+    assert torch.equal(small, torch.full((3,), float(n))) and big[-1] == n
     fut = dist.all_reduce(torch.ones(10), async_op=True).get_future()
     assert torch.equal(fut.wait()[0], torch.full((10,), float(n)))
     dist.barrier()
