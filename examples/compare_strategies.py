@@ -35,13 +35,15 @@ def strategies(n, torch_rows):
     yield "pp-1f1b", "pp_train", ["--np", str(n), "--schedule", "1f1b", "--microbatches", "4"]
     if n % 2 == 0:
         yield "hybrid", "hybrid_1f1b", ["--np", str(n), "--stages", "2", "--microbatches", "4"]
-    if torch_rows and has_torch():  # PyTorch's DDP over this library: its CNN, so its own one-rank base
+    # PyTorch's DDP over this library: another model (a CNN), so its own one-rank base.
+    if torch_rows and has_torch():
         yield "torch-1", "torch_ddp.py", ["--np", "1"]
         yield "torch-dp", "torch_ddp.py", ["--np", str(n)]
 
 
 def has_torch():
-    return subprocess.run([PYTHON, "-c", "import torch, numpy"], capture_output=True).returncode == 0
+    probe = subprocess.run([PYTHON, "-c", "import torch, numpy"], capture_output=True)
+    return probe.returncode == 0
 
 
 def records(doc):

@@ -391,7 +391,7 @@ def _nonblocking(name):
     return method
 
 
-for _name in ("allreduce", "allreduce_ef", "reduce_scatter", "allgather", "allgatherv", "reduce_scatterv",
-              "broadcast", "reduce", "gather", "scatter", "alltoall", "alltoallv", "send",
-              "recv"):
+for _name in ("allreduce", "allreduce_ef", "reduce_scatter", "allgather", "allgatherv",
+              "reduce_scatterv", "broadcast", "reduce", "gather", "scatter", "alltoall",
+              "alltoallv", "send", "recv"):
     setattr(Communicator, "i" + _name, _nonblocking(_name))

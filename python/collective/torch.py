@@ -6,8 +6,9 @@
 The backend meets through the store torch hands it (coll_init_store: no second port).
 A call torch's Python API waits for at once (async_op=False) runs the library's blocking
 form on the caller's thread; any other runs as its non-blocking form, with a work object
-over a future that a completer thread settles when the operation ends. CPU tensors of float32/64, float16, bfloat16, int8/32/64 and uint8;
-non-contiguous tensors go through a contiguous copy. COLL_CODEC (or COLL_* variables in
+over a future that a completer thread settles when the operation ends. CPU tensors of
+float32/64, float16, bfloat16, int8/32/64 and uint8; non-contiguous tensors go through a
+contiguous copy. COLL_CODEC (or COLL_* variables in
 general) reach the library as for C programs; set_codec(codec, group) switches a group's
 wire codec, and ef_hook is a DDP communication hook that averages gradients through a
 codec with error feedback.
