@@ -66,30 +66,6 @@ class Net(nn.Module):
 MODELS = {"cnn": Net, "resnet18": torch_lab.ResNet18}
 
 
-class Timeline:
-    """What this rank did in its last step: forward, backward and the optimizer (timed on
-    this thread) and each gradient bucket's all-reduce, from the hook's issue until its
-    work's future completed (timed from the work objects, on whichever thread ends them)."""
-
-    def __init__(self):
-        self.spans, self.comm_s = [], 0.0
-
-    def span(self, name, start, end=None):
-        """Times on the host's monotonic clock (perf_counter), which every local rank shares."""
-        self.spans.append((name, start, end or time.perf_counter()))
-
-    def hook(self, inner):
-        def timed(state, bucket):
-            start = time.perf_counter()
-
-            def done(fut):
-                self.comm_s += time.perf_counter() - start
-                self.span(f"all-reduce bucket {bucket.index()}", start)
-                return fut.value()
-            return inner(state, bucket).then(done)
-        return timed
-
-
 def ddp_model(args, clock):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     model = nn.parallel.DistributedDataParallel(MODELS[args.model]())
@@ -131,7 +107,7 @@ def epoch(args, e, model, opt, clock, data, rank, size):
     t0, loss_sum, right, sent = time.time(), 0.0, 0, None
     for s in range(steps):
         idx = order[s * args.batch + rank * per_rank:s * args.batch + (rank + 1) * per_rank]
-        clock.spans, clock.comm_s = [], 0.0  # the last step's are kept
+        clock.restart()  # the last step's spans are kept
         start = time.perf_counter()
         out = model(xs[idx])
         loss = F.cross_entropy(out, ys[idx])
@@ -204,7 +180,7 @@ def train(args, rank, size):
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-    clock = Timeline()
+    clock = torch_lab.Timeline()
     model = ddp_model(args, clock)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     data = load("train", args.limit)

@@ -56,36 +56,50 @@ class ResNet18(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
 
 
-class BucketClock:
-    """A DDP hook (DDP's own all-reduce: sum, then / N) that times every bucket."""
+class Timeline:
+    """What this rank did in its step: spans timed on this thread (forward, backward, the
+    optimizer) and each gradient bucket's all-reduce, from the hook's issue until its
+    work's future completed (timed from the work objects, on whichever thread ends them),
+    their sum and the buckets' sizes. torch_ddp.py's trainer and the lab both use it."""
 
-    def __init__(self, group):
-        self.group, self.comm_s, self.buckets = group, 0.0, []
+    def __init__(self):
+        self.restart()
 
-    def hook(self, state, bucket):
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        start = time.perf_counter()
-        self.buckets.append(bucket.buffer().numel())
+    def restart(self):
+        self.spans, self.comm_s, self.buckets = [], 0.0, []
 
-        def done(fut):
-            self.comm_s += time.perf_counter() - start
-            return fut.value()
-        return default_hooks.allreduce_hook(self.group, bucket).then(done)
+    def span(self, name, start, end=None):
+        """Times on the host's monotonic clock (perf_counter), which every local rank shares."""
+        self.spans.append((name, start, end or time.perf_counter()))
+
+    def hook(self, inner):
+        """inner, a DDP communication hook, with every bucket timed."""
+        def timed(state, bucket):
+            start = time.perf_counter()
+            self.buckets.append(bucket.buffer().numel())
+
+            def done(fut):
+                self.comm_s += time.perf_counter() - start
+                self.span(f"all-reduce bucket {bucket.index()}", start)
+                return fut.value()
+            return inner(state, bucket).then(done)
+        return timed
 
 
 def measure(model_fn, group, batch, data, rank, steps):
     """One point on this rank: median step, compute (no_sync) and comm seconds, and the
     bucket sizes of a step."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     torch.manual_seed(0)
-    clock = BucketClock(group)
+    clock = Timeline()
     model = nn.parallel.DistributedDataParallel(model_fn(), process_group=group)
-    model.register_comm_hook(None, clock.hook)
+    model.register_comm_hook(group, clock.hook(default_hooks.allreduce_hook))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     xs, ys = data
     x, y = xs[rank * batch:(rank + 1) * batch], ys[rank * batch:(rank + 1) * batch]
 
     def step():
-        clock.comm_s, clock.buckets = 0.0, []
+        clock.restart()
         start = time.perf_counter()
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()

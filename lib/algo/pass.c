@@ -495,12 +495,13 @@ static void dial_ahead(pass *p)
         cl_link_get(p->x, 0, cl_unit_peer(p, u, 0), &conn);
 }
 
+/* The next piece of the pass's meanwhile work (all: every piece left); none once done. */
 static void meanwhile(pass *p, size_t *at, int all)
 {
-    while (p->meanwhile && p->meanwhile(p, at) && all)
-        ;
-    if (all)
-        p->meanwhile = NULL;
+    do
+        if (p->meanwhile && !p->meanwhile(p, at))
+            p->meanwhile = NULL;
+    while (all && p->meanwhile);
 }
 
 static int fly(flight *f)

@@ -3,10 +3,10 @@
  * in-order tree (a rank's lowest set bit gives its height); the second is the first
  * mirrored (n even) or shifted by one (n odd), so most ranks that are inner nodes in one
  * tree are leaves in the other, and every rank sends and receives about S each way in
- * 2 x depth steps, not the ring's 2(n-1). Upwards each node adds its children's segments
- * to its own (in child order: the result does not depend on timing) and passes the sum
- * to its parent; each root then holds its half's result, which comes back down the same
- * edges. Every rank ends with the roots' bytes: bit-identical everywhere. */
+ * a number of steps that grows with the depth (log2 n), not the ring's 2(n-1). Upwards each node
+ * adds its children's segments to its own (in child order: the result does not depend on timing)
+ * and passes the sum to its parent; each root then holds its half's result, which comes back down
+ * the same edges. Every rank ends with the roots' bytes: bit-identical everywhere. */
 #include "algo/algo.h"
 
 #include "base/util.h"
@@ -148,38 +148,35 @@ static size_t lay_out(const pass *p, schedule *s, int down, size_t *recvs)
         for (int k = 0; k < 2; k++) {
             if (i >= segs[k])
                 continue;
-            unit it = {-1, off[k] + i * seg, CL_MIN(seg, len[k] - CL_MIN(len[k], i * seg)), 0};
+            size_t at = off[k] + i * seg, n = CL_MIN(seg, len[k] - CL_MIN(len[k], i * seg));
             int from[2] = {down ? t[k].parent : t[k].child[0], down ? -1 : t[k].child[1]};
             for (int c = 0; c < 2; c++)
                 if (from[c] >= 0)
-                    s->recv[(*recvs)++] = (unit){from[c], it.off, it.len, 0};
+                    s->recv[(*recvs)++] = (unit){from[c], at, n, 0};
             int to[2] = {down ? t[k].child[0] : t[k].parent, down ? t[k].child[1] : -1};
             for (int c = 0; c < 2; c++)
                 if (to[c] >= 0)
-                    s->send[sends++] = (unit){to[c], it.off, it.len, *recvs};
+                    s->send[sends++] = (unit){to[c], at, n, *recvs};
         }
     return sends;
 }
 
-static int run_pass(const cl_algo_ctx *x, const cl_op *op, int down)
+/* Segments of the pipeline segment's size, not a ring's chunk. */
+static size_t seg_elems(const cl_algo_ctx *x, const cl_op *op)
+{
+    return CL_MAX((size_t)1, x->segment_bytes / cl_dtype_size(op->dtype));
+}
+
+static int run_pass(const cl_algo_ctx *x, const cl_op *op, int down, schedule *s)
 {
     pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
-    p.seg_elems = CL_MAX((size_t)1, x->segment_bytes / p.esize); /* not a ring's chunk */
-    /* Per segment of a half, at most two units each way. */
-    size_t most = 2 * (2 * (op->count / 2 / p.seg_elems + 2));
-    schedule s = {malloc(most * sizeof(unit)), malloc(most * sizeof(unit))};
-    int rc = s.send && s.recv ? COLL_OK : COLL_ENOMEM;
-    if (rc == COLL_OK) {
-        p.ops = down ? &down_ops : &up_ops;
-        p.acc = op->rbuf;
-        p.plan = &s;
-        p.sends = lay_out(&p, &s, down, &p.recvs);
-        p.slot_bytes = down ? 0 : CL_MIN(p.seg_elems, op->count) * p.esize;
-        rc = cl_pass_run(&p);
-    }
-    free(s.send);
-    free(s.recv);
-    return rc;
+    p.seg_elems = seg_elems(x, op);
+    p.ops = down ? &down_ops : &up_ops;
+    p.acc = op->rbuf;
+    p.plan = s;
+    p.sends = lay_out(&p, s, down, &p.recvs);
+    p.slot_bytes = down ? 0 : CL_MIN(p.seg_elems, op->count) * p.esize;
+    return cl_pass_run(&p);
 }
 
 /* A root divides its half of an average once, before it goes down. */
@@ -192,15 +189,21 @@ static void divide_roots(const cl_algo_ctx *x, const cl_op *op)
     }
 }
 
+/* One schedule serves both directions: per segment of a half, at most two units each
+ * way. */
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
-    if (op->sbuf != op->rbuf && op->count)
+    size_t most = 2 * (2 * (op->count / 2 / seg_elems(x, op) + 2));
+    schedule s = {malloc(most * sizeof(unit)), malloc(most * sizeof(unit))};
+    int rc = s.send && s.recv ? COLL_OK : COLL_ENOMEM;
+    if (rc == COLL_OK && op->sbuf != op->rbuf && op->count)
         memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
-    int rc = run_pass(x, op, 0);
-    if (rc == COLL_OK) {
+    if (rc == COLL_OK && (rc = run_pass(x, op, 0, &s)) == COLL_OK) {
         divide_roots(x, op);
-        rc = run_pass(x, op, 1);
+        rc = run_pass(x, op, 1, &s);
     }
+    free(s.send);
+    free(s.recv);
     return rc;
 }
 
