@@ -72,7 +72,7 @@ static void table(const cluster *k)
             const cl_algo *a = cl_algos[i];
             if (!(a->serves & CL_SERVES(CL_ALLREDUCE)) || a == &cl_algo_codec)
                 continue;
-            if (a->fits(cl_topo_ctx(c, &op), &op))
+            if (a->fits(cl_topo_ctx(c, a, &op), &op))
                 printf(" %12.1f", cl_price(c, a, &op) * 1e6);
             else
                 printf(" %12s", "-");

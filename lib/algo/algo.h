@@ -34,6 +34,10 @@ typedef struct cl_algo {
     cl_cost (*cost)(const cl_algo_ctx *x, const cl_op *op);
     /* Runs the operation to completion; on failure has reported it (cl_algo_fail). */
     int (*run)(const cl_algo_ctx *x, cl_op *op);
+    /* CL_SERVES of the collectives laid out by rank number (reduce-scatter, all-gather,
+     * barrier, a broadcast's root) that it runs on positions in host order, mapping each
+     * position's block back to its rank; an all-reduce always runs in host order. */
+    unsigned placed;
 } cl_algo;
 
 #define CL_SERVES(kind) (1u << (kind))
@@ -108,6 +112,9 @@ struct pass {
     coll_codec codec;
     int divide_last;
     const void *plan; /* a routed pass's own layout of its units (direct.c) */
+    /* Chunk c is block blocks[c] of the buffer (NULL: block c): the communicator rank at
+     * position c, for a collective laid out by rank run in host order. */
+    const int *blocks;
     /* Optional: work that moves no message (a block this rank keeps), done a piece at a
      * time between the transfers' polls, so it overlaps them: the piece from *at on,
      * advancing *at; returns 0 once all is done. Skipped if the pass fails. */
@@ -138,14 +145,17 @@ extern const pass_ops cl_plain_ops;
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
 /* The ring reduce-scatter pass over `count` elements: every rank's src reduced chunk by
  * chunk into acc (count elements), leaving rank r's fully reduced chunk r at its offset
- * in acc (chunk c: count/n elements, one more for c < count % n). */
+ * in acc (chunk c: count/n elements, one more for c < count % n; at block blocks[c]
+ * instead where blocks is not NULL, as pass.blocks). */
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
-                                const void *src, void *acc);
+                                const void *src, void *acc, const int *blocks);
 /* An empty message to rank r + 1 and from r - 1 whose header carries the root: ranks
  * that disagree on it get COLL_EMISMATCH (some neighbours differ) where an exchange that
  * depends on the root would leave one waiting for a message sent elsewhere. */
 int cl_root_check(const cl_algo_ctx *x, const cl_op *op);
-/* A ring all-gather of `count` elements in buf, every rank's chunk already in place. */
-int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf);
+/* A ring all-gather of `count` elements in buf, every rank's chunk already in place
+ * (blocks: as pass.blocks). */
+int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
+                         const int *blocks);
 
 #endif

@@ -213,7 +213,8 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
  * Gather and scatter: the root's link carries n - 1 blocks (and the hop n), and a block
  * crosses up to log2 n edges, n/2 log2(n) - (n - 1) blocks more than the direct exchange
  * moves (serial: store and forward). Reduce and broadcast: rank 0 takes or sends the
- * whole vector once a step, and a reduction waits for each step's arrival. */
+ * whole vector once a step, and a reduction waits for each step's arrival. Across hosts
+ * every step and the root's bytes are priced as crossing (an upper bound). */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, steps = 0;
@@ -227,6 +228,8 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         k.bytes = (size_t)((n - 1 + hop * n) * bytes);
         k.serial = ((double)n / 2 * steps - (n - 1)) * bytes;
     }
+    if (x->hosts > 1) /* in rank order any edge may cross, the root's most of all */
+        k.xsteps = k.steps, k.xbytes = (double)k.bytes;
     return k;
 }
 

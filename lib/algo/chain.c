@@ -1,13 +1,15 @@
 /* Chain broadcast: the root sends segments down the chain root, root+1, ...; each rank
  * forwards a segment as soon as it has it, so the chain is a pipeline, not n-1
- * whole-buffer hops. Per rank (but the last) S bytes on the wire, n-1 + segments steps. */
+ * whole-buffer hops. Per rank (but the last) S bytes on the wire, n-1 + segments steps.
+ * Across hosts the chain runs on positions in host order from the root's, so each host
+ * link carries the data once each way. */
 #include "algo/algo.h"
 
 #include "kernels/reduce.h"
 
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
-    int n = x->size, pos = (x->rank - op->root + n) % n;
+    int n = x->size, pos = (x->rank - cl_position_of(x, op->root) + n) % n;
     if (n == 1)
         return COLL_OK;
     pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
@@ -34,8 +36,11 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t bytes = op->count * cl_dtype_size(op->dtype);
     size_t segs = bytes / (x->segment_bytes ? x->segment_bytes : 1) + 1;
-    int last = (x->rank - op->root + x->size) % x->size == x->size - 1;
-    return (cl_cost){.steps = (double)(x->size - 1 + segs - 1), .bytes = last ? 0 : bytes};
+    int n = x->size, last = (x->rank - cl_position_of(x, op->root) + n) % n == n - 1;
+    cl_cost k = {.steps = (double)(n - 1 + segs - 1), .bytes = last ? 0 : bytes};
+    if (x->hosts > 1) /* as the ring: each step waits on the edges that cross */
+        k.xsteps = k.steps, k.xbytes = (double)x->ring_cross * (double)bytes;
+    return k;
 }
 
 const cl_algo cl_algo_chain = {
@@ -44,4 +49,5 @@ const cl_algo cl_algo_chain = {
     .fits = fits,
     .cost = cost,
     .run = run,
+    .placed = CL_SERVES(CL_BROADCAST),
 };

@@ -96,6 +96,15 @@ static inline int cl_rank_of(const cl_algo_ctx *x, int v)
     return x->ranks && v >= 0 ? x->ranks[v] : v;
 }
 
+/* The position of the communicator's rank r (the inverse of cl_rank_of). */
+static inline int cl_position_of(const cl_algo_ctx *x, int r)
+{
+    for (int v = 0; x->ranks && v < x->size; v++)
+        if (x->ranks[v] == r)
+            return v;
+    return r;
+}
+
 /* The link to (dir 0) or from (dir 1) position v as it stands: NULL until opened. */
 static inline cl_tr_conn *cl_link_now(const cl_algo_ctx *x, int dir, int v)
 {

@@ -3,7 +3,10 @@
  * Reduce-scatter: at step s rank r sends chunk r-s-1 and reduces chunk r-s-2 into its
  * copy, so after n-1 steps it owns the full reduction of chunk r. All-gather: at step s
  * rank r forwards chunk r-s; it forwards the owner's bytes unchanged, so every rank ends
- * with bit-identical results. Per rank each pass puts (n-1)/n of the data on the wire. */
+ * with bit-identical results. Per rank each pass puts (n-1)/n of the data on the wire.
+ * Across hosts the ring runs on positions in host order, each position's chunk being its
+ * rank's block (pass.blocks), so it crosses each host link once each way whatever the
+ * launcher's numbering. */
 #include "algo/algo.h"
 
 #include "kernels/reduce.h"
@@ -75,7 +78,7 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
 const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
-                                const void *src, void *acc)
+                                const void *src, void *acc, const int *blocks)
 {
     size_t es = cl_dtype_size(op->dtype);
     pass p = cl_pass_init(x, op, CHUNKS_RS, count, es, 1);
@@ -84,14 +87,17 @@ int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t co
     p.src = src;
     p.acc = acc;
     p.divide_last = op->op == COLL_AVG;
+    p.blocks = blocks;
     return cl_pass_run(&p);
 }
 
-int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf)
+int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
+                         const int *blocks)
 {
     pass p = cl_pass_init(x, op, CHUNKS_AG, count, cl_dtype_size(op->dtype), 1);
     p.ops = &cl_plain_ops;
     p.acc = buf;
+    p.blocks = blocks;
     return cl_pass_run(&p);
 }
 
@@ -102,8 +108,8 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
             memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
         return COLL_OK;
     }
-    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf);
-    return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf) : rc;
+    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf, NULL);
+    return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf, NULL) : rc;
 }
 
 static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
@@ -115,20 +121,21 @@ static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
             memcpy(op->rbuf, op->sbuf, bytes);
         return COLL_OK;
     }
-    /* Partial sums of other ranks' blocks need a home the size of the input. */
+    /* Partial sums of other ranks' blocks need a home the size of the input. Positions
+     * in host order (x->ranks) reduce their own rank's block. */
     char *acc = cl_buf_grow(x->scratch, total * esize);
     if (!acc)
         return COLL_ENOMEM;
-    int rc = cl_ring_reduce_scatter_into(x, op, total, op->sbuf, acc);
+    int rc = cl_ring_reduce_scatter_into(x, op, total, op->sbuf, acc, x->ranks);
     if (rc == COLL_OK && bytes)
-        memcpy(op->rbuf, acc + (size_t)x->rank * bytes, bytes);
+        memcpy(op->rbuf, acc + (size_t)cl_rank_of(x, x->rank) * bytes, bytes);
     return rc;
 }
 
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t bytes = op->count * cl_dtype_size(op->dtype);
-    char *own = (char *)op->rbuf + (size_t)x->rank * bytes;
+    char *own = (char *)op->rbuf + (size_t)cl_rank_of(x, x->rank) * bytes;
     if ((const char *)op->sbuf != own && bytes)
         memmove(own, op->sbuf, bytes);
 }
@@ -136,8 +143,9 @@ void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op)
 static int allgather(const cl_algo_ctx *x, const cl_op *op)
 {
     cl_place_own_block(x, op);
-    return x->size == 1 ? COLL_OK
-                        : cl_ring_allgather_in(x, op, op->count * (size_t)x->size, op->rbuf);
+    return x->size == 1
+               ? COLL_OK
+               : cl_ring_allgather_in(x, op, op->count * (size_t)x->size, op->rbuf, x->ranks);
 }
 
 /* An all-gather of one byte per rank: nobody leaves before everyone's byte arrived. */
@@ -198,4 +206,5 @@ const cl_algo cl_algo_ring = {
     .fits = fits,
     .cost = cost,
     .run = run,
+    .placed = CL_SERVES(CL_REDUCE_SCATTER) | CL_SERVES(CL_ALLGATHER) | CL_SERVES(CL_BARRIER),
 };

@@ -27,7 +27,7 @@ static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_
     if (rc == COLL_OK)
         rc = cl_check_op(fn, c, op);
     if (rc == COLL_OK)
-        rc = cl_check_algo(fn, c, count, dt, op);
+        rc = cl_check_algo(fn, c, CL_ALLREDUCE, count, dt, op);
     if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
     return rc == COLL_OK ? cl_start(c, CL_ALLREDUCE, s, r, count, dt, op, 0, 0, req) : rc;
@@ -48,6 +48,8 @@ static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, 
     if (rc == COLL_OK)
         rc = cl_check_op(fn, c, op);
     if (rc == COLL_OK)
+        rc = cl_check_algo(fn, c, CL_REDUCE_SCATTER, count, dt, op);
+    if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
     return rc == COLL_OK ? cl_start(c, CL_REDUCE_SCATTER, s, r, count, dt, op, 0, 0, req) : rc;
 }
@@ -64,6 +66,8 @@ static int allgather(const char *fn, coll_comm *c, const void *s, void *r, size_
         rc = cl_check_overlap(fn, c, s, bytes, r, bytes * (size_t)c->size,
                            s == r || (const char *)s == own);
     }
+    if (rc == COLL_OK)
+        rc = cl_check_algo(fn, c, CL_ALLGATHER, count, dt, COLL_SUM);
     if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
     return rc == COLL_OK ? cl_start(c, CL_ALLGATHER, s, r, count, dt, COLL_SUM, 0, 0, req) : rc;
@@ -278,7 +282,7 @@ size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt
     char why[160];
     cl_op op = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = COLL_SUM};
     const cl_algo *a = cl_choose((coll_comm *)c, &op, why, sizeof(why));
-    return a ? a->cost(cl_topo_ctx(c, &op), &op).bytes : 0;
+    return a ? a->cost(cl_topo_ctx(c, a, &op), &op).bytes : 0;
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

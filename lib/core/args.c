@@ -169,11 +169,12 @@ int cl_check_op(const char *fn, coll_comm *c, int op)
     return cl_op_valid(op) ? COLL_OK : cl_bad(c, fn, "invalid reduction op %d", op);
 }
 
-int cl_check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op)
+int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dtype dt,
+                  coll_op op)
 {
     char why[160];
-    cl_op o = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = op,
-               .codec = cl_codec_for(c, CL_ALLREDUCE, dt, op)};
+    cl_op o = {.kind = kind, .count = count, .dtype = dt, .op = op,
+               .codec = cl_codec_for(c, kind, dt, op)};
     return !c->force[0] || cl_choose(c, &o, why, sizeof(why)) ? COLL_OK
                                                               : cl_refuse(c, fn, COLL_ENOTSUP, why);
 }

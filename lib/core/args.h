@@ -30,8 +30,9 @@ int cl_check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, con
                      size_t rn, int in_place);
 int cl_check_op(const char *fn, coll_comm *c, int op);
 int cl_check_root(const char *fn, coll_comm *c, int root);
-/* COLL_ALGO names an all-reduce algorithm that cannot run this one: COLL_ENOTSUP. */
-int cl_check_algo(const char *fn, coll_comm *c, size_t count, coll_dtype dt, coll_op op);
+/* COLL_ALGO forces an algorithm that cannot run this one (collective `kind`): COLL_ENOTSUP. */
+int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dtype dt,
+                  coll_op op);
 int cl_check_req(const char *fn, coll_comm *c, coll_req **req);
 /* First in every non-blocking call: a request refused by any check is NULL, never what
  * the caller's variable held before (coll_wait(NULL) is COLL_EINVAL). */

@@ -3,7 +3,7 @@
  * a host each message costs ALPHA and each byte sent BETA; the steps that wait on a link
  * between hosts cost its latency instead, and the bytes the busiest host link carries
  * cost its time per byte on top (COLL_NET_LATENCY_US, COLL_NET_GBPS). COLL_ALGO forces
- * the uncompressed all-reduce's. COLL_DEBUG=info names the choice, with the prices it
+ * the uncompressed all-reduce's, and the other collectives' the named algorithm serves. COLL_DEBUG=info names the choice, with the prices it
  * compared, once per collective and size class. */
 #include "core/comm.h"
 
@@ -24,7 +24,7 @@
  * the larger chunks, and the last): the same numbers on every rank. */
 double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    cl_algo_ctx view = *cl_topo_ctx(c, op);
+    cl_algo_ctx view = *cl_topo_ctx(c, a, op);
     int at[3] = {0, 1, view.size - 1};
     double most = 0;
     for (int i = 0; i < 3; i++) {
@@ -37,15 +37,25 @@ double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
     return most;
 }
 
-static int runs(const cl_algo *a, const cl_algo_ctx *x, const cl_op *op)
+static int runs(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    return (a->serves & CL_SERVES(op->kind)) && a->fits(x, op);
+    return (a->serves & CL_SERVES(op->kind)) && a->fits(cl_topo_ctx(c, a, op), op);
 }
 
 int cl_algo_name_valid(const char *name)
 {
     const cl_algo *a = cl_algo_named(name);
     return a && (a->serves & CL_SERVES(CL_ALLREDUCE));
+}
+
+/* COLL_ALGO names an all-reduce algorithm; it forces the other collectives it serves too
+ * (ring and hier: reduce-scatter and all-gather), and leaves the rest to the model. */
+static int forcing(const coll_comm *c, const cl_op *op)
+{
+    if (!c->force[0] || op->codec != COLL_CODEC_NONE)
+        return 0;
+    const cl_algo *a = cl_algo_named(c->force);
+    return op->kind == CL_ALLREDUCE || (a && (a->serves & CL_SERVES(op->kind)));
 }
 
 static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t len)
@@ -56,9 +66,9 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
             why, len,
             "COLL_ALGO=%s: not an all-reduce algorithm (ring, doubling, rabenseifner, tree, hier)",
             c->force);
-    else if (!a->fits(cl_topo_ctx(c, op), op))
-        snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte all-reduce on %d ranks%s", c->force,
-                 op->count * cl_dtype_size(op->dtype), c->size,
+    else if (!a->fits(cl_topo_ctx(c, a, op), op))
+        snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte %s on %d ranks%s", c->force,
+                 op->count * cl_dtype_size(op->dtype), cl_kind_name(op->kind), c->size,
                  a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)"
                  : a == &cl_algo_hier   ? " (it needs two or more hosts of as many ranks each, "
                                           "two or more per host)"
@@ -70,14 +80,13 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
 
 const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
 {
-    const cl_algo_ctx *x = cl_topo_ctx(c, op);
-    if (c->force[0] && op->kind == CL_ALLREDUCE && op->codec == COLL_CODEC_NONE)
+    if (forcing(c, op))
         return forced(c, op, why, len);
     const cl_algo *best = NULL;
     double best_s = 0;
     for (int i = 0; cl_algos[i]; i++) {
         const cl_algo *a = cl_algos[i];
-        if (!runs(a, x, op))
+        if (!runs(c, a, op))
             continue;
         double s = cl_price(c, a, op);
         if (!best || s < best_s)
@@ -99,10 +108,9 @@ void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
     if (!cl_log_enabled(COLL_LOG_INFO))
         return;
     char prices[256] = "";
-    const cl_algo_ctx *x = cl_topo_ctx(c, op);
     for (int i = 0; cl_algos[i]; i++) {
         size_t at = strlen(prices);
-        if (runs(cl_algos[i], x, op))
+        if (runs(c, cl_algos[i], op))
             snprintf(prices + at, sizeof(prices) - at, " %s %.1f us", cl_algos[i]->name,
                      cl_price(c, cl_algos[i], op) * 1e6);
     }

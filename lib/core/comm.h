@@ -167,8 +167,9 @@ int cl_topo_order(coll_comm *c, const cl_card *cards);
 /* The host-ordered and hier contexts, once the channel contexts exist. */
 void cl_topo_contexts(coll_comm *c);
 void cl_topo_free(cl_topo *t);
-/* The algorithm context op runs on: in host order for an all-reduce. */
-const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op);
+/* The context algorithm a runs op on: in host order for an all-reduce, and for what a
+ * places (cl_algo.placed); else in rank order. */
+const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_algo *a, const cl_op *op);
 /* The rank `step` places on along the collective ring (host order; 1: the next). */
 int cl_topo_peer(const coll_comm *c, int step);
 

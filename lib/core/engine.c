@@ -52,7 +52,7 @@ static int run_one(coll_comm *c, coll_req *r)
     cl_tell_choice(c, a, &r->op);
     int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
     uint64_t quick = t0 ? atomic_load(&c->quick) : 0;
-    int rc = a->run(cl_topo_ctx(c, &r->op), &r->op);
+    int rc = a->run(cl_topo_ctx(c, a, &r->op), &r->op);
     if (t0)
         tell_done(c, a, &r->op, rc, t0, quick);
     return rc;

@@ -4,8 +4,9 @@
  * rank's share. In host order (each host's ranks one after another, hosts in the order
  * of their lowest rank) the ring crosses each host link once each way. An all-reduce's
  * result does not depend on who owns which chunk, so it runs on positions in that order;
- * collectives whose layout follows rank numbers (reduce-scatter, all-gather) keep rank
- * order. */
+ * collectives whose layout follows rank numbers (reduce-scatter, all-gather, a broadcast's
+ * root) run on positions where the algorithm maps positions back to ranks (cl_algo.placed),
+ * else in rank order. */
 #include "core/comm.h"
 
 #include <stdlib.h>
@@ -124,9 +125,10 @@ void cl_topo_contexts(coll_comm *c)
     t->ordered.cross = &t->sub[1];
 }
 
-const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_op *op)
+const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    return c->topo.ring && op->kind == CL_ALLREDUCE ? &c->topo.ordered : &c->algo[CL_CH_COLL];
+    int ordered = op->kind == CL_ALLREDUCE || (a->placed & CL_SERVES(op->kind));
+    return c->topo.ring && ordered ? &c->topo.ordered : &c->algo[CL_CH_COLL];
 }
 
 int cl_topo_peer(const coll_comm *c, int step)

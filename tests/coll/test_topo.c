@@ -2,8 +2,9 @@
  * hosts look like to the library, without namespaces). The ring runs in host order
  * whatever the numbering (COLL_DEBUG=info's ring line names it), every all-reduce
  * algorithm gives exact, bit-identical results on uneven hosts with scrambled numbering,
- * the rest of the collective set keeps rank order there, and a failure names the
- * communicator's ranks, not ring positions. */
+ * reduce-scatter, all-gather and broadcast (run in host order, hier's too) and the rest
+ * of the collective set keep rank order there, and a failure names the communicator's
+ * ranks, not ring positions. */
 #include "common/harness.h"
 #include "common/suite.h"
 #include "coll/matrix_set.h"
@@ -45,8 +46,51 @@ static float val(int r, size_t k)
     return (float)((r + 1) * (int)(k % 13 + 1));
 }
 
+/* Reduce-scatter (sum, average; in place and not), all-gather (in place and not) and
+ * broadcast from every root, laid out by rank number whatever runs them in host order:
+ * exact, 0 when right. */
+static int layouts_right(coll_comm *c, size_t count)
+{
+    int n = coll_size(c), me = coll_rank(c);
+    size_t total = count * (size_t)n;
+    float *s = malloc(total * sizeof(float)), *r = malloc(total * sizeof(float));
+    for (int in_place = 0; in_place < 2; in_place++) {
+        for (size_t j = 0; j < total; j++)
+            s[j] = val(me, j);
+        float *out = in_place ? s + (size_t)me * count : r;
+        EXPECT_RC(coll_reduce_scatter(c, s, out, count, COLL_F32, COLL_SUM), COLL_OK);
+        for (size_t k = 0; k < count; k++)
+            FAIL_IF(out[k] != (float)(n * (n + 1) / 2) * (float)((me * count + k) % 13 + 1),
+                    "reduce-scatter of %zu (in place %d): element %zu is %g", count, in_place, k,
+                    out[k]);
+        float *mine = in_place ? r + (size_t)me * count : s;
+        for (size_t k = 0; k < count; k++)
+            mine[k] = val(me, k);
+        EXPECT_RC(coll_allgather(c, mine, r, count, COLL_F32), COLL_OK);
+        for (size_t j = 0; j < total; j++)
+            FAIL_IF(r[j] != val((int)(j / count), j % count),
+                    "all-gather of %zu (in place %d): element %zu is %g", count, in_place, j, r[j]);
+    }
+    double d[8], avg;
+    for (int b = 0; b < n; b++)
+        d[b] = me * 8 + b;
+    EXPECT_RC(coll_reduce_scatter(c, d, &avg, 1, COLL_F64, COLL_AVG), COLL_OK);
+    FAIL_IF(avg != (n - 1) * 4.0 + me, "reduce-scatter average %g", avg);
+    for (int root = 0; root < n; root++) {
+        for (size_t k = 0; k < count; k++)
+            s[k] = me == root ? val(root, k) : -1;
+        EXPECT_RC(coll_broadcast(c, s, count, COLL_F32, root), COLL_OK);
+        for (size_t k = 0; k < count; k++)
+            FAIL_IF(s[k] != val(root, k), "broadcast of %zu from %d: element %zu is %g", count,
+                    root, k, s[k]);
+    }
+    free(s);
+    free(r);
+    return 0;
+}
+
 /* The ring line names this rank's neighbours in t->ring; all-reduces of several sizes
- * are exact and the same everywhere. */
+ * are exact and the same everywhere, and so are the collectives laid out by rank. */
 static int ordered_rank(coll_comm *c, void *arg)
 {
     const topo *t = arg;
@@ -78,6 +122,10 @@ static int ordered_rank(coll_comm *c, void *arg)
     double avg = me;
     EXPECT_RC(coll_allreduce(c, &avg, &avg, 1, COLL_F64, COLL_AVG), COLL_OK);
     FAIL_IF(avg != (n - 1) / 2.0, "average of the ranks is %g", avg);
+    static const size_t blocks[] = {1, 5, 3001, 70001};
+    for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
+        if (layouts_right(c, blocks[i]))
+            return 1;
     return 0;
 }
 
