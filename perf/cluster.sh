@@ -5,6 +5,10 @@
 # ranks run coll_perf (env:// rendezvous at host 0) over ROUNDS interleaved rounds for
 # each build directory given, and the script prints the median time per size and build.
 #   perf/cluster.sh [BUILD...]        (default: build)
+# A BUILD named `ompi` runs Open MPI instead, side by side: perf/compare/mpi_bench with
+# the same -C -b -e -f -n -w, launched by mpirun in rank 0's host, its daemons started in
+# the other hosts' namespaces by an agent in ssh's place; tcp between hosts, shared
+# memory inside one (btl tcp,vader,self); ORDER rr or blocked (--map-by node or slot).
 # Environment:
 #   HOSTS="2 2 2 2"  ranks per host (uneven allowed: "3 2 2")
 #   ORDER=rr         rank numbering: rr (rank r on the (r mod H)-th host with room),
@@ -75,7 +79,37 @@ n=$(wc -l < "$out/host_of")
 echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
 echo "# links $rate each way; coll_perf $args; $rounds rounds"
 
+# Open MPI: its "ssh" enters the host's namespace, named as the host.
+ompi_setup() {
+    [ -n "${ompi_ready:-}" ] && return 0
+    [ "$order" != random ] || { echo "ompi: ORDER rr or blocked only" >&2; exit 2; }
+    here=$(cd "$(dirname "$0")" && pwd)
+    mpicc.openmpi -O2 -o "$out/mpi_bench" "$here/compare/mpi_bench.c" || exit 2
+    printf '#!/bin/sh\nh=$1; shift\nexec ip netns exec "$h" unshare --uts sh -c "hostname $h; $*"\n' \
+        > "$out/agent"
+    chmod +x "$out/agent"
+    k=0
+    for r in $hosts; do echo "$tag-h$k slots=$r"; k=$((k + 1)); done > "$out/hostfile"
+    ompi_ready=1
+}
+
+run_ompi() { # round build_index
+    ompi_setup
+    map=node
+    [ "$order" = rr ] || map=slot
+    h0=$tag-h$(head -1 "$out/host_of")
+    ip netns exec "$h0" unshare --uts sh -c "hostname $h0; exec env OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi -np $n --hostfile $out/hostfile \
+        --map-by $map --mca plm_rsh_agent $out/agent --mca btl tcp,vader,self \
+        --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 \
+        $out/mpi_bench $(echo "$args" | sed 's/-[dozcIT] [^ ]*//g')" > "$out/$1.$2.0" 2>&1
+    [ -z "${KEEP:-}" ] || cp "$out/$1.$2.0" "$KEEP/rank0.$1.$2.txt"
+    awk '/^ +[0-9]/ { lines++; bad += $9 } END { exit !(lines && !bad) }' "$out/$1.$2.0" ||
+        { cat "$out/$1.$2.0"; return 1; }
+}
+
 run() { # build round -> "$out/$round.$build_index.txt" from rank 0
+    [ "$1" != ompi ] || { run_ompi "$3" "$2"; return; }
     perf=$(cd "$1" && pwd)/perf/coll_perf
     port=$((20000 + ($$ + $3 * 7 + $2) % 20000))
     r=0

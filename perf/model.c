@@ -1,5 +1,7 @@
 /* What the library would do on a cluster: for a placement of ranks on hosts and the host
- * link's latency and rate, each all-reduce algorithm's predicted time per size (the
+ * link's latency and rate, each algorithm's predicted time per size for a collective
+ * (all-reduce by default; -C reduce_scatter, all_gather, broadcast: sizes are the whole
+ * vector, as coll_perf's) (the
  * engine's own cost model, lib/core/choose.c, run on rank 0's view) and the one it
  * chooses. `--project` prints the choices for 64, 256 and 1024 ranks, 8 per host, on
  * 100 and 25 Gbit/s links with 2 and 10 us of latency. A prediction, not a measurement:
@@ -15,6 +17,7 @@
 typedef struct {
     int n, hosts, blocked;
     double lat_us, gbps;
+    int kind;
 } cluster;
 
 /* Rank 0's communicator on that cluster, with no links: enough for the cost model. */
@@ -48,36 +51,51 @@ static void paper_free(coll_comm *c)
     free(c);
 }
 
-static const cl_algo *choice(coll_comm *c, size_t bytes)
+/* An operation of `bytes` in all (float32) of kind k->kind. */
+static cl_op op_of(const cluster *k, size_t bytes)
+{
+    size_t count = bytes / 4;
+    if (k->kind == CL_REDUCE_SCATTER || k->kind == CL_ALLGATHER)
+        count /= (size_t)k->n; /* per rank */
+    return (cl_op){.kind = k->kind, .count = count, .dtype = COLL_F32, .op = COLL_SUM};
+}
+
+static const cl_algo *choice(coll_comm *c, const cluster *k, size_t bytes)
 {
     char why[160];
-    cl_op op = {.kind = CL_ALLREDUCE, .count = bytes / 4, .dtype = COLL_F32, .op = COLL_SUM};
+    cl_op op = op_of(k, bytes);
     return cl_choose(c, &op, why, sizeof(why));
+}
+
+static int shown(const cluster *k, const cl_algo *a)
+{
+    return (a->serves & CL_SERVES(k->kind)) && a != &cl_algo_codec;
 }
 
 static void table(const cluster *k)
 {
     coll_comm *c = paper_comm(k);
-    printf("# %d ranks on %d hosts (%s), host links %.0f Gbit/s, %.0f us; predicted us\n", k->n,
-           k->hosts, k->blocked ? "blocked" : "round-robin", k->gbps, k->lat_us);
+    printf("# %s: %d ranks on %d hosts (%s), host links %.0f Gbit/s, %.0f us; predicted us\n",
+           cl_kind_name(k->kind), k->n, k->hosts, k->blocked ? "blocked" : "round-robin", k->gbps,
+           k->lat_us);
     printf("%10s", "bytes");
     for (int i = 0; cl_algos[i]; i++)
-        if (cl_algos[i]->serves & CL_SERVES(CL_ALLREDUCE) && cl_algos[i] != &cl_algo_codec)
+        if (shown(k, cl_algos[i]))
             printf(" %12s", cl_algos[i]->name);
     printf("   chosen\n");
     for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 8) {
-        cl_op op = {.kind = CL_ALLREDUCE, .count = bytes / 4, .dtype = COLL_F32, .op = COLL_SUM};
+        cl_op op = op_of(k, bytes);
         printf("%10zu", bytes);
         for (int i = 0; cl_algos[i]; i++) {
             const cl_algo *a = cl_algos[i];
-            if (!(a->serves & CL_SERVES(CL_ALLREDUCE)) || a == &cl_algo_codec)
+            if (!shown(k, a))
                 continue;
             if (a->fits(cl_topo_ctx(c, a, &op), &op))
                 printf(" %12.1f", cl_price(c, a, &op) * 1e6);
             else
                 printf(" %12s", "-");
         }
-        printf("   %s\n", choice(c, bytes)->name);
+        printf("   %s\n", choice(c, k, bytes)->name);
     }
     paper_free(c);
 }
@@ -94,11 +112,11 @@ static void project(void)
     for (int i = 0; i < 3; i++)
         for (int g = 0; g < 2; g++)
             for (int l = 0; l < 2; l++) {
-                cluster k = {ranks[i], ranks[i] / 8, 0, lats[l], rates[g]};
+                cluster k = {ranks[i], ranks[i] / 8, 0, lats[l], rates[g], CL_ALLREDUCE};
                 coll_comm *c = paper_comm(&k);
                 printf("%6d %6.0f %6.0f", k.n, k.gbps, k.lat_us);
                 for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 8)
-                    printf(" %12s", choice(c, bytes)->name);
+                    printf(" %12s", choice(c, &k, bytes)->name);
                 printf("\n");
                 paper_free(c);
             }
@@ -106,7 +124,12 @@ static void project(void)
 
 int main(int argc, char **argv)
 {
-    cluster k = {8, 4, 0, 10, 25};
+    cluster k = {8, 4, 0, 10, 25, CL_ALLREDUCE};
+    static const struct {
+        const char *name;
+        int kind;
+    } kinds[] = {{"all_reduce", CL_ALLREDUCE}, {"reduce_scatter", CL_REDUCE_SCATTER},
+                 {"all_gather", CL_ALLGATHER}, {"broadcast", CL_BROADCAST}};
     int bad = 0;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -124,12 +147,18 @@ int main(int argc, char **argv)
             k.lat_us = atof(v);
         else if (!strcmp(a, "-g") && ++i)
             k.gbps = atof(v);
-        else
+        else if (!strcmp(a, "-C") && ++i) {
+            bad = 1;
+            for (size_t j = 0; j < sizeof(kinds) / sizeof(kinds[0]); j++)
+                if (!strcmp(v, kinds[j].name))
+                    k.kind = kinds[j].kind, bad = 0;
+        } else
             bad = 1;
     }
     if (bad || k.n < 1 || k.hosts < 1 || k.hosts > k.n || k.gbps <= 0 || k.lat_us < 0) {
         fprintf(stderr, "usage: model [-n RANKS] [-H HOSTS] [--blocked] [-l LATENCY_US] "
-                        "[-g GBIT_PER_S] | --project\n");
+                        "[-g GBIT_PER_S] [-C all_reduce|reduce_scatter|all_gather|broadcast] "
+                        "| --project\n");
         return 2;
     }
     table(&k);

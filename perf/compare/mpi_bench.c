@@ -5,8 +5,12 @@
  * bounce the message with MPI_Send/MPI_Recv, time = half the round trip, busbw = algbw,
  * the received message checked. With -C alltoall, MPI_Alltoall as coll_perf -C alltoall
  * times it: the size is a rank's whole buffer (n blocks), busbw = algbw x (n-1)/n, every
- * block received checked against its sender's values.
- *   mpi_bench [-C allreduce|pingpong|alltoall] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
+ * block received checked against its sender's values. With -C reduce_scatter,
+ * all_gather, broadcast: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast (root 0) as
+ * coll_perf times them: the size is the whole vector (reduce-scatter's input, all-gather's
+ * output), busbw = algbw x (n-1)/n (broadcast: algbw), results checked exactly.
+ *   mpi_bench [-C allreduce|pingpong|alltoall|reduce_scatter|all_gather|broadcast]
+ *             -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP */
 #include <mpi.h>
 
 #include <stdio.h>
@@ -14,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { ALLREDUCE, PINGPONG, ALLTOALL };
+enum { ALLREDUCE, PINGPONG, ALLTOALL, REDUCE_SCATTER, ALLGATHER, BROADCAST };
 static int mode;
 
 /* Small integers, so every order of summation gives the exact same float. */
@@ -54,6 +58,12 @@ static void once(const float *in, float *out, int count, int me, int n)
         bounce(in, out, count, me, n);
     else if (mode == ALLTOALL)
         MPI_Alltoall(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (mode == REDUCE_SCATTER)
+        MPI_Reduce_scatter_block(in, out, count / n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else if (mode == ALLGATHER)
+        MPI_Allgather(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (mode == BROADCAST)
+        MPI_Bcast(me == 0 ? (void *)in : out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
     else
         MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
@@ -66,6 +76,28 @@ static long check_exchanged(const float *out, size_t count, int me, int n)
     for (int p = 0; p < n; p++)
         for (size_t i = 0; i < block; i++)
             wrong += out[(size_t)p * block + i] != value(p, (size_t)me * block + i);
+    return wrong;
+}
+
+/* Reduce-scatter: this rank's block of the sum; all-gather: block p is rank p's first
+ * count/n values; broadcast: rank 0's values (rank 0 itself keeps its own). */
+static long check_placed(const float *out, size_t count, int me, int n)
+{
+    long wrong = 0;
+    size_t block = count / (size_t)n;
+    if (mode == REDUCE_SCATTER)
+        for (size_t i = 0; i < block; i++) {
+            float want = 0;
+            for (int r = 0; r < n; r++)
+                want += value(r, (size_t)me * block + i);
+            wrong += out[i] != want;
+        }
+    else if (mode == ALLGATHER)
+        for (size_t i = 0; i < block * (size_t)n; i++)
+            wrong += out[i] != value((int)(i / block), i % block);
+    else
+        for (size_t i = 0; me && i < count; i++)
+            wrong += out[i] != value(0, i);
     return wrong;
 }
 
@@ -90,21 +122,32 @@ static void run(size_t bytes, int iters, int warmup, int me, int n)
     for (int k = 0; k < iters; k++)
         once(in, out, (int)count, me, n);
     double t = (MPI_Wtime() - t0) / iters / (mode == PINGPONG ? 2 : 1), worst;
-    long wrong = mode == PINGPONG   ? check_bounced(out, count, me, n)
-                 : mode == ALLTOALL ? check_exchanged(out, count, me, n)
-                                    : check(out, count, n),
+    long wrong = mode == PINGPONG    ? check_bounced(out, count, me, n)
+                 : mode == ALLTOALL  ? check_exchanged(out, count, me, n)
+                 : mode == ALLREDUCE ? check(out, count, n)
+                                     : check_placed(out, count, me, n),
          all;
     MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (me == 0) {
         double algbw = bytes / worst / 1e9;
-        double bus = mode == PINGPONG ? 1.0 : (mode == ALLTOALL ? 1.0 : 2.0) * (n - 1) / n;
+        double bus = mode == PINGPONG || mode == BROADCAST ? 1.0
+                     : mode == ALLREDUCE                   ? 2.0 * (n - 1) / n
+                                                           : (double)(n - 1) / n;
         printf("%12zu  %12zu     float     sum      -1  %9.2f  %6.2f  %6.2f  %6ld\n", bytes,
                count, worst * 1e6, algbw, algbw * bus, all);
         fflush(stdout);
     }
     free(in);
     free(out);
+}
+
+/* A size in bytes, with K, M or G (powers of two) as coll_perf takes it. */
+static size_t size_arg(const char *s)
+{
+    char *end;
+    size_t v = strtoull(s, &end, 0);
+    return *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : *end == 'G' ? v << 30 : v;
 }
 
 int main(int argc, char **argv)
@@ -115,12 +158,15 @@ int main(int argc, char **argv)
     while ((c = getopt(argc, argv, "C:b:e:f:n:w:")) != -1) {
         switch (c) {
         case 'C':
-            mode = strcmp(optarg, "pingpong") == 0   ? PINGPONG
-                   : strcmp(optarg, "alltoall") == 0 ? ALLTOALL
-                                                     : ALLREDUCE;
+            mode = strcmp(optarg, "pingpong") == 0         ? PINGPONG
+                   : strcmp(optarg, "alltoall") == 0       ? ALLTOALL
+                   : strcmp(optarg, "reduce_scatter") == 0 ? REDUCE_SCATTER
+                   : strcmp(optarg, "all_gather") == 0     ? ALLGATHER
+                   : strcmp(optarg, "broadcast") == 0      ? BROADCAST
+                                                           : ALLREDUCE;
             break;
-        case 'b': lo = strtoull(optarg, NULL, 0); break;
-        case 'e': hi = strtoull(optarg, NULL, 0); break;
+        case 'b': lo = size_arg(optarg); break;
+        case 'e': hi = size_arg(optarg); break;
         case 'f': factor = atoi(optarg); break;
         case 'n': iters = atoi(optarg); break;
         case 'w': warmup = atoi(optarg); break;
