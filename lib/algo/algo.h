@@ -115,6 +115,10 @@ struct pass {
     /* Chunk c is block blocks[c] of the buffer (NULL: block c): the communicator rank at
      * position c, for a collective laid out by rank run in host order. */
     const int *blocks;
+    /* Nonzero: chunk b is elements [b * stride + first, + chunk_base) of the buffers (a
+     * slice of every rank's block: one round of a reduce-scatter, whose acc holds the
+     * slices packed); 0: chunks follow one another. */
+    size_t stride, first;
     /* Optional: work that moves no message (a block this rank keeps), done a piece at a
      * time between the transfers' polls, so it overlaps them: the piece from *at on,
      * advancing *at; returns 0 once all is done. Skipped if the pass fails. */
@@ -140,15 +144,20 @@ int cl_pass_run(pass *p);
  * and broadcast. */
 extern const pass_ops cl_plain_ops;
 
+/* Elements per block in one round of a reduce-scatter or all-gather that works a slice
+ * of every block at a time, so its scratch is n slices (at most CL_ROUND_SEGMENTS
+ * segments in all: 8 MiB by default), not n blocks. */
+size_t cl_round_elems(const cl_algo_ctx *x, const cl_op *op);
+#define CL_ROUND_SEGMENTS 16
+
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
  * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
 /* The ring reduce-scatter pass over `count` elements: every rank's src reduced chunk by
  * chunk into acc (count elements), leaving rank r's fully reduced chunk r at its offset
- * in acc (chunk c: count/n elements, one more for c < count % n; at block blocks[c]
- * instead where blocks is not NULL, as pass.blocks). */
+ * in acc (chunk c: count/n elements, one more for c < count % n). */
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
-                                const void *src, void *acc, const int *blocks);
+                                const void *src, void *acc);
 /* An empty message to rank r + 1 and from r - 1 whose header carries the root: ranks
  * that disagree on it get COLL_EMISMATCH (some neighbours differ) where an exchange that
  * depends on the root would leave one waiting for a message sent elsewhere. */

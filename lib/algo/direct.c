@@ -337,7 +337,7 @@ static int run_reduce(const cl_algo_ctx *x, cl_op *op)
     char *acc = root ? op->rbuf : cl_buf_grow(x->scratch, bytes);
     if (!acc)
         return COLL_ENOMEM;
-    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, acc, NULL);
+    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, acc);
     return rc == COLL_OK ? exchange(x, op, NULL, acc, 0) : rc;
 }
 

@@ -9,9 +9,9 @@
  * Reduce-scatter: the host's reduce-scatter leaves place i with the host's sums of the H
  * blocks owned by the ranks at place i, which then reduce-scatter them across hosts;
  * all-gather runs the other way (across, then inside). A host link carries L(H-1) blocks
- * each way where the ring carries n-1. The blocks are laid out place by place (place i's
- * H blocks together) in scratch, unless the launcher numbered ranks round-robin over the
- * hosts, where rank order is that layout already.
+ * each way where the ring carries n-1. Both work a slice of every block at a time
+ * (cl_round_elems), copied to scratch laid out place by place (place i's H slices
+ * together) and back, so scratch is bounded and any numbering works.
  * The shard all-reduce leaves the same bytes on every host and the all-gathers copy them,
  * so every rank ends bit-identical. */
 #include "algo/algo.h"
@@ -36,12 +36,12 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
     size_t len = shard(op->count, in->size, in->rank, &off);
     cl_op sum = *op; /* an average divides once, by every rank, at the end */
     sum.op = op->op == COLL_AVG ? COLL_SUM : op->op;
-    int rc = cl_ring_reduce_scatter_into(in, &sum, op->count, op->sbuf, op->rbuf, NULL);
+    int rc = cl_ring_reduce_scatter_into(in, &sum, op->count, op->sbuf, op->rbuf);
     char *mine = (char *)op->rbuf + off * es;
     cl_op part = sum;
     part.count = len; /* what every header of the shard's passes says */
     if (rc == COLL_OK)
-        rc = cl_ring_reduce_scatter_into(across, &part, len, mine, mine, NULL);
+        rc = cl_ring_reduce_scatter_into(across, &part, len, mine, mine);
     if (rc == COLL_OK)
         rc = cl_ring_allgather_in(across, &part, len, mine, NULL);
     if (rc == COLL_OK && op->op == COLL_AVG)
@@ -49,76 +49,73 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
     return rc == COLL_OK ? cl_ring_allgather_in(in, &sum, op->count, op->rbuf, NULL) : rc;
 }
 
-/* ---- reduce-scatter and all-gather: blocks laid out place by place ----------------- */
+/* ---- reduce-scatter and all-gather: slices laid out place by place ---------------- */
 
-/* Is rank order the place-by-place layout (block i*H + h is the rank at place i of host
- * h), as a round-robin numbering makes it? */
-static int round_robin(const cl_algo_ctx *x)
+/* Slices [first, first + len) of every block (count elements each, in rank order in the
+ * caller's buffer) to the place-by-place layout in scratch, slice i*H + h the rank's at
+ * place i of host h (in = 1), or back. */
+static void relayout(const cl_algo_ctx *x, char *placed, char *ranked, const cl_op *op,
+                     size_t first, size_t len, int in)
 {
     int L = x->local->size, H = x->cross->size;
-    for (int v = 0; v < x->size; v++)
-        if (cl_rank_of(x, v) != v % L * H + v / L)
-            return 0;
-    return 1;
-}
-
-/* Copies every block between rank order (ranked) and the place-by-place layout (placed):
- * to the placed layout (in = 1) or back. */
-static void relayout(const cl_algo_ctx *x, char *placed, char *ranked, size_t blk, int in)
-{
-    int L = x->local->size, H = x->cross->size;
+    size_t es = cl_dtype_size(op->dtype);
     for (int v = 0; v < x->size; v++) {
-        char *p = placed + (size_t)(v % L * H + v / L) * blk;
-        char *r = ranked + (size_t)cl_rank_of(x, v) * blk;
-        memcpy(in ? p : r, in ? r : p, blk);
+        char *p = placed + (size_t)(v % L * H + v / L) * len * es;
+        char *r = ranked + ((size_t)cl_rank_of(x, v) * op->count + first) * es;
+        memcpy(in ? p : r, in ? r : p, len * es);
     }
 }
 
+/* One round: the host's sums of the slices of place i's ranks, then theirs across. */
 static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
 {
     const cl_algo_ctx *in = x->local, *across = x->cross;
-    size_t blk = op->count * cl_dtype_size(op->dtype), n = (size_t)x->size;
-    char *s = cl_buf_grow(x->scratch, n * blk);
+    size_t es = cl_dtype_size(op->dtype), n = (size_t)x->size, H = (size_t)across->size;
+    size_t w = cl_round_elems(x, op), first = 0;
+    char *s = cl_buf_grow(x->scratch, n * w * es);
     if (!s)
         return COLL_ENOMEM;
-    const char *src = op->sbuf;
-    if (!round_robin(x)) {
-        relayout(x, s, (char *)op->sbuf, blk, 1);
-        src = s;
-    }
-    cl_op sum = *op;
+    cl_op sum = *op; /* an average divides once, at the end */
     sum.op = op->op == COLL_AVG ? COLL_SUM : op->op;
-    char *mine = s + (size_t)in->rank * across->size * blk;
-    int rc = cl_ring_reduce_scatter_into(in, &sum, n * op->count, src, s, NULL);
-    if (rc == COLL_OK)
-        rc = cl_ring_reduce_scatter_into(across, &sum, (size_t)across->size * op->count, mine,
-                                         mine, NULL);
-    if (rc == COLL_OK && blk) {
-        memcpy(op->rbuf, mine + (size_t)across->rank * blk, blk);
-        if (op->op == COLL_AVG)
-            cl_divide(op->rbuf, op->count, op->dtype, x->size);
-    }
+    int rc;
+    do {
+        size_t len = CL_MIN(w, op->count - first);
+        char *mine = s + (size_t)in->rank * H * len * es, *out = (char *)op->rbuf + first * es;
+        relayout(x, s, (char *)op->sbuf, op, first, len, 1);
+        rc = cl_ring_reduce_scatter_into(in, &sum, n * len, s, s);
+        if (rc == COLL_OK)
+            rc = cl_ring_reduce_scatter_into(across, &sum, H * len, mine, mine);
+        if (rc == COLL_OK && len)
+            memcpy(out, mine + (size_t)across->rank * len * es, len * es);
+        if (rc == COLL_OK && op->op == COLL_AVG)
+            cl_divide(out, len, op->dtype, x->size);
+        first += len;
+    } while (rc == COLL_OK && first < op->count);
     return rc;
 }
 
+/* One round: place i's slices across hosts, then every place's inside the host. */
 static int allgather(const cl_algo_ctx *x, const cl_op *op)
 {
     const cl_algo_ctx *in = x->local, *across = x->cross;
-    size_t blk = op->count * cl_dtype_size(op->dtype), n = (size_t)x->size;
-    int direct = round_robin(x);
-    char *s = direct ? op->rbuf : cl_buf_grow(x->scratch, n * blk);
+    size_t es = cl_dtype_size(op->dtype), n = (size_t)x->size, H = (size_t)across->size;
+    size_t w = cl_round_elems(x, op), first = 0;
+    char *s = cl_buf_grow(x->scratch, n * w * es);
     if (!s)
         return COLL_ENOMEM;
-    char *mine = s + (size_t)in->rank * across->size * blk;
-    if (direct)
-        cl_place_own_block(x, op); /* its place in rbuf is its place in the layout */
-    else if (blk)
-        memcpy(mine + (size_t)across->rank * blk, op->sbuf, blk);
-    int rc = cl_ring_allgather_in(across, op, (size_t)across->size * op->count, mine, NULL);
-    if (rc == COLL_OK)
-        rc = cl_ring_allgather_in(in, op, n * op->count, s, NULL);
-    if (rc == COLL_OK && !direct)
-        relayout(x, s, op->rbuf, blk, 0);
+    int rc;
+    do {
+        size_t len = CL_MIN(w, op->count - first);
+        char *mine = s + (size_t)in->rank * H * len * es;
+        memmove(mine + (size_t)across->rank * len * es, (const char *)op->sbuf + first * es,
+                len * es);
+        rc = cl_ring_allgather_in(across, op, H * len, mine, NULL);
+        if (rc == COLL_OK)
+            rc = cl_ring_allgather_in(in, op, n * len, s, NULL);
+        if (rc == COLL_OK)
+            relayout(x, s, op->rbuf, op, first, len, 0);
+        first += len;
+    } while (rc == COLL_OK && first < op->count);
     return rc;
 }
 
@@ -138,7 +135,7 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
 
 /* Per rank: (L-1)/L of the data each way inside the host, 2(H-1)/H of its shard across;
  * reduce-scatter and all-gather: (L-1)H blocks inside, H-1 across, and a copy of every
- * block to and from the place-by-place layout unless the numbering is round-robin. */
+ * block to and from the place-by-place layout. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     if (!x->local || !x->cross)
@@ -150,7 +147,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
                          .bytes = ((L - 1) * H + H - 1) * blk,
                          .xsteps = (double)(H - 1),
                          .xbytes = (double)(L * (H - 1) * blk),
-                         .serial = round_robin(x) ? 0 : (double)(L * H * blk)};
+                         .serial = (double)(L * H * blk)};
     }
     /* Positions are in host order, L to a host: the place on the host is rank mod L. */
     size_t off, len = shard(op->count, (int)L, x->rank % (int)L, &off);

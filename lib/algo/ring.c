@@ -9,18 +9,26 @@
  * launcher's numbering. */
 #include "algo/algo.h"
 
+#include "base/util.h"
 #include "kernels/reduce.h"
 
 #include <string.h>
 
 /* ---- reduce-scatter: receive into staging, reduce into the accumulation ------------ */
 
+/* Where element off of the buffers is in acc: the same place, or packed (pass.stride). */
+static char *acc_at(const pass *p, size_t off)
+{
+    size_t at = p->stride ? off / p->stride * p->chunk_base + off % p->stride - p->first : off;
+    return p->acc + at * p->esize;
+}
+
 static const void *rs_send(pass *p, size_t u, void *slot, size_t *bytes)
 {
     (void)slot;
     size_t off, n = cl_unit_range(p, u, 0, &off);
     *bytes = n * p->esize;
-    return (u < p->segs_per_chunk ? p->src : p->acc) + off * p->esize;
+    return u < p->segs_per_chunk ? p->src + off * p->esize : acc_at(p, off);
 }
 
 static void *rs_recv(pass *p, size_t u, void *slot, size_t *bytes)
@@ -35,11 +43,12 @@ static void rs_reduce(pass *p, size_t u, size_t first, const void *buf, size_t n
 {
     size_t off;
     cl_unit_range(p, u, 1, &off);
-    off = (off + first) * p->esize;
+    off += first;
+    const char *src = p->src + off * p->esize;
     if (p->divide_last && u / p->segs_per_chunk == (size_t)p->x->size - 2)
-        cl_reduce_avg(p->acc + off, p->src + off, buf, n, p->op->dtype, p->x->size);
+        cl_reduce_avg(acc_at(p, off), src, buf, n, p->op->dtype, p->x->size);
     else
-        cl_reduce(p->acc + off, p->src + off, buf, n, p->op->dtype, p->op->op);
+        cl_reduce(acc_at(p, off), src, buf, n, p->op->dtype, p->op->op);
 }
 
 static void rs_arrived(pass *p, size_t u, void *buf)
@@ -77,8 +86,8 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
 
 const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
-int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
-                                const void *src, void *acc, const int *blocks)
+static pass rs_pass(const cl_algo_ctx *x, const cl_op *op, size_t count, const void *src,
+                    void *acc)
 {
     size_t es = cl_dtype_size(op->dtype);
     pass p = cl_pass_init(x, op, CHUNKS_RS, count, es, 1);
@@ -87,8 +96,24 @@ int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t co
     p.src = src;
     p.acc = acc;
     p.divide_last = op->op == COLL_AVG;
-    p.blocks = blocks;
+    return p;
+}
+
+int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
+                                const void *src, void *acc)
+{
+    pass p = rs_pass(x, op, count, src, acc);
     return cl_pass_run(&p);
+}
+
+size_t cl_round_elems(const cl_algo_ctx *x, const cl_op *op)
+{
+    size_t es = cl_dtype_size(op->dtype), seg = CL_MAX(x->segment_bytes / es, 1);
+    size_t w = CL_ROUND_SEGMENTS * seg / (size_t)x->size;
+    /* Whole segments, so a round's slice splits as the block would (the same headers),
+     * and at least 1024 elements: on many ranks, small messages rather than many rounds. */
+    w = w >= seg ? w / seg * seg : CL_MAX(w, 1024);
+    return CL_MIN(w, CL_MAX(op->count, 1));
 }
 
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
@@ -108,27 +133,37 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
             memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
         return COLL_OK;
     }
-    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf, NULL);
+    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, op->rbuf);
     return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf, NULL) : rc;
 }
 
+/* In rounds, a slice of every block at a time: the partial sums of other ranks' slices
+ * live in scratch (n slices), not in a copy of the whole input. Positions in host order
+ * (x->ranks) reduce their own rank's block. */
 static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t esize = cl_dtype_size(op->dtype), bytes = op->count * esize;
-    size_t total = op->count * (size_t)x->size;
+    size_t es = cl_dtype_size(op->dtype), w = cl_round_elems(x, op), n = (size_t)x->size;
     if (x->size == 1) {
         if (op->sbuf != op->rbuf)
-            memcpy(op->rbuf, op->sbuf, bytes);
+            memcpy(op->rbuf, op->sbuf, op->count * es);
         return COLL_OK;
     }
-    /* Partial sums of other ranks' blocks need a home the size of the input. Positions
-     * in host order (x->ranks) reduce their own rank's block. */
-    char *acc = cl_buf_grow(x->scratch, total * esize);
+    char *acc = cl_buf_grow(x->scratch, n * w * es);
     if (!acc)
         return COLL_ENOMEM;
-    int rc = cl_ring_reduce_scatter_into(x, op, total, op->sbuf, acc, x->ranks);
-    if (rc == COLL_OK && bytes)
-        memcpy(op->rbuf, acc + (size_t)cl_rank_of(x, x->rank) * bytes, bytes);
+    size_t first = 0, own = (size_t)cl_rank_of(x, x->rank);
+    int rc = COLL_OK;
+    do { /* once at least: an empty reduce-scatter still checks its headers */
+        size_t len = CL_MIN(w, op->count - first);
+        pass p = rs_pass(x, op, n * len, op->sbuf, acc);
+        p.blocks = x->ranks;
+        p.stride = op->count;
+        p.first = first;
+        rc = cl_pass_run(&p);
+        if (rc == COLL_OK && len)
+            memcpy((char *)op->rbuf + first * es, acc + own * len * es, len * es);
+        first += len;
+    } while (rc == COLL_OK && first < op->count);
     return rc;
 }
 

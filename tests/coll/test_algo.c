@@ -112,9 +112,17 @@ static int unsupported_rank(coll_comm *c, void *arg)
     coll_req *q = NULL;
     EXPECT_RC(coll_iallreduce(c, &v, &sum, 1, COLL_F32, COLL_SUM, &q), COLL_ENOTSUP);
     FAIL_IF(q != NULL, "a refused request must be NULL");
+    /* hier forces the reduce-scatter and all-gather it serves: refused as well. */
+    int forced = strstr(reason, "hosts") != NULL;
+    EXPECT_RC(coll_allgather(c, &v, all, 1, COLL_F32), forced ? COLL_ENOTSUP : COLL_OK);
+    FAIL_IF(!forced && (all[0] != 1 || all[2] != 1), "allgather: %g %g", all[0], all[2]);
+    EXPECT_RC(coll_reduce_scatter(c, all, &sum, 1, COLL_F32, COLL_SUM),
+              forced ? COLL_ENOTSUP : COLL_OK);
+    FAIL_IF(forced && !strstr(coll_last_error(c), "reduce_scatter"), "%s", coll_last_error(c));
     /* Nothing was sent: the communicator still works. */
-    EXPECT_RC(coll_allgather(c, &v, all, 1, COLL_F32), COLL_OK);
-    FAIL_IF(all[0] != 1 || all[2] != 1, "allgather after the refusal: %g %g", all[0], all[2]);
+    float b = (float)coll_rank(c);
+    EXPECT_RC(coll_broadcast(c, &b, 1, COLL_F32, 2), COLL_OK);
+    FAIL_IF(b != 2, "broadcast after the refusal: %g", b);
     return 0;
 }
 

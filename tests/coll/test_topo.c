@@ -19,6 +19,7 @@ typedef struct {
     const int *host; /* per rank */
     const int *ring; /* the host order the library must choose */
     const char *algo;
+    const char *segment; /* COLL_SEGMENT_BYTES, or NULL */
 } topo;
 
 static char ring_line[512];
@@ -38,6 +39,8 @@ static void as_host(int rank, void *arg)
     setenv("COLL_HOST", name, 1);
     if (t->algo)
         setenv("COLL_ALGO", t->algo, 1);
+    if (t->segment) /* reduce-scatter and all-gather then run in many rounds */
+        setenv("COLL_SEGMENT_BYTES", t->segment, 1);
     coll_set_log(keep_ring_line, NULL, COLL_LOG_INFO);
 }
 
@@ -130,9 +133,9 @@ static int ordered_rank(coll_comm *c, void *arg)
 }
 
 static int run_topo(int n, const int *host, const int *ring, const char *transport,
-                    const char *algo)
+                    const char *algo, const char *segment)
 {
-    topo t = {host, ring, algo};
+    topo t = {host, ring, algo, segment};
     run_opts o = {.nranks = n, .rdzv = RDZV_FILE, .transport = transport, .setup = as_host};
     return run_ranks(&o, ordered_rank, &t);
 }
@@ -146,11 +149,12 @@ static const int uneven8_ring[] = {0, 3, 7, 1, 4, 6, 2, 5};
 START_TEST(round_robin_hosts_ring_in_host_order)
 {
     static const char *transports[] = {"tcp", "auto"};
-    ck_assert_int_eq(run_topo(4, rr_host, rr_ring, transports[_i], NULL), 0);
+    ck_assert_int_eq(run_topo(4, rr_host, rr_ring, transports[_i], NULL, NULL), 0);
 }
 END_TEST
 
-/* hier: 4 hosts x 2 round-robin, 3 x 2 scrambled, 2 x 3 blocked (rank order). */
+/* hier: 4 hosts x 2 round-robin, 3 x 2 scrambled, 2 x 3 blocked (rank order); 4 x 2
+ * again with 4 KiB segments, so a reduce-scatter or all-gather takes many rounds. */
 static const int h42_host[] = {0, 1, 2, 3, 0, 1, 2, 3}, h42_ring[] = {0, 4, 1, 5, 2, 6, 3, 7};
 static const int h32_host[] = {0, 1, 1, 2, 0, 2}, h32_ring[] = {0, 4, 1, 2, 3, 5};
 static const int h23_host[] = {0, 0, 0, 1, 1, 1}, h23_ring[] = {0, 1, 2, 3, 4, 5};
@@ -160,10 +164,13 @@ START_TEST(hier_on_even_hosts)
     static const struct {
         int n;
         const int *host, *ring;
-        const char *tr;
-    } k[] = {{8, h42_host, h42_ring, "auto"}, {6, h32_host, h32_ring, "auto"},
-             {6, h23_host, h23_ring, "tcp"}};
-    ck_assert_int_eq(run_topo(k[_i].n, k[_i].host, k[_i].ring, k[_i].tr, "hier"), 0);
+        const char *tr, *segment;
+    } k[] = {{8, h42_host, h42_ring, "auto", NULL},
+             {6, h32_host, h32_ring, "auto", NULL},
+             {6, h23_host, h23_ring, "tcp", NULL},
+             {8, h42_host, h42_ring, "tcp", "4096"}};
+    ck_assert_int_eq(run_topo(k[_i].n, k[_i].host, k[_i].ring, k[_i].tr, "hier", k[_i].segment),
+                     0);
 }
 END_TEST
 
@@ -178,7 +185,7 @@ static int hier_refused_rank(coll_comm *c, void *arg)
 
 START_TEST(hier_refused_on_uneven_hosts)
 {
-    topo t = {uneven_host, uneven_ring, "hier"};
+    topo t = {uneven_host, uneven_ring, "hier", NULL};
     run_opts o = {.nranks = 7, .rdzv = RDZV_FILE, .transport = "auto", .setup = as_host};
     ck_assert_int_eq(run_ranks(&o, hier_refused_rank, &t), 0);
 }
@@ -189,9 +196,9 @@ START_TEST(uneven_scrambled_hosts_every_algorithm)
     /* Doubling needs a power of two; unforced, the model chooses per size. */
     static const char *algos[] = {"ring", "doubling", NULL, "rabenseifner", "rabenseifner"};
     if (_i == 1 || _i == 4)
-        ck_assert_int_eq(run_topo(8, uneven8_host, uneven8_ring, "auto", algos[_i]), 0);
+        ck_assert_int_eq(run_topo(8, uneven8_host, uneven8_ring, "auto", algos[_i], NULL), 0);
     else
-        ck_assert_int_eq(run_topo(7, uneven_host, uneven_ring, "auto", algos[_i]), 0);
+        ck_assert_int_eq(run_topo(7, uneven_host, uneven_ring, "auto", algos[_i], NULL), 0);
 }
 END_TEST
 
@@ -215,7 +222,7 @@ static int set_rank(coll_comm *c, void *arg)
 
 START_TEST(collective_set_keeps_rank_order)
 {
-    topo t = {uneven_host, uneven_ring, NULL};
+    topo t = {uneven_host, uneven_ring, NULL, NULL};
     run_opts o = {.nranks = 7, .rdzv = RDZV_FILE, .transport = "auto", .setup = as_host};
     ck_assert_int_eq(run_ranks(&o, set_rank, &t), 0);
 }
@@ -243,7 +250,7 @@ static int leaver_rank(coll_comm *c, void *arg)
 
 START_TEST(failure_names_ranks_not_positions)
 {
-    topo t = {rr_host, rr_ring, NULL};
+    topo t = {rr_host, rr_ring, NULL, NULL};
     run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 3000,
                   .setup = as_host};
     ck_assert_int_eq(run_ranks(&o, leaver_rank, &t), 0);
@@ -257,7 +264,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, round_robin_hosts_ring_in_host_order, 0, 2);
     tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 5);
-    tcase_add_loop_test(tc, hier_on_even_hosts, 0, 3);
+    tcase_add_loop_test(tc, hier_on_even_hosts, 0, 4);
     tcase_add_test(tc, hier_refused_on_uneven_hosts);
     tcase_add_test(tc, collective_set_keeps_rank_order);
     tcase_add_test(tc, failure_names_ranks_not_positions);
