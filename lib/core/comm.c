@@ -96,6 +96,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->codec = cfg->codec;
     c->net_alpha_s = cfg->net_alpha_s;
     c->net_beta_s = cfg->net_beta_s;
+    c->net_given = cfg->net_given;
     snprintf(c->force, sizeof(c->force), "%s", cfg->algo ? cfg->algo : "");
     c->keyed = cfg->keyed;
     memcpy(c->key, cfg->key, sizeof(c->key));
@@ -225,7 +226,8 @@ cl_config cl_comm_config(const coll_comm *c)
                      .spin_us = c->spin.spin_us,
                      .algo = c->force[0] ? c->force : NULL,
                      .net_alpha_s = c->net_alpha_s,
-                     .net_beta_s = c->net_beta_s};
+                     .net_beta_s = c->net_beta_s,
+                     .net_given = 1};
     memcpy(cfg.key, c->key, sizeof(cfg.key));
     return cfg;
 }

@@ -40,6 +40,7 @@ struct coll_req {
 typedef struct cl_topo {
     int hosts, per_host; /* per_host: 0 when hosts hold different numbers of ranks */
     int moved;           /* host order is not rank order */
+    int second;          /* the position where the second host's ranks begin */
     int *ring;           /* NULL: one host */
     cl_algo_ctx ordered;
     int *sub_ranks[2];
@@ -60,6 +61,7 @@ struct coll_comm {
     coll_codec codec;
     char force[32];          /* COLL_ALGO: the all-reduce algorithm forced; "": chosen */
     double net_alpha_s, net_beta_s; /* the link between hosts, for the cost model */
+    int net_given;                  /* by the environment: not measured (calibrate.c) */
     uint64_t told[CL_KINDS]; /* size classes whose choice COLL_DEBUG=info has named */
     /* The engine's last choice per collective: a loop of same-shaped calls prices once. */
     struct cl_choice {
@@ -170,6 +172,9 @@ void cl_topo_free(cl_topo *t);
 /* The context algorithm a runs op on: in host order for an all-reduce, and for what a
  * places (cl_algo.placed); else in rank order. */
 const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_algo *a, const cl_op *op);
+/* Measures the link between hosts for the cost model, on every rank at the end of
+ * init (calibrate.c): nothing on one host or where the environment gave the link. */
+int cl_calibrate(coll_comm *c);
 /* The rank `step` places on along the collective ring (host order; 1: the next). */
 int cl_topo_peer(const coll_comm *c, int step);
 

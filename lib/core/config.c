@@ -150,6 +150,7 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
                  "100000 (whole numbers)");
         return COLL_EINVAL;
     }
+    out->net_given = lat || gbps;
     out->net_alpha_s = (double)us * 1e-6;
     out->net_beta_s = 8.0 / ((double)rate * 1e9);
     out->algo = env_or("COLL_ALGO", NULL);

@@ -324,6 +324,11 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
         coll_destroy(c); /* its engine runs already */
         return rc;
     }
+    if ((rc = cl_calibrate(c)) != COLL_OK) {
+        snprintf(init_err, sizeof(init_err), "measuring the host link: %.480s", c->err);
+        coll_destroy(c);
+        return rc;
+    }
     *out = c;
     return COLL_OK;
 fail:

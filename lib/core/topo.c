@@ -32,6 +32,7 @@ static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *
                 t->ring[k++] = q;
                 here++;
             }
+        t->second = t->hosts == 0 ? k : t->second;
         t->per_host = t->per_host < 0 || t->per_host == here ? here : 0;
         *fullest = here > *fullest ? here : *fullest;
         t->hosts++;

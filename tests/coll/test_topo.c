@@ -22,13 +22,15 @@ typedef struct {
     const char *segment; /* COLL_SEGMENT_BYTES, or NULL */
 } topo;
 
-static char ring_line[512];
+static char ring_line[512], link_line[512];
 
 static void keep_ring_line(coll_log_level level, const char *msg, void *arg)
 {
     (void)level, (void)arg;
     if (strstr(msg, ", ring"))
         snprintf(ring_line, sizeof(ring_line), "%s", msg);
+    if (strstr(msg, "host link measured"))
+        snprintf(link_line, sizeof(link_line), "%s", msg);
 }
 
 static void as_host(int rank, void *arg)
@@ -220,6 +222,41 @@ static int set_rank(coll_comm *c, void *arg)
     return 0;
 }
 
+/* Rank 0 measured the link to rank 1 (the first of the second host) and said so, with
+ * a latency and a rate; nobody else measured, and nobody where the link was given. */
+static int link_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    double us, gbps;
+    int peer, told = getenv("COLL_NET_GBPS") != NULL, said = link_line[0] != 0;
+    FAIL_IF(said != (!told && coll_rank(c) == 0), "link line '%s' on rank %d", link_line,
+            coll_rank(c));
+    if (said)
+        FAIL_IF(sscanf(strstr(link_line, "between"), "between ranks 0 and %d: %lf us, %lf Gbit/s",
+                       &peer, &us, &gbps) != 3 ||
+                    peer != 1 || us <= 0 || gbps <= 0,
+                "link line '%s'", link_line);
+    float x = 1; /* and the communicator works */
+    EXPECT_RC(coll_allreduce(c, &x, &x, 1, COLL_F32, COLL_SUM), COLL_OK);
+    FAIL_IF(x != (float)coll_size(c), "sum %g", x);
+    return 0;
+}
+
+static void as_host_told(int rank, void *arg)
+{
+    as_host(rank, arg);
+    setenv("COLL_NET_GBPS", "10", 1);
+}
+
+START_TEST(the_host_link_is_measured_unless_given)
+{
+    topo t = {rr_host, rr_ring, NULL, NULL};
+    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .transport = "tcp",
+                  .setup = _i ? as_host_told : as_host};
+    ck_assert_int_eq(run_ranks(&o, link_rank, &t), 0);
+}
+END_TEST
+
 START_TEST(collective_set_keeps_rank_order)
 {
     topo t = {uneven_host, uneven_ring, NULL, NULL};
@@ -267,6 +304,7 @@ int main(void)
     tcase_add_loop_test(tc, hier_on_even_hosts, 0, 4);
     tcase_add_test(tc, hier_refused_on_uneven_hosts);
     tcase_add_test(tc, collective_set_keeps_rank_order);
+    tcase_add_loop_test(tc, the_host_link_is_measured_unless_given, 0, 2);
     tcase_add_test(tc, failure_names_ranks_not_positions);
     suite_add_tcase(s, tc);
     return run_suite(s);

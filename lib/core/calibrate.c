@@ -1,0 +1,70 @@
+/* The link between hosts, measured at init for the cost model (choose.c) unless
+ * COLL_NET_LATENCY_US or COLL_NET_GBPS says what it is: rank 0 and the first rank of
+ * the next host ping-pong a few small messages (latency: half the fastest round trip)
+ * and three of 2 MiB (time per byte: the fastest, less two latencies; the first pays
+ * TCP's slow start), then rank 0 broadcasts what it measured, so every rank prices alike
+ * and chooses alike. Once per job: a few round trips and 6 MiB (about 60 ms over
+ * 1 Gbit/s), left out of the communicator's counters. */
+#include "core/comm.h"
+
+#include "base/log.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+
+enum { PINGS = 10, BIG_SENDS = 3, TAG = 0x7fffffff };
+#define BIG_BYTES ((size_t)2 << 20)
+
+/* Round trips of `bytes` out and 8 back, this rank leading (lead) or answering: the
+ * fastest in microseconds on the leader. */
+static int bounce(coll_comm *c, int peer, int lead, char *buf, size_t bytes, int times,
+                  int64_t *best)
+{
+    int rc = COLL_OK;
+    for (int i = 0; i < times && rc == COLL_OK; i++) {
+        int64_t t0 = cl_now_us();
+        rc = lead ? coll_send(c, buf, bytes, COLL_U8, peer, TAG)
+                  : coll_recv(c, buf, bytes, COLL_U8, peer, TAG);
+        if (rc == COLL_OK)
+            rc = lead ? coll_recv(c, buf, 8, COLL_U8, peer, TAG)
+                      : coll_send(c, buf, 8, COLL_U8, peer, TAG);
+        int64_t t = cl_now_us() - t0;
+        *best = i == 0 || t < *best ? t : *best;
+    }
+    return rc;
+}
+
+int cl_calibrate(coll_comm *c)
+{
+    const cl_topo *t = &c->topo;
+    if (!t->ring || c->net_given)
+        return COLL_OK;
+    int peer = t->ring[t->second]; /* the first position of the second host */
+    char *buf = calloc(1, BIG_BYTES);
+    double link[2] = {c->net_alpha_s, c->net_beta_s};
+    int rc = buf ? COLL_OK : COLL_ENOMEM;
+    if (rc == COLL_OK && (c->rank == 0 || c->rank == peer)) {
+        int64_t rtt = 0, big = 0;
+        int other = c->rank == 0 ? peer : 0;
+        rc = bounce(c, other, c->rank == 0, buf, 8, PINGS, &rtt);
+        if (rc == COLL_OK)
+            rc = bounce(c, other, c->rank == 0, buf, BIG_BYTES, BIG_SENDS, &big);
+        double alpha = (double)rtt / 2 * 1e-6, beta = ((double)big * 1e-6 - 2 * alpha) / BIG_BYTES;
+        link[0] = CL_MAX(alpha, 1e-7);
+        link[1] = CL_MAX(beta, 8.0 / 1e13); /* 10 Tbit/s: timer noise, not a link */
+    }
+    free(buf);
+    if (rc == COLL_OK)
+        rc = coll_broadcast(c, link, 2, COLL_F64, 0);
+    if (rc != COLL_OK)
+        return rc;
+    c->net_alpha_s = link[0];
+    c->net_beta_s = link[1];
+    coll_reset_stats(c);
+    if (c->rank == 0)
+        cl_log(COLL_LOG_INFO,
+               "host link measured between ranks 0 and %d: %.1f us, %.2f Gbit/s (the cost "
+               "model's; COLL_NET_LATENCY_US and COLL_NET_GBPS set it instead)",
+               peer, link[0] * 1e6, 8.0 / link[1] / 1e9);
+    return COLL_OK;
+}
