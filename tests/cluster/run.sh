@@ -2,7 +2,9 @@
 # The emulated cluster (perf/cluster.sh: hosts in network namespaces on a bridge, links
 # shaped by tc) in CI: coll_perf's checked all-reduces at small sizes, every all-reduce
 # algorithm that fits, on even hosts numbered round-robin and uneven hosts numbered at
-# random. Needs root and namespaces (skips 77 without). Usage: run.sh CLUSTER_SH BUILD_DIR
+# random; reduce-scatter, all-gather and broadcast (host order, hier's rounds with small
+# segments) the same way. Needs root and namespaces (skips 77 without).
+# Usage: run.sh CLUSTER_SH BUILD_DIR
 set -u
 cluster=$1 build=$2
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
@@ -10,10 +12,10 @@ ip netns add probe$$ 2>/dev/null || { echo "SKIP: no network namespaces"; exit 7
 ip netns del probe$$
 export ROUNDS=1 RATE=1gbit
 fail=0
-run() { # hosts order algo max-bytes
-    echo "== hosts '$1', $2 numbering, COLL_ALGO=${3:-chosen}"
-    HOSTS=$1 ORDER=$2 ENVS=${3:+COLL_ALGO=$3} ARGS="-b 4 -e $4 -f 16 -n 2 -w 1 -d float -o all" \
-        sh "$cluster" "$build"
+run() { # hosts order algo max-bytes [collective [more environment]]
+    echo "== hosts '$1', $2 numbering, COLL_ALGO=${3:-chosen} ${5:-all_reduce} ${6:-}"
+    HOSTS=$1 ORDER=$2 ENVS="${3:+COLL_ALGO=$3} ${6:-}" \
+        ARGS="-C ${5:-all_reduce} -b 4 -e $4 -f 16 -n 2 -w 1 -d float -o all" sh "$cluster" "$build"
     rc=$?
     [ $rc -eq 77 ] && exit 77
     [ $rc -eq 0 ] || { echo "FAILED: hosts '$1' $2 ${3:-chosen}"; fail=1; }
@@ -25,4 +27,10 @@ run "2 2 2 2" rr doubling 64K
 run "3 2 2" random "" 256K
 run "3 2 2" random ring 256K
 run "3 2 2" random tree 256K
+for c in reduce_scatter all_gather; do
+    run "2 2 2 2" rr "" 256K $c
+    run "2 2 2 2" random hier 1M $c COLL_SEGMENT_BYTES=4096
+    run "3 2 2" random ring 256K $c
+done
+run "3 2 2" random "" 1M broadcast
 exit $fail
