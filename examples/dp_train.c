@@ -44,6 +44,7 @@ typedef struct {
     float lr;          /* this epoch's */
     timeline tl;
     FILE *json;
+    int reported; /* epochs in the JSON file */
     ex_undo undo; /* --elastic: the weights and velocity as the last two steps began */
 } trainer;
 
@@ -113,11 +114,12 @@ static int close_epoch(trainer *t, const double stats[3], double sum[3], const d
     return rc == COLL_OK ? coll_allgather(t->c, times, per, 2, COLL_F64) : rc;
 }
 
-/* --elastic: step k failed here (k = steps: the epoch's close). The survivors agree on
- * who is gone and go on as a smaller communicator (the old one stays failed; the one the
- * trainer was given is its caller's to destroy), back at the first step not every rank
- * finished, from the weights it began with (*from). */
-static int recover(trainer *t, size_t k, size_t *from)
+/* --elastic: step k failed here (steps count on across epochs, each epoch's close one of
+ * them). The survivors agree on who is gone and go on as a smaller communicator (the old
+ * one stays failed; the one the trainer was given is its caller's to destroy), back at
+ * the first step not every rank finished, from the weights it began with (*from), and
+ * learn the furthest any rank got (*last). */
+static int recover(trainer *t, size_t k, size_t *from, size_t *last)
 {
     int was = coll_rank(t->c), lost[64];
     double t0 = ex_now_s();
@@ -131,8 +133,11 @@ static int recover(trainer *t, size_t k, size_t *from)
     if (t->c != t->first)
         coll_destroy(t->c);
     t->c = next;
-    if ((rc = ex_undo_agree(&t->undo, next, k, t->net.params, t->net.velocity, from)))
+    int64_t mine = (int64_t)k, most = 0;
+    if ((rc = coll_allreduce(next, &mine, &most, 1, COLL_I64, COLL_MAX)) ||
+        (rc = ex_undo_agree(&t->undo, next, k, t->net.params, t->net.velocity, from)))
         return rc;
+    *last = (size_t)most;
     if (coll_rank(next) == 0) {
         printf("elastic: lost rank(s)");
         for (int i = 0; i < nl && i < 64; i++)
@@ -159,7 +164,9 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     coll_get_stats(t->c, &st0);
     double tc = 0, tm = 0, loss = 0, t0 = ex_now_s();
     int correct = 0;
-    size_t wire_from = 0, s = 0, from; /* wire bytes count from wire_from (the last shrink) */
+    /* wire bytes count from wire_from (the last shrink); steps are numbered from `base`
+     * across epochs for --elastic, this epoch's close being base + steps. */
+    size_t wire_from = 0, s = 0, from, last, base = (size_t)epoch * (steps + 1);
     double wall, stats[3], sum[3], times[2], *per = malloc(sizeof(double) * 2 * (size_t)n);
     int same = 1, rc;
     if (!per)
@@ -167,7 +174,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     for (;;) { /* the steps, then the close; a lost rank sends both back to `from` */
         for (; s < steps; s++) {
             if (t->o->elastic)
-                ex_undo_keep(&t->undo, s, t->net.params, t->net.velocity);
+                ex_undo_keep(&t->undo, base + s, t->net.params, t->net.velocity);
             int traced = epoch == 0 && s == 1;
             rc = traced ? tl_begin(&t->tl, t->c) : COLL_OK;
             if (rc == COLL_OK)
@@ -187,6 +194,8 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
             }
         }
         if (s == steps) {
+            if (t->o->elastic)
+                ex_undo_keep(&t->undo, base + s, t->net.params, t->net.velocity);
             wall = ex_now_s() - t0;
             coll_get_stats(t->c, &st1);
             stats[0] = loss, stats[1] = correct, stats[2] = tm;
@@ -196,13 +205,23 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
         }
         fprintf(stderr, "rank %d: %s %zu: %s\n", me, s < steps ? "step" : "closing epoch at step",
                 s, coll_last_error(t->c));
-        if (!t->o->elastic || recover(t, s, &from) != COLL_OK) {
+        if (!t->o->elastic || recover(t, base + s, &from, &last) != COLL_OK) {
             free(per);
             return 1;
         }
         n = coll_size(t->c), me = coll_rank(t->c); /* a smaller world: per still fits */
         coll_get_stats(t->c, &st0);
-        s = wire_from = from;
+        /* A collective can end on some ranks and fail on others: those that finished the
+         * last epoch's close went on to this epoch's first step, and those still in this
+         * close when others finished it leave it unreported (the weights are the same). */
+        if (s == steps && last > base + s) {
+            fprintf(stderr, "rank %d: epoch %d's close ended on other ranks: not reported\n",
+                    me, epoch);
+            free(per);
+            *test_acc = mlp_accuracy(&t->net, &t->work, t->test->x, t->test->y, t->test->n);
+            return 0;
+        }
+        s = wire_from = from < base ? 0 : from - base;
     }
     if (!same) {
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
@@ -234,7 +253,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
                 "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,\"test_acc\":%.5f,"
                 "\"samples_per_s\":%.1f,\"speedup\":%.3f,\"compute_s\":%.3f,\"comm_s\":%.3f,"
                 "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f",
-                epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
+                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
                 t->serial_sps > 0 ? sps / t->serial_sps : 0, tc, tm, wire, formula);
     if (t->json) {
         ex_json_memory(t->json, &mem);
