@@ -66,56 +66,56 @@ static void relayout(const cl_algo_ctx *x, char *placed, char *ranked, const cl_
     }
 }
 
-/* One round: the host's sums of the slices of place i's ranks, then theirs across. */
-static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
+/* Runs `round` over every block a slice at a time, n slices of scratch (s) a round. */
+static int in_rounds(const cl_algo_ctx *x, const cl_op *op,
+                     int (*round)(const cl_algo_ctx *, const cl_op *, char *, size_t, size_t))
 {
-    const cl_algo_ctx *in = x->local, *across = x->cross;
-    size_t es = cl_dtype_size(op->dtype), n = (size_t)x->size, H = (size_t)across->size;
-    size_t w = cl_round_elems(x, op), first = 0;
-    char *s = cl_buf_grow(x->scratch, n * w * es);
+    size_t w = cl_round_elems(x, op), first = 0, es = cl_dtype_size(op->dtype);
+    char *s = cl_buf_grow(x->scratch, (size_t)x->size * w * es);
     if (!s)
         return COLL_ENOMEM;
-    cl_op sum = *op; /* an average divides once, at the end */
-    sum.op = op->op == COLL_AVG ? COLL_SUM : op->op;
     int rc;
     do {
         size_t len = CL_MIN(w, op->count - first);
-        char *mine = s + (size_t)in->rank * H * len * es, *out = (char *)op->rbuf + first * es;
-        relayout(x, s, (char *)op->sbuf, op, first, len, 1);
-        rc = cl_ring_reduce_scatter_into(in, &sum, n * len, s, s);
-        if (rc == COLL_OK)
-            rc = cl_ring_reduce_scatter_into(across, &sum, H * len, mine, mine);
-        if (rc == COLL_OK && len)
-            memcpy(out, mine + (size_t)across->rank * len * es, len * es);
-        if (rc == COLL_OK && op->op == COLL_AVG)
-            cl_divide(out, len, op->dtype, x->size);
+        rc = round(x, op, s, first, len);
         first += len;
     } while (rc == COLL_OK && first < op->count);
     return rc;
 }
 
-/* One round: place i's slices across hosts, then every place's inside the host. */
-static int allgather(const cl_algo_ctx *x, const cl_op *op)
+/* The host's sums of the slices of place i's ranks, then theirs across. */
+static int reduce_scatter_round(const cl_algo_ctx *x, const cl_op *op, char *s, size_t first,
+                                size_t len)
 {
     const cl_algo_ctx *in = x->local, *across = x->cross;
-    size_t es = cl_dtype_size(op->dtype), n = (size_t)x->size, H = (size_t)across->size;
-    size_t w = cl_round_elems(x, op), first = 0;
-    char *s = cl_buf_grow(x->scratch, n * w * es);
-    if (!s)
-        return COLL_ENOMEM;
-    int rc;
-    do {
-        size_t len = CL_MIN(w, op->count - first);
-        char *mine = s + (size_t)in->rank * H * len * es;
-        memmove(mine + (size_t)across->rank * len * es, (const char *)op->sbuf + first * es,
-                len * es);
-        rc = cl_ring_allgather_in(across, op, H * len, mine, NULL);
-        if (rc == COLL_OK)
-            rc = cl_ring_allgather_in(in, op, n * len, s, NULL);
-        if (rc == COLL_OK)
-            relayout(x, s, op->rbuf, op, first, len, 0);
-        first += len;
-    } while (rc == COLL_OK && first < op->count);
+    size_t es = cl_dtype_size(op->dtype), H = (size_t)across->size;
+    char *mine = s + (size_t)in->rank * H * len * es, *out = (char *)op->rbuf + first * es;
+    cl_op sum = *op; /* an average divides once, at the end */
+    sum.op = op->op == COLL_AVG ? COLL_SUM : op->op;
+    relayout(x, s, (char *)op->sbuf, op, first, len, 1);
+    int rc = cl_ring_reduce_scatter_into(in, &sum, (size_t)x->size * len, s, s);
+    if (rc == COLL_OK)
+        rc = cl_ring_reduce_scatter_into(across, &sum, H * len, mine, mine);
+    if (rc == COLL_OK && len)
+        memcpy(out, mine + (size_t)across->rank * len * es, len * es);
+    if (rc == COLL_OK && op->op == COLL_AVG)
+        cl_divide(out, len, op->dtype, x->size);
+    return rc;
+}
+
+/* Place i's slices across hosts, then every place's inside the host. */
+static int allgather_round(const cl_algo_ctx *x, const cl_op *op, char *s, size_t first,
+                           size_t len)
+{
+    const cl_algo_ctx *in = x->local, *across = x->cross;
+    size_t es = cl_dtype_size(op->dtype), H = (size_t)across->size;
+    char *mine = s + (size_t)in->rank * H * len * es;
+    memmove(mine + (size_t)across->rank * len * es, (const char *)op->sbuf + first * es, len * es);
+    int rc = cl_ring_allgather_in(across, op, H * len, mine, NULL);
+    if (rc == COLL_OK)
+        rc = cl_ring_allgather_in(in, op, (size_t)x->size * len, s, NULL);
+    if (rc == COLL_OK)
+        relayout(x, s, op->rbuf, op, first, len, 0);
     return rc;
 }
 
@@ -123,8 +123,8 @@ static int run(const cl_algo_ctx *x, cl_op *op)
 {
     switch (op->kind) {
     case CL_ALLREDUCE: return allreduce(x, op);
-    case CL_REDUCE_SCATTER: return reduce_scatter(x, op);
-    default: return allgather(x, op);
+    case CL_REDUCE_SCATTER: return in_rounds(x, op, reduce_scatter_round);
+    default: return in_rounds(x, op, allgather_round);
     }
 }
 
