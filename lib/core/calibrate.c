@@ -34,26 +34,31 @@ static int bounce(coll_comm *c, int peer, int lead, char *buf, size_t bytes, int
     return rc;
 }
 
+/* The pair's measurement: rank 0 leads, `other` answers; link[] set on rank 0. */
+static int measure(coll_comm *c, int other, double link[2])
+{
+    char *buf = calloc(1, BIG_BYTES);
+    int64_t rtt = 0, big = 0;
+    int lead = c->rank == 0, rc = buf ? COLL_OK : COLL_ENOMEM;
+    if (rc == COLL_OK)
+        rc = bounce(c, other, lead, buf, 8, PINGS, &rtt);
+    if (rc == COLL_OK)
+        rc = bounce(c, other, lead, buf, BIG_BYTES, BIG_SENDS, &big);
+    free(buf);
+    double alpha = (double)rtt / 2 * 1e-6, beta = ((double)big * 1e-6 - 2 * alpha) / BIG_BYTES;
+    link[0] = CL_MAX(alpha, 1e-7);
+    link[1] = CL_MAX(beta, 8.0 / 1e13); /* 10 Tbit/s: timer noise, not a link */
+    return rc;
+}
+
 int cl_calibrate(coll_comm *c)
 {
     const cl_topo *t = &c->topo;
     if (!t->ring || c->net_given)
         return COLL_OK;
     int peer = t->ring[t->second]; /* the first position of the second host */
-    char *buf = calloc(1, BIG_BYTES);
     double link[2] = {c->net_alpha_s, c->net_beta_s};
-    int rc = buf ? COLL_OK : COLL_ENOMEM;
-    if (rc == COLL_OK && (c->rank == 0 || c->rank == peer)) {
-        int64_t rtt = 0, big = 0;
-        int other = c->rank == 0 ? peer : 0;
-        rc = bounce(c, other, c->rank == 0, buf, 8, PINGS, &rtt);
-        if (rc == COLL_OK)
-            rc = bounce(c, other, c->rank == 0, buf, BIG_BYTES, BIG_SENDS, &big);
-        double alpha = (double)rtt / 2 * 1e-6, beta = ((double)big * 1e-6 - 2 * alpha) / BIG_BYTES;
-        link[0] = CL_MAX(alpha, 1e-7);
-        link[1] = CL_MAX(beta, 8.0 / 1e13); /* 10 Tbit/s: timer noise, not a link */
-    }
-    free(buf);
+    int rc = c->rank == 0 || c->rank == peer ? measure(c, c->rank ? 0 : peer, link) : COLL_OK;
     if (rc == COLL_OK)
         rc = coll_broadcast(c, link, 2, COLL_F64, 0);
     if (rc != COLL_OK)
