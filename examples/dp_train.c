@@ -143,7 +143,7 @@ static int recover(trainer *t, size_t k, size_t *from, size_t *last)
         for (int i = 0; i < nl && i < 64; i++)
             printf(" %d", lost[i]);
         printf(" of the old numbering; %d ranks go on, the global batch of %d split %d ways, "
-               "from step %zu (shrink took %.0f ms)\n", coll_size(next), t->o->batch,
+               "from step %zu of the run (shrink took %.0f ms)\n", coll_size(next), t->o->batch,
                coll_size(next), *from, (ex_now_s() - t0) * 1e3);
         fflush(stdout);
     }

@@ -51,6 +51,7 @@ typedef struct {
     float lr;
     timeline tl;
     FILE *json;
+    int reported;   /* epochs in the JSON file */
     ex_undo undo;   /* --elastic: this stage's weights and velocity as steps began */
 } trainer;
 
@@ -135,7 +136,7 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
     if (t->json)
         fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
                          "\"test_acc\":%.5f,\"samples_per_s\":%.1f,\"speedup\":%.3f,\"ranks\":[",
-                epoch ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps,
+                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps,
                 speedup);
     for (int r = 0; r < N; r++) {
         const double *v = all + NSTAT * r;
@@ -194,15 +195,16 @@ static void say_lost(const int *lost, int k, int left, int D, int B, size_t from
     for (int i = 0; i < k && i < 64; i++)
         printf(" %d", lost[i]);
     printf(" of the old numbering; %d ranks (%d replicas) go on, the global batch of %d split "
-           "%d ways, from step %zu\n", left, D, B, D, from);
+           "%d ways, from step %zu of the run\n", left, D, B, D, from);
     fflush(stdout);
 }
 
-/* --elastic: step k failed here (k = steps: the epoch's close). The survivors agree on who
- * is gone; a replica that lost a rank leaves whole (LEAVES on its ranks); the others
- * re-form their groups and go back to the first step not every rank finished (returned),
- * from the weights it began with. -1 when recovery failed. */
-static int recover(trainer *t, size_t k)
+/* --elastic: step k failed here (steps count on across epochs, each epoch's close one of
+ * them). The survivors agree on who is gone; a replica that lost a rank leaves whole
+ * (LEAVES on its ranks); the others re-form their groups and go back to the first step
+ * not every rank finished (returned), from the weights it began with, and learn the
+ * furthest step any rank got (*last). -1 when recovery failed. */
+static int recover(trainer *t, size_t k, size_t *last)
 {
     int K = t->o->stages, was = coll_rank(t->world), lost[64], leave = 0;
     coll_abort(t->pipe); /* whoever waits in them stops now, not at its timeout */
@@ -229,9 +231,12 @@ static int recover(trainer *t, size_t k)
         return rc != COLL_OK ? -1 : LEAVES;
     }
     size_t from = 0;
-    if (ex_undo_agree(&t->undo, rest, k, stage_of(t, t->net.params),
+    int64_t mine = (int64_t)k, most = 0;
+    if (coll_allreduce(rest, &mine, &most, 1, COLL_I64, COLL_MAX) != COLL_OK ||
+        ex_undo_agree(&t->undo, rest, k, stage_of(t, t->net.params),
                       stage_of(t, t->net.velocity), &from) != COLL_OK)
         return -1;
+    *last = (size_t)most;
     double compute = t->p.compute, idle = t->p.idle;
     if (form_groups(t) != 0)
         return -1;
@@ -270,9 +275,10 @@ static int close_epoch(trainer *t, int epoch, size_t steps, const double *mine, 
 static int run_epoch(trainer *t, int epoch, double *acc)
 {
     const ex_opts *o = t->o;
-    size_t steps = t->train->n / (size_t)o->batch, k = 0, wire_from = 0;
+    size_t steps = t->train->n / (size_t)o->batch, k = 0, wire_from = 0, last;
     if (o->steps > 0 && (size_t)o->steps < steps)
         steps = (size_t)o->steps;
+    size_t base = (size_t)epoch * (steps + 1); /* --elastic's step numbers, close included */
     ex_shuffle(t->perm, t->train->n, o->seed * 1000003ULL + (unsigned long long)epoch);
     t->lr = ex_lr(o, epoch);
     int correct = 0;
@@ -284,10 +290,10 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     double loss = 0, t0 = ex_now_s(), wall = 0;
     while (k <= steps) {
         int rc;
+        if (o->elastic)
+            ex_undo_keep(&t->undo, base + k, stage_of(t, t->net.params),
+                         stage_of(t, t->net.velocity));
         if (k < steps) {
-            if (o->elastic)
-                ex_undo_keep(&t->undo, k, stage_of(t, t->net.params),
-                             stage_of(t, t->net.velocity));
             rc = run_step(t, epoch, k, &loss, &correct);
         } else {
             wall = ex_now_s() - t0;
@@ -302,10 +308,17 @@ static int run_epoch(trainer *t, int epoch, double *acc)
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: step %zu: %s (%s / %s)\n", coll_rank(t->world), k,
                     coll_strerror(rc), coll_last_error(t->pipe), coll_last_error(t->group));
-            int from = o->elastic ? recover(t, k) : -1;
+            int from = o->elastic ? recover(t, base + k, &last) : -1;
             if (from < 0)
                 return from == LEAVES ? LEAVES : 1;
-            k = wire_from = (size_t)from;
+            /* Ranks that finished the last epoch's close went on to this epoch's first
+             * step; ranks in a close others finished leave it unreported (as dp_train). */
+            if (k == steps && last > base + k) {
+                fprintf(stderr, "rank %d: epoch %d's close ended on other ranks: not reported\n",
+                        coll_rank(t->world), epoch);
+                return 0;
+            }
+            k = wire_from = (size_t)from < base ? 0 : (size_t)from - base;
             coll_get_stats(t->group, &g0);
             continue;
         }
