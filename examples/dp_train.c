@@ -253,7 +253,8 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
                 "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,\"test_acc\":%.5f,"
                 "\"samples_per_s\":%.1f,\"speedup\":%.3f,\"compute_s\":%.3f,\"comm_s\":%.3f,"
                 "\"wire_bytes_per_step\":%.0f,\"formula_bytes_per_step\":%.0f",
-                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, *test_acc, sps,
+                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples,
+                sum[1] / samples, *test_acc, sps,
                 t->serial_sps > 0 ? sps / t->serial_sps : 0, tc, tm, wire, formula);
     if (t->json) {
         ex_json_memory(t->json, &mem);

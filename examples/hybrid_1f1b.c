@@ -136,7 +136,8 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
     if (t->json)
         fprintf(t->json, "%s{\"epoch\":%d,\"lr\":%.5f,\"loss\":%.6f,\"train_acc\":%.5f,"
                          "\"test_acc\":%.5f,\"samples_per_s\":%.1f,\"speedup\":%.3f,\"ranks\":[",
-                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples, sum[1] / samples, acc, sps,
+                t->reported++ ? ",\n" : "", epoch, t->lr, sum[0] / samples,
+                sum[1] / samples, acc, sps,
                 speedup);
     for (int r = 0; r < N; r++) {
         const double *v = all + NSTAT * r;

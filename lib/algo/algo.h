@@ -144,10 +144,13 @@ int cl_pass_run(pass *p);
  * and broadcast. */
 extern const pass_ops cl_plain_ops;
 
-/* Elements per block in one round of a reduce-scatter or all-gather that works a slice
- * of every block at a time, so its scratch is n slices (at most CL_ROUND_SEGMENTS
- * segments in all: 8 MiB by default), not n blocks. */
-size_t cl_round_elems(const cl_algo_ctx *x, const cl_op *op);
+/* A reduce-scatter or all-gather a slice of every block at a time, so its scratch is n
+ * slices (at most CL_ROUND_SEGMENTS segments in all: 8 MiB by default), not n blocks:
+ * round() gets the scratch and the slice [first, first + len) of every block (count
+ * elements each), at least once (count 0: len 0), until one fails. */
+typedef int (*cl_round_fn)(const cl_algo_ctx *x, const cl_op *op, char *scratch, size_t first,
+                           size_t len);
+int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round);
 #define CL_ROUND_SEGMENTS 16
 
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf

@@ -10,7 +10,7 @@
  * blocks owned by the ranks at place i, which then reduce-scatter them across hosts;
  * all-gather runs the other way (across, then inside). A host link carries L(H-1) blocks
  * each way where the ring carries n-1. Both work a slice of every block at a time
- * (cl_round_elems), copied to scratch laid out place by place (place i's H slices
+ * (cl_in_rounds), copied to scratch laid out place by place (place i's H slices
  * together) and back, so scratch is bounded and any numbering works.
  * The shard all-reduce leaves the same bytes on every host and the all-gathers copy them,
  * so every rank ends bit-identical. */
@@ -66,23 +66,6 @@ static void relayout(const cl_algo_ctx *x, char *placed, char *ranked, const cl_
     }
 }
 
-/* Runs `round` over every block a slice at a time, n slices of scratch (s) a round. */
-static int in_rounds(const cl_algo_ctx *x, const cl_op *op,
-                     int (*round)(const cl_algo_ctx *, const cl_op *, char *, size_t, size_t))
-{
-    size_t w = cl_round_elems(x, op), first = 0, es = cl_dtype_size(op->dtype);
-    char *s = cl_buf_grow(x->scratch, (size_t)x->size * w * es);
-    if (!s)
-        return COLL_ENOMEM;
-    int rc;
-    do {
-        size_t len = CL_MIN(w, op->count - first);
-        rc = round(x, op, s, first, len);
-        first += len;
-    } while (rc == COLL_OK && first < op->count);
-    return rc;
-}
-
 /* The host's sums of the slices of place i's ranks, then theirs across. */
 static int reduce_scatter_round(const cl_algo_ctx *x, const cl_op *op, char *s, size_t first,
                                 size_t len)
@@ -123,8 +106,8 @@ static int run(const cl_algo_ctx *x, cl_op *op)
 {
     switch (op->kind) {
     case CL_ALLREDUCE: return allreduce(x, op);
-    case CL_REDUCE_SCATTER: return in_rounds(x, op, reduce_scatter_round);
-    default: return in_rounds(x, op, allgather_round);
+    case CL_REDUCE_SCATTER: return cl_in_rounds(x, op, reduce_scatter_round);
+    default: return cl_in_rounds(x, op, allgather_round);
     }
 }
 

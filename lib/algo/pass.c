@@ -65,7 +65,8 @@ size_t cl_unit_range(const pass *p, size_t u, int recv, size_t *off)
 {
     size_t c = cl_unit_chunk(p, u, recv), k = u % p->segs_per_chunk;
     c = p->blocks ? (size_t)p->blocks[c] : c;
-    size_t cstart = p->stride ? c * p->stride + p->first : c * p->chunk_base + CL_MIN(c, p->chunk_rem);
+    size_t cstart =
+        p->stride ? c * p->stride + p->first : c * p->chunk_base + CL_MIN(c, p->chunk_rem);
     size_t clen = p->chunk_base + (c < p->chunk_rem);
     size_t lo = CL_MIN(k * p->seg_elems, clen), hi = CL_MIN(lo + p->seg_elems, clen);
     *off = cstart + lo;

@@ -106,14 +106,30 @@ int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t co
     return cl_pass_run(&p);
 }
 
-size_t cl_round_elems(const cl_algo_ctx *x, const cl_op *op)
+/* Elements per block in one round: whole segments, so a round's slice splits as the block
+ * would (the same headers), and at least 1024 elements: on many ranks, small messages
+ * rather than many rounds. */
+static size_t round_elems(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t es = cl_dtype_size(op->dtype), seg = CL_MAX(x->segment_bytes / es, 1);
     size_t w = CL_ROUND_SEGMENTS * seg / (size_t)x->size;
-    /* Whole segments, so a round's slice splits as the block would (the same headers),
-     * and at least 1024 elements: on many ranks, small messages rather than many rounds. */
     w = w >= seg ? w / seg * seg : CL_MAX(w, 1024);
     return CL_MIN(w, CL_MAX(op->count, 1));
+}
+
+int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round)
+{
+    size_t w = round_elems(x, op), first = 0, es = cl_dtype_size(op->dtype);
+    char *s = cl_buf_grow(x->scratch, (size_t)x->size * w * es);
+    if (!s)
+        return COLL_ENOMEM;
+    int rc;
+    do { /* once at least: an empty operation still checks its headers */
+        size_t len = CL_MIN(w, op->count - first);
+        rc = round(x, op, s, first, len);
+        first += len;
+    } while (rc == COLL_OK && first < op->count);
+    return rc;
 }
 
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
@@ -137,34 +153,29 @@ static int allreduce(const cl_algo_ctx *x, const cl_op *op)
     return rc == COLL_OK ? cl_ring_allgather_in(x, op, op->count, op->rbuf, NULL) : rc;
 }
 
-/* In rounds, a slice of every block at a time: the partial sums of other ranks' slices
- * live in scratch (n slices), not in a copy of the whole input. Positions in host order
- * (x->ranks) reduce their own rank's block. */
+/* One round: the slices' partial sums live in scratch (n slices), not in a copy of the
+ * whole input. Positions in host order (x->ranks) reduce their own rank's block. */
+static int reduce_scatter_round(const cl_algo_ctx *x, const cl_op *op, char *acc,
+                                size_t first, size_t len)
+{
+    size_t es = cl_dtype_size(op->dtype), own = (size_t)cl_rank_of(x, x->rank);
+    pass p = rs_pass(x, op, (size_t)x->size * len, op->sbuf, acc);
+    p.blocks = x->ranks;
+    p.stride = op->count;
+    p.first = first;
+    int rc = cl_pass_run(&p);
+    if (rc == COLL_OK && len)
+        memcpy((char *)op->rbuf + first * es, acc + own * len * es, len * es);
+    return rc;
+}
+
 static int reduce_scatter(const cl_algo_ctx *x, const cl_op *op)
 {
-    size_t es = cl_dtype_size(op->dtype), w = cl_round_elems(x, op), n = (size_t)x->size;
-    if (x->size == 1) {
-        if (op->sbuf != op->rbuf)
-            memcpy(op->rbuf, op->sbuf, op->count * es);
-        return COLL_OK;
-    }
-    char *acc = cl_buf_grow(x->scratch, n * w * es);
-    if (!acc)
-        return COLL_ENOMEM;
-    size_t first = 0, own = (size_t)cl_rank_of(x, x->rank);
-    int rc = COLL_OK;
-    do { /* once at least: an empty reduce-scatter still checks its headers */
-        size_t len = CL_MIN(w, op->count - first);
-        pass p = rs_pass(x, op, n * len, op->sbuf, acc);
-        p.blocks = x->ranks;
-        p.stride = op->count;
-        p.first = first;
-        rc = cl_pass_run(&p);
-        if (rc == COLL_OK && len)
-            memcpy((char *)op->rbuf + first * es, acc + own * len * es, len * es);
-        first += len;
-    } while (rc == COLL_OK && first < op->count);
-    return rc;
+    if (x->size > 1)
+        return cl_in_rounds(x, op, reduce_scatter_round);
+    if (op->sbuf != op->rbuf)
+        memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
+    return COLL_OK;
 }
 
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op)

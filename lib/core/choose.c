@@ -2,9 +2,10 @@
  * fit this communicator, priced by a latency-bandwidth model with two link classes: on
  * a host each message costs ALPHA and each byte sent BETA; the steps that wait on a link
  * between hosts cost its latency instead, and the bytes the busiest host link carries
- * cost its time per byte on top (COLL_NET_LATENCY_US, COLL_NET_GBPS). COLL_ALGO forces
- * the uncompressed all-reduce's, and the other collectives' the named algorithm serves. COLL_DEBUG=info names the choice, with the prices it
- * compared, once per collective and size class. */
+ * cost its time per byte on top (measured at init, or COLL_NET_LATENCY_US, COLL_NET_GBPS).
+ * COLL_ALGO forces the uncompressed all-reduce's, and that of the other collectives the
+ * named algorithm serves. COLL_DEBUG=info names the choice, with the prices it compared,
+ * once per collective and size class. */
 #include "core/comm.h"
 
 #include "base/log.h"
