@@ -776,7 +776,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, closed_peer_fails_pending_and_later_receives);
     tcase_add_test(t, shutdown_fails_pending_requests);
     tcase_add_test(t, shutdown_sends_farewell_at_a_message_boundary);
-    if (strcmp(tname, "shm") == 0 || strcmp(tname, "auto") == 0) {
+    if (cl_transport_find(tname)->send_now) {
         tcase_add_test(t, the_fast_path_keeps_messages_whole_and_in_order);
         tcase_add_test(t, the_fast_path_fails_as_a_receive_would);
     }

@@ -147,6 +147,11 @@ static void conn_free(cl_tr_conn *c)
 {
     if (c->fd >= 0) /* only if the loop never got to close it */
         close(c->fd);
+    for (cl_tr_req *r = c->sendq_head, *n; r; r = n) { /* the rest are ctx->reqs' */
+        n = r->next;
+        if (r->owned)
+            free(r);
+    }
     pthread_mutex_destroy(&c->io);
     free(c->rb);
     free(c);
@@ -816,6 +821,14 @@ static int tcp_test(cl_tr_req *r, int *done, size_t *nbytes)
     return status;
 }
 
+static int tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
+{
+    int arm = 0, rc = cl_tcp_send_now(c, hdr, buf, &arm);
+    if (arm)
+        cl_tcp_arm(c);
+    return rc;
+}
+
 static size_t tcp_moved(cl_tr_req *r)
 {
     return __atomic_load_n(&r->got, __ATOMIC_RELAXED);
@@ -899,5 +912,7 @@ const cl_transport cl_transport_tcp = {
     .close_conn = tcp_close_conn,
     .shutdown = tcp_shutdown,
     .poll = tcp_poll,
+    .send_now = tcp_send_now,
+    .recv_now = cl_tcp_recv_now,
     .peer_name = tcp_peer_name,
 };

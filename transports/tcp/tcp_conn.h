@@ -26,6 +26,7 @@ struct cl_tr_req {
     size_t len; /* send: payload bytes; recv: capacity, then the payload's length */
     size_t got; /* stream bytes moved so far, header included */
     int status;
+    int owned; /* the rest of a fast-path send: freed when done, by the transport */
     atomic_int done;
 };
 
@@ -97,6 +98,10 @@ int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv);
 /* Moves what can move now (*moved, if given, grows by the bytes moved); returns 1 when
  * the loop must be asked to watch the socket. */
 int cl_tcp_progress(cl_tr_conn *c, size_t *moved);
+/* The fast path (transport.h's send_now and recv_now). Take c->io if free; *arm as
+ * cl_tcp_enqueue's answer. */
+int cl_tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, int *arm);
+int cl_tcp_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes);
 /* Loop thread: makes the poll handle watch what the queues need now. */
 void cl_tcp_reconcile(cl_tr_conn *c);
 /* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */

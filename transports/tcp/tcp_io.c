@@ -19,6 +19,10 @@ enum { RB_BYTES = 16384 }; /* payloads this size or larger skip the buffer */
 
 void cl_tcp_complete(cl_tr_req *r, int status)
 {
+    if (r->owned) { /* the rest of a fast-path send: nobody waits for it */
+        free(r);
+        return;
+    }
     /* Once done is published the waiter may free r: nothing of it is read after. */
     cl_notifier *n = r->conn->ctx->notifier;
     r->status = status;
@@ -89,18 +93,18 @@ static size_t send_some(cl_tr_conn *c)
 
 /* ---- receives --------------------------------------------------------------------- */
 
-/* A header has arrived: is it sane, and does the payload fit the posted buffer? */
-static int header_ok(cl_tr_conn *c, cl_tr_req *r)
+/* A header has arrived: is it sane, and does the payload fit the cap bytes received into? */
+static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 {
-    if (r->hdr_in->magic != CL_MSG_MAGIC) {
+    if (h->magic != CL_MSG_MAGIC) {
         fail_io(c, COLL_EPROTO, "bad message magic");
         return 0;
     }
-    if (r->hdr_in->len > r->len) {
+    if (h->len > cap) {
         /* Debug only: the caller names a real mismatch, and a farewell probe (a 0-byte
          * receive) that meets a data message is no error. */
         cl_log(COLL_LOG_DEBUG, "tcp: %s sent a %u-byte message for a %zu-byte receive", c->name,
-               r->hdr_in->len, r->len);
+               h->len, cap);
         fail_io(c, COLL_EMISMATCH, "message longer than the receive");
         return 0;
     }
@@ -125,13 +129,34 @@ static int took(cl_tr_conn *c, cl_tr_req *r, size_t n)
     r->got += n;
     if (r->got < HDR)
         return 1;
-    if (!had_header && !header_ok(c, r))
+    if (!had_header && !header_ok(c, r->hdr_in, r->len))
         return 0;
     if (r->got == HDR + r->hdr_in->len) {
         r->len = r->hdr_in->len;
         cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), COLL_OK);
     }
     return 1;
+}
+
+/* One readv; a closed or failed socket fails c. <= 0: nothing was read. */
+static ssize_t read_into(cl_tr_conn *c, struct iovec *v, int n)
+{
+    ssize_t k;
+    do
+        k = readv(c->fd, v, n);
+    while (k < 0 && errno == EINTR);
+    if (k == 0)
+        fail_io(c, COLL_EPEER, "closed by the peer");
+    else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        fail_io(c, COLL_EPEER, strerror(errno));
+    return k;
+}
+
+static int have_rb(cl_tr_conn *c)
+{
+    if (!c->rb && !(c->rb = malloc(RB_BYTES)))
+        fail_io(c, COLL_ENOMEM, "no memory for the read buffer");
+    return c->rb != NULL;
 }
 
 /* One readv for the head receive: the header (and whatever follows, into rb), a large
@@ -145,14 +170,7 @@ static ssize_t read_once(cl_tr_conn *c, cl_tr_req *r)
         v[n++] = (struct iovec){dest(r), want};
     if (want < RB_BYTES || r->got < HDR)
         v[n++] = (struct iovec){c->rb, RB_BYTES};
-    ssize_t k;
-    do
-        k = readv(c->fd, v, n);
-    while (k < 0 && errno == EINTR);
-    if (k == 0)
-        fail_io(c, COLL_EPEER, "closed by the peer");
-    else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-        fail_io(c, COLL_EPEER, strerror(errno));
+    ssize_t k = read_into(c, v, n);
     if (k <= 0)
         return -1;
     size_t direct = v[0].iov_base == c->rb ? 0 : ((size_t)k < want ? (size_t)k : want);
@@ -164,10 +182,8 @@ static ssize_t read_once(cl_tr_conn *c, cl_tr_req *r)
 static size_t recv_some(cl_tr_conn *c)
 {
     size_t moved = 0;
-    if (!c->rb && c->recvq_head && !(c->rb = malloc(RB_BYTES))) {
-        fail_io(c, COLL_ENOMEM, "no memory for the read buffer");
+    if (c->recvq_head && !have_rb(c))
         return 0;
-    }
     while (c->recvq_head && !c->dead) {
         cl_tr_req *r = c->recvq_head;
         if (c->rb_at < c->rb_end) { /* bytes read earlier come first */
@@ -188,6 +204,115 @@ static size_t recv_some(cl_tr_conn *c)
             break;
     }
     return moved;
+}
+
+/* ---- the fast path (transport.h: send_now, recv_now) --------------------------------- */
+
+/* COLL_OK, with c->io held, when c's socket is free for a whole message now: no thread
+ * in it, no request queued ahead in that direction. */
+static int now_ok(cl_tr_conn *c, int sending)
+{
+    if (pthread_mutex_trylock(&c->io) != 0)
+        return COLL_INPROGRESS;
+    int rc = c->dead ? c->dead
+             : c->fd < 0 || (sending ? c->sendq_head : c->recvq_head) ? COLL_INPROGRESS
+                                                                       : COLL_OK;
+    if (rc != COLL_OK)
+        pthread_mutex_unlock(&c->io);
+    return rc;
+}
+
+/* The socket took only part of a message: the rest goes as a send of its own copy (the
+ * caller has its buffer back), ahead of anything sent later, so the stream stays whole. */
+static int keep_rest(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, size_t sent)
+{
+    cl_tr_req *r = calloc(1, sizeof(*r) + hdr->len);
+    if (!r) {
+        fail_io(c, COLL_ENOMEM, "no memory for the rest of a message");
+        return c->dead;
+    }
+    r->conn = c;
+    r->owned = 1;
+    r->hdr_out = *hdr;
+    r->buf = r + 1;
+    if (hdr->len)
+        memcpy(r->buf, buf, hdr->len);
+    r->len = hdr->len;
+    r->got = sent;
+    c->sendq_head = c->sendq_tail = r;
+    return COLL_OK;
+}
+
+int cl_tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, int *arm)
+{
+    int rc = now_ok(c, 1);
+    if (rc != COLL_OK)
+        return rc;
+    struct iovec v[2] = {{(void *)hdr, HDR}, {(void *)buf, hdr->len}};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = hdr->len ? 2 : 1};
+    ssize_t k;
+    do
+        k = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        fail_io(c, COLL_EPEER, strerror(errno));
+    if (c->dead)
+        rc = c->dead;
+    else if (k < 0)
+        rc = COLL_INPROGRESS;
+    else if ((size_t)k < HDR + hdr->len && (rc = keep_rest(c, hdr, buf, (size_t)k)) == COLL_OK)
+        *arm = cl_tcp_progress(c, NULL);
+    pthread_mutex_unlock(&c->io);
+    return rc;
+}
+
+/* The next message from rb, if all of it is there. */
+static int take_whole(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    size_t have = c->rb_end - c->rb_at;
+    if (have < HDR)
+        return COLL_INPROGRESS;
+    memcpy(hdr, c->rb + c->rb_at, HDR);
+    if (!header_ok(c, hdr, cap))
+        return c->dead;
+    if (have < HDR + hdr->len)
+        return COLL_INPROGRESS;
+    if (hdr->len)
+        memcpy(buf, c->rb + c->rb_at + HDR, hdr->len);
+    c->rb_at += HDR + hdr->len;
+    *nbytes = hdr->len;
+    return COLL_OK;
+}
+
+/* What the socket has, read into rb after the bytes not yet claimed (moved to its start,
+ * so a whole fast-path message always fits). */
+static void fill_rb(cl_tr_conn *c)
+{
+    if (!have_rb(c))
+        return;
+    memmove(c->rb, c->rb + c->rb_at, c->rb_end - c->rb_at);
+    c->rb_end -= c->rb_at;
+    c->rb_at = 0;
+    struct iovec v = {c->rb + c->rb_end, RB_BYTES - c->rb_end};
+    ssize_t k = read_into(c, &v, 1);
+    if (k > 0)
+        c->rb_end += (size_t)k;
+}
+
+int cl_tcp_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    if (cap + HDR > RB_BYTES)
+        return COLL_ENOTSUP;
+    int rc = now_ok(c, 0);
+    if (rc != COLL_OK)
+        return rc;
+    rc = take_whole(c, hdr, buf, cap, nbytes);
+    if (rc == COLL_INPROGRESS) {
+        fill_rb(c);
+        rc = c->dead ? c->dead : take_whole(c, hdr, buf, cap, nbytes);
+    }
+    pthread_mutex_unlock(&c->io);
+    return rc;
 }
 
 /* ---- who moves the bytes ---------------------------------------------------------- */
