@@ -95,6 +95,10 @@ typedef struct cl_tr_sink {
 
 typedef struct cl_transport {
     const char *name;
+    /* 1: a connection carries messages both ways: its acceptor may send on it and its
+     * dialer receive (link.c then gives a pair of ranks one connection, not two). A send
+     * that fails leaves what the peer sent before it readable (its farewell). */
+    int duplex;
     int (*ctx_create)(const cl_tr_config *cfg, cl_tr_ctx **out);
     void (*ctx_destroy)(cl_tr_ctx *ctx);
     int (*listen)(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out);

@@ -26,9 +26,11 @@ void cl_comm_free(coll_comm *c)
         c->tr->ctx_destroy(c->ctx);
     if (c->store)
         c->store->ops->close(c->store);
-    for (int ch = 0; ch < CL_CHANNELS; ch++)
+    for (int ch = 0; ch < CL_CHANNELS; ch++) {
         for (int d = 0; d < 2; d++)
             free(c->conns[ch][d]);
+        free(c->share[ch]); /* its requests went with the transport's context */
+    }
     free(c->handles);
     free(c->nonces);
     free(c->p2p_seq[0]);
@@ -108,10 +110,13 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     pthread_cond_init(&c->cv, NULL);
     cl_notifier_init(&c->notifier);
     int rc = COLL_ENOMEM;
-    for (int ch = 0; ch < CL_CHANNELS; ch++)
+    for (int ch = 0; ch < CL_CHANNELS; ch++) {
         for (int d = 0; d < 2; d++)
             if (!(c->conns[ch][d] = calloc((size_t)size, sizeof(cl_tr_conn *))))
                 goto fail;
+        if (c->tr->duplex && !(c->share[ch] = calloc((size_t)size, sizeof(struct cl_share))))
+            goto fail;
+    }
     c->p2p_seq[0] = calloc((size_t)size, sizeof(uint32_t));
     c->p2p_seq[1] = calloc((size_t)size, sizeof(uint32_t));
     c->lives = calloc((size_t)size, CL_LIFE_ADDR);

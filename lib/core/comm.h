@@ -47,6 +47,14 @@ typedef struct cl_topo {
     cl_algo_ctx sub[2];
 } cl_topo;
 
+/* A pair of ranks sharing one connection (link.c): the verdict that says so, going out
+ * (the higher rank) or awaited (the lower). */
+struct cl_share {
+    cl_tr_req *req;
+    cl_msg_hdr hdr;
+    uint8_t proof[CL_TAG_BYTES];
+};
+
 struct coll_comm {
     int rank, size;
     uint64_t id, job;
@@ -74,6 +82,7 @@ struct coll_comm {
     cl_tr_ctx *ctx;
     cl_notifier notifier;
     cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer]: NULL until used */
+    struct cl_share *share[CL_CHANNELS]; /* [channel][peer], duplex transports only (link.c) */
     pthread_mutex_t link_mu;            /* opens links: the listener, writes to conns */
     cl_tr_listener *listener;           /* takes the links peers open, while c lives */
     char (*handles)[CL_HANDLE_BYTES];   /* every rank's listener */

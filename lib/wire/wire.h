@@ -30,7 +30,10 @@ enum cl_coll_kind {
 /* The header-only frame a failing rank sends on its way out: tag = -status, count = its
  * rank, seq = the operation it was running. */
 enum { CL_FAREWELL = 0x7f };
-#define CL_PROTO_VERSION 3u
+/* The first frame a rank sends on a connection it took and now sends on too (link.c),
+ * its payload the proof that it is the rank the dialer meant. */
+enum { CL_SHARE = 0x7e };
+#define CL_PROTO_VERSION 4u
 #define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
 
 /* "allreduce", "send", ...; "invalid" for anything else. */

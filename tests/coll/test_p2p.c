@@ -1,16 +1,19 @@
 /* Point-to-point through the public API on real processes: FIFO matching per peer,
- * large and empty messages, mismatches, and coll_sendrecv's exchanges that never
- * deadlock whatever order the peers use. */
+ * large and empty messages, mismatches, coll_sendrecv's exchanges that never deadlock
+ * whatever order the peers use, and tcp's one connection for a pair that talks both
+ * ways. */
 #include "common/harness.h"
 #include "perf/verify.h"
 
 #include "common/suite.h"
 
 #include <check.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void expect_all_pass_on(int n, rank_fn fn, rdzv_kind rdzv, const char *transport)
 {
@@ -184,6 +187,126 @@ START_TEST(sendrecv_count_mismatch_is_emismatch_on_both)
 }
 END_TEST
 
+/* ---- one tcp connection for a pair that talks both ways ---------------------------- */
+
+static int shared_to, own_to, shared_from;
+static int order_pipe[2]; /* rank 1 tells rank 0 its first send returned */
+
+/* COLL_DEBUG's account of rank 1's p2p link to rank 0 (channel 1): "link to rank 0
+ * (channel 1) shares the one from it", or dialed: "link to rank 0 (channel 1, N bytes in
+ * flight) via ..."; and rank 0's "link from rank 1 (channel 1) shares the one to it". */
+static void count_links(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level, (void)arg;
+    shared_to += strstr(msg, "link to rank 0 (channel 1) shares") != NULL;
+    own_to += strstr(msg, "link to rank 0 (channel 1,") != NULL;
+    shared_from += strstr(msg, "link from rank 1 (channel 1) shares") != NULL;
+}
+
+static void use_secret(int rank, void *arg)
+{
+    (void)rank;
+    if (*(int *)arg)
+        setenv("COLL_SECRET", "a pair shares a connection", 1);
+}
+
+/* Rounds of replies over the pair, small (the fast path) and 1 MiB both ways at once
+ * (coll_sendrecv), every value checked. */
+static int replies(coll_comm *c, int first_from_1)
+{
+    int me = coll_rank(c), other = 1 - me;
+    enum { BIG = 1 << 18 };
+    int32_t *out = malloc(BIG * 4), *in = malloc(BIG * 4);
+    FAIL_IF(!out || !in, "no memory");
+    for (int round = 0; round < 6; round++) {
+        size_t n = round % 2 ? BIG : 64;
+        for (size_t i = 0; i < n; i++)
+            out[i] = me * 100000 + round * 1000 + (int32_t)(i % 1000);
+        int speaks = (round == 0 && first_from_1) ? me == 1 : me == round % 2;
+        if (n == BIG)
+            EXPECT_RC(coll_sendrecv(c, out, n, other, in, n, other, COLL_I32, (uint32_t)round),
+                      COLL_OK);
+        else if (speaks) {
+            EXPECT_RC(coll_send(c, out, n, COLL_I32, other, (uint32_t)round), COLL_OK);
+            EXPECT_RC(coll_recv(c, in, n, COLL_I32, other, (uint32_t)round), COLL_OK);
+        } else {
+            EXPECT_RC(coll_recv(c, in, n, COLL_I32, other, (uint32_t)round), COLL_OK);
+            EXPECT_RC(coll_send(c, out, n, COLL_I32, other, (uint32_t)round), COLL_OK);
+        }
+        for (size_t i = 0; i < n; i++)
+            FAIL_IF(in[i] != other * 100000 + round * 1000 + (int32_t)(i % 1000),
+                    "round %d element %zu: %d", round, i, in[i]);
+    }
+    free(out);
+    free(in);
+    return 0;
+}
+
+/* Rank 0 speaks first: rank 1 takes its connection before it sends, so it answers on
+ * that one (a verdict with its proof first), and rank 0 hears it there. */
+static int lower_first_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    coll_set_log(count_links, NULL, COLL_LOG_DEBUG);
+    int bad = replies(c, 0);
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    FAIL_IF(coll_rank(c) == 1 && (shared_to != 1 || own_to != 0),
+            "rank 1: %d shared links to rank 0, %d of its own; want 1 and 0", shared_to, own_to);
+    FAIL_IF(coll_rank(c) == 0 && shared_from != 1, "rank 0: %d shared links from rank 1",
+            shared_from);
+    return bad;
+}
+
+START_TEST(a_pair_that_talks_both_ways_shares_one_tcp_connection)
+{
+    int keyed = _i;
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 5000,
+                  .deadline_s = 60, .setup = use_secret};
+    ck_assert_int_eq(run_ranks(&o, lower_first_rank, &keyed), 0);
+}
+END_TEST
+
+/* Rank 1 sends first while rank 0 is away from the library: its send does not wait for
+ * rank 0 (it dials a link of its own after a short grace), and the pair goes on over two
+ * one-way connections. */
+static int higher_first_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c);
+    char b = 1;
+    coll_set_log(count_links, NULL, COLL_LOG_DEBUG);
+    int32_t v[16] = {0};
+    if (me == 1) {
+        for (int i = 0; i < 16; i++)
+            v[i] = i;
+        EXPECT_RC(coll_send(c, v, 16, COLL_I32, 0, 99), COLL_OK);
+        FAIL_IF(write(order_pipe[1], &b, 1) != 1, "pipe");
+    } else {
+        struct pollfd p = {.fd = order_pipe[0], .events = POLLIN};
+        FAIL_IF(poll(&p, 1, 30000) != 1 || read(order_pipe[0], &b, 1) != 1,
+                "rank 1's send never returned while rank 0 stayed away");
+        EXPECT_RC(coll_recv(c, v, 16, COLL_I32, 1, 99), COLL_OK);
+        for (int i = 0; i < 16; i++)
+            FAIL_IF(v[i] != i, "element %d: %d", i, v[i]);
+    }
+    int bad = replies(c, 1);
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    FAIL_IF(me == 1 && (shared_to != 0 || own_to != 1),
+            "rank 1: %d shared links to rank 0, %d of its own; want 0 and 1", shared_to, own_to);
+    return bad;
+}
+
+START_TEST(a_higher_rank_that_sends_first_does_not_wait_for_the_lower)
+{
+    ck_assert_int_eq(pipe(order_pipe), 0);
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 5000,
+                  .deadline_s = 60};
+    ck_assert_int_eq(run_ranks(&o, higher_first_rank, NULL), 0);
+    close(order_pipe[0]);
+    close(order_pipe[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("p2p");
@@ -194,6 +317,8 @@ int main(void)
     tcase_add_test(t, p2p_tag_mismatch_is_an_error);
     tcase_add_loop_test(t, sendrecv_exchanges_large_messages_without_deadlock, 0, 2);
     tcase_add_test(t, sendrecv_count_mismatch_is_emismatch_on_both);
+    tcase_add_loop_test(t, a_pair_that_talks_both_ways_shares_one_tcp_connection, 0, 2);
+    tcase_add_test(t, a_higher_rank_that_sends_first_does_not_wait_for_the_lower);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -520,12 +520,14 @@ static void do_close(cl_tr_conn *c, cl_tr_listener *l)
     }
 }
 
-/* Only when nothing is queued: a frame in the middle of another message would corrupt
- * the stream, and a full socket must not delay the close. */
+/* On what the peer reads (what we dialed, or sent on), and only when nothing is queued: a
+ * frame in the middle of another message would corrupt the stream, and a full socket
+ * must not delay the close. */
 static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
     pthread_mutex_lock(&c->io);
-    if (!c->listener && c->fd >= 0 && !c->dead && !c->sendq_head)
+    if ((!c->listener || c->sent_on) && c->fd >= 0 && !c->dead && !c->sends_dead &&
+        !c->sendq_head)
         (void)!send(c->fd, h, sizeof(*h), MSG_DONTWAIT | MSG_NOSIGNAL);
     pthread_mutex_unlock(&c->io);
 }
@@ -899,6 +901,7 @@ static size_t tcp_poll(cl_tr_ctx *ctx, int mode)
 
 const cl_transport cl_transport_tcp = {
     .name = "tcp",
+    .duplex = 1,
     .ctx_create = tcp_ctx_create,
     .ctx_destroy = tcp_ctx_destroy,
     .listen = tcp_listen,

@@ -54,6 +54,9 @@ struct cl_tr_conn {
     pthread_mutex_t io; /* everything below */
     int fd;             /* the data socket; -1 before the hello and after close */
     int dead;           /* status that fails every request from now on */
+    int sends_dead;     /* status that fails every send: a send failed, reads go on */
+    int recvs_dead;     /* status that fails every receive: the stream broke, sends go on */
+    int sent_on;        /* something was sent on it: its peer reads it (the farewell) */
     int send_blocked;   /* the socket's buffer was full: wait for writable */
     int asked;          /* events the loop was asked to watch */
     int watching;       /* events the poll handle watches (changed by the loop only) */

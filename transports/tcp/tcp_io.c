@@ -56,13 +56,50 @@ static void fail_io(cl_tr_conn *c, int status, const char *why)
     cl_tcp_fail(c, status);
 }
 
+/* One way of c ends, the other goes on. A send that fails (the peer closed or reset)
+ * ends the sends, but what the peer wrote before it went, its farewell, is still read
+ * (the read that meets the end fails the rest). A message that breaks the stream (bad
+ * magic, longer than its receive) ends the receives, but the sends still carry this
+ * rank's farewell: on a connection that carries both ways (a shared link), neither
+ * failure may silence the other way. */
+static void end_sends(cl_tr_conn *c, int status, const char *why)
+{
+    if (!c->dead && !c->sends_dead)
+        cl_log(COLL_LOG_DEBUG, "tcp: sending on %s failed: %s", c->name, why);
+    if (!c->sends_dead)
+        c->sends_dead = status;
+    while (c->sendq_head)
+        cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), c->sends_dead);
+}
+
+static void end_recvs(cl_tr_conn *c, int status, const char *why)
+{
+    if (!c->dead && !c->recvs_dead)
+        cl_log(COLL_LOG_DEBUG, "tcp: receiving on %s failed: %s", c->name, why);
+    if (!c->recvs_dead)
+        c->recvs_dead = status;
+    while (c->recvq_head)
+        cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), c->recvs_dead);
+}
+
+static int sends_end(const cl_tr_conn *c)
+{
+    return c->dead ? c->dead : c->sends_dead;
+}
+
+static int recvs_end(const cl_tr_conn *c)
+{
+    return c->dead ? c->dead : c->recvs_dead;
+}
+
 /* ---- sends ------------------------------------------------------------------------ */
 
 static size_t send_some(cl_tr_conn *c)
 {
     size_t moved = 0;
     c->send_blocked = 0;
-    while (c->sendq_head && !c->dead) {
+    c->sent_on |= c->sendq_head != NULL;
+    while (c->sendq_head && !sends_end(c)) {
         cl_tr_req *r = c->sendq_head;
         struct iovec v[2];
         int n = 0;
@@ -80,7 +117,7 @@ static size_t send_some(cl_tr_conn *c)
             break;
         }
         if (k < 0) {
-            fail_io(c, COLL_EPEER, strerror(errno));
+            end_sends(c, COLL_EPEER, strerror(errno));
             break;
         }
         moved += (size_t)k;
@@ -97,7 +134,7 @@ static size_t send_some(cl_tr_conn *c)
 static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 {
     if (h->magic != CL_MSG_MAGIC) {
-        fail_io(c, COLL_EPROTO, "bad message magic");
+        end_recvs(c, COLL_EPROTO, "bad message magic");
         return 0;
     }
     if (h->len > cap) {
@@ -105,7 +142,7 @@ static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
          * receive) that meets a data message is no error. */
         cl_log(COLL_LOG_DEBUG, "tcp: %s sent a %u-byte message for a %zu-byte receive", c->name,
                h->len, cap);
-        fail_io(c, COLL_EMISMATCH, "message longer than the receive");
+        end_recvs(c, COLL_EMISMATCH, "message longer than the receive");
         return 0;
     }
     return 1;
@@ -184,7 +221,7 @@ static size_t recv_some(cl_tr_conn *c)
     size_t moved = 0;
     if (c->recvq_head && !have_rb(c))
         return 0;
-    while (c->recvq_head && !c->dead) {
+    while (c->recvq_head && !recvs_end(c)) {
         cl_tr_req *r = c->recvq_head;
         if (c->rb_at < c->rb_end) { /* bytes read earlier come first */
             size_t n = c->rb_end - c->rb_at, want = wanted(r);
@@ -214,7 +251,8 @@ static int now_ok(cl_tr_conn *c, int sending)
 {
     if (pthread_mutex_trylock(&c->io) != 0)
         return COLL_INPROGRESS;
-    int rc = c->dead ? c->dead
+    int end = sending ? sends_end(c) : recvs_end(c);
+    int rc = end                                                                 ? end
              : c->fd < 0 || (sending ? c->sendq_head : c->recvq_head) ? COLL_INPROGRESS
                                                                        : COLL_OK;
     if (rc != COLL_OK)
@@ -255,9 +293,10 @@ int cl_tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, int *
         k = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     while (k < 0 && errno == EINTR);
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-        fail_io(c, COLL_EPEER, strerror(errno));
-    if (c->dead)
-        rc = c->dead;
+        end_sends(c, COLL_EPEER, strerror(errno));
+    c->sent_on = 1;
+    if (sends_end(c))
+        rc = sends_end(c);
     else if (k < 0)
         rc = COLL_INPROGRESS;
     else if ((size_t)k < HDR + hdr->len && (rc = keep_rest(c, hdr, buf, (size_t)k)) == COLL_OK)
@@ -274,7 +313,7 @@ static int take_whole(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, siz
         return COLL_INPROGRESS;
     memcpy(hdr, c->rb + c->rb_at, HDR);
     if (!header_ok(c, hdr, cap))
-        return c->dead;
+        return recvs_end(c);
     if (have < HDR + hdr->len)
         return COLL_INPROGRESS;
     if (hdr->len)
@@ -309,7 +348,7 @@ int cl_tcp_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
     rc = take_whole(c, hdr, buf, cap, nbytes);
     if (rc == COLL_INPROGRESS) {
         fill_rb(c);
-        rc = c->dead ? c->dead : take_whole(c, hdr, buf, cap, nbytes);
+        rc = recvs_end(c) ? recvs_end(c) : take_whole(c, hdr, buf, cap, nbytes);
     }
     pthread_mutex_unlock(&c->io);
     return rc;
@@ -352,6 +391,10 @@ int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)
     int arm = 0;
     if (c->dead)
         cl_tcp_fail(c, c->dead);
+    else if (!is_recv && c->sends_dead)
+        end_sends(c, c->sends_dead, "sends ended");
+    else if (is_recv && c->recvs_dead)
+        end_recvs(c, c->recvs_dead, "receives ended");
     else
         arm = cl_tcp_progress(c, NULL);
     pthread_mutex_unlock(&c->io);
