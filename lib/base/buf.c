@@ -10,6 +10,7 @@
 void *cl_buf_grow(cl_buf *b, size_t bytes)
 {
     bytes = bytes < 64 ? 64 : bytes;
+    b->asked = bytes > b->asked ? bytes : b->asked;
     if (bytes > b->bytes) {
         char *p = realloc(b->p, bytes);
         if (!p)
@@ -25,4 +26,12 @@ void cl_buf_free(cl_buf *b)
 {
     free(b->p);
     *b = (cl_buf){0};
+}
+
+void cl_buf_settle(cl_buf *b, size_t keep)
+{
+    b->calm = b->asked <= keep ? b->calm + 1 : 0;
+    b->asked = 0;
+    if (b->bytes > keep && b->calm >= CL_BUF_CALM)
+        cl_buf_free(b);
 }

@@ -94,6 +94,12 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* What scratch and staging keep between collectives: the ring's reduce-scatter rounds
+ * (8 MiB of scratch at the default segment) and the segment windows fit; what a single
+ * large message grew them to (a reduce's accumulation off the root, a codec's encoded
+ * copy) is given back once calls stop asking for it. */
+#define CL_KEEP_BYTES ((size_t)16 << 20)
+
 /* An error an algorithm met on this rank alone (no memory for scratch) fails the
  * communicator like one it reported, so the peers waiting on this rank hear at once. */
 static void run(coll_comm *c, coll_req *r, int by_caller)
@@ -102,6 +108,8 @@ static void run(coll_comm *c, coll_req *r, int by_caller)
     if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
                      coll_strerror(rc));
+    cl_buf_settle(&c->scratch, CL_KEEP_BYTES);
+    cl_buf_settle(&c->staging, CL_KEEP_BYTES);
     finish(c, r, rc, by_caller);
 }
 
