@@ -32,21 +32,26 @@ static size_t pack(pass *p, char *msg, int to_msg)
     return k * blk;
 }
 
+/* The step's outgoing places, packed before the pass starts: its receive overwrites
+ * those very places, and may land before the send goes (a link still opening). */
+typedef struct bpass {
+    pass p; /* first: the ops get &b->p */
+    char *out;
+    size_t out_bytes;
+} bpass;
+
 static const void *b_send(pass *p, size_t u, void *slot, size_t *bytes)
 {
-    (void)u;
-    *bytes = pack(p, slot, 1);
-    return slot;
+    (void)u, (void)slot;
+    const bpass *b = (const bpass *)p;
+    *bytes = b->out_bytes;
+    return b->out;
 }
 
 static void *b_recv(pass *p, size_t u, void *slot, size_t *bytes)
 {
     (void)u;
-    int n = p->x->size, d = distance(p);
-    size_t k = 0;
-    for (int i = 1; i < n; i++)
-        k += (i & d) != 0;
-    *bytes = k * p->op->count * p->esize;
+    *bytes = ((const bpass *)p)->out_bytes; /* the same places come in as went out */
     return slot;
 }
 
@@ -61,22 +66,25 @@ static const pass_ops bruck_ops = {.send = b_send, .recv = b_recv, .arrived = b_
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
     int n = x->size, r = x->rank;
-    size_t es = cl_dtype_size(op->dtype), blk = op->count * es;
-    char *rot = cl_buf_grow(x->scratch, (size_t)n * blk + 1);
+    size_t es = cl_dtype_size(op->dtype), blk = op->count * es, half = (size_t)(n / 2) * blk;
+    char *rot = cl_buf_grow(x->scratch, (size_t)n * blk + half + 1);
     if (!rot)
         return COLL_ENOMEM;
     for (int i = 0; i < n && blk; i++) /* place i: the block for rank r + i */
         memcpy(rot + (size_t)i * blk, (const char *)op->sbuf + (size_t)((r + i) % n) * blk, blk);
     for (int d = 1; d < n; d <<= 1) {
-        pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, es, 1);
-        p.ops = &bruck_ops;
-        p.units = p.segs_per_chunk = p.lag = 1; /* the send waits for nothing */
-        p.from = (r + n - d) % n;
-        p.to = (r + d) % n;
-        p.acc = rot;
-        p.slot_bytes = (size_t)(n / 2) * blk; /* places with bit d among 1..n-1 */
-        p.chunk_base = (size_t)(n / 2) * op->count, p.chunk_rem = 0; /* the unit's size */
-        int rc = cl_pass_run(&p);
+        bpass b = {.p = cl_pass_init(x, op, CHUNKS_ONE, op->count, es, 1),
+                   .out = rot + (size_t)n * blk};
+        pass *p = &b.p;
+        p->ops = &bruck_ops;
+        p->units = p->segs_per_chunk = p->lag = 1; /* the send waits for nothing */
+        p->from = (r + n - d) % n;
+        p->to = (r + d) % n;
+        p->acc = rot;
+        p->slot_bytes = half; /* places with bit d among 1..n-1 */
+        p->chunk_base = (size_t)(n / 2) * op->count, p->chunk_rem = 0; /* the unit's size */
+        b.out_bytes = pack(p, b.out, 1);
+        int rc = cl_pass_run(p);
         if (rc != COLL_OK)
             return rc;
     }

@@ -209,8 +209,9 @@ static int dial(coll_comm *c, int ch, int p)
 
 /* link_mu held (let go while it waits), no link to lo yet: a higher rank on a duplex
  * transport gives the lower rank lo a while to dial first. It waits here, not by
- * answering COLL_INPROGRESS: an algorithm may count on its send link being there once it
- * asks (Bruck's all-to-all packs its message from places its receive then overwrites). */
+ * answering COLL_INPROGRESS: a send link not there at once lets the pass's receives run
+ * ahead of its sends, which no algorithm met before links were shared (Bruck's
+ * all-to-all sent places its receive had overwritten: now it packs them first). */
 static void await_dial(coll_comm *c, int ch, int lo)
 {
     if (!c->share[ch] || lo > c->rank)
