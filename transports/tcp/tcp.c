@@ -74,13 +74,16 @@ void cl_tcp_arm(cl_tr_conn *c)
 
 /* ---- the data socket, seen from the loop ------------------------------------------ */
 
+/* An error on the socket (a reset: libuv stops watching and says UV_EBADF) is left to the
+ * data path: a read meets it only after the bytes that came before it, which may be the
+ * peer's farewell (a peer that closes with our bytes unread resets the connection). */
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     (void)events;
     cl_tr_conn *c = h->data;
     pthread_mutex_lock(&c->io);
     if (status < 0)
-        cl_tcp_fail(c, COLL_EPEER);
+        c->watching = 0;
     cl_tcp_progress(c, NULL);
     cl_tcp_reconcile(c);
     pthread_mutex_unlock(&c->io);
