@@ -125,8 +125,9 @@ static void adopt(coll_comm *c, int ch, int lo, cl_tr_conn *conn)
 }
 
 /* The lower rank, link_mu held: the higher rank hi's verdict on the connection we
- * dialed, if it came. COLL_INPROGRESS while nothing did (hi's link of its own may come
- * instead). */
+ * dialed, if it came. COLL_INPROGRESS while it did not, and for good once the connection
+ * ended without one: hi did not adopt it, so its messages (its farewell too) come on a
+ * link of its own, which may still be on its way. */
 static int verdict(coll_comm *c, int ch, int hi)
 {
     struct cl_share *s = &c->share[ch][hi];
@@ -134,17 +135,19 @@ static int verdict(coll_comm *c, int ch, int hi)
     if (!done)
         return COLL_INPROGRESS;
     s->req = NULL;
+    if (rc != COLL_OK || s->hdr.coll == CL_FAREWELL) {
+        cl_log(COLL_LOG_DEBUG, "rank %d: no verdict from rank %d (channel %d): %s", c->rank, hi,
+               ch, rc != COLL_OK ? coll_strerror(rc) : "a farewell");
+        return COLL_INPROGRESS;
+    }
     uint8_t want[CL_TAG_BYTES] = {0};
     if (c->keyed)
         proof(c, SHARE_LABEL, ch, hi, c->rank, want);
-    if (rc == COLL_OK && (s->hdr.coll != CL_SHARE || s->hdr.len != CL_TAG_BYTES))
-        rc = s->hdr.coll == CL_FAREWELL ? COLL_EPEER : COLL_EPROTO;
-    else if (rc == COLL_OK && !cl_auth_equal(want, s->proof, CL_TAG_BYTES))
-        rc = COLL_EPROTO;
-    if (rc != COLL_OK) {
-        cl_log(COLL_LOG_WARN, "rank %d: the connection to rank %d (channel %d) brought no "
-               "verdict: %s", c->rank, hi, ch, coll_strerror(rc));
-        return rc;
+    if (s->hdr.coll != CL_SHARE || s->hdr.len != CL_TAG_BYTES ||
+        !cl_auth_equal(want, s->proof, CL_TAG_BYTES)) {
+        cl_log(COLL_LOG_WARN, "rank %d: the connection to rank %d (channel %d) brought a "
+               "verdict that does not hold: %s", c->rank, hi, ch, coll_strerror(COLL_EPROTO));
+        return COLL_EPROTO;
     }
     __atomic_store_n(&c->conns[ch][1][hi], c->conns[ch][0][hi], __ATOMIC_RELEASE);
     cl_log(COLL_LOG_DEBUG, "rank %d: link from rank %d (channel %d) shares the one to it",
