@@ -76,24 +76,20 @@ static void fail_io(cl_tr_conn *c, int status, const char *why)
  * magic, longer than its receive) ends the receives, but the sends still carry this
  * rank's farewell: on a connection that carries both ways (a shared link), neither
  * failure may silence the other way. */
-static void end_sends(cl_tr_conn *c, int status, const char *why)
-{
-    if (!c->dead && !c->sends_dead)
-        cl_log(COLL_LOG_DEBUG, "tcp: sending on %s failed: %s", c->name, why);
-    if (!c->sends_dead)
-        c->sends_dead = status;
-    while (c->sendq_head)
-        cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), c->sends_dead);
-}
+enum { SENDS, RECVS };
 
-static void end_recvs(cl_tr_conn *c, int status, const char *why)
+static void end_way(cl_tr_conn *c, int way, int status, const char *why)
 {
-    if (!c->dead && !c->recvs_dead)
-        cl_log(COLL_LOG_DEBUG, "tcp: receiving on %s failed: %s", c->name, why);
-    if (!c->recvs_dead)
-        c->recvs_dead = status;
-    while (c->recvq_head)
-        cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), c->recvs_dead);
+    int *ended = way == SENDS ? &c->sends_dead : &c->recvs_dead;
+    cl_tr_req **head = way == SENDS ? &c->sendq_head : &c->recvq_head;
+    cl_tr_req **tail = way == SENDS ? &c->sendq_tail : &c->recvq_tail;
+    if (!c->dead && !*ended)
+        cl_log(COLL_LOG_DEBUG, "tcp: %s on %s failed: %s", way == SENDS ? "sending" : "receiving",
+               c->name, why);
+    if (!*ended)
+        *ended = status;
+    while (*head)
+        cl_tcp_complete(pop(head, tail), *ended);
 }
 
 static int sends_end(const cl_tr_conn *c)
@@ -131,7 +127,7 @@ static size_t send_some(cl_tr_conn *c)
             break;
         }
         if (k < 0) {
-            end_sends(c, COLL_EPEER, strerror(errno));
+            end_way(c, SENDS, COLL_EPEER, strerror(errno));
             break;
         }
         moved += (size_t)k;
@@ -148,7 +144,7 @@ static size_t send_some(cl_tr_conn *c)
 static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 {
     if (h->magic != CL_MSG_MAGIC) {
-        end_recvs(c, COLL_EPROTO, "bad message magic");
+        end_way(c, RECVS, COLL_EPROTO, "bad message magic");
         return 0;
     }
     if (h->len > cap) {
@@ -156,7 +152,7 @@ static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
          * receive) that meets a data message is no error. */
         cl_log(COLL_LOG_DEBUG, "tcp: %s sent a %u-byte message for a %zu-byte receive", c->name,
                h->len, cap);
-        end_recvs(c, COLL_EMISMATCH, "message longer than the receive");
+        end_way(c, RECVS, COLL_EMISMATCH, "message longer than the receive");
         return 0;
     }
     return 1;
@@ -270,9 +266,8 @@ static int now_ok(cl_tr_conn *c, int sending)
     if (pthread_mutex_trylock(&c->io) != 0)
         return COLL_INPROGRESS;
     int end = sending ? sends_end(c) : recvs_end(c);
-    int rc = end                                                                 ? end
-             : c->fd < 0 || (sending ? c->sendq_head : c->recvq_head) ? COLL_INPROGRESS
-                                                                       : COLL_OK;
+    int busy = c->fd < 0 || (sending ? c->sendq_head : c->recvq_head) != NULL;
+    int rc = end ? end : busy ? COLL_INPROGRESS : COLL_OK;
     if (rc != COLL_OK)
         pthread_mutex_unlock(&c->io);
     return rc;
@@ -311,7 +306,7 @@ int cl_tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, int *
         k = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     while (k < 0 && errno == EINTR);
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-        end_sends(c, COLL_EPEER, strerror(errno));
+        end_way(c, SENDS, COLL_EPEER, strerror(errno));
     c->sent_on = 1;
     if (sends_end(c))
         rc = sends_end(c);
@@ -410,9 +405,9 @@ int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)
     if (c->dead)
         cl_tcp_fail(c, c->dead);
     else if (!is_recv && c->sends_dead)
-        end_sends(c, c->sends_dead, "sends ended");
+        end_way(c, SENDS, c->sends_dead, "sends ended");
     else if (is_recv && c->recvs_dead)
-        end_recvs(c, c->recvs_dead, "receives ended");
+        end_way(c, RECVS, c->recvs_dead, "receives ended");
     else
         arm = cl_tcp_progress(c, NULL);
     pthread_mutex_unlock(&c->io);
