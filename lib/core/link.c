@@ -135,7 +135,7 @@ static int verdict(coll_comm *c, int ch, int hi)
     if (!done)
         return COLL_INPROGRESS;
     s->req = NULL;
-    if (rc != COLL_OK || s->hdr.coll == CL_FAREWELL) {
+    if (rc == COLL_EPEER || (rc == COLL_OK && s->hdr.coll == CL_FAREWELL)) {
         cl_log(COLL_LOG_DEBUG, "rank %d: no verdict from rank %d (channel %d): %s", c->rank, hi,
                ch, rc != COLL_OK ? coll_strerror(rc) : "a farewell");
         return COLL_INPROGRESS;
@@ -143,8 +143,8 @@ static int verdict(coll_comm *c, int ch, int hi)
     uint8_t want[CL_TAG_BYTES] = {0};
     if (c->keyed)
         proof(c, SHARE_LABEL, ch, hi, c->rank, want);
-    if (s->hdr.coll != CL_SHARE || s->hdr.len != CL_TAG_BYTES ||
-        !cl_auth_equal(want, s->proof, CL_TAG_BYTES)) {
+    if (rc != COLL_OK || s->hdr.coll != CL_SHARE || s->hdr.len != CL_TAG_BYTES ||
+        !cl_auth_equal(want, s->proof, CL_TAG_BYTES)) { /* a frame too long, or garbage */
         cl_log(COLL_LOG_WARN, "rank %d: the connection to rank %d (channel %d) brought a "
                "verdict that does not hold: %s", c->rank, hi, ch, coll_strerror(COLL_EPROTO));
         return COLL_EPROTO;
