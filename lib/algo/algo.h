@@ -165,6 +165,11 @@ int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t co
  * that disagree on it get COLL_EMISMATCH (some neighbours differ) where an exchange that
  * depends on the root would leave one waiting for a message sent elsewhere. */
 int cl_root_check(const cl_algo_ctx *x, const cl_op *op);
+/* One exchange (exchange.c): elements [s_off, s_off + s_len) of buf go to position `to`
+ * while [r_off, r_off + r_len) come from position `from` (-1: that direction is idle),
+ * reduced into buf (reduce = 1) or copied there, in segments. */
+int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
+                size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce);
 /* A ring all-gather of `count` elements in buf, every rank's chunk already in place
  * (blocks: as pass.blocks). */
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,

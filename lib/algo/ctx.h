@@ -68,8 +68,12 @@ typedef struct cl_algo_ctx {
     /* The communicator's rank at each position (NULL: the same). An all-reduce runs on
      * positions in host order; what it reports names communicator ranks. */
     const int *ranks;
-    /* With hosts of as many ranks each (two or more of each): the ring of this host's
-     * ranks and the ring of this rank's place on every host (hier); else NULL. */
+    /* In host order: where each host's positions begin (hosts + 1 entries; NULL on one
+     * host) and the emptiest host's ranks. hier runs that many lanes on every host; a
+     * rank on a lane (lanes >= 2) has its rings: this host's lanes and its place on
+     * every host; else (one host, a rank past the lanes) NULL. */
+    const int *host_start;
+    int lanes;
     const struct cl_algo_ctx *local, *cross;
     /* Hosts the ranks span (1: one), ranks on the fullest, and the ring edges (position
      * r to r + 1) that leave the busiest host: 1 each way in host order, up to its

@@ -15,78 +15,6 @@
 
 enum { MAX_STEPS = 32 };
 
-/* One exchange of a step: elements [s_off, s_off + s_len) go to the partner while
- * [r_off, r_off + r_len) come from it, reduced into the buffer or copied there. */
-typedef struct {
-    pass p; /* first: the ops get the pass */
-    size_t s_off, s_len, r_off, r_len;
-} xchg;
-
-/* Element range [*lo, *lo + return) of unit u of a range of len elements. */
-static size_t seg_of(const pass *p, size_t len, size_t u, size_t *lo)
-{
-    *lo = CL_MIN(u * p->seg_elems, len);
-    return CL_MIN(len, *lo + p->seg_elems) - *lo;
-}
-
-static const void *x_send(pass *p, size_t u, void *slot, size_t *bytes)
-{
-    (void)slot;
-    const xchg *e = (const xchg *)p;
-    size_t lo, n = seg_of(p, e->s_len, u, &lo);
-    *bytes = n * p->esize;
-    return p->acc + (e->s_off + lo) * p->esize;
-}
-
-static void *x_recv(pass *p, size_t u, void *slot, size_t *bytes)
-{
-    const xchg *e = (const xchg *)p;
-    size_t lo, n = seg_of(p, e->r_len, u, &lo);
-    *bytes = n * p->esize;
-    return p->slot_bytes ? slot : p->acc + (e->r_off + lo) * p->esize;
-}
-
-/* Bytes [off, off + n) of receive unit u: reduced into the buffer where they belong. */
-static void x_take(pass *p, size_t u, size_t off, const void *bytes, size_t n)
-{
-    const xchg *e = (const xchg *)p;
-    size_t lo;
-    seg_of(p, e->r_len, u, &lo);
-    char *at = p->acc + (e->r_off + lo) * p->esize + off;
-    cl_reduce(at, at, bytes, n / p->esize, p->op->dtype, p->op->op);
-}
-
-static void x_arrived(pass *p, size_t u, void *buf)
-{
-    const xchg *e = (const xchg *)p;
-    size_t lo;
-    x_take(p, u, 0, buf, seg_of(p, e->r_len, u, &lo) * p->esize);
-}
-
-static const pass_ops reduce_ops = {
-    .send = x_send, .recv = x_recv, .arrived = x_arrived, .take = x_take};
-static const pass_ops copy_ops = {.send = x_send, .recv = x_recv};
-
-/* Runs one exchange with position `peer` (-1: that direction is idle). */
-static int exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
-                    size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce)
-{
-    size_t es = cl_dtype_size(op->dtype), seg = CL_MAX(x->segment_bytes / es, (size_t)1);
-    xchg e = {.s_off = s_off, .s_len = s_len, .r_off = r_off, .r_len = r_len};
-    e.p = cl_pass_init(x, op, CHUNKS_ONE, op->count, es, 1);
-    e.p.ops = reduce ? &reduce_ops : &copy_ops;
-    e.p.seg_elems = seg;
-    /* Both ends count the longer range's segments: empty units still check headers. */
-    size_t longer = CL_MAX(to >= 0 ? s_len : 0, from >= 0 ? r_len : 0);
-    e.p.units = e.p.segs_per_chunk = CL_MAX((longer + seg - 1) / seg, (size_t)1);
-    e.p.lag = e.p.units; /* the sends wait for nothing */
-    e.p.to = to;
-    e.p.from = from;
-    e.p.acc = buf;
-    e.p.slot_bytes = reduce ? seg * es : 0;
-    return cl_pass_run(&e.p);
-}
-
 /* The power of two p <= n, and this position's rank among the p (-1: folded away). */
 static int fold(int n, int v, int *p)
 {
@@ -133,8 +61,8 @@ static int level(const cl_algo_ctx *x, const cl_op *op, char *buf, int peer, int
     int g_lo = lo[k + 1] == lo[k] ? hi[k + 1] : lo[k], g_hi = g_lo == lo[k] ? lo[k + 1] : hi[k];
     size_t ko = chunk_at(count, p, lo[k + 1]), kn = chunk_at(count, p, hi[k + 1]) - ko;
     size_t go = chunk_at(count, p, g_lo), gn = chunk_at(count, p, g_hi) - go;
-    return reduce ? exchange(x, op, buf, peer, peer, go, gn, ko, kn, 1)
-                  : exchange(x, op, buf, peer, peer, ko, kn, go, gn, 0);
+    return reduce ? cl_exchange(x, op, buf, peer, peer, go, gn, ko, kn, 1)
+                  : cl_exchange(x, op, buf, peer, peer, ko, kn, go, gn, 0);
 }
 
 static int run(const cl_algo_ctx *x, cl_op *op)
@@ -148,8 +76,8 @@ static int run(const cl_algo_ctx *x, cl_op *op)
         memcpy(buf, op->sbuf, count * es);
     int rc = COLL_OK, folded = v < 2 * (n - p);
     if (folded) /* the even one hands its vector over and waits for the result */
-        rc = vr < 0 ? exchange(x, &sum, buf, v + 1, -1, 0, count, 0, 0, 0)
-                    : exchange(x, &sum, buf, -1, v - 1, 0, 0, 0, count, 1);
+        rc = vr < 0 ? cl_exchange(x, &sum, buf, v + 1, -1, 0, count, 0, 0, 0)
+                    : cl_exchange(x, &sum, buf, -1, v - 1, 0, 0, 0, count, 1);
     if (rc == COLL_OK && vr >= 0) {
         int steps = halving(vr, p, lo, hi);
         for (int k = 0; rc == COLL_OK && k < steps; k++)
@@ -161,8 +89,8 @@ static int run(const cl_algo_ctx *x, cl_op *op)
             rc = level(x, &sum, buf, position_of(vr ^ (1 << k), n, p), p, lo, hi, k, 0);
     }
     if (rc == COLL_OK && folded) /* the result back to the even one */
-        rc = vr < 0 ? exchange(x, &sum, buf, -1, v + 1, 0, 0, 0, count, 0)
-                    : exchange(x, &sum, buf, v - 1, -1, 0, count, 0, 0, 0);
+        rc = vr < 0 ? cl_exchange(x, &sum, buf, -1, v + 1, 0, 0, 0, count, 0)
+                    : cl_exchange(x, &sum, buf, v - 1, -1, 0, count, 0, 0, 0);
     return rc;
 }
 

@@ -279,7 +279,7 @@ size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt
     size_t es = cl_dtype_size(dt);
     if (!c || !es || count > SIZE_MAX / es / 2)
         return 0;
-    char why[160];
+    char why[256];
     cl_op op = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = COLL_SUM};
     const cl_algo *a = cl_choose((coll_comm *)c, &op, why, sizeof(why));
     return a ? a->cost(cl_topo_ctx(c, a, &op), &op).bytes : 0;

@@ -172,7 +172,7 @@ int cl_check_op(const char *fn, coll_comm *c, int op)
 int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dtype dt,
                   coll_op op)
 {
-    char why[160];
+    char why[256];
     cl_op o = {.kind = kind, .count = count, .dtype = dt, .op = op,
                .codec = cl_codec_for(c, kind, dt, op)};
     return !c->force[0] || cl_choose(c, &o, why, sizeof(why)) ? COLL_OK

@@ -56,7 +56,7 @@ int cl_calibrate(coll_comm *c)
     const cl_topo *t = &c->topo;
     if (!t->ring || c->net_given)
         return COLL_OK;
-    int peer = t->ring[t->second]; /* the first position of the second host */
+    int peer = t->ring[t->start[1]]; /* the first position of the second host */
     double link[2] = {c->net_alpha_s, c->net_beta_s};
     int rc = c->rank == 0 || c->rank == peer ? measure(c, c->rank ? 0 : peer, link) : COLL_OK;
     if (rc == COLL_OK)

@@ -20,21 +20,30 @@
 #define ALPHA_S 4e-6
 #define BETA_S 0.25e-9
 
+/* The dearer of *most and what position `at` of view pays. */
+static void price_at(const coll_comm *c, const cl_algo *a, cl_algo_ctx view, int at,
+                     const cl_op *op, double *most)
+{
+    view.rank = at < view.size ? at : 0;
+    cl_cost k = a->cost(&view, op);
+    double s = (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
+               ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
+    *most = s > *most ? s : *most;
+}
+
 /* Every rank must choose the same algorithm, so the price is not this rank's cost but the
  * dearest of the positions whose share differs most (the first pair, which folds or owns
- * the larger chunks, and the last): the same numbers on every rank. */
+ * the larger chunks, the last, and each host's first, which takes the most of its host's
+ * folds): the same numbers on every rank. */
 double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
-    cl_algo_ctx view = *cl_topo_ctx(c, a, op);
-    int at[3] = {0, 1, view.size - 1};
+    const cl_algo_ctx *view = cl_topo_ctx(c, a, op);
     double most = 0;
-    for (int i = 0; i < 3; i++) {
-        view.rank = at[i] < view.size ? at[i] : 0;
-        cl_cost k = a->cost(&view, op);
-        double s = (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
-                   ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
-        most = s > most ? s : most;
-    }
+    price_at(c, a, *view, 0, op, &most);
+    price_at(c, a, *view, 1, op, &most);
+    price_at(c, a, *view, view->size - 1, op, &most);
+    for (int h = 0; view->host_start && h < view->hosts; h++)
+        price_at(c, a, *view, view->host_start[h], op, &most);
     return most;
 }
 
@@ -71,8 +80,9 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
         snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte %s on %d ranks%s", c->force,
                  op->count * cl_dtype_size(op->dtype), cl_kind_name(op->kind), c->size,
                  a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)"
-                 : a == &cl_algo_hier   ? " (it needs two or more hosts of as many ranks each, "
-                                          "two or more per host)"
+                 : a == &cl_algo_hier   ? " (it needs two or more hosts of two or more ranks "
+                                          "each; reduce-scatter and all-gather: hosts of as "
+                                          "many ranks each)"
                                         : "");
     else
         return a;

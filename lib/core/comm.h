@@ -33,15 +33,16 @@ struct coll_req {
 };
 
 /* Where this communicator's ranks are (topo.c). With more than one host, an all-reduce
- * runs on `ordered`: positions in host order (ring[v] is the rank at position v), links
- * by position. With H hosts of L ranks each (H, L >= 2), `sub` are hier's: the ring of
- * this host's ranks (sub[0]) and the ring of the ranks with this one's place on every
- * host (sub[1]). */
+ * runs on `ordered`: positions in host order (ring[v] is the rank at position v, host h's
+ * from start[h] on), links by position. With H hosts of L or more ranks each (H, L >= 2)
+ * hier runs L lanes per host; for a rank on one, `sub` are its rings: this host's lanes
+ * (sub[0]) and this one's place on every host (sub[1]). */
 typedef struct cl_topo {
-    int hosts, per_host; /* per_host: 0 when hosts hold different numbers of ranks */
-    int moved;           /* host order is not rank order */
-    int second;          /* the position where the second host's ranks begin */
-    int *ring;           /* NULL: one host */
+    int hosts;
+    int lanes;  /* the emptiest host's ranks */
+    int *start; /* hosts + 1 */
+    int moved;  /* host order is not rank order */
+    int *ring;  /* NULL: one host */
     cl_algo_ctx ordered;
     int *sub_ranks[2];
     cl_algo_ctx sub[2];

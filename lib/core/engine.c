@@ -45,7 +45,7 @@ static void tell_done(coll_comm *c, const cl_algo *a, const cl_op *op, int rc, i
 
 static int run_one(coll_comm *c, coll_req *r)
 {
-    char why[160];
+    char why[256];
     const cl_algo *a = choose(c, &r->op, why, sizeof(why));
     if (!a) /* api.c refuses an operation no algorithm runs: never here */
         return COLL_ENOTSUP;

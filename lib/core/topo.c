@@ -13,11 +13,12 @@
 #include <string.h>
 
 /* Positions in host order, each rank's host (numbered from 0 in order of appearance),
- * the number of hosts, the fullest one's ranks, per_host when all hold as many. */
+ * where each host's positions begin, the number of hosts, the fullest one's ranks and the
+ * emptiest's (lanes). */
 static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *fullest)
 {
     int k = 0;
-    t->per_host = -1;
+    t->lanes = n;
     *fullest = 0;
     for (int p = 0; p < n; p++)
         host[p] = -1;
@@ -25,6 +26,7 @@ static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *
         if (host[p] >= 0)
             continue; /* its host is in already */
         int here = 0;
+        t->start[t->hosts] = k;
         for (int q = p; q < n; q++)
             if (cards[q].host == cards[p].host) {
                 host[q] = t->hosts;
@@ -32,11 +34,11 @@ static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *
                 t->ring[k++] = q;
                 here++;
             }
-        t->second = t->hosts == 0 ? k : t->second;
-        t->per_host = t->per_host < 0 || t->per_host == here ? here : 0;
         *fullest = here > *fullest ? here : *fullest;
+        t->lanes = here < t->lanes ? here : t->lanes;
         t->hosts++;
     }
+    t->start[t->hosts] = n;
 }
 
 /* The ring edges in rank order that leave the busiest host. */
@@ -53,6 +55,7 @@ static int rank_ring_cross(const int *host, int n, int hosts)
 void cl_topo_free(cl_topo *t)
 {
     free(t->ring);
+    free(t->start);
     for (int d = 0; d < 2; d++)
         free(t->sub_ranks[d]);
     memset(t, 0, sizeof(*t));
@@ -63,8 +66,9 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     cl_topo *t = &c->topo;
     size_t n = (size_t)c->size;
     t->ring = malloc(n * sizeof(int));
+    t->start = malloc((n + 1) * sizeof(int));
     int *host = malloc(n * sizeof(int)), fullest;
-    if (!t->ring || !host) {
+    if (!t->ring || !t->start || !host) {
         free(host);
         return COLL_ENOMEM;
     }
@@ -82,25 +86,25 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     for (int v = 0; v < c->size; v++)
         if (t->ring[v] == c->rank)
             t->ordered.rank = v;
-    if (t->per_host < 2)
+    if (t->lanes < 2)
         return COLL_OK;
-    size_t len[2] = {(size_t)t->per_host, (size_t)t->hosts};
+    size_t len[2] = {(size_t)t->lanes, (size_t)t->hosts};
     for (int s = 0; s < 2; s++)
         if (!(t->sub_ranks[s] = malloc(len[s] * sizeof(int))))
             return COLL_ENOMEM;
     return COLL_OK;
 }
 
-/* A context over `size` of the ordered context's positions: its i-th is position
- * first + i * stride. */
-static void sub_ring(coll_comm *c, int s, int first, int stride, int size)
+/* A context over `size` of the ordered context's positions, whose i-th is the position
+ * in sub_ranks[s][i] (made the rank there). */
+static void sub_ring(coll_comm *c, int s, int size)
 {
     cl_topo *t = &c->topo;
     cl_algo_ctx *x = &t->sub[s];
     *x = t->ordered;
     x->size = size;
     for (int i = 0; i < size; i++) {
-        int v = first + i * stride;
+        int v = t->sub_ranks[s][i];
         t->sub_ranks[s][i] = t->ring[v];
         if (v == t->ordered.rank)
             x->rank = i;
@@ -113,15 +117,24 @@ void cl_topo_contexts(coll_comm *c)
     cl_topo *t = &c->topo;
     if (!t->ring)
         return;
-    int at = t->ordered.rank, L = t->per_host;
+    int at = t->ordered.rank, h = 0, L = t->lanes;
     t->ordered = c->algo[CL_CH_COLL];
     t->ordered.rank = at;
     t->ordered.ranks = t->ring;
     t->ordered.ring_cross = 1;
-    if (L < 2)
-        return;
-    sub_ring(c, 0, at / L * L, 1, L);    /* this host's ranks */
-    sub_ring(c, 1, at % L, L, t->hosts); /* this place on every host */
+    t->ordered.host_start = t->start;
+    t->ordered.lanes = L;
+    while (t->start[h + 1] <= at)
+        h++;
+    int place = at - t->start[h];
+    if (L < 2 || place >= L)
+        return; /* hier: none, or this rank folds into a lane (hier.c) */
+    for (int i = 0; i < L; i++) /* this host's lanes */
+        t->sub_ranks[0][i] = t->start[h] + i;
+    for (int g = 0; g < t->hosts; g++) /* this place on every host */
+        t->sub_ranks[1][g] = t->start[g] + place;
+    sub_ring(c, 0, L);
+    sub_ring(c, 1, t->hosts);
     t->ordered.local = &t->sub[0];
     t->ordered.cross = &t->sub[1];
 }

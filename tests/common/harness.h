@@ -48,7 +48,8 @@ int free_port(void);
         }                                                                      \
     } while (0)
 
-/* 1 when `bytes` at buf hash the same on every rank of c (an all-gather of hashes). */
+/* 1 when `bytes` at buf hash as they do on rank 0 (a broadcast of its hash): a rank whose
+ * bytes differ gets 0. */
 int identical_everywhere(coll_comm *c, const void *buf, size_t bytes);
 
 /* Fails the calling rank with a message if rc is not want. */
