@@ -69,10 +69,10 @@ typedef struct cl_algo_ctx {
      * positions in host order; what it reports names communicator ranks. */
     const int *ranks;
     /* In host order: where each host's positions begin (hosts + 1 entries; NULL on one
-     * host) and the emptiest host's ranks. hier runs that many lanes on every host; a
+     * host), each position's host, and the emptiest host's ranks. hier runs that many lanes on every host; a
      * rank on a lane (lanes >= 2) has its rings: this host's lanes and its place on
      * every host; else (one host, a rank past the lanes) NULL. */
-    const int *host_start;
+    const int *host_start, *host_at; /* host_at: each position's host */
     int lanes;
     const struct cl_algo_ctx *local, *cross;
     /* Hosts the ranks span (1: one), ranks on the fullest, and the ring edges (position

@@ -52,6 +52,12 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
            op->count * cl_dtype_size(op->dtype) <= DOUBLING_BYTES;
 }
 
+static int same(int i, int n, int p)
+{
+    (void)n, (void)p;
+    return i;
+}
+
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t steps = 0;
@@ -59,14 +65,13 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         steps++;
     size_t bytes = op->count * cl_dtype_size(op->dtype);
     cl_cost k = {.steps = (double)steps, .bytes = steps * bytes};
-    /* In host order the first log2(ranks per host) partners share a host; the rest are
-     * across, every rank of a host at once. */
-    size_t inside = 0;
-    for (int bit = 1; x->hosts > 1 && bit < x->host_ranks; bit <<= 1)
-        inside++;
-    if (x->hosts > 1)
-        k.xsteps = (double)(steps - CL_MIN(inside, steps - 1)),
-        k.xbytes = k.xsteps * (double)x->host_ranks * (double)bytes;
+    /* Across hosts (host order): each step whose partners straddle hosts waits for the
+     * busiest host link, which carries the vector of each of its ranks that crosses. */
+    for (int bit = 1; x->hosts > 1 && x->host_at && bit < x->size; bit <<= 1) {
+        int c = cl_pairs_crossing(x, x->size, bit, same);
+        if (c)
+            k.xsteps += 1, k.xbytes += (double)c * (double)bytes;
+    }
     return k;
 }
 

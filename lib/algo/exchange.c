@@ -76,3 +76,16 @@ int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int fr
     e.p.slot_bytes = reduce ? seg * es : 0;
     return cl_pass_run(&e.p);
 }
+
+int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int n, int p))
+{
+    int most = 0, run = 0, host = -1;
+    for (int i = 0; i < p; i++) {
+        int h = x->host_at[pos(i, x->size, p)];
+        if (h != host)
+            host = h, run = 0;
+        run += h != x->host_at[pos(i ^ d, x->size, p)];
+        most = run > most ? run : most;
+    }
+    return most;
+}

@@ -99,8 +99,29 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
     return x->size > 1 && op->codec == COLL_CODEC_NONE;
 }
 
-/* This rank's sends, step by step, as run() makes them; across hosts (host order, L
- * ranks per host) the steps at distance L and beyond, with every rank of a host at once. */
+/* Across hosts (positions in host order): the fold pairs that straddle two hosts (the
+ * even one's vector in, the result back) and, per level, the busiest host's ranks whose
+ * partner is elsewhere, each with its half (count / 2^(level+1)), in the halving and
+ * again in the doubling. Each step waits for its busiest link. */
+static void across(const cl_algo_ctx *x, size_t count, size_t es, int p, int steps, cl_cost *k)
+{
+    int n = x->size, fold = 0, run = 0, host = -1;
+    for (int v = 0; v + 1 < 2 * (n - p); v += 2) {
+        if (x->host_at[v] != host)
+            host = x->host_at[v], run = 0;
+        run += x->host_at[v + 1] != host;
+        fold = CL_MAX(fold, run);
+    }
+    if (fold)
+        k->xsteps += 2, k->xbytes += 2.0 * fold * (double)(count * es);
+    for (int s = 0; s < steps; s++) {
+        int c = cl_pairs_crossing(x, p, 1 << s, position_of);
+        if (c)
+            k->xsteps += 2, k->xbytes += 2.0 * c * (double)((count >> (s + 1)) * es);
+    }
+}
+
+/* This rank's sends, step by step, as run() makes them, and what crosses hosts. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, v = x->rank, p, vr = fold(n, v, &p), lo[MAX_STEPS + 1], hi[MAX_STEPS + 1];
@@ -116,14 +137,8 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     k.bytes = bytes * es;
     /* The halving reduces about the data once, a step at a time. */
     k.serial = (double)(count - count / (size_t)p) * (double)es;
-    if (x->hosts > 1) {
-        int inside = 0;
-        for (int d = 1; d < x->host_ranks && d < p; d <<= 1)
-            inside++;
-        double l = x->host_ranks, share = 1.0 - (double)(1 << inside) / p;
-        k.xsteps = 2.0 * (steps - inside);
-        k.xbytes = 2.0 * share * (double)count * (double)es * (l / (double)(1 << inside));
-    }
+    if (x->hosts > 1 && x->host_at)
+        across(x, count, es, p, steps, &k);
     return k;
 }
 

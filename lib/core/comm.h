@@ -41,6 +41,7 @@ typedef struct cl_topo {
     int hosts;
     int lanes;  /* the emptiest host's ranks */
     int *start; /* hosts + 1 */
+    int *host;  /* per position */
     int moved;  /* host order is not rank order */
     int *ring;  /* NULL: one host */
     cl_algo_ctx ordered;

@@ -56,6 +56,7 @@ void cl_topo_free(cl_topo *t)
 {
     free(t->ring);
     free(t->start);
+    free(t->host);
     for (int d = 0; d < 2; d++)
         free(t->sub_ranks[d]);
     memset(t, 0, sizeof(*t));
@@ -67,8 +68,9 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     size_t n = (size_t)c->size;
     t->ring = malloc(n * sizeof(int));
     t->start = malloc((n + 1) * sizeof(int));
+    t->host = malloc(n * sizeof(int));
     int *host = malloc(n * sizeof(int)), fullest;
-    if (!t->ring || !t->start || !host) {
+    if (!t->ring || !t->start || !t->host || !host) {
         free(host);
         return COLL_ENOMEM;
     }
@@ -77,6 +79,8 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     x->hosts = t->hosts;
     x->host_ranks = fullest;
     x->ring_cross = t->hosts > 1 ? rank_ring_cross(host, c->size, t->hosts) : 0;
+    for (int v = 0; v < c->size; v++)
+        t->host[v] = host[t->ring[v]];
     free(host);
     if (t->hosts == 1) { /* every rank here: rank order, nothing to map */
         cl_topo_free(t);
@@ -123,6 +127,7 @@ void cl_topo_contexts(coll_comm *c)
     t->ordered.ranks = t->ring;
     t->ordered.ring_cross = 1;
     t->ordered.host_start = t->start;
+    t->ordered.host_at = t->host;
     t->ordered.lanes = L;
     while (t->start[h + 1] <= at)
         h++;
