@@ -346,9 +346,11 @@ COLL_API void coll_reset_stats(coll_comm *comm);
 /* The payload bytes this rank sends for one uncompressed all-reduce of `count` elements
  * of `dt` on comm, by the algorithm the library picks for that size: the ring, 2(n-1)/n
  * of the buffer; recursive doubling (up to 64 KiB on 2, 4, 8... ranks), log2(n) times
- * the buffer; hierarchical (H hosts of L ranks), 2(L-1)/L of it inside the host plus
- * 2(H-1)/H of this rank's 1/L shard across hosts. For byte accounting next to coll_get_stats' wire_tx (which adds 32-byte
- * headers). 0 for a NULL communicator or an invalid dtype. */
+ * the buffer; hierarchical (H hosts, L lanes on each), 2(L-1)/L of it inside the host
+ * plus 2(H-1)/H of this rank's 1/L shard across hosts, and the buffer once more for each
+ * rank past the lanes it stands in for (such a rank: the buffer once). For byte
+ * accounting next to coll_get_stats' wire_tx (which adds 32-byte headers). 0 for a NULL
+ * communicator or an invalid dtype. */
 COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, coll_dtype dt);
 
 typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,

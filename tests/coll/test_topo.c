@@ -136,7 +136,17 @@ static int ordered_rank(coll_comm *c, void *arg)
         float *x = malloc(count * sizeof(float));
         for (size_t k = 0; k < count; k++)
             x[k] = val(me, k);
+        coll_stats before, after;
+        coll_get_stats(c, &before);
         EXPECT_RC(coll_allreduce(c, x, x, count, COLL_F32, COLL_SUM), COLL_OK);
+        coll_get_stats(c, &after);
+        /* hier's folds: what this rank sent is what the library says it sends (its lane's
+         * part, or its vector once), plus a 32-byte header per message. */
+        size_t said = coll_allreduce_wire_bytes(c, count, COLL_F32);
+        uint64_t sent = after.wire_tx - before.wire_tx;
+        FAIL_IF(t->uneven && (sent < said || sent > said + 64u * (unsigned)n),
+                "count %zu: sent %llu bytes, the library says %zu", count,
+                (unsigned long long)sent, said);
         for (size_t k = 0; k < count; k++)
             FAIL_IF(x[k] != (float)(n * (n + 1) / 2) * (float)(k % 13 + 1),
                     "count %zu: element %zu is %g", count, k, x[k]);
