@@ -1,7 +1,7 @@
 /* What the library would do on a cluster: for a placement of ranks on hosts and the host
  * link's latency and rate, each algorithm's predicted time per size for a collective
  * (all-reduce by default; -C reduce_scatter, all_gather, broadcast: sizes are the whole
- * vector, as coll_perf's) (the
+ * vector, as coll_perf's; -b, -e, -f: the sizes, 8 to 256M by 8 unless given) (the
  * engine's own cost model, lib/core/choose.c, run on rank 0's view) and the one it
  * chooses. `--project` prints the choices for 64, 256 and 1024 ranks, 8 per host, on
  * 100 and 25 Gbit/s links with 2 and 10 us of latency. A prediction, not a measurement:
@@ -18,7 +18,17 @@ typedef struct {
     int n, hosts, blocked;
     double lat_us, gbps;
     int kind;
+    size_t from, to, factor; /* the sizes printed */
 } cluster;
+
+/* "64K", "1M", "8": bytes (0 when not a size). */
+static size_t bytes_of(const char *v)
+{
+    char *end;
+    unsigned long long b = strtoull(v, &end, 10);
+    int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    return (shift && end[1]) || (!shift && *end) ? 0 : (size_t)b << shift;
+}
 
 /* Rank 0's communicator on that cluster, with no links: enough for the cost model. */
 static coll_comm *paper_comm(const cluster *k)
@@ -75,7 +85,7 @@ static int shown(const cluster *k, const cl_algo *a)
 static void table(const cluster *k)
 {
     coll_comm *c = paper_comm(k);
-    printf("# %s: %d ranks on %d hosts (%s), host links %.0f Gbit/s, %.0f us; predicted us\n",
+    printf("# %s: %d ranks on %d hosts (%s), host links %g Gbit/s, %g us; predicted us\n",
            cl_kind_name(k->kind), k->n, k->hosts, k->blocked ? "blocked" : "round-robin", k->gbps,
            k->lat_us);
     printf("%10s", "bytes");
@@ -83,7 +93,7 @@ static void table(const cluster *k)
         if (shown(k, cl_algos[i]))
             printf(" %12s", cl_algos[i]->name);
     printf("   chosen\n");
-    for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 8) {
+    for (size_t bytes = k->from; bytes <= k->to; bytes *= k->factor) {
         cl_op op = op_of(k, bytes);
         printf("%10zu", bytes);
         for (int i = 0; cl_algos[i]; i++) {
@@ -112,7 +122,7 @@ static void project(void)
     for (int i = 0; i < 3; i++)
         for (int g = 0; g < 2; g++)
             for (int l = 0; l < 2; l++) {
-                cluster k = {ranks[i], ranks[i] / 8, 0, lats[l], rates[g], CL_ALLREDUCE};
+                cluster k = {ranks[i], ranks[i] / 8, 0, lats[l], rates[g], CL_ALLREDUCE, 0, 0, 0};
                 coll_comm *c = paper_comm(&k);
                 printf("%6d %6.0f %6.0f", k.n, k.gbps, k.lat_us);
                 for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 8)
@@ -124,7 +134,7 @@ static void project(void)
 
 int main(int argc, char **argv)
 {
-    cluster k = {8, 4, 0, 10, 25, CL_ALLREDUCE};
+    cluster k = {8, 4, 0, 10, 25, CL_ALLREDUCE, 8, (size_t)256 << 20, 8};
     static const struct {
         const char *name;
         int kind;
@@ -147,6 +157,12 @@ int main(int argc, char **argv)
             k.lat_us = atof(v);
         else if (!strcmp(a, "-g") && ++i)
             k.gbps = atof(v);
+        else if (!strcmp(a, "-b") && ++i)
+            k.from = bytes_of(v);
+        else if (!strcmp(a, "-e") && ++i)
+            k.to = bytes_of(v);
+        else if (!strcmp(a, "-f") && ++i)
+            k.factor = bytes_of(v);
         else if (!strcmp(a, "-C") && ++i) {
             bad = 1;
             for (size_t j = 0; j < sizeof(kinds) / sizeof(kinds[0]); j++)
@@ -155,10 +171,11 @@ int main(int argc, char **argv)
         } else
             bad = 1;
     }
-    if (bad || k.n < 1 || k.hosts < 1 || k.hosts > k.n || k.gbps <= 0 || k.lat_us < 0) {
+    if (bad || k.n < 1 || k.hosts < 1 || k.hosts > k.n || k.gbps <= 0 || k.lat_us < 0 ||
+        !k.from || k.factor < 2) {
         fprintf(stderr, "usage: model [-n RANKS] [-H HOSTS] [--blocked] [-l LATENCY_US] "
                         "[-g GBIT_PER_S] [-C all_reduce|reduce_scatter|all_gather|broadcast] "
-                        "| --project\n");
+                        "[-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR] | --project\n");
         return 2;
     }
     table(&k);
