@@ -27,8 +27,12 @@ enum { RB_BYTES = 16384 }; /* payloads this size or larger skip the buffer */
  * connection (5 rounds, medians, busbw): 256 KiB 2.95 -> 3.27 GB/s, 1 MiB 3.31 -> 4.93
  * with the pieces (one socket per direction: 3.20, 5.13); 4 and 16 MiB stayed at 2.66
  * and 2.40 (3.80, 2.80). The ACKs of a large payload's bytes then go at once
- * (TCP_QUICKACK after its reads), not held for a reply that may be a while coming: 4 MiB
- * 3.38, 16 MiB 2.59 against 3.93 and 2.92 (5 rounds each, side by side). */
+ * (TCP_QUICKACK after its reads while a piece or more is still to come), not held for a
+ * reply that may be a while coming: 4 MiB 3.38, 16 MiB 2.59 against 3.93 and 2.92 (5
+ * rounds each, side by side). Below a piece the reply comes soon and carries the ACK, and
+ * the extra system call cost more than it saved: on a quiet 16-core machine (10 rounds,
+ * medians) QUICKACK from 16 KiB on took 16.5 us for a 2-rank 32 KiB all-reduce, 40.5 for
+ * 128 KiB; from a piece on, 14.1 and 39.4 (one socket per direction: 14.7 and 36.6). */
 enum { PIECE = 256 << 10 };
 
 void cl_tcp_complete(cl_tr_req *r, int status)
@@ -220,7 +224,7 @@ static ssize_t read_once(cl_tr_conn *c, cl_tr_req *r)
     ssize_t k = read_into(c, v, n);
     if (k <= 0)
         return -1;
-    if (want >= RB_BYTES) { /* see PIECE */
+    if (want >= PIECE) { /* see PIECE */
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
     }
