@@ -114,7 +114,8 @@ COLL_API int coll_init(coll_comm **out, const char *url, int rank, int size,
                        const coll_config *cfg);
 
 /* Collective over comm: ranks passing the same color form a new communicator ordered by
- * (key, old rank). color < 0 joins none and sets *out = NULL. */
+ * (key, old rank). color < 0 joins none and sets *out = NULL. It costs comm one
+ * all-gather; the new communicator connects to its peers as it first uses them. */
 COLL_API int coll_split(coll_comm *comm, int color, int key, coll_comm **out);
 
 /* Any thread: pending and later operations fail with COLL_EABORTED and every link of the

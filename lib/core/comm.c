@@ -198,8 +198,16 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 
 /* ---- split ----------------------------------------------------------------------- */
 
+/* What each rank says in a split's one exchange: its color and key, and (a member) the
+ * card of its rank in the new communicator, made before anyone knows who the members
+ * are. */
 typedef struct {
-    int color, key, rank;
+    int color, key;
+    cl_card card;
+} split_word;
+
+typedef struct {
+    int key, rank;
 } member;
 
 static int by_key(const void *a, const void *b)
@@ -208,13 +216,13 @@ static int by_key(const void *a, const void *b)
     return x->key != y->key ? (x->key > y->key) - (x->key < y->key) : x->rank - y->rank;
 }
 
-/* The members sharing `color`, ordered by (key, old rank); returns how many. */
-static int members_of(const int *ck, int n, int color, member *out)
+/* The ranks sharing `color`, ordered by (key, old rank); returns how many. */
+static int members_of(const split_word *all, int n, int color, member *out)
 {
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (ck[2 * i] == color)
-            out[m++] = (member){color, ck[2 * i + 1], i};
+        if (all[i].color == color)
+            out[m++] = (member){all[i].key, i};
     qsort(out, (size_t)m, sizeof(*out), by_key);
     return m;
 }
@@ -237,38 +245,28 @@ cl_config cl_comm_config(const coll_comm *c)
     return cfg;
 }
 
-static int split_connect(coll_comm *parent, const member *mem, int m, int newrank, int color,
-                         coll_comm **out)
+/* Places c (made for up to n ranks) among the members of its color and connects it. */
+static int split_connect(coll_comm *parent, coll_comm *c, cl_tr_listener *l,
+                         const split_word *all, int color)
 {
-    cl_config cfg = cl_comm_config(parent);
-    cl_card me = {0};
-    cl_card *all = calloc((size_t)parent->size, sizeof(cl_card));
-    cl_card *mine = calloc((size_t)(m ? m : 1), sizeof(cl_card));
-    uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
-    uint64_t id = cl_hash(seed, sizeof(seed), parent->job);
-    coll_comm *c = NULL;
-    cl_tr_listener *l = NULL;
-    int rc = all && mine ? COLL_OK : COLL_ENOMEM;
-    if (rc == COLL_OK && newrank >= 0)
-        rc = cl_comm_create(&cfg, newrank, m, id, &c, &l, &me);
-    /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
-    int rc2 = coll_allgather(parent, &me, all, sizeof(cl_card), COLL_U8);
-    rc = rc != COLL_OK ? rc : rc2;
-    if (rc == COLL_OK && c) {
-        for (int i = 0; i < m; i++)
-            mine[i] = all[mem[i].rank];
+    int n = parent->size, m, me = 0;
+    member *mem = calloc((size_t)n, sizeof(member));
+    cl_card *cards = calloc((size_t)n, sizeof(cl_card));
+    int rc = mem && cards ? COLL_OK : COLL_ENOMEM;
+    if (rc == COLL_OK) {
+        m = members_of(all, n, color, mem);
+        for (int i = 0; i < m; i++) {
+            cards[i] = all[mem[i].rank].card;
+            me = mem[i].rank == parent->rank ? i : me;
+        }
+        uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
+        cl_comm_place(c, me, m, cl_hash(seed, sizeof(seed), parent->job));
         c->job = parent->job;
-        rc = cl_comm_connect(c, l, mine);
-        if (rc != COLL_OK)
+        if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK)
             cl_comm_init_error("split: %.480s", c->err);
     }
-    free(all);
-    free(mine);
-    if (rc != COLL_OK && c) {
-        cl_comm_free(c);
-        c = NULL;
-    }
-    *out = c;
+    free(mem);
+    free(cards);
     return rc;
 }
 
@@ -277,23 +275,32 @@ int coll_split(coll_comm *comm, int color, int key, coll_comm **out)
     if (!comm || !out)
         return COLL_EINVAL;
     *out = NULL;
-    int n = comm->size, ck[2] = {color < 0 ? -1 : color, key};
-    int *all = calloc((size_t)n * 2, sizeof(int));
-    member *mem = calloc((size_t)n, sizeof(member));
-    int rc = all && mem ? coll_allgather(comm, ck, all, 2, COLL_I32)
-                        : cl_comm_no_memory(comm, __func__);
-    int m = 0, newrank = -1;
-    if (rc == COLL_OK && color >= 0) {
-        m = members_of(all, n, color, mem);
-        for (int i = 0; i < m; i++)
-            if (mem[i].rank == comm->rank)
-                newrank = i;
-    }
+    int n = comm->size;
+    split_word mine;
+    memset(&mine, 0, sizeof(mine)); /* padding too: every byte goes on the wire */
+    mine.color = color < 0 ? -1 : color;
+    mine.key = key;
+    split_word *all = calloc((size_t)n, sizeof(split_word));
+    coll_comm *c = NULL;
+    cl_tr_listener *l = NULL;
+    cl_config cfg = cl_comm_config(comm);
+    int rc = all ? COLL_OK : cl_comm_no_memory(comm, __func__);
+    /* A member's communicator exists before the exchange, sized for every rank: who
+     * else is in it, and where this rank stands, is what the exchange tells. */
+    if (rc == COLL_OK && mine.color >= 0)
+        rc = cl_comm_create(&cfg, 0, n, 0, &c, &l, &mine.card);
+    /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
+    int rc2 = all ? coll_allgather(comm, &mine, all, sizeof(mine), COLL_U8) : rc;
+    rc = rc != COLL_OK ? rc : rc2;
     comm->splits++;
-    if (rc == COLL_OK)
-        rc = split_connect(comm, mem, m, newrank, color, out);
+    if (rc == COLL_OK && c)
+        rc = split_connect(comm, c, l, all, mine.color);
     free(all);
-    free(mem);
+    if (rc != COLL_OK && c) {
+        cl_comm_free(c);
+        c = NULL;
+    }
+    *out = c;
     return rc;
 }
 

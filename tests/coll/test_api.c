@@ -66,14 +66,20 @@ static int sum_of_ranks_is(coll_comm *c, int me, int want)
     return 0;
 }
 
-/* Even and odd ranks form two communicators ordered by key; color < 0 joins none. */
+/* Even and odd ranks form two communicators ordered by key; color < 0 joins none. The
+ * split costs the parent one collective (the exchange of colors, keys and cards). */
 static int split_rank(coll_comm *c, void *arg)
 {
     (void)arg;
     int n = coll_size(c), me = coll_rank(c);
     coll_comm *sub = NULL;
     int color = me == n - 1 ? -1 : me % 2;
+    coll_stats before, after;
+    coll_get_stats(c, &before);
     EXPECT_RC(coll_split(c, color, -me, &sub), COLL_OK);
+    coll_get_stats(c, &after);
+    FAIL_IF(after.ops - before.ops != 1, "the split ran %llu collectives on the parent",
+            (unsigned long long)(after.ops - before.ops));
     if (color < 0) {
         FAIL_IF(sub != NULL, "color -1 must give NULL");
     } else {
