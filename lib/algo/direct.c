@@ -321,24 +321,37 @@ const cl_algo cl_algo_direct = {
     .run = run,
 };
 
-/* Reduce: a ring reduce-scatter leaves each rank's chunk reduced (every rank's full
- * input in acc: the root's recvbuf, a scratch buffer elsewhere), then the chunks go
- * straight to the root. 2(n-1)/n x S per rank, as an all-reduce, but only the root
- * receives the second half. */
+/* Reduce: a ring reduce-scatter leaves each rank's chunk reduced (every rank's input in
+ * acc: the root's recvbuf, a scratch buffer elsewhere), then the chunks go straight to
+ * the root. 2(n-1)/n x S per rank, as an all-reduce, but only the root receives the
+ * second half. A window of the vector at a time (CL_ROUND_SEGMENTS segments), each a
+ * reduce of its own, so the scratch off the root is a window, not the message. */
 static int run_reduce(const cl_algo_ctx *x, cl_op *op)
 {
-    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    size_t es = cl_dtype_size(op->dtype), bytes = op->count * es;
     int root = x->rank == op->root;
     if (x->size == 1) {
         if (op->sbuf != op->rbuf && bytes)
             memcpy(op->rbuf, op->sbuf, bytes);
         return COLL_OK;
     }
-    char *acc = root ? op->rbuf : cl_buf_grow(x->scratch, bytes);
-    if (!acc)
+    size_t w = CL_MAX(CL_ROUND_SEGMENTS * (x->segment_bytes / es), (size_t)x->size), first = 0;
+    char *scratch = root ? NULL : cl_buf_grow(x->scratch, CL_MIN(w, op->count) * es);
+    if (!root && !scratch)
         return COLL_ENOMEM;
-    int rc = cl_ring_reduce_scatter_into(x, op, op->count, op->sbuf, acc);
-    return rc == COLL_OK ? exchange(x, op, NULL, acc, 0) : rc;
+    int rc;
+    do { /* once at least: an empty reduce still checks its headers */
+        cl_op part = *op;
+        part.count = CL_MIN(w, op->count - first);
+        part.sbuf = (const char *)op->sbuf + first * es;
+        part.rbuf = root ? (char *)op->rbuf + first * es : op->rbuf;
+        char *acc = root ? part.rbuf : scratch;
+        rc = cl_ring_reduce_scatter_into(x, &part, part.count, part.sbuf, acc);
+        if (rc == COLL_OK)
+            rc = exchange(x, &part, NULL, acc, 0);
+        first += part.count;
+    } while (rc == COLL_OK && first < op->count);
+    return rc;
 }
 
 static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)
