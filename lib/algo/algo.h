@@ -153,6 +153,13 @@ typedef int (*cl_round_fn)(const cl_algo_ctx *x, const cl_op *op, char *scratch,
 int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round);
 #define CL_ROUND_SEGMENTS 16
 
+/* An operation on a vector a window of it at a time (CL_ROUND_SEGMENTS segments, at
+ * least one element per rank), each window an operation of its own for fn: sbuf, rbuf
+ * (unless NULL) and residual moved to the window, count its length; at least once (count
+ * 0: an empty window), until one fails. What fn needs beside the window is bounded by it. */
+typedef int (*cl_window_fn)(const cl_algo_ctx *x, const cl_op *part);
+int cl_in_windows(const cl_algo_ctx *x, const cl_op *op, cl_window_fn fn);
+
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
  * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */
 void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);

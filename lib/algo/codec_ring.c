@@ -158,7 +158,9 @@ static int encoded_allgather(const cl_algo_ctx *x, const cl_op *r, size_t count,
     return x->size > 1 ? cl_pass_run(&p) : COLL_OK;
 }
 
-static int allreduce(const cl_algo_ctx *x, const cl_op *r)
+/* A window at a time (cl_in_windows): the encoded copy the all-gather forwards from is
+ * a window's, not the message's. */
+static int allreduce_window(const cl_algo_ctx *x, const cl_op *r)
 {
     float *out = r->rbuf;
     size_t n = (size_t)x->size, me = (size_t)x->rank;
@@ -190,7 +192,7 @@ static int reduce_scatter(const cl_algo_ctx *x, const cl_op *r)
 
 static int run(const cl_algo_ctx *x, cl_op *r)
 {
-    return r->kind == CL_ALLREDUCE ? allreduce(x, r) : reduce_scatter(x, r);
+    return r->kind == CL_ALLREDUCE ? cl_in_windows(x, r, allreduce_window) : reduce_scatter(x, r);
 }
 
 static int fits(const cl_algo_ctx *x, const cl_op *op)

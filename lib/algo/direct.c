@@ -324,34 +324,26 @@ const cl_algo cl_algo_direct = {
 /* Reduce: a ring reduce-scatter leaves each rank's chunk reduced (every rank's input in
  * acc: the root's recvbuf, a scratch buffer elsewhere), then the chunks go straight to
  * the root. 2(n-1)/n x S per rank, as an all-reduce, but only the root receives the
- * second half. A window of the vector at a time (CL_ROUND_SEGMENTS segments), each a
- * reduce of its own, so the scratch off the root is a window, not the message. */
+ * second half. A window of the vector at a time, so the scratch off the root is a
+ * window, not the message. */
+static int reduce_window(const cl_algo_ctx *x, const cl_op *part)
+{
+    size_t bytes = part->count * cl_dtype_size(part->dtype);
+    char *acc = x->rank == part->root ? part->rbuf : cl_buf_grow(x->scratch, bytes);
+    if (!acc)
+        return COLL_ENOMEM;
+    int rc = cl_ring_reduce_scatter_into(x, part, part->count, part->sbuf, acc);
+    return rc == COLL_OK ? exchange(x, part, NULL, acc, 0) : rc;
+}
+
 static int run_reduce(const cl_algo_ctx *x, cl_op *op)
 {
-    size_t es = cl_dtype_size(op->dtype), bytes = op->count * es;
-    int root = x->rank == op->root;
-    if (x->size == 1) {
-        if (op->sbuf != op->rbuf && bytes)
-            memcpy(op->rbuf, op->sbuf, bytes);
-        return COLL_OK;
-    }
-    size_t w = CL_MAX(CL_ROUND_SEGMENTS * (x->segment_bytes / es), (size_t)x->size), first = 0;
-    char *scratch = root ? NULL : cl_buf_grow(x->scratch, CL_MIN(w, op->count) * es);
-    if (!root && !scratch)
-        return COLL_ENOMEM;
-    int rc;
-    do { /* once at least: an empty reduce still checks its headers */
-        cl_op part = *op;
-        part.count = CL_MIN(w, op->count - first);
-        part.sbuf = (const char *)op->sbuf + first * es;
-        part.rbuf = root ? (char *)op->rbuf + first * es : op->rbuf;
-        char *acc = root ? part.rbuf : scratch;
-        rc = cl_ring_reduce_scatter_into(x, &part, part.count, part.sbuf, acc);
-        if (rc == COLL_OK)
-            rc = exchange(x, &part, NULL, acc, 0);
-        first += part.count;
-    } while (rc == COLL_OK && first < op->count);
-    return rc;
+    size_t bytes = op->count * cl_dtype_size(op->dtype);
+    if (x->size > 1)
+        return cl_in_windows(x, op, reduce_window);
+    if (op->sbuf != op->rbuf && bytes)
+        memcpy(op->rbuf, op->sbuf, bytes);
+    return COLL_OK;
 }
 
 static cl_cost reduce_cost(const cl_algo_ctx *x, const cl_op *op)

@@ -132,6 +132,23 @@ int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round)
     return rc;
 }
 
+int cl_in_windows(const cl_algo_ctx *x, const cl_op *op, cl_window_fn fn)
+{
+    size_t es = cl_dtype_size(op->dtype), first = 0;
+    size_t w = CL_MAX(CL_ROUND_SEGMENTS * (x->segment_bytes / es), (size_t)x->size);
+    int rc;
+    do { /* once at least: an empty operation still checks its headers */
+        cl_op part = *op;
+        part.count = CL_MIN(w, op->count - first);
+        part.sbuf = (const char *)op->sbuf + first * es;
+        part.rbuf = op->rbuf ? (char *)op->rbuf + first * es : NULL;
+        part.residual = op->residual ? op->residual + first : NULL;
+        rc = fn(x, &part);
+        first += part.count;
+    } while (rc == COLL_OK && first < op->count);
+    return rc;
+}
+
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
                          const int *blocks)
 {

@@ -43,14 +43,20 @@ static double rel_l2(const float *got, const double *exact)
     return sqrt(num / den);
 }
 
+/* Elements an all-reduce works at a time: 16 segments (COLL_SEGMENT_BYTES=4096 in the
+ * windowed cases), each window split n ways among its owners. */
+static size_t window = COUNT;
+
 /* Half a quantisation step of every encoding element i went through: each non-owner's
- * contribution and the owner's result, blocks of 256 from the start of each chunk. */
+ * contribution and the owner's result, blocks of 256 from the start of each chunk of
+ * i's window. */
 static double q8_bound(int n, size_t i, const float *result)
 {
-    size_t base = COUNT / (size_t)n, rem = COUNT % (size_t)n, c = 0;
-    while ((c + 1) * base + (c + 1 < rem ? c + 1 : rem) <= i)
+    size_t w0 = i / window * window, wlen = COUNT - w0 < window ? COUNT - w0 : window;
+    size_t base = wlen / (size_t)n, rem = wlen % (size_t)n, c = 0;
+    while (w0 + (c + 1) * base + (c + 1 < rem ? c + 1 : rem) <= i)
         c++;
-    size_t start = c * base + (c < rem ? c : rem), len = base + (c < rem);
+    size_t start = w0 + c * base + (c < rem ? c : rem), len = base + (c < rem);
     size_t b0 = start + (i - start) / 256 * 256, b1 = b0 + 256 < start + len ? b0 + 256 : start + len;
     double bound = 0, rmax = 0;
     for (int r = 0; r < n; r++) {
@@ -121,6 +127,25 @@ START_TEST(codec_error_within_bars_on_2_4_8_ranks)
 {
     static const int ns[] = { 2, 4, 8 };
     run_codec(ns[_i / 3], (coll_codec)(1 + _i % 3));
+}
+END_TEST
+
+static void small_segments(int rank, void *arg)
+{
+    (void)rank, (void)arg;
+    setenv("COLL_SEGMENT_BYTES", "4096", 1);
+}
+
+/* 4 KiB segments: the all-reduce runs in windows of 16384 elements (7 here), each
+ * encoded and owned on its own; the same bars, element bounds and wire bytes hold, and
+ * error feedback keeps each window's residual in its place. */
+START_TEST(codec_in_windows)
+{
+    window = 16384;
+    coll_codec codec = (coll_codec)(1 + _i % 3);
+    run_opts o = { .nranks = 3, .rdzv = RDZV_FILE, .timeout_ms = 20000, .deadline_s = 200,
+                   .setup = small_segments };
+    ck_assert_int_eq(run_ranks(&o, accuracy_rank, &codec), 0);
 }
 END_TEST
 
@@ -214,7 +239,8 @@ static int feedback_rank(coll_comm *c, void *arg)
 
 START_TEST(error_feedback_averages_the_error_away)
 {
-    run_opts o = { .nranks = 4, .rdzv = RDZV_FILE, .timeout_ms = 20000, .deadline_s = 200 };
+    run_opts o = { .nranks = 4 - 2 * _i, .rdzv = RDZV_FILE, .timeout_ms = 20000,
+                   .deadline_s = 200, .setup = _i ? small_segments : NULL };
     ck_assert_int_eq(run_ranks(&o, feedback_rank, NULL), 0);
 }
 END_TEST
@@ -227,7 +253,8 @@ int main(void)
     tcase_add_loop_test(t, codec_error_within_bars_on_2_4_8_ranks, 0, 9);
     tcase_add_test(t, inf_on_one_rank_is_non_finite_everywhere);
     tcase_add_test(t, codec_disagreement_and_unsupported_ops);
-    tcase_add_test(t, error_feedback_averages_the_error_away);
+    tcase_add_loop_test(t, codec_in_windows, 0, 3);
+    tcase_add_loop_test(t, error_feedback_averages_the_error_away, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
