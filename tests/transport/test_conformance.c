@@ -51,6 +51,9 @@ static int wait_req(pair *p, cl_tr_req *r, size_t *nbytes)
     }
 }
 
+/* What pair_open's link asks to keep in flight (connect's want). */
+static size_t pair_want = 1 << 20;
+
 static void pair_open(pair *p)
 {
     memset(p, 0, sizeof(*p));
@@ -67,7 +70,7 @@ static void pair_open(pair *p)
     uint8_t hello[CL_HELLO_BYTES], got[CL_HELLO_BYTES];
     for (int i = 0; i < CL_HELLO_BYTES; i++)
         hello[i] = (uint8_t)(i * 7 + 1);
-    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, 1 << 20, &p->send), COLL_OK);
+    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, pair_want, &p->send), COLL_OK);
     int64_t deadline = cl_now_ms() + 5000;
     while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
         ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");
@@ -142,6 +145,42 @@ START_TEST(zero_length_and_large_messages)
     ck_assert_int_eq(wait_req(&p, s1, NULL), COLL_OK);
     free(out);
     free(in);
+    pair_close(&p);
+}
+END_TEST
+
+/* A link that asked for little in flight (shm: a small ring; ibverbs: 16 KiB slots)
+ * carries messages of every size around its buffer's, whole and in order, several in
+ * flight at once. */
+START_TEST(a_small_link_carries_every_size)
+{
+    pair_want = 16 << 10;
+    pair p;
+    pair_open(&p);
+    pair_want = 1 << 20; /* the next test's, when they share a process (CK_FORK=no) */
+    static const size_t sizes[] = {0, 1, (16 << 10) - 33, (16 << 10) - 32, 16 << 10,
+                                   (16 << 10) + 1, 100000, 3 << 20};
+    enum { M = sizeof(sizes) / sizeof(sizes[0]) };
+    unsigned char *out[M], *in[M];
+    cl_msg_hdr h[M], got[M];
+    cl_tr_req *sq[M], *rq[M];
+    for (size_t i = 0; i < M; i++) {
+        out[i] = malloc(sizes[i] + 1), in[i] = calloc(1, sizes[i] + 1);
+        for (size_t k = 0; k < sizes[i]; k++)
+            out[i][k] = (unsigned char)(k * 131 + i);
+        h[i] = hdr((uint32_t)sizes[i], (uint32_t)i);
+        ck_assert_int_eq(p.tr->isend(p.send, &h[i], out[i], &sq[i]), COLL_OK);
+        ck_assert_int_eq(p.tr->irecv(p.recv, &got[i], in[i], sizes[i], &rq[i]), COLL_OK);
+    }
+    for (size_t i = 0; i < M; i++) {
+        size_t n = 0;
+        ck_assert_int_eq(wait_req(&p, rq[i], &n), COLL_OK);
+        ck_assert_uint_eq(n, sizes[i]);
+        ck_assert_uint_eq(got[i].seq, i);
+        ck_assert_int_eq(memcmp(in[i], out[i], sizes[i]), 0);
+        ck_assert_int_eq(wait_req(&p, sq[i], NULL), COLL_OK);
+        free(out[i]), free(in[i]);
+    }
     pair_close(&p);
 }
 END_TEST
@@ -760,6 +799,23 @@ START_TEST(a_hello_the_vet_refuses_gets_nothing)
 }
 END_TEST
 
+#ifdef CL_HAVE_IBVERBS
+/* A sender whose address asks for slots of no size the transport makes (here 0 KiB) is
+ * dropped once its hello passed the vet, with nothing registered or sent back. */
+START_TEST(ib_a_sender_asking_for_odd_slots_is_dropped)
+{
+    pair p;
+    char handle[CL_HANDLE_BYTES];
+    listen_alone(&p, handle, only_ones);
+    int s = raw_hello(handle, 1);
+    ck_assert_msg(closed_on(&p, s, 3000), "a connection asking for 0-byte slots was held");
+    close(s);
+    ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
+    pair_close(&p);
+}
+END_TEST
+#endif
+
 int main(int argc, char **argv)
 {
     tname = argc > 1 ? argv[1] : "loop";
@@ -770,6 +826,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(t, 30);
     tcase_add_test(t, messages_arrive_in_posting_order);
     tcase_add_test(t, zero_length_and_large_messages);
+    tcase_add_test(t, a_small_link_carries_every_size);
     tcase_add_test(t, many_in_flight);
     tcase_add_test(t, sink_takes_aligned_whole_elements_across_the_buffer_end);
     tcase_add_test(t, message_longer_than_receive_is_emismatch);
@@ -794,6 +851,7 @@ int main(int argc, char **argv)
         tcase_add_test(t, fake_retry_exceeded_fails_the_connection);
         tcase_add_test(t, fake_remote_access_error_fails_the_connection);
         tcase_add_test(t, fake_qp_fatal_event_fails_the_connection);
+        tcase_add_test(t, ib_a_sender_asking_for_odd_slots_is_dropped);
     }
 #endif
     suite_add_tcase(s, t);

@@ -303,20 +303,20 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
 }
 
 /* A connection with its CQ, QP in INIT and registered slots; NULL on failure. */
-static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
+static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv, size_t slot_bytes)
 {
     const cl_verbs *v = ctx->dev.v;
     cl_tr_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->ctx = ctx, c->sock = sock, c->is_recv = is_recv;
+    c->ctx = ctx, c->sock = sock, c->is_recv = is_recv, c->slot_bytes = slot_bytes;
     c->psn = (uint32_t)(cl_hash(&c, sizeof(c), (uint64_t)cl_now_us()) & 0xffffff);
     int remote = is_recv ? IBV_ACCESS_REMOTE_WRITE : 0;
-    c->slots = aligned_alloc(4096, SLOTS * SLOT_BYTES);
+    c->slots = aligned_alloc(4096, SLOTS * slot_bytes);
     c->cq = v->create_cq(ctx->dev.ctx, SEND_DEPTH + RECV_DEPTH, c, ctx->dev.channel, 0);
     if (!c->slots || !c->cq ||
         !(c->qp = cl_ib_qp_create(&ctx->dev, c->cq, SEND_DEPTH, RECV_DEPTH, c)) ||
-        !(c->slots_mr = v->reg_mr(ctx->dev.pd, c->slots, SLOTS * SLOT_BYTES,
+        !(c->slots_mr = v->reg_mr(ctx->dev.pd, c->slots, SLOTS * slot_bytes,
                                   IBV_ACCESS_LOCAL_WRITE | remote)) ||
         !(c->box_mr = v->reg_mr(ctx->dev.pd, &c->box, sizeof(c->box),
                                    IBV_ACCESS_LOCAL_WRITE | (is_recv ? 0 : IBV_ACCESS_REMOTE_WRITE))) ||
@@ -353,9 +353,14 @@ static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_B
 {
     cl_ib_addr peer, mine;
     memcpy(&peer, p->buf + CL_HELLO_BYTES, sizeof(peer));
+    size_t slot = (size_t)peer.slot_kib << 10;
     if (!cl_listen_vet(&l->lfd, p->buf, "ibverbs"))
         return -1;
-    cl_tr_conn *c = conn_new(l->ctx, p->fd, 1);
+    if (slot < SLOT_MIN || slot > SLOT_MAX || (slot & (slot - 1))) {
+        cl_log(COLL_LOG_WARN, "ibverbs: dropped a connection asking for %zu-byte slots", slot);
+        return -1;
+    }
+    cl_tr_conn *c = conn_new(l->ctx, p->fd, 1, slot);
     if (!c)
         return -1;
     cl_ib_local_addr(&l->ctx->dev, c->qp, c->psn, &mine);
@@ -432,14 +437,16 @@ static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                       const uint8_t hello[CL_HELLO_BYTES], size_t want,
                       cl_tr_conn **out)
 {
-    (void)want; /* its registered slots are one fixed size per connection */
+    size_t slot = SLOT_MIN;
+    while (slot < SLOT_MAX && slot * SLOTS < want)
+        slot <<= 1;
     char h[CL_HANDLE_BYTES + 1];
     memcpy(h, handle, CL_HANDLE_BYTES);
     h[CL_HANDLE_BYTES] = 0;
     int s = dial(h, ctx->timeout_ms);
     if (s == -2)
         return COLL_EINVAL;
-    cl_tr_conn *c = s >= 0 ? conn_new(ctx, s, 0) : NULL;
+    cl_tr_conn *c = s >= 0 ? conn_new(ctx, s, 0, slot) : NULL;
     if (!c) {
         if (s >= 0)
             close(s);
@@ -449,6 +456,7 @@ static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     cl_ib_addr mine;
     cl_ib_local_addr(&ctx->dev, c->qp, c->psn, &mine);
     mine.addr = (uintptr_t)&c->box, mine.rkey = c->box_mr->rkey;
+    mine.slot_kib = (uint16_t)(slot >> 10);
     memcpy(boot, hello, CL_HELLO_BYTES);
     memcpy(boot + CL_HELLO_BYTES, &mine, sizeof(mine));
     /* A fresh socket's buffer takes the few bytes at once, even non-blocking. */

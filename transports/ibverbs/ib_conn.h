@@ -11,8 +11,14 @@
 #include "transports/reqq.h"
 #include "transports/transport.h"
 
+/* A connection's slots: SLOTS of a size its sender chooses from the bytes the link asked
+ * to keep in flight (connect's want), a power of two from SLOT_MIN to SLOT_MAX, told to
+ * the receiver in its address (in KiB), which registers as many. A ring neighbour's bulk
+ * link gets the largest; a link that carries small messages pins 128 KiB a side, not
+ * 1 MiB. A message of a slot or more goes zero-copy. */
 #define SLOTS 8
-#define SLOT_BYTES ((size_t)128 << 10)
+#define SLOT_MIN ((size_t)16 << 10)
+#define SLOT_MAX ((size_t)128 << 10)
 #define HDR sizeof(cl_msg_hdr)
 #define BOOT_BYTES (CL_HELLO_BYTES + sizeof(cl_ib_addr))
 
@@ -43,7 +49,8 @@ struct cl_tr_conn {
     struct ibv_cq *cq;
     struct ibv_qp *qp;
     uint32_t psn;
-    char *slots; /* SLOTS x SLOT_BYTES, registered */
+    char *slots; /* SLOTS x slot_bytes, registered */
+    size_t slot_bytes;
     struct ibv_mr *slots_mr;
     cl_ib_box box; /* send: where clear-to-sends land; recv: their source */
     struct ibv_mr *box_mr;

@@ -91,12 +91,12 @@ static int slot_free(const cl_tr_conn *c)
 static int post_slot(cl_tr_conn *c, const void *hdr, const void *payload, size_t p, int kind)
 {
     size_t slot = c->posted % SLOTS, n = (hdr ? HDR : 0) + p;
-    char *mem = c->slots + slot * SLOT_BYTES;
+    char *mem = c->slots + slot * c->slot_bytes;
     if (hdr)
         memcpy(mem, hdr, HDR);
     if (p) /* a zero-length message may have no buffer */
         memcpy(mem + (hdr ? HDR : 0), payload, p);
-    if (post(c, WR_SLOT, mem, c->slots_mr->lkey, (uint32_t)n, c->raddr + slot * SLOT_BYTES,
+    if (post(c, WR_SLOT, mem, c->slots_mr->lkey, (uint32_t)n, c->raddr + slot * c->slot_bytes,
              c->rkey, IMM(kind, n)))
         return -1;
     c->posted++;
@@ -109,7 +109,7 @@ static int send_chunk(cl_tr_conn *c, cl_tr_req *r)
     if (!slot_free(c))
         return 0;
     size_t h = r->moved == 0 ? HDR : 0;
-    size_t p = CL_MIN(SLOT_BYTES - h, HDR + r->len - r->moved - h);
+    size_t p = CL_MIN(c->slot_bytes - h, HDR + r->len - r->moved - h);
     const char *from = p ? (char *)r->buf + (r->moved + h - HDR) : NULL;
     if (post_slot(c, h ? &r->hdr_out : NULL, from, p, IMM_CHUNK))
         return 0;
@@ -175,7 +175,7 @@ static void pump_send(cl_tr_conn *c)
     for (int moved = 1; moved && c->q.head && !c->dead && c->ready;) {
         cl_tr_req *r = c->q.head;
         /* A buffer that cannot be registered still goes, through the slots. */
-        if (r->moved == 0 && r->len >= SLOT_BYTES && !c->src_mr)
+        if (r->moved == 0 && r->len >= c->slot_bytes && !c->src_mr)
             c->src_mr = cl_mr_get(c->ctx->mrs, r->buf, r->len, 0);
         moved = c->src_mr ? send_direct(c, r) : send_chunk(c, r);
     }
@@ -222,7 +222,7 @@ static int clear_to_send(cl_tr_conn *c, cl_tr_req *r)
 static int take_chunk(cl_tr_conn *c, cl_tr_req *r)
 {
     size_t slot = c->consumed % SLOTS;
-    const char *mem = c->slots + slot * SLOT_BYTES;
+    const char *mem = c->slots + slot * c->slot_bytes;
     uint32_t n = c->len[slot];
     if (r->moved == 0) {
         memcpy(r->hdr_in, mem, HDR);
@@ -310,7 +310,7 @@ static void on_immediate(cl_tr_conn *c, uint32_t imm)
     uint32_t kind = imm >> 30, val = imm & VAL_MASK;
     if (c->is_recv && kind == IMM_DONE) {
         c->done_seen = 1;
-    } else if (c->is_recv && kind <= IMM_ANNOUNCE && val > 0 && val <= SLOT_BYTES) {
+    } else if (c->is_recv && kind <= IMM_ANNOUNCE && val > 0 && val <= c->slot_bytes) {
         c->kind[c->arrived % SLOTS] = (uint8_t)kind;
         c->len[c->arrived++ % SLOTS] = val;
     } else if (!c->is_recv && kind == IMM_GRANT) {

@@ -21,7 +21,8 @@ typedef struct cl_ib_dev {
 /* What one end of a queue pair tells the other, through the bootstrap socket. */
 typedef struct cl_ib_addr {
     uint32_t qpn, psn;
-    uint16_t lid, pad;
+    uint16_t lid;
+    uint16_t slot_kib; /* a sender's address: its slots' size, KiB (ib_conn.h) */
     uint32_t rkey;
     uint64_t addr; /* the region the peer may write into */
     uint8_t gid[16];
