@@ -212,16 +212,41 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
     return x->size > 1 && op->codec == COLL_CODEC_NONE;
 }
 
+/* Across hosts (positions in host order): each edge whose ends are on two hosts carries
+ * its tree's half of the vector up (the child's host sends) and back down (the parent's);
+ * every edge streams at once, so a direction's time is the busiest host's sum, and the
+ * way up comes before the way down. */
+static double crossing(const cl_algo_ctx *x, const cl_op *op)
+{
+    int n = x->size;
+    double *out = calloc(2 * (size_t)x->hosts, sizeof(double)), most[2] = {0, 0};
+    if (!out) /* no memory: every rank of the fullest host sends its vector, a bound */
+        return (double)x->host_ranks * (double)(op->count * cl_dtype_size(op->dtype)) * 2;
+    for (int k = 0; k < 2; k++) {
+        size_t off, len = half(op->count, k, &off) * cl_dtype_size(op->dtype);
+        for (int v = 0; v < n; v++) {
+            node t = tree_node(n, v, k);
+            if (t.parent < 0 || x->host_at[v] == x->host_at[t.parent])
+                continue;
+            out[2 * x->host_at[v]] += (double)len;
+            out[2 * x->host_at[t.parent] + 1] += (double)len;
+        }
+    }
+    for (int h = 0; h < x->hosts; h++)
+        for (int d = 0; d < 2; d++)
+            most[d] = out[2 * h + d] > most[d] ? out[2 * h + d] : most[d];
+    free(out);
+    return most[0] + most[1];
+}
+
 /* Steps: the critical path, two messages a level each way (a node takes its second
  * child's segment after its first's, and sends to its second child after its first),
  * less the leaves': 4 x depth - 2, which is what 5 and 6 ranks measured here (38 and
  * 43 us for 8 bytes, against recursive halving's 19 and 31). Bytes: what this rank sends
  * (a half to each parent, the halves it forwards to its children); its additions are
- * serial work. Positions are in host order, so a low subtree stays inside a host, but
- * the two trees are not built from the hosts: across hosts every step is priced as
- * crossing, and the host link as carrying what every rank of the fullest host sends
- * (an upper bound; one rank's bytes were priced 2.8-3.1x under what 4 hosts x 2 ranks
- * measured at 2-16 MiB). */
+ * serial work, and so is the pipeline's fill. Across hosts every step is priced as
+ * crossing (an upper bound), the bytes by the edges that cross (a low subtree stays
+ * inside a host) and the fill. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, d = 0;
@@ -235,9 +260,14 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         for (int r = 0; r < n; r++)
             d = CL_MAX(d, depth(n, r, k));
     }
-    cl_cost c = {.steps = 4.0 * d - 2, .bytes = bytes, .serial = (double)adds};
-    if (x->hosts > 1)
-        c.xsteps = c.steps, c.xbytes = (double)x->host_ranks * (double)bytes;
+    /* The pipeline fills: a segment climbs d - 1 levels before the root's starts, and
+     * comes back down as many (each tree a half: few segments, little overlap). */
+    size_t off, seg = CL_MIN(x->segment_bytes, half(op->count, 1, &off) * es);
+    double fill = 2.0 * (d > 1 ? d - 1 : 0) * (double)seg;
+    cl_cost c = {.steps = 4.0 * d - 2, .bytes = bytes, .serial = (double)adds + fill};
+    if (x->hosts > 1) /* in rank order (no host_at): what the fullest host sends, a bound */
+        c.xsteps = c.steps,
+        c.xbytes = (x->host_at ? crossing(x, op) : (double)x->host_ranks * (double)bytes) + fill;
     return c;
 }
 
