@@ -1,6 +1,6 @@
-/* Hierarchical all-reduce, reduce-scatter and all-gather on H hosts of L or more ranks
- * each (H, L >= 2; topo.c builds the rings). Every host runs L lanes, L being the
- * emptiest host's ranks.
+/* Hierarchical all-reduce on H >= 2 hosts, reduce-scatter and all-gather on H hosts of
+ * L >= 2 ranks each (topo.c builds the rings). Every host runs L lanes, L being the
+ * emptiest host's ranks (one lane: nothing to do inside the host but the folds).
  * All-reduce: a ring reduce-scatter among this host's lanes (shared memory), a ring
  * all-reduce of this lane's shard with the lanes holding the same shard on the other
  * hosts (every lane of a host runs its own ring at once, so every rank's link share
@@ -8,7 +8,7 @@
  * 2(H-1)/H of the data each way, where a ring over all ranks carries 2(n-1)/n. A host's
  * ranks past its lanes fold in: the one at place p hands its vector to the lane at
  * p mod L first, which reduces it in, and gets the result back at the end.
- * Reduce-scatter (hosts of L ranks each only): the host's reduce-scatter leaves place i
+ * Reduce-scatter: the host's reduce-scatter leaves place i
  * with the host's sums of the H blocks owned by the ranks at place i, which then
  * reduce-scatter them across hosts; all-gather runs the other way (across, then inside).
  * A host link carries L(H-1) blocks each way where the ring carries n-1. Both work a
@@ -39,7 +39,11 @@ static int lanes(const cl_algo_ctx *x, const cl_op *op, const cl_op *sum, const 
     const cl_algo_ctx *in = x->local, *across = x->cross;
     size_t es = cl_dtype_size(op->dtype), off;
     size_t len = shard(op->count, in->size, in->rank, &off);
-    int rc = cl_ring_reduce_scatter_into(in, sum, op->count, src, op->rbuf);
+    int rc = COLL_OK, alone = in->size == 1; /* one lane: the host's work is the folds' */
+    if (!alone)
+        rc = cl_ring_reduce_scatter_into(in, sum, op->count, src, op->rbuf);
+    else if (src != op->rbuf && op->count)
+        memcpy(op->rbuf, src, op->count * es);
     char *mine = (char *)op->rbuf + off * es;
     cl_op part = *sum;
     part.count = len; /* what every header of the shard's passes says */
@@ -49,7 +53,7 @@ static int lanes(const cl_algo_ctx *x, const cl_op *op, const cl_op *sum, const 
         rc = cl_ring_allgather_in(across, &part, len, mine, NULL);
     if (rc == COLL_OK && op->op == COLL_AVG)
         cl_divide(mine, len, op->dtype, x->size);
-    return rc == COLL_OK ? cl_ring_allgather_in(in, sum, op->count, op->rbuf, NULL) : rc;
+    return rc == COLL_OK && !alone ? cl_ring_allgather_in(in, sum, op->count, op->rbuf, NULL) : rc;
 }
 
 /* Where position v stands: its host's positions [*first, *end); returns its place. */
@@ -148,13 +152,13 @@ static int run(const cl_algo_ctx *x, cl_op *op)
     }
 }
 
-/* Two or more hosts of two or more ranks each; reduce-scatter and all-gather, whose
- * blocks follow the places, only on hosts of as many ranks each. */
+/* All-reduce: two or more hosts, any placement; reduce-scatter and all-gather, whose
+ * blocks follow the places, on hosts of as many ranks each, two or more. */
 static int fits(const cl_algo_ctx *x, const cl_op *op)
 {
     int even = x->lanes * x->hosts == x->size;
-    return x->host_start && x->hosts >= 2 && x->lanes >= 2 && op->codec == COLL_CODEC_NONE &&
-           (op->kind == CL_ALLREDUCE || even);
+    return x->host_start && x->hosts >= 2 && op->codec == COLL_CODEC_NONE &&
+           (op->kind == CL_ALLREDUCE || (even && x->lanes >= 2));
 }
 
 /* Per rank: (L-1)/L of the data each way inside the host, 2(H-1)/H of its shard across;
@@ -163,7 +167,7 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
  * and a copy of every block to and from the place-by-place layout. */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
-    if (!x->host_start || x->lanes < 2)
+    if (!x->host_start)
         return (cl_cost){0};
     size_t L = (size_t)x->lanes, H = (size_t)x->hosts, es = cl_dtype_size(op->dtype);
     if (op->kind != CL_ALLREDUCE) {

@@ -90,8 +90,6 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
     for (int v = 0; v < c->size; v++)
         if (t->ring[v] == c->rank)
             t->ordered.rank = v;
-    if (t->lanes < 2)
-        return COLL_OK;
     size_t len[2] = {(size_t)t->lanes, (size_t)t->hosts};
     for (int s = 0; s < 2; s++)
         if (!(t->sub_ranks[s] = malloc(len[s] * sizeof(int))))
@@ -132,8 +130,8 @@ void cl_topo_contexts(coll_comm *c)
     while (t->start[h + 1] <= at)
         h++;
     int place = at - t->start[h];
-    if (L < 2 || place >= L)
-        return; /* hier: none, or this rank folds into a lane (hier.c) */
+    if (place >= L)
+        return; /* this rank folds into a lane (hier.c) */
     for (int i = 0; i < L; i++) /* this host's lanes */
         t->sub_ranks[0][i] = t->start[h] + i;
     for (int g = 0; g < t->hosts; g++) /* this place on every host */
