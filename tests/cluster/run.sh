@@ -2,8 +2,9 @@
 # The emulated cluster (perf/cluster.sh: hosts in network namespaces on a bridge, links
 # shaped by tc) in CI: coll_perf's checked all-reduces at small sizes, every all-reduce
 # algorithm that fits, on even hosts numbered round-robin and uneven hosts numbered at
-# random (hier's folds too: 3+2+2, 4+2); reduce-scatter, all-gather and broadcast (host order, hier's rounds with small
-# segments) the same way. Needs root and namespaces (skips 77 without).
+# random (hier's folds too: 3+2+2, 4+2, 2+1+1); reduce-scatter, all-gather and broadcast
+# (host order, hier's rounds with small segments) the same way. Needs root and
+# namespaces (skips 77 without).
 # Usage: run.sh CLUSTER_SH BUILD_DIR
 set -u
 cluster=$1 build=$2
@@ -29,6 +30,7 @@ run "3 2 2" random ring 256K
 run "3 2 2" random tree 256K
 run "3 2 2" random hier 256K
 run "4 2" blocked hier 256K
+run "2 1 1" rr hier 256K
 for c in reduce_scatter all_gather; do
     run "2 2 2 2" rr "" 256K $c
     run "2 2 2 2" random hier 1M $c COLL_SEGMENT_BYTES=4096
