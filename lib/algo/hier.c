@@ -8,13 +8,12 @@
  * 2(H-1)/H of the data each way, where a ring over all ranks carries 2(n-1)/n. A host's
  * ranks past its lanes fold in: the one at place p hands its vector to the lane at
  * p mod L first, which reduces it in, and gets the result back at the end.
- * Reduce-scatter: the host's reduce-scatter leaves place i
- * with the host's sums of the H blocks owned by the ranks at place i, which then
- * reduce-scatter them across hosts; all-gather runs the other way (across, then inside).
- * A host link carries L(H-1) blocks each way where the ring carries n-1. Both work a
- * slice of every block at a time (cl_in_rounds), copied to scratch laid out place by
- * place (place i's H slices together) and back, so scratch is bounded and any numbering
- * works.
+ * Reduce-scatter: the host's reduce-scatter leaves place i with the host's sums of the
+ * H blocks owned by the ranks at place i, which then reduce-scatter them across hosts;
+ * all-gather runs the other way (across, then inside). A host link carries L(H-1) blocks
+ * each way where the ring carries n-1. Both work a slice of every block at a time
+ * (cl_in_rounds), copied to scratch laid out place by place (place i's H slices
+ * together) and back, so scratch is bounded and any numbering works.
  * The shard all-reduce leaves the same bytes on every host and the all-gathers and the
  * folds copy them, so every rank ends bit-identical. */
 #include "algo/algo.h"
