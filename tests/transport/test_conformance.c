@@ -786,32 +786,32 @@ static const char *only_ones(void *arg, const uint8_t hello[CL_HELLO_BYTES])
     return hello[0] == 1 ? NULL : "not a one";
 }
 
-START_TEST(a_hello_the_vet_refuses_gets_nothing)
+/* A stranger's raw hello whose first byte is `first` is closed with nothing sent back
+ * (`what` it was), and the listener takes a rank's dial after it. */
+static void stranger_dropped(uint8_t first, const char *what)
 {
     pair p;
     char handle[CL_HANDLE_BYTES];
     listen_alone(&p, handle, only_ones);
-    int s = raw_hello(handle, 2);
-    ck_assert_msg(closed_on(&p, s, 3000), "a refused hello was held");
+    int s = raw_hello(handle, first);
+    ck_assert_msg(closed_on(&p, s, 3000), "%s was held", what);
     close(s);
     ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
     pair_close(&p);
 }
+
+START_TEST(a_hello_the_vet_refuses_gets_nothing)
+{
+    stranger_dropped(2, "a refused hello");
+}
 END_TEST
 
 #ifdef CL_HAVE_IBVERBS
-/* A sender whose address asks for slots of no size the transport makes (here 0 KiB) is
- * dropped once its hello passed the vet, with nothing registered or sent back. */
+/* A sender whose address asks for slots of no size the transport makes (raw_hello's:
+ * 0 KiB) is dropped once its hello passed the vet, with nothing registered or sent back. */
 START_TEST(ib_a_sender_asking_for_odd_slots_is_dropped)
 {
-    pair p;
-    char handle[CL_HANDLE_BYTES];
-    listen_alone(&p, handle, only_ones);
-    int s = raw_hello(handle, 1);
-    ck_assert_msg(closed_on(&p, s, 3000), "a connection asking for 0-byte slots was held");
-    close(s);
-    ck_assert_int_eq(dial_as_rank(&p, handle, 1), COLL_OK);
-    pair_close(&p);
+    stranger_dropped(1, "a connection asking for 0-byte slots");
 }
 END_TEST
 #endif
