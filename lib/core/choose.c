@@ -31,10 +31,21 @@ static void price_at(const coll_comm *c, const cl_algo *a, cl_algo_ctx view, int
     *most = s > *most ? s : *most;
 }
 
+/* The first position of the host with the most ranks (host order), or 0. */
+static int fullest_start(const cl_algo_ctx *x)
+{
+    int best = 0;
+    for (int h = 1; x->host_start && h < x->hosts; h++)
+        if (x->host_start[h + 1] - x->host_start[h] >
+            x->host_start[best + 1] - x->host_start[best])
+            best = h;
+    return x->host_start ? x->host_start[best] : 0;
+}
+
 /* Every rank must choose the same algorithm, so the price is not this rank's cost but the
  * dearest of the positions whose share differs most (the first pair, which folds or owns
- * the larger chunks, the last, and each host's first, which takes the most of its host's
- * folds): the same numbers on every rank. */
+ * the larger chunks, the last, and the fullest host's first, which takes the most folds
+ * of hier's lanes): the same numbers on every rank, and a few cost calls whatever n. */
 double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
 {
     const cl_algo_ctx *view = cl_topo_ctx(c, a, op);
@@ -42,8 +53,7 @@ double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
     price_at(c, a, *view, 0, op, &most);
     price_at(c, a, *view, 1, op, &most);
     price_at(c, a, *view, view->size - 1, op, &most);
-    for (int h = 0; view->host_start && h < view->hosts; h++)
-        price_at(c, a, *view, view->host_start[h], op, &most);
+    price_at(c, a, *view, fullest_start(view), op, &most);
     return most;
 }
 
