@@ -68,11 +68,11 @@ typedef struct cl_algo_ctx {
     /* The communicator's rank at each position (NULL: the same). An all-reduce runs on
      * positions in host order; what it reports names communicator ranks. */
     const int *ranks;
-    /* In host order: where each host's positions begin (hosts + 1 entries; NULL on one
-     * host), each position's host, and the emptiest host's ranks. hier runs that many lanes on every host; a
-     * rank on a lane (lanes >= 2) has its rings: this host's lanes and its place on
-     * every host; else (one host, a rank past the lanes) NULL. */
-    const int *host_start, *host_at; /* host_at: each position's host */
+    /* In host order (NULL on one host): where each host's positions begin (hosts + 1
+     * entries) and each position's host; lanes: the emptiest host's ranks, which hier
+     * runs on every host. A rank on a lane has its rings (this host's lanes, its place
+     * on every host); else (one host, a rank past the lanes) NULL. */
+    const int *host_start, *host_at;
     int lanes;
     const struct cl_algo_ctx *local, *cross;
     /* Hosts the ranks span (1: one), ranks on the fullest, and the ring edges (position

@@ -2,7 +2,8 @@
  * comes from another (or the same), reduced into the buffer or copied there, in segments.
  * Rabenseifner's halving and doubling steps are exchanges; so are the folds that hand an
  * extra rank's vector to the rank that stands in for it and bring the result back
- * (Rabenseifner's ranks past a power of two, hier's ranks past a host's lanes). */
+ * (Rabenseifner's ranks past a power of two, hier's ranks past a host's lanes). And, for
+ * the costs of algorithms made of pairwise steps, what such a step carries across hosts. */
 #include "algo/algo.h"
 
 #include "base/util.h"

@@ -34,9 +34,9 @@ struct coll_req {
 
 /* Where this communicator's ranks are (topo.c). With more than one host, an all-reduce
  * runs on `ordered`: positions in host order (ring[v] is the rank at position v, host h's
- * from start[h] on), links by position. With H hosts of L or more ranks each (H, L >= 2)
- * hier runs L lanes per host; for a rank on one, `sub` are its rings: this host's lanes
- * (sub[0]) and this one's place on every host (sub[1]). */
+ * from start[h] on), links by position. hier runs L lanes on each host, L the emptiest
+ * host's ranks; for a rank on one, `sub` are its rings: this host's lanes (sub[0]) and
+ * this one's place on every host (sub[1]). */
 typedef struct cl_topo {
     int hosts;
     int lanes;  /* the emptiest host's ranks */
