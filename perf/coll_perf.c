@@ -183,7 +183,7 @@ static size_t count_for(const opts *o, size_t bytes, size_t es, int n)
 /* The collectives coll_perf times without an in-place form. */
 static int no_in_place(enum coll c)
 {
-    return c == SR || c == RD || c == GA || c == SC || c == A2A || c == PP;
+    return c == SR || c == RD || c == GA || c == SC || c == PP;
 }
 
 /* To the next rank, from the previous one; one rank sends to itself by copying. */
@@ -265,7 +265,7 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
     /* The scatter's block p is what rank p would have filled; the all-to-all's block p is
      * this rank's values at p's place in the whole, so each receiver knows what came. */
     for (int p = 0; (o->coll == SC || o->coll == A2A) && p < n; p++)
-        cl_fill(s + (size_t)p * count * es, count, dt, op, o->coll == SC ? p : me,
+        cl_fill((o->coll == SC ? s : in) + (size_t)p * count * es, count, dt, op, o->coll == SC ? p : me,
                 o->coll == SC ? 0 : (size_t)p * count);
     int rc = run_once(c, o, in, r, count, dt, op);
     uint64_t w = 0;

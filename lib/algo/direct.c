@@ -277,11 +277,46 @@ static int run_reduce_scatterv(const cl_algo_ctx *x, const cl_op *op)
     return rc;
 }
 
+/* Round k's partner of rank r among m (even) places, the circle method: every round pairs
+ * every place once, and m - 1 rounds pair every two. A rank paired with place n (odd n)
+ * rests that round. */
+static int partner(int r, int m, int k)
+{
+    if (r == m - 1 || r == k)
+        return r == k ? m - 1 : k;
+    return ((2 * k - r) % (m - 1) + (m - 1)) % (m - 1);
+}
+
+/* An in-place all-to-all larger than a window: each pair of ranks swaps its two blocks,
+ * one round of disjoint pairs after another, a window at a time through scratch of one
+ * window, so memory stays bounded where a copy of the send side would be the message. */
+static int alltoall_swapping(const cl_algo_ctx *x, const cl_op *op, size_t window)
+{
+    int n = x->size, m = n + (n & 1), rc = COLL_OK;
+    size_t es = cl_dtype_size(op->dtype), w = CL_MIN(window, op->count);
+    char *tmp = cl_buf_grow(x->scratch, w * es);
+    if (!tmp)
+        return COLL_ENOMEM;
+    for (int k = 0; k < m - 1 && rc == COLL_OK; k++) {
+        int q = partner(x->rank, m, k);
+        char *blk = (char *)op->rbuf + (size_t)q * op->count * es;
+        for (size_t first = 0; q < n && rc == COLL_OK && first < op->count; first += w) {
+            size_t len = CL_MIN(w, op->count - first);
+            memcpy(tmp, blk + first * es, len * es);
+            rc = cl_swap(x, op, tmp, blk + first * es, q, len);
+        }
+    }
+    return rc;
+}
+
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
     if (op->kind == CL_REDUCE_SCATTERV)
         return run_reduce_scatterv(x, op);
     const char *src = op->sbuf;
+    size_t window = CL_ROUND_SEGMENTS * CL_MAX(x->segment_bytes / cl_dtype_size(op->dtype), 1);
+    if (op->kind == CL_ALLTOALL && op->sbuf == op->rbuf && op->count * x->size > window)
+        return alltoall_swapping(x, op, window);
     if ((op->kind == CL_ALLTOALL || op->kind == CL_ALLTOALLV) && op->sbuf == op->rbuf) {
         size_t bytes = send_extent(x, op);
         char *copy = cl_buf_grow(x->scratch, bytes);

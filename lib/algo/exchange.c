@@ -27,7 +27,7 @@ static const void *x_send(pass *p, size_t u, void *slot, size_t *bytes)
     const xchg *e = (const xchg *)p;
     size_t lo, n = seg_of(p, e->s_len, u, &lo);
     *bytes = n * p->esize;
-    return p->acc + (e->s_off + lo) * p->esize;
+    return p->src + (e->s_off + lo) * p->esize;
 }
 
 static void *x_recv(pass *p, size_t u, void *slot, size_t *bytes)
@@ -59,8 +59,8 @@ static const pass_ops reduce_ops = {
     .send = x_send, .recv = x_recv, .arrived = x_arrived, .take = x_take};
 static const pass_ops copy_ops = {.send = x_send, .recv = x_recv};
 
-int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
-                size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce)
+static int run(const cl_algo_ctx *x, const cl_op *op, const void *src, void *buf, int to,
+               int from, size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce)
 {
     size_t es = cl_dtype_size(op->dtype), seg = CL_MAX(x->segment_bytes / es, (size_t)1);
     xchg e = {.s_off = s_off, .s_len = s_len, .r_off = r_off, .r_len = r_len};
@@ -73,9 +73,22 @@ int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int fr
     e.p.lag = e.p.units; /* the sends wait for nothing */
     e.p.to = to;
     e.p.from = from;
+    e.p.src = src;
     e.p.acc = buf;
     e.p.slot_bytes = reduce ? seg * es : 0;
     return cl_pass_run(&e.p);
+}
+
+int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
+                size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce)
+{
+    return run(x, op, buf, buf, to, from, s_off, s_len, r_off, r_len, reduce);
+}
+
+int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, void *dst, int peer,
+            size_t len)
+{
+    return run(x, op, src, dst, peer, peer, 0, len, 0, len, 0);
 }
 
 int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int n, int p))
