@@ -119,6 +119,8 @@ struct pass {
      * slice of every rank's block: one round of a reduce-scatter, whose acc holds the
      * slices packed); 0: chunks follow one another. */
     size_t stride, first;
+    /* Optional (cl_pass_chunks): chunk c is elements [chunks[c], chunks[c + 1]). */
+    const size_t *chunks;
     /* Optional: work that moves no message (a block this rank keeps), done a piece at a
      * time between the transfers' polls, so it overlaps them: the piece from *at on,
      * advancing *at; returns 0 once all is done. Skipped if the pass fails. */
@@ -134,6 +136,10 @@ int cl_unit_peer(const pass *p, size_t u, int recv);
 /* A pass over `count` elements split in n chunks and segments of segment_bytes. */
 pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size_t count,
                   size_t esize, size_t seg_align);
+
+/* Uneven chunks: chunk c of the pass is elements [chunks[c], chunks[c + 1]) (size + 1
+ * entries, kept by the caller while the pass runs); segments as cl_pass_init's. */
+void cl_pass_chunks(pass *p, const size_t *chunks);
 
 /* Runs the pipeline to completion; on failure reports it (cl_algo_fail). */
 int cl_pass_run(pass *p);
@@ -168,6 +174,10 @@ void cl_place_own_block(const cl_algo_ctx *x, const cl_op *op);
  * in acc (chunk c: count/n elements, one more for c < count % n). */
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
                                 const void *src, void *acc);
+/* The same over uneven chunks, in place: chunk c is elements [chunks[c], chunks[c + 1])
+ * of acc (size + 1 entries). */
+int cl_ring_reduce_scatter_chunks(const cl_algo_ctx *x, const cl_op *op, const size_t *chunks,
+                                  void *acc);
 /* An empty message to rank r + 1 and from r - 1 whose header carries the root: ranks
  * that disagree on it get COLL_EMISMATCH (some neighbours differ) where an exchange that
  * depends on the root would leave one waiting for a message sent elsewhere. */
@@ -188,5 +198,8 @@ int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int 
  * (blocks: as pass.blocks). */
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
                          const int *blocks);
+/* The same over uneven chunks (as cl_ring_reduce_scatter_chunks). */
+int cl_ring_allgather_chunks(const cl_algo_ctx *x, const cl_op *op, const size_t *chunks,
+                             void *buf);
 
 #endif

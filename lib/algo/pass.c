@@ -68,9 +68,23 @@ size_t cl_unit_range(const pass *p, size_t u, int recv, size_t *off)
     size_t cstart =
         p->stride ? c * p->stride + p->first : c * p->chunk_base + CL_MIN(c, p->chunk_rem);
     size_t clen = p->chunk_base + (c < p->chunk_rem);
+    if (p->chunks)
+        cstart = p->chunks[c], clen = p->chunks[c + 1] - cstart;
     size_t lo = CL_MIN(k * p->seg_elems, clen), hi = CL_MIN(lo + p->seg_elems, clen);
     *off = cstart + lo;
     return hi - lo;
+}
+
+/* Segments of at most `seg` elements (whole seg_align groups, no larger than a chunk of
+ * maxc: small messages stage little), enough for the largest chunk. */
+static void cut(pass *p, size_t maxc, size_t seg, size_t seg_align)
+{
+    if (maxc && maxc < seg)
+        seg = (maxc + seg_align - 1) / seg_align * seg_align;
+    size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
+    p->units = segs * (size_t)(p->x->size - 1);
+    p->lag = p->segs_per_chunk = segs;
+    p->seg_elems = seg;
 }
 
 pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size_t count,
@@ -78,24 +92,27 @@ pass cl_pass_init(const cl_algo_ctx *x, const cl_op *op, chunk_order order, size
 {
     int n = x->size;
     size_t seg = x->segment_bytes / esize / seg_align * seg_align;
-    seg = seg ? seg : seg_align;
     size_t base = count / (size_t)n, rem = count % (size_t)n;
-    size_t maxc = base + (rem != 0);
-    if (maxc && maxc < seg) /* staging no larger than a chunk: small messages stage little */
-        seg = (maxc + seg_align - 1) / seg_align * seg_align;
-    size_t segs = maxc ? (maxc + seg - 1) / seg : 1; /* one empty unit still checks headers */
-    return (pass){.x = x,
-                  .op = op,
-                  .order = order,
-                  .from = (x->rank + n - 1) % n,
-                  .to = (x->rank + 1) % n,
-                  .units = segs * (size_t)(n - 1),
-                  .lag = segs,
-                  .segs_per_chunk = segs,
-                  .seg_elems = seg,
-                  .esize = esize,
-                  .chunk_base = base,
-                  .chunk_rem = rem};
+    pass p = {.x = x,
+              .op = op,
+              .order = order,
+              .from = (x->rank + n - 1) % n,
+              .to = (x->rank + 1) % n,
+              .esize = esize,
+              .chunk_base = base,
+              .chunk_rem = rem};
+    cut(&p, base + (rem != 0), seg ? seg : seg_align, seg_align);
+    return p;
+}
+
+void cl_pass_chunks(pass *p, const size_t *chunks)
+{
+    size_t maxc = 0;
+    for (int c = 0; c < p->x->size; c++)
+        maxc = CL_MAX(maxc, chunks[c + 1] - chunks[c]);
+    p->chunks = chunks;
+    p->chunk_base = maxc, p->chunk_rem = 0; /* what a unit holds at most */
+    cut(p, maxc, CL_MAX(p->x->segment_bytes / p->esize, (size_t)1), 1);
 }
 
 static cl_msg_hdr header_for(const pass *p, size_t u, int recv, size_t bytes)

@@ -86,11 +86,13 @@ static void *ag_recv(pass *p, size_t u, void *slot, size_t *bytes)
 
 const pass_ops cl_plain_ops = {.send = ag_send, .recv = ag_recv};
 
-static pass rs_pass(const cl_algo_ctx *x, const cl_op *op, size_t count, const void *src,
-                    void *acc)
+static pass rs_pass(const cl_algo_ctx *x, const cl_op *op, size_t count, const size_t *chunks,
+                    const void *src, void *acc)
 {
     size_t es = cl_dtype_size(op->dtype);
     pass p = cl_pass_init(x, op, CHUNKS_RS, count, es, 1);
+    if (chunks)
+        cl_pass_chunks(&p, chunks);
     p.ops = &rs_ops;
     p.slot_bytes = p.seg_elems * es;
     p.src = src;
@@ -102,7 +104,14 @@ static pass rs_pass(const cl_algo_ctx *x, const cl_op *op, size_t count, const v
 int cl_ring_reduce_scatter_into(const cl_algo_ctx *x, const cl_op *op, size_t count,
                                 const void *src, void *acc)
 {
-    pass p = rs_pass(x, op, count, src, acc);
+    pass p = rs_pass(x, op, count, NULL, src, acc);
+    return cl_pass_run(&p);
+}
+
+int cl_ring_reduce_scatter_chunks(const cl_algo_ctx *x, const cl_op *op, const size_t *chunks,
+                                  void *acc)
+{
+    pass p = rs_pass(x, op, chunks[x->size], chunks, acc, acc);
     return cl_pass_run(&p);
 }
 
@@ -149,14 +158,28 @@ int cl_in_windows(const cl_algo_ctx *x, const cl_op *op, cl_window_fn fn)
     return rc;
 }
 
-int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
-                         const int *blocks)
+static int allgather_pass(const cl_algo_ctx *x, const cl_op *op, size_t count,
+                          const size_t *chunks, void *buf, const int *blocks)
 {
     pass p = cl_pass_init(x, op, CHUNKS_AG, count, cl_dtype_size(op->dtype), 1);
+    if (chunks)
+        cl_pass_chunks(&p, chunks);
     p.ops = &cl_plain_ops;
     p.acc = buf;
     p.blocks = blocks;
     return cl_pass_run(&p);
+}
+
+int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,
+                         const int *blocks)
+{
+    return allgather_pass(x, op, count, NULL, buf, blocks);
+}
+
+int cl_ring_allgather_chunks(const cl_algo_ctx *x, const cl_op *op, const size_t *chunks,
+                             void *buf)
+{
+    return allgather_pass(x, op, chunks[x->size], chunks, buf, NULL);
 }
 
 static int allreduce(const cl_algo_ctx *x, const cl_op *op)
@@ -176,7 +199,7 @@ static int reduce_scatter_round(const cl_algo_ctx *x, const cl_op *op, char *acc
                                 size_t first, size_t len)
 {
     size_t es = cl_dtype_size(op->dtype), own = (size_t)cl_rank_of(x, x->rank);
-    pass p = rs_pass(x, op, (size_t)x->size * len, op->sbuf, acc);
+    pass p = rs_pass(x, op, (size_t)x->size * len, NULL, op->sbuf, acc);
     p.blocks = x->ranks;
     p.stride = op->count;
     p.first = first;

@@ -90,9 +90,7 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
         snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte %s on %d ranks%s", c->force,
                  op->count * cl_dtype_size(op->dtype), cl_kind_name(op->kind), c->size,
                  a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)"
-                 : a == &cl_algo_hier   ? " (it needs two or more hosts; its reduce-scatter "
-                                          "and all-gather, hosts of as many ranks each, two "
-                                          "or more)"
+                 : a == &cl_algo_hier   ? " (it needs two or more hosts)"
                                         : "");
     else
         return a;

@@ -3,7 +3,7 @@
 # shaped by tc) in CI: coll_perf's checked all-reduces at small sizes, every all-reduce
 # algorithm that fits, on even hosts numbered round-robin and uneven hosts numbered at
 # random (hier's folds too: 3+2+2, 4+2, 2+1+1); reduce-scatter, all-gather and broadcast
-# (host order, hier's rounds with small segments) the same way. Needs root and
+# (host order, hier's rounds with small segments, on even and uneven hosts) the same way. Needs root and
 # namespaces (skips 77 without).
 # Usage: run.sh CLUSTER_SH BUILD_DIR
 set -u
@@ -35,6 +35,7 @@ for c in reduce_scatter all_gather; do
     run "2 2 2 2" rr "" 256K $c
     run "2 2 2 2" random hier 1M $c COLL_SEGMENT_BYTES=4096
     run "3 2 2" random ring 256K $c
+    run "3 2 2" random hier 256K $c COLL_SEGMENT_BYTES=4096
 done
 run "3 2 2" random "" 1M broadcast
 exit $fail

@@ -20,7 +20,7 @@ typedef struct {
     const int *ring; /* the host order the library must choose */
     const char *algo;
     const char *segment; /* COLL_SEGMENT_BYTES, or NULL */
-    int uneven;          /* hosts differ and hier is forced: it runs all-reduces only */
+    int uneven; /* hosts differ, hier is forced, whole segments: its folds' bytes are checked */
 } topo;
 
 static char ring_line[512], link_line[512];
@@ -95,24 +95,6 @@ static int layouts_right(coll_comm *c, size_t count)
     return 0;
 }
 
-/* hier forced on hosts that differ: reduce-scatter and all-gather, whose blocks follow
- * places on hosts of as many ranks, are refused with the reason; the communicator goes
- * on (a broadcast, not hier's, runs). */
-static int layouts_refused(coll_comm *c)
-{
-    float x[8] = {0}, y[8];
-    EXPECT_RC(coll_reduce_scatter(c, x, y, 1, COLL_F32, COLL_SUM), COLL_ENOTSUP);
-    FAIL_IF(!strstr(coll_last_error(c), "hosts of as many ranks"), "no reason given: %s",
-            coll_last_error(c));
-    EXPECT_RC(coll_allgather(c, x, y, 1, COLL_F32), COLL_ENOTSUP);
-    for (int k = 0; k < 8; k++)
-        x[k] = coll_rank(c) == 2 ? (float)k : -1;
-    EXPECT_RC(coll_broadcast(c, x, 8, COLL_F32, 2), COLL_OK);
-    for (int k = 0; k < 8; k++)
-        FAIL_IF(x[k] != (float)k, "broadcast element %d is %g", k, x[k]);
-    return 0;
-}
-
 /* The ring line names this rank's neighbours in t->ring; all-reduces of several sizes
  * are exact and the same everywhere, and so are the collectives laid out by rank. */
 static int ordered_rank(coll_comm *c, void *arg)
@@ -156,8 +138,6 @@ static int ordered_rank(coll_comm *c, void *arg)
     double avg = me;
     EXPECT_RC(coll_allreduce(c, &avg, &avg, 1, COLL_F64, COLL_AVG), COLL_OK);
     FAIL_IF(avg != (n - 1) / 2.0, "average of the ranks is %g", avg);
-    if (t->uneven)
-        return layouts_refused(c);
     static const size_t blocks[] = {1, 5, 3001, 70001};
     for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
         if (layouts_right(c, blocks[i]))
@@ -209,7 +189,9 @@ END_TEST
 
 /* hier on hosts that differ: 3 + 2 + 2 and 3 + 3 + 2 scrambled (one rank past the lanes
  * on a host, two hosts with one), 5 + 2 (a lane that takes two ranks in), 2 + 1 + 1 (one
- * lane: the host of two folds, the ring across is all there is). */
+ * lane: the host of two folds, the ring across is all there is); 3 + 2 + 2 again with
+ * 4 KiB segments (a reduce-scatter or all-gather in many rounds). All-reduce,
+ * reduce-scatter and all-gather, their groups of blocks uneven. */
 static const int h52_host[] = {0, 1, 0, 0, 1, 0, 0}, h52_ring[] = {0, 2, 3, 5, 6, 1, 4};
 static const int h211_host[] = {0, 1, 0, 2}, h211_ring[] = {0, 2, 1, 3};
 
@@ -218,12 +200,13 @@ START_TEST(hier_on_uneven_hosts)
     static const struct {
         int n;
         const int *host, *ring;
-        const char *tr;
-    } k[] = {{7, uneven_host, uneven_ring, "auto"},
-             {8, uneven8_host, uneven8_ring, "tcp"},
-             {7, h52_host, h52_ring, "auto"},
-             {4, h211_host, h211_ring, "tcp"}};
-    topo t = {k[_i].host, k[_i].ring, "hier", NULL, 1};
+        const char *tr, *segment;
+    } k[] = {{7, uneven_host, uneven_ring, "auto", NULL},
+             {8, uneven8_host, uneven8_ring, "tcp", NULL},
+             {7, h52_host, h52_ring, "auto", NULL},
+             {4, h211_host, h211_ring, "tcp", NULL},
+             {7, uneven_host, uneven_ring, "tcp", "4096"}};
+    topo t = {k[_i].host, k[_i].ring, "hier", k[_i].segment, !k[_i].segment};
     run_opts o = {.nranks = k[_i].n, .rdzv = RDZV_FILE, .transport = k[_i].tr, .setup = as_host};
     ck_assert_int_eq(run_ranks(&o, ordered_rank, &t), 0);
 }
@@ -338,7 +321,7 @@ int main(void)
     tcase_add_loop_test(tc, round_robin_hosts_ring_in_host_order, 0, 2);
     tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 5);
     tcase_add_loop_test(tc, hier_on_even_hosts, 0, 4);
-    tcase_add_loop_test(tc, hier_on_uneven_hosts, 0, 4);
+    tcase_add_loop_test(tc, hier_on_uneven_hosts, 0, 5);
     tcase_add_test(tc, collective_set_keeps_rank_order);
     tcase_add_loop_test(tc, the_host_link_is_measured_unless_given, 0, 2);
     tcase_add_test(tc, failure_names_ranks_not_positions);
