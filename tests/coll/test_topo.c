@@ -172,18 +172,27 @@ static const int h42_host[] = {0, 1, 2, 3, 0, 1, 2, 3}, h42_ring[] = {0, 4, 1, 5
 static const int h32_host[] = {0, 1, 1, 2, 0, 2}, h32_ring[] = {0, 4, 1, 2, 3, 5};
 static const int h23_host[] = {0, 0, 0, 1, 1, 1}, h23_ring[] = {0, 1, 2, 3, 4, 5};
 
+typedef struct {
+    int n;
+    const int *host, *ring;
+    const char *tr, *segment;
+} hier_case;
+
+/* hier forced on k; uneven: its folds' bytes are checked too (whole segments only). */
+static int run_hier(const hier_case *k, int uneven)
+{
+    topo t = {k->host, k->ring, "hier", k->segment, uneven && !k->segment};
+    run_opts o = {.nranks = k->n, .rdzv = RDZV_FILE, .transport = k->tr, .setup = as_host};
+    return run_ranks(&o, ordered_rank, &t);
+}
+
 START_TEST(hier_on_even_hosts)
 {
-    static const struct {
-        int n;
-        const int *host, *ring;
-        const char *tr, *segment;
-    } k[] = {{8, h42_host, h42_ring, "auto", NULL},
-             {6, h32_host, h32_ring, "auto", NULL},
-             {6, h23_host, h23_ring, "tcp", NULL},
-             {8, h42_host, h42_ring, "tcp", "4096"}};
-    ck_assert_int_eq(run_topo(k[_i].n, k[_i].host, k[_i].ring, k[_i].tr, "hier", k[_i].segment),
-                     0);
+    static const hier_case k[] = {{8, h42_host, h42_ring, "auto", NULL},
+                                  {6, h32_host, h32_ring, "auto", NULL},
+                                  {6, h23_host, h23_ring, "tcp", NULL},
+                                  {8, h42_host, h42_ring, "tcp", "4096"}};
+    ck_assert_int_eq(run_hier(&k[_i], 0), 0);
 }
 END_TEST
 
@@ -197,18 +206,12 @@ static const int h211_host[] = {0, 1, 0, 2}, h211_ring[] = {0, 2, 1, 3};
 
 START_TEST(hier_on_uneven_hosts)
 {
-    static const struct {
-        int n;
-        const int *host, *ring;
-        const char *tr, *segment;
-    } k[] = {{7, uneven_host, uneven_ring, "auto", NULL},
-             {8, uneven8_host, uneven8_ring, "tcp", NULL},
-             {7, h52_host, h52_ring, "auto", NULL},
-             {4, h211_host, h211_ring, "tcp", NULL},
-             {7, uneven_host, uneven_ring, "tcp", "4096"}};
-    topo t = {k[_i].host, k[_i].ring, "hier", k[_i].segment, !k[_i].segment};
-    run_opts o = {.nranks = k[_i].n, .rdzv = RDZV_FILE, .transport = k[_i].tr, .setup = as_host};
-    ck_assert_int_eq(run_ranks(&o, ordered_rank, &t), 0);
+    static const hier_case k[] = {{7, uneven_host, uneven_ring, "auto", NULL},
+                                  {8, uneven8_host, uneven8_ring, "tcp", NULL},
+                                  {7, h52_host, h52_ring, "auto", NULL},
+                                  {4, h211_host, h211_ring, "tcp", NULL},
+                                  {7, uneven_host, uneven_ring, "tcp", "4096"}};
+    ck_assert_int_eq(run_hier(&k[_i], 1), 0);
 }
 END_TEST
 
