@@ -165,6 +165,8 @@ int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round);
  * 0: an empty window), until one fails. What fn needs beside the window is bounded by it. */
 typedef int (*cl_window_fn)(const cl_algo_ctx *x, const cl_op *part);
 int cl_in_windows(const cl_algo_ctx *x, const cl_op *op, cl_window_fn fn);
+/* The elements of op's dtype in a window. */
+size_t cl_window_elems(const cl_algo_ctx *x, const cl_op *op);
 
 /* All-gather's first step: this rank's block moves from sendbuf to its place in recvbuf
  * (in place with the block at the start of the buffer, sendbuf == recvbuf, included). */

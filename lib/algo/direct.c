@@ -314,7 +314,7 @@ static int run(const cl_algo_ctx *x, cl_op *op)
     if (op->kind == CL_REDUCE_SCATTERV)
         return run_reduce_scatterv(x, op);
     const char *src = op->sbuf;
-    size_t window = CL_ROUND_SEGMENTS * CL_MAX(x->segment_bytes / cl_dtype_size(op->dtype), 1);
+    size_t window = cl_window_elems(x, op);
     if (op->kind == CL_ALLTOALL && op->sbuf == op->rbuf && op->count * x->size > window)
         return alltoall_swapping(x, op, window);
     if ((op->kind == CL_ALLTOALL || op->kind == CL_ALLTOALLV) && op->sbuf == op->rbuf) {

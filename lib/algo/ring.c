@@ -141,10 +141,15 @@ int cl_in_rounds(const cl_algo_ctx *x, const cl_op *op, cl_round_fn round)
     return rc;
 }
 
+size_t cl_window_elems(const cl_algo_ctx *x, const cl_op *op)
+{
+    return CL_MAX(CL_ROUND_SEGMENTS * (x->segment_bytes / cl_dtype_size(op->dtype)),
+                  (size_t)x->size);
+}
+
 int cl_in_windows(const cl_algo_ctx *x, const cl_op *op, cl_window_fn fn)
 {
-    size_t es = cl_dtype_size(op->dtype), first = 0;
-    size_t w = CL_MAX(CL_ROUND_SEGMENTS * (x->segment_bytes / es), (size_t)x->size);
+    size_t es = cl_dtype_size(op->dtype), first = 0, w = cl_window_elems(x, op);
     int rc;
     do { /* once at least: an empty operation still checks its headers */
         cl_op part = *op;
