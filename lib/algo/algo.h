@@ -144,6 +144,12 @@ void cl_pass_chunks(pass *p, const size_t *chunks);
 /* Runs the pipeline to completion; on failure reports it (cl_algo_fail). */
 int cl_pass_run(pass *p);
 
+/* Runs n (at most CL_PASS_MAX_FLIGHTS) passes at once, each in its own order, so one
+ * waiting on a peer never holds another back (a double tree's two trees). Passes that
+ * share a link in one direction must not run together: a link matches in posting order. */
+enum { CL_PASS_MAX_FLIGHTS = 2 };
+int cl_pass_run_all(pass *ps, int n);
+
 /* ---- pieces the algorithms share --------------------------------------------------- */
 
 /* Units straight into the op's buffer (pass.acc) and forwarded from there: all-gather

@@ -36,7 +36,6 @@ struct flight {
     int linking, link_peer; /* a link (to or from link_peer) is not open yet */
     cl_tr_sink sink[WINDOW];
     sink_at sink_at[WINDOW];
-    cl_spin spin;
     size_t busy_at; /* the pass's meanwhile work done so far */
 };
 
@@ -396,18 +395,34 @@ static int timed_out(flight *f)
                         cl_rank_of(x, peer));
 }
 
-static int step(flight *f, int64_t *deadline)
+/* A turn of one flight: what completed is reaped, what may go is posted. A transfer that
+ * cannot be posted fails the communicator like every other error: its links close, so no
+ * request of this pass outlives it (a sink points into f). */
+static int turn(flight *f, int *progress)
 {
     const cl_algo_ctx *x = f->p->x;
     const cl_op *op = f->p->op;
-    uint64_t seen = cl_notifier_events(x->notifier);
-    int progress = 0, rc = reap(f, &progress);
-    /* A transfer that cannot be posted fails the communicator like every other error:
-     * its links close, so no request of this pass outlives it (a sink points into f). */
+    int rc = reap(f, progress);
     if (rc == COLL_OK && (rc = post_ready(f)) != COLL_OK)
         cl_algo_fail(x, rc, "rank %d %s #%u: cannot post a transfer: %s", cl_rank_of(x, x->rank),
                      cl_kind_name(op->kind), op->seq, coll_strerror(rc));
-    if (rc != COLL_OK || finished(f))
+    return rc;
+}
+
+/* A turn of every flight still going; then, if none moved, the wait: spin, then sleep
+ * until the notifier says something completed, or the deadline. */
+static int step(flight *fs, int n, cl_spin *spin, int64_t *deadline)
+{
+    const cl_algo_ctx *x = fs[0].p->x;
+    uint64_t seen = cl_notifier_events(x->notifier);
+    int progress = 0, rc = COLL_OK, linking = 0;
+    flight *waiting = NULL;
+    for (int i = 0; i < n && rc == COLL_OK; i++)
+        if (!finished(&fs[i]) && (rc = turn(&fs[i], &progress)) == COLL_OK && !finished(&fs[i])) {
+            waiting = waiting ? waiting : &fs[i];
+            linking |= fs[i].linking;
+        }
+    if (rc != COLL_OK || !waiting)
         return rc;
     if (atomic_load(x->aborted))
         return COLL_EABORTED;
@@ -415,20 +430,20 @@ static int step(flight *f, int64_t *deadline)
      * deadline counts from then, at most the spin phase after the last progress. */
     if (progress) {
         *deadline = 0;
-        cl_spin_progress(&f->spin);
+        cl_spin_progress(spin);
         return COLL_OK;
     }
-    if (cl_spin_poll(&f->spin))
+    if (cl_spin_poll(spin))
         return COLL_OK;
     int64_t now = cl_now_ms();
     if (!*deadline)
         *deadline = now + x->timeout_ms;
     if (now >= *deadline)
-        return timed_out(f);
+        return timed_out(waiting);
     /* Not every listener signals a connection: a link on its way is looked for often. */
-    int soon = x->link.progress(x->link.owner) | f->linking;
+    int soon = x->link.progress(x->link.owner) | linking;
     cl_notifier_wait(x->notifier, seen, soon ? CL_MIN(*deadline, now + 1) : *deadline);
-    cl_spin_progress(&f->spin); /* woken: poll again before the next sleep */
+    cl_spin_progress(spin); /* woken: poll again before the next sleep */
     return COLL_OK;
 }
 
@@ -523,44 +538,85 @@ static void meanwhile(pass *p, size_t *at, int all)
     while (all && p->meanwhile);
 }
 
-static int fly(flight *f)
+/* Counts and staging of each flight (its slots side by side in the one staging
+ * buffer), then the links dialled. */
+static int board(flight *fs, int n)
 {
-    pass *p = f->p;
-    if (!p->ops->peer) {
-        p->recvs = p->from >= 0 ? p->units : 0;
-        p->sends = p->to >= 0 ? p->units : 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += 2 * WINDOW * fs[i].p->slot_bytes;
+    char *slots = total ? cl_buf_grow(fs[0].p->x->staging, total) : NULL;
+    if (total && !slots)
+        return COLL_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        pass *p = fs[i].p;
+        if (!p->ops->peer) {
+            p->recvs = p->from >= 0 ? p->units : 0;
+            p->sends = p->to >= 0 ? p->units : 0;
+        }
+        if (p->slot_bytes) {
+            fs[i].rslots = slots;
+            fs[i].sslots = slots + WINDOW * p->slot_bytes;
+            slots += 2 * WINDOW * p->slot_bytes;
+        }
+        dial_ahead(p);
     }
-    if (p->slot_bytes) {
-        f->rslots = cl_buf_grow(p->x->staging, 2 * WINDOW * p->slot_bytes);
-        if (!f->rslots)
-            return COLL_ENOMEM;
-        f->sslots = f->rslots + WINDOW * p->slot_bytes;
-    }
-    dial_ahead(p);
-    int rc = COLL_OK;
-    if (quick_fits(p) && ((rc = quick(f)) != COLL_OK || finished(f)))
+    return COLL_OK;
+}
+
+static int all_finished(const flight *fs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!finished(&fs[i]))
+            return 0;
+    return 1;
+}
+
+static int fly(flight *fs, int n)
+{
+    pass *p = fs[0].p;
+    int rc = board(fs, n);
+    if (rc == COLL_OK && n == 1 && quick_fits(p) && ((rc = quick(fs)) != COLL_OK || finished(fs)))
         return rc;
     int64_t deadline = 0; /* set when polling first gives up (step) */
-    f->spin = cl_spin_start(p->x);
-    cl_spin_expect(&f->spin, (p->chunk_base + 1) * p->esize);
-    while (rc == COLL_OK && !finished(f))
-        if ((rc = step(f, &deadline)) == COLL_OK)
-            meanwhile(p, &f->busy_at, 0);
-    cl_spin_stop(&f->spin);
+    cl_spin spin = cl_spin_start(p->x);
+    for (int i = 0; i < n; i++)
+        cl_spin_expect(&spin, (fs[i].p->chunk_base + 1) * fs[i].p->esize);
+    while (rc == COLL_OK && !all_finished(fs, n))
+        if ((rc = step(fs, n, &spin, &deadline)) == COLL_OK)
+            for (int i = 0; i < n; i++)
+                meanwhile(fs[i].p, &fs[i].busy_at, 0);
+    cl_spin_stop(&spin);
     if (rc != COLL_OK) {
         if (rc == COLL_EABORTED)
             cl_algo_fail(p->x, rc, "rank %d %s #%u: aborted", cl_rank_of(p->x, p->x->rank),
                          cl_kind_name(p->op->kind), p->op->seq);
-        drain(f);
+        for (int i = 0; i < n; i++)
+            drain(&fs[i]);
     }
     return rc;
+}
+
+static int run(flight *fs, int n)
+{
+    int rc = fly(fs, n);
+    for (int i = 0; i < n && rc == COLL_OK; i++)
+        meanwhile(fs[i].p, &fs[i].busy_at, 1); /* what the transfers left */
+    return rc;
+}
+
+int cl_pass_run_all(pass *ps, int n)
+{
+    flight fs[CL_PASS_MAX_FLIGHTS] = {{0}};
+    if (n < 1 || n > CL_PASS_MAX_FLIGHTS)
+        return COLL_EINVAL;
+    for (int i = 0; i < n; i++)
+        fs[i].p = &ps[i];
+    return run(fs, n);
 }
 
 int cl_pass_run(pass *p)
 {
     flight f = {.p = p};
-    int rc = fly(&f);
-    if (rc == COLL_OK)
-        meanwhile(p, &f.busy_at, 1); /* what the transfers left */
-    return rc;
+    return run(&f, 1);
 }

@@ -1,9 +1,11 @@
 /* All-reduce on a pipelined double binary tree (NCCL's): the vector's two halves go up
  * and then down two binary trees at once, in segments. The first tree is rank 0's
  * in-order tree (a rank's lowest set bit gives its height); the second is the first
- * mirrored (n even) or shifted by one (n odd), so most ranks that are inner nodes in one
- * tree are leaves in the other, and every rank sends and receives about S each way in
- * a number of steps that grows with the depth (log2 n), not the ring's 2(n-1). Upwards each node
+ * mirrored (n even, and 3) or shifted by one (other odd n), so most ranks that are inner
+ * nodes in one tree are leaves in the other, and every rank sends and receives about S
+ * each way in a number of steps that grows with the depth (log2 n), not the ring's
+ * 2(n-1). No link carries both trees in one direction (checked for every n up to 2048;
+ * 3 shifted would share one), so the trees run as two pipelines at once. Upwards each node
  * adds its children's segments to its own (in child order: the result does not depend on timing)
  * and passes the sum to its parent; each root then holds its half's result, which comes back down
  * the same edges. Every rank ends with the roots' bytes: bit-identical everywhere. */
@@ -55,7 +57,7 @@ static node tree_node(int n, int r, int t)
 {
     if (t == 0)
         return in_order(n, r);
-    int mirror = n % 2 == 0;
+    int mirror = n % 2 == 0 || n == 3;
     node m = in_order(n, mirror ? n - 1 - r : (r + n - 1) % n);
     return (node){unmap(n, m.parent, mirror),
                   {unmap(n, m.child[0], mirror), unmap(n, m.child[1], mirror)}};
@@ -132,32 +134,26 @@ static size_t half(size_t count, int t, size_t *off)
     return t ? count - count / 2 : count / 2;
 }
 
-/* Lays out one direction's units, segment by segment, both trees interleaved (so their
- * transfers run at once): upwards each child's segment then the sum to the parent,
- * downwards the parent's segment then one to each child. Returns the sends. */
-static size_t lay_out(const pass *p, schedule *s, int down, size_t *recvs)
+/* Lays out tree t's units in one direction, segment by segment: upwards each child's
+ * segment then the sum to the parent, downwards the parent's segment then one to each
+ * child. Returns the sends. */
+static size_t lay_out(const pass *p, int t, schedule *s, int down, size_t *recvs)
 {
-    const node t[2] = {tree_node(p->x->size, p->x->rank, 0), tree_node(p->x->size, p->x->rank, 1)};
-    size_t count = p->op->count, seg = p->seg_elems, sends = 0, segs[2], off[2], len[2];
+    node me = tree_node(p->x->size, p->x->rank, t);
+    size_t off, len = half(p->op->count, t, &off), seg = p->seg_elems, sends = 0;
+    size_t segs = len ? (len + seg - 1) / seg : 1; /* an empty half still checks */
+    int from[2] = {down ? me.parent : me.child[0], down ? -1 : me.child[1]};
+    int to[2] = {down ? me.child[0] : me.parent, down ? me.child[1] : -1};
     *recvs = 0;
-    for (int k = 0; k < 2; k++) {
-        len[k] = half(count, k, &off[k]);
-        segs[k] = len[k] ? (len[k] + seg - 1) / seg : 1; /* an empty half still checks */
+    for (size_t i = 0; i < segs; i++) {
+        size_t at = off + i * seg, n = CL_MIN(seg, len - CL_MIN(len, i * seg));
+        for (int c = 0; c < 2; c++)
+            if (from[c] >= 0)
+                s->recv[(*recvs)++] = (unit){from[c], at, n, 0};
+        for (int c = 0; c < 2; c++)
+            if (to[c] >= 0)
+                s->send[sends++] = (unit){to[c], at, n, *recvs};
     }
-    for (size_t i = 0; i < CL_MAX(segs[0], segs[1]); i++)
-        for (int k = 0; k < 2; k++) {
-            if (i >= segs[k])
-                continue;
-            size_t at = off[k] + i * seg, n = CL_MIN(seg, len[k] - CL_MIN(len[k], i * seg));
-            int from[2] = {down ? t[k].parent : t[k].child[0], down ? -1 : t[k].child[1]};
-            for (int c = 0; c < 2; c++)
-                if (from[c] >= 0)
-                    s->recv[(*recvs)++] = (unit){from[c], at, n, 0};
-            int to[2] = {down ? t[k].child[0] : t[k].parent, down ? t[k].child[1] : -1};
-            for (int c = 0; c < 2; c++)
-                if (to[c] >= 0)
-                    s->send[sends++] = (unit){to[c], at, n, *recvs};
-        }
     return sends;
 }
 
@@ -167,16 +163,22 @@ static size_t seg_elems(const cl_algo_ctx *x, const cl_op *op)
     return CL_MAX((size_t)1, x->segment_bytes / cl_dtype_size(op->dtype));
 }
 
-static int run_pass(const cl_algo_ctx *x, const cl_op *op, int down, schedule *s)
+/* One direction, both trees at once, each its own pipeline: in one, a leaf's send up
+ * one tree would wait behind its receives in the other (the pass completes receives in
+ * order), and two ranks would take turns instead of sending at once. */
+static int run_pass(const cl_algo_ctx *x, const cl_op *op, int down, schedule s[2])
 {
-    pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
-    p.seg_elems = seg_elems(x, op);
-    p.ops = down ? &down_ops : &up_ops;
-    p.acc = op->rbuf;
-    p.plan = s;
-    p.sends = lay_out(&p, s, down, &p.recvs);
-    p.slot_bytes = down ? 0 : CL_MIN(p.seg_elems, op->count) * p.esize;
-    return cl_pass_run(&p);
+    pass p[2];
+    for (int t = 0; t < 2; t++) {
+        p[t] = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
+        p[t].seg_elems = seg_elems(x, op);
+        p[t].ops = down ? &down_ops : &up_ops;
+        p[t].acc = op->rbuf;
+        p[t].plan = &s[t];
+        p[t].sends = lay_out(&p[t], t, &s[t], down, &p[t].recvs);
+        p[t].slot_bytes = down ? 0 : CL_MIN(p[t].seg_elems, op->count) * p[t].esize;
+    }
+    return cl_pass_run_all(p, 2);
 }
 
 /* A root divides its half of an average once, before it goes down. */
@@ -189,21 +191,27 @@ static void divide_roots(const cl_algo_ctx *x, const cl_op *op)
     }
 }
 
-/* One schedule serves both directions: per segment of a half, at most two units each
- * way. */
+/* One schedule per tree serves both directions: per segment of a half, at most two
+ * units each way. */
 static int run(const cl_algo_ctx *x, cl_op *op)
 {
-    size_t most = 2 * (2 * (op->count / 2 / seg_elems(x, op) + 2));
-    schedule s = {malloc(most * sizeof(unit)), malloc(most * sizeof(unit))};
-    int rc = s.send && s.recv ? COLL_OK : COLL_ENOMEM;
+    size_t most = 2 * (op->count / 2 / seg_elems(x, op) + 2);
+    schedule s[2];
+    int rc = COLL_OK;
+    for (int t = 0; t < 2; t++) {
+        s[t] = (schedule){malloc(most * sizeof(unit)), malloc(most * sizeof(unit))};
+        rc = s[t].send && s[t].recv ? rc : COLL_ENOMEM;
+    }
     if (rc == COLL_OK && op->sbuf != op->rbuf && op->count)
         memcpy(op->rbuf, op->sbuf, op->count * cl_dtype_size(op->dtype));
-    if (rc == COLL_OK && (rc = run_pass(x, op, 0, &s)) == COLL_OK) {
+    if (rc == COLL_OK && (rc = run_pass(x, op, 0, s)) == COLL_OK) {
         divide_roots(x, op);
-        rc = run_pass(x, op, 1, &s);
+        rc = run_pass(x, op, 1, s);
     }
-    free(s.send);
-    free(s.recv);
+    for (int t = 0; t < 2; t++) {
+        free(s[t].send);
+        free(s[t].recv);
+    }
     return rc;
 }
 
