@@ -14,6 +14,13 @@
 #   ORDER=rr         rank numbering: rr (rank r on the (r mod H)-th host with room),
 #                    blocked (host 0's ranks first), random
 #   RATE=1gbit       each host link, each way
+#   CC=cubic         each host's TCP congestion control (Linux's default; some images
+#                    default to bbr, which restarts a connection idle for a step slowly)
+#   IDLE_RESTART=0   each host's net.ipv4.tcp_slow_start_after_idle. Linux's default (1)
+#                    drops an idle connection back to slow start; behind tbf's 50 ms
+#                    queue that costs tens of ms each time, which a datacenter's shallow
+#                    switch buffers do not (algorithms that change peers every step,
+#                    Rabenseifner's, paid 1.2-1.5x at 16 MiB here). 1 keeps the default.
 #   ARGS="-b 64K -e 4M -f 4 -n 5 -w 1"   coll_perf's arguments (-I 0 -c 1 added)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
 #   KEEP=DIR         keep rank 0's output of every run there
@@ -24,6 +31,8 @@ set -eu
 hosts=${HOSTS:-2 2 2 2}
 order=${ORDER:-rr}
 rate=${RATE:-1gbit}
+cc=${CC:-cubic}
+idle_restart=${IDLE_RESTART:-0}
 args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
 rounds=${ROUNDS:-3}
 envs=${ENVS:-}
@@ -49,6 +58,11 @@ for r in $hosts; do
     ip link set "v$tag$k" master "$br" up
     ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
     ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$idle_restart"
+    # A congestion control not loaded yet is refused once while the kernel loads it.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc" 2>/dev/null ||
+        { sleep 1; ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"; } ||
+        echo "# $ns: cannot set tcp congestion control $cc" >&2
     ip -n "$ns" link set eth0 up
     # Each way: out of the host (its eth0), into it (the bridge's port).
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
@@ -77,7 +91,8 @@ echo $hosts | awk -v order="$order" -v seed=$$ '{
 }' > "$out/host_of"
 n=$(wc -l < "$out/host_of")
 echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
-echo "# links $rate each way; coll_perf $args; $rounds rounds"
+echo "# links $rate each way (tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
+slow start after idle $idle_restart); coll_perf $args; $rounds rounds"
 
 # Open MPI: its "ssh" enters the host's namespace, named as the host.
 ompi_setup() {
