@@ -14,6 +14,8 @@
 #   ORDER=rr         rank numbering: rr (rank r on the (r mod H)-th host with room),
 #                    blocked (host 0's ranks first), random
 #   RATE=1gbit       each host link, each way
+#   BURST=256kb      tbf's bucket: a transfer up to this size passes at the veth's speed,
+#                    so times of messages near it say little about the rate
 #   CC=cubic         each host's TCP congestion control (Linux's default; some images
 #                    default to bbr, which restarts a connection idle for a step slowly)
 #   IDLE_RESTART=0   each host's net.ipv4.tcp_slow_start_after_idle. Linux's default (1)
@@ -31,6 +33,7 @@ set -eu
 hosts=${HOSTS:-2 2 2 2}
 order=${ORDER:-rr}
 rate=${RATE:-1gbit}
+burst=${BURST:-256kb}
 cc=${CC:-cubic}
 idle_restart=${IDLE_RESTART:-0}
 args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
@@ -65,8 +68,8 @@ for r in $hosts; do
         echo "# $ns: cannot set tcp congestion control $cc" >&2
     ip -n "$ns" link set eth0 up
     # Each way: out of the host (its eth0), into it (the bridge's port).
-    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
-    tc qdisc add dev "v$tag$k" root tbf rate "$rate" burst 256kb latency 50ms
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+    tc qdisc add dev "v$tag$k" root tbf rate "$rate" burst "$burst" latency 50ms
     k=$((k + 1))
 done
 
@@ -91,7 +94,7 @@ echo $hosts | awk -v order="$order" -v seed=$$ '{
 }' > "$out/host_of"
 n=$(wc -l < "$out/host_of")
 echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
-echo "# links $rate each way (tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
+echo "# links $rate each way (burst $burst, tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
 slow start after idle $idle_restart); coll_perf $args; $rounds rounds"
 
 # Open MPI: its "ssh" enters the host's namespace, named as the host.

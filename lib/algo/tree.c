@@ -220,31 +220,56 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
     return x->size > 1 && op->codec == COLL_CODEC_NONE;
 }
 
-/* Across hosts (positions in host order): each edge whose ends are on two hosts carries
- * its tree's half of the vector up (the child's host sends) and back down (the parent's);
- * every edge streams at once, so a direction's time is the busiest host's sum, and the
- * way up comes before the way down. */
+/* Every rank's height in tree t (a leaf's 0, a node's one above its highest child). */
+static void heights(int n, int t, int *h)
+{
+    memset(h, 0, (size_t)n * sizeof(int));
+    for (int v = 0; v < n; v++)
+        for (int u = v, p; (p = tree_node(n, u, t).parent) >= 0 && h[p] < h[u] + 1; u = p)
+            h[p] = h[u] + 1;
+}
+
+enum { LEVELS = 40 }; /* more than any height (log2 n + 2) */
+
+/* Across hosts (positions in host order), a pipeline of m segments a half: an edge whose
+ * ends are on two hosts carries each segment of its tree's half up at the level of the
+ * child's height (out of the child's host, into the parent's), then down the other way.
+ * The first segment takes, level after level, that level's busiest host link; each later
+ * one the busiest host link over every level (the pipeline full); the way down as long
+ * as the way up. Returns that time in bytes at the host link's rate. */
 static double crossing(const cl_algo_ctx *x, const cl_op *op)
 {
-    int n = x->size;
-    double *out = calloc(2 * (size_t)x->hosts, sizeof(double)), most[2] = {0, 0};
-    if (!out) /* no memory: every rank of the fullest host sends its vector, a bound */
-        return (double)x->host_ranks * (double)(op->count * cl_dtype_size(op->dtype)) * 2;
+    int n = x->size, *h = malloc((size_t)n * sizeof(int));
+    double *load = calloc((size_t)x->hosts * LEVELS * 2, sizeof(double)), first = 0, busy = 0;
+    size_t es = cl_dtype_size(op->dtype), off, len = half(op->count, 1, &off);
+    if (!h || !load) { /* no memory: every rank of the fullest host sends its vector, a bound */
+        free(h), free(load);
+        return (double)x->host_ranks * (double)(op->count * es) * 2;
+    }
     for (int k = 0; k < 2; k++) {
-        size_t off, len = half(op->count, k, &off) * cl_dtype_size(op->dtype);
+        heights(n, k, h);
         for (int v = 0; v < n; v++) {
-            node t = tree_node(n, v, k);
-            if (t.parent < 0 || x->host_at[v] == x->host_at[t.parent])
-                continue;
-            out[2 * x->host_at[v]] += (double)len;
-            out[2 * x->host_at[t.parent] + 1] += (double)len;
+            int p = tree_node(n, v, k).parent, l = CL_MIN(h[v], LEVELS - 1);
+            if (p >= 0 && x->host_at[v] != x->host_at[p])
+                load[(x->host_at[v] * LEVELS + l) * 2]++, load[(x->host_at[p] * LEVELS + l) * 2 + 1]++;
         }
     }
-    for (int h = 0; h < x->hosts; h++)
-        for (int d = 0; d < 2; d++)
-            most[d] = out[2 * h + d] > most[d] ? out[2 * h + d] : most[d];
-    free(out);
-    return most[0] + most[1];
+    for (int l = 0; l < LEVELS; l++) {
+        double most = 0;
+        for (int i = 0; i < x->hosts * 2; i++)
+            most = CL_MAX(most, load[((i / 2) * LEVELS + l) * 2 + i % 2]);
+        first += most;
+    }
+    for (int i = 0; i < x->hosts * 2; i++) {
+        double all = 0;
+        for (int l = 0; l < LEVELS; l++)
+            all += load[((i / 2) * LEVELS + l) * 2 + i % 2];
+        busy = CL_MAX(busy, all);
+    }
+    free(h);
+    free(load);
+    size_t m = len ? (len + seg_elems(x, op) - 1) / seg_elems(x, op) : 1;
+    return 2.0 * (first + (double)(m - 1) * busy) * (double)(len * es) / (double)m;
 }
 
 /* Steps: the critical path, two messages a level each way (a node takes its second
@@ -252,9 +277,9 @@ static double crossing(const cl_algo_ctx *x, const cl_op *op)
  * less the leaves': 4 x depth - 2, which is what 5 and 6 ranks measured here (38 and
  * 43 us for 8 bytes, against recursive halving's 19 and 31). Bytes: what this rank sends
  * (a half to each parent, the halves it forwards to its children); its additions are
- * serial work, and so is the pipeline's fill. Across hosts every step is priced as
- * crossing (an upper bound), the bytes by the edges that cross (a low subtree stays
- * inside a host) and the fill. */
+ * serial work, and so is the pipeline's fill (a segment climbs d - 1 levels before the
+ * root's starts, and comes back down as many). Across hosts every step is priced as
+ * crossing (an upper bound), the bytes as the edges that cross carry them (crossing). */
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     int n = x->size, d = 0;
@@ -268,14 +293,12 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
         for (int r = 0; r < n; r++)
             d = CL_MAX(d, depth(n, r, k));
     }
-    /* The pipeline fills: a segment climbs d - 1 levels before the root's starts, and
-     * comes back down as many (each tree a half: few segments, little overlap). */
     size_t off, seg = CL_MIN(x->segment_bytes, half(op->count, 1, &off) * es);
     double fill = 2.0 * (d > 1 ? d - 1 : 0) * (double)seg;
     cl_cost c = {.steps = 4.0 * d - 2, .bytes = bytes, .serial = (double)adds + fill};
     if (x->hosts > 1) /* in rank order (no host_at): what the fullest host sends, a bound */
         c.xsteps = c.steps,
-        c.xbytes = (x->host_at ? crossing(x, op) : (double)x->host_ranks * (double)bytes) + fill;
+        c.xbytes = x->host_at ? crossing(x, op) : (double)x->host_ranks * (double)bytes + fill;
     return c;
 }
 
