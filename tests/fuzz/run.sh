@@ -33,7 +33,8 @@ clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 mkdir -p "$out.corpus"
 # Seeds (a well-formed input or two) let the fuzzer start from what the code accepts.
 [ -d "$here/seeds/$target" ] && cp "$here/seeds/$target"/* "$out.corpus/"
-"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 $opts \
+# A finding exits 1: libFuzzer's own code for it is 77, which meson reads as a skip.
+"$out" -max_total_time="$seconds" -use_value_profile=1 -print_final_stats=1 -error_exitcode=1 $opts \
     -artifact_prefix="$out." "$out.corpus" > "$out.log" 2>&1
 status=$?
 tail -n 12 "$out.log"
