@@ -576,7 +576,7 @@ static int fly(flight *fs, int n)
 {
     pass *p = fs[0].p;
     int rc = board(fs, n);
-    if (rc == COLL_OK && n == 1 && quick_fits(p) && ((rc = quick(fs)) != COLL_OK || finished(fs)))
+    if (rc != COLL_OK || (n == 1 && quick_fits(p) && ((rc = quick(fs)) != COLL_OK || finished(fs))))
         return rc;
     int64_t deadline = 0; /* set when polling first gives up (step) */
     cl_spin spin = cl_spin_start(p->x);

@@ -231,6 +231,12 @@ static void heights(int n, int t, int *h)
 
 enum { LEVELS = 40 }; /* more than any height (log2 n + 2) */
 
+/* Where crossing() counts the segments through host h's link at a level, out or in. */
+static size_t slot(int h, int level, int in)
+{
+    return ((size_t)h * LEVELS + (size_t)level) * 2 + (size_t)in;
+}
+
 /* Across hosts (positions in host order), a pipeline of m segments a half: an edge whose
  * ends are on two hosts carries each segment of its tree's half up at the level of the
  * child's height (out of the child's host, into the parent's), then down the other way.
@@ -250,20 +256,22 @@ static double crossing(const cl_algo_ctx *x, const cl_op *op)
         heights(n, k, h);
         for (int v = 0; v < n; v++) {
             int p = tree_node(n, v, k).parent, l = CL_MIN(h[v], LEVELS - 1);
-            if (p >= 0 && x->host_at[v] != x->host_at[p])
-                load[(x->host_at[v] * LEVELS + l) * 2]++, load[(x->host_at[p] * LEVELS + l) * 2 + 1]++;
+            if (p < 0 || x->host_at[v] == x->host_at[p])
+                continue;
+            load[slot(x->host_at[v], l, 0)]++; /* out of the child's host */
+            load[slot(x->host_at[p], l, 1)]++; /* into the parent's */
         }
     }
     for (int l = 0; l < LEVELS; l++) {
         double most = 0;
-        for (int i = 0; i < x->hosts * 2; i++)
-            most = CL_MAX(most, load[((i / 2) * LEVELS + l) * 2 + i % 2]);
+        for (int i = 0; i < 2 * x->hosts; i++)
+            most = CL_MAX(most, load[slot(i / 2, l, i % 2)]);
         first += most;
     }
-    for (int i = 0; i < x->hosts * 2; i++) {
+    for (int i = 0; i < 2 * x->hosts; i++) {
         double all = 0;
         for (int l = 0; l < LEVELS; l++)
-            all += load[((i / 2) * LEVELS + l) * 2 + i % 2];
+            all += load[slot(i / 2, l, i % 2)];
         busy = CL_MAX(busy, all);
     }
     free(h);
