@@ -1,6 +1,6 @@
 /* coll_perf: bandwidth and correctness test in nccl-tests' format.
  *   coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|sendrecv|
- *                          reduce|gather|scatter|alltoall|pingpong]
+ *                          reduce|gather|scatter|alltoall|alltoallv|pingpong]
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all] (or f32, f64,
  *                fp16, bf16) [-I 0|1]
@@ -32,10 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, PP, NCOLL };
+enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, PP, A2AV, NCOLL };
 static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                     "sendrecv",   "reduce",         "gather",     "scatter",
-                                    "alltoall",   "pingpong" };
+                                    "alltoall",   "pingpong",       "alltoallv" };
 static const char *dt_names[] = { "float", "double", "half", "bfloat16",
                                   "int8",  "uint8",  "int32", "int64" };
 static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
@@ -170,7 +170,7 @@ static double now_us(void)
  * input, the gather's and the scatter's root buffer, the all-to-all's). */
 static int blocked(enum coll c)
 {
-    return c == RS || c == AG || c == GA || c == SC || c == A2A;
+    return c == RS || c == AG || c == GA || c == SC || c == A2A || c == A2AV;
 }
 
 /* Elements per rank buffer for `bytes` (per block where blocked), as nccl-tests counts. */
@@ -218,6 +218,21 @@ static int pingpong(coll_comm *c, const void *s, void *r, size_t count, coll_dty
     return rc;
 }
 
+/* The all-to-all through the uneven form, every block count elements where the
+ * all-to-all has it (in place: MPI's layout). */
+static int alltoallv_even(coll_comm *c, const void *s, void *r, size_t count, coll_dtype dt)
+{
+    int n = coll_size(c);
+    size_t *a = malloc(2 * (size_t)n * sizeof(size_t));
+    if (!a)
+        return COLL_ENOMEM;
+    for (int j = 0; j < n; j++)
+        a[j] = count, a[n + j] = (size_t)j * count;
+    int rc = coll_alltoallv(c, s, a, a + n, r, a, a + n, dt);
+    free(a);
+    return rc;
+}
+
 static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count, coll_dtype dt,
                     coll_op op)
 {
@@ -232,6 +247,7 @@ static int run_once(coll_comm *c, const opts *o, void *s, void *r, size_t count,
     case GA: return coll_gather(c, s, r, count, dt, 0);
     case SC: return coll_scatter(c, s, r, count, dt, 0);
     case A2A: return coll_alltoall(c, s, r, count, dt);
+    case A2AV: return alltoallv_even(c, s, r, count, dt);
     default: return COLL_EINVAL;
     }
 }
@@ -264,7 +280,7 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
         cl_fill(r, count, dt, op, 0, 0), memset(r, 0, me ? count * es : 0);
     /* The scatter's block p is what rank p would have filled; the all-to-all's block p is
      * this rank's values at p's place in the whole, so each receiver knows what came. */
-    for (int p = 0; (o->coll == SC || o->coll == A2A) && p < n; p++)
+    for (int p = 0; (o->coll == SC || o->coll == A2A || o->coll == A2AV) && p < n; p++)
         cl_fill((o->coll == SC ? s : in) + (size_t)p * count * es, count, dt, op, o->coll == SC ? p : me,
                 o->coll == SC ? 0 : (size_t)p * count);
     int rc = run_once(c, o, in, r, count, dt, op);
@@ -278,7 +294,7 @@ static int check_once(coll_comm *c, const opts *o, char *s, char *r, size_t coun
                                    : cl_check_gather(r, count, dt, op, n);
     else if (o->coll == SC)
         w = cl_check_from(r, count, dt, op, me, 0);
-    else if (o->coll == A2A)
+    else if (o->coll == A2A || o->coll == A2AV)
         for (int p = 0; p < n; p++)
             w += cl_check_from(r + (size_t)p * count * es, count, dt, op, p, (size_t)me * count);
     else if (o->coll == AR)
@@ -441,7 +457,7 @@ int main(int argc, char **argv)
     if (asked != 0) {
         fprintf(asked > 0 ? stdout : stderr,
                 "usage: coll_perf [--np N] [-C all_reduce|reduce_scatter|all_gather|broadcast|"
-                "sendrecv|reduce|gather|scatter|alltoall|pingpong] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
+                "sendrecv|reduce|gather|scatter|alltoall|alltoallv|pingpong] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
                 "[-I 0|1] [-d DTYPE|all] [-o OP|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8] "
                 "[-J FILE]\n"
                 "  sizes: bytes, or with K, M, G; collectives also without '_' (allreduce)\n"

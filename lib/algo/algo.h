@@ -195,9 +195,10 @@ int cl_root_check(const cl_algo_ctx *x, const cl_op *op);
  * reduced into buf (reduce = 1) or copied there, in segments. */
 int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int from,
                 size_t s_off, size_t s_len, size_t r_off, size_t r_len, int reduce);
-/* A swap with position `peer`: len elements of src go to it while its len land in dst. */
-int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, void *dst, int peer,
-            size_t len);
+/* A swap with position `peer`: s_len elements of src go to it while its r_len land in
+ * dst (the peer's s_len and r_len the other way round). */
+int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, size_t s_len, void *dst,
+            size_t r_len, int peer);
 /* For the cost of a step of pairwise exchanges across hosts (x->host_at set): i < p at
  * position pos(i, x->size, p) (ascending in i) pairs with i ^ d; how many of the busiest
  * host's send across its link. */

@@ -287,23 +287,60 @@ static int partner(int r, int m, int k)
     return ((2 * k - r) % (m - 1) + (m - 1)) % (m - 1);
 }
 
-/* An in-place all-to-all larger than a window: each pair of ranks swaps its two blocks,
- * one round of disjoint pairs after another, a window at a time through scratch of one
- * window, so memory stays bounded where a copy of the send side would be the message. */
+/* Block q of an all-to-all(-v): where it goes out from and where q's comes back to. */
+static void block_q(const cl_op *op, int q, size_t *s_off, size_t *s_len, size_t *r_off,
+                    size_t *r_len)
+{
+    if (op->kind == CL_ALLTOALL) {
+        *s_off = *r_off = (size_t)q * op->count;
+        *s_len = *r_len = op->count;
+        return;
+    }
+    *s_off = op->sdispls[q], *s_len = op->scounts[q];
+    *r_off = op->rdispls[q], *r_len = op->rcounts[q];
+}
+
+/* 1 when every block comes back where it went out from, as long (MPI's in-place layout). */
+static int symmetric(const cl_algo_ctx *x, const cl_op *op)
+{
+    for (int q = 0; q < x->size; q++) {
+        size_t so, sl, ro, rl;
+        block_q(op, q, &so, &sl, &ro, &rl);
+        if (so != ro || sl != rl)
+            return 0;
+    }
+    return 1;
+}
+
+/* In place, pair by pair: each pair of ranks trades its two blocks, a window at a time, in
+ * the circle method's rounds of disjoint pairs. A symmetric layout goes through one
+ * window of scratch (the window sent is copied out before the answer lands on it); any
+ * other needs the send side copied first, as an answer may land on a block not yet sent.
+ * Every rank keeps the same rounds and windows whatever its layout, so the pairs agree. */
 static int alltoall_swapping(const cl_algo_ctx *x, const cl_op *op, size_t window)
 {
-    int n = x->size, m = n + (n & 1), rc = COLL_OK;
-    size_t es = cl_dtype_size(op->dtype), w = CL_MIN(window, op->count);
-    char *tmp = cl_buf_grow(x->scratch, w * es);
+    int n = x->size, m = n + (n & 1), sym = symmetric(x, op), rc = COLL_OK;
+    size_t es = cl_dtype_size(op->dtype), so, sl, ro, rl;
+    char *buf = op->rbuf, *tmp = cl_buf_grow(x->scratch, sym ? window * es : send_extent(x, op));
     if (!tmp)
         return COLL_ENOMEM;
+    if (!sym) { /* the send side, and this rank's own block into place */
+        memcpy(tmp, op->sbuf, send_extent(x, op));
+        block_q(op, x->rank, &so, &sl, &ro, &rl);
+        memcpy(buf + ro * es, tmp + so * es, sl * es);
+    }
     for (int k = 0; k < m - 1 && rc == COLL_OK; k++) {
         int q = partner(x->rank, m, k);
-        char *blk = (char *)op->rbuf + (size_t)q * op->count * es;
-        for (size_t first = 0; q < n && rc == COLL_OK && first < op->count; first += w) {
-            size_t len = CL_MIN(w, op->count - first);
-            memcpy(tmp, blk + first * es, len * es);
-            rc = cl_swap(x, op, tmp, blk + first * es, q, len);
+        if (q >= n) /* resting */
+            continue;
+        block_q(op, q, &so, &sl, &ro, &rl);
+        size_t most = CL_MAX(sl, rl), windows = most ? (most + window - 1) / window : 1;
+        for (size_t w = 0; w < windows && rc == COLL_OK; w++) {
+            size_t at = w * window, s = sl - CL_MIN(sl, at), r = rl - CL_MIN(rl, at);
+            s = CL_MIN(s, window), r = CL_MIN(r, window);
+            if (sym)
+                memcpy(tmp, buf + (so + at) * es, s * es);
+            rc = cl_swap(x, op, sym ? tmp : tmp + (so + at) * es, s, buf + (ro + at) * es, r, q);
         }
     }
     return rc;
@@ -315,9 +352,11 @@ static int run(const cl_algo_ctx *x, cl_op *op)
         return run_reduce_scatterv(x, op);
     const char *src = op->sbuf;
     size_t window = cl_window_elems(x, op);
-    if (op->kind == CL_ALLTOALL && op->sbuf == op->rbuf && op->count * x->size > window)
+    /* The all-to-all-v's totals differ by rank: all of them swap, whatever their size. */
+    if (op->sbuf == op->rbuf &&
+        (op->kind == CL_ALLTOALLV || (op->kind == CL_ALLTOALL && op->count * x->size > window)))
         return alltoall_swapping(x, op, window);
-    if ((op->kind == CL_ALLTOALL || op->kind == CL_ALLTOALLV) && op->sbuf == op->rbuf) {
+    if (op->kind == CL_ALLTOALL && op->sbuf == op->rbuf) {
         size_t bytes = send_extent(x, op);
         char *copy = cl_buf_grow(x->scratch, bytes);
         if (!copy)

@@ -85,10 +85,10 @@ int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int fr
     return run(x, op, buf, buf, to, from, s_off, s_len, r_off, r_len, reduce);
 }
 
-int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, void *dst, int peer,
-            size_t len)
+int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, size_t s_len, void *dst,
+            size_t r_len, int peer)
 {
-    return run(x, op, src, dst, peer, peer, 0, len, 0, len, 0);
+    return run(x, op, src, dst, peer, peer, 0, s_len, 0, r_len, 0);
 }
 
 int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int n, int p))
