@@ -61,7 +61,8 @@ for r in $hosts; do
     ip link set "v$tag$k" master "$br" up
     ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
     ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$idle_restart"
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$idle_restart" ||
+        echo "# $ns: cannot set tcp_slow_start_after_idle" >&2
     # A congestion control not loaded yet is refused once while the kernel loads it.
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc" 2>/dev/null ||
         { sleep 1; ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"; } ||
