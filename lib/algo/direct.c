@@ -300,16 +300,20 @@ static void block_q(const cl_op *op, int q, size_t *s_off, size_t *s_len, size_t
     *r_off = op->rdispls[q], *r_len = op->rcounts[q];
 }
 
-/* 1 when every block comes back where it went out from, as long (MPI's in-place layout). */
-static int symmetric(const cl_algo_ctx *x, const cl_op *op)
+/* The scratch a pairwise in-place all-to-all(-v) needs, in bytes: a window, or the largest
+ * block if smaller, when every block comes back where it went out from, as long (MPI's
+ * layout, *sym = 1); else a copy of the send side. */
+static size_t swap_scratch(const cl_algo_ctx *x, const cl_op *op, size_t window, int *sym)
 {
+    size_t largest = 0;
+    *sym = 1;
     for (int q = 0; q < x->size; q++) {
         size_t so, sl, ro, rl;
         block_q(op, q, &so, &sl, &ro, &rl);
-        if (so != ro || sl != rl)
-            return 0;
+        *sym &= so == ro && sl == rl;
+        largest = CL_MAX(largest, sl);
     }
-    return 1;
+    return *sym ? CL_MIN(window, largest) * cl_dtype_size(op->dtype) : send_extent(x, op);
 }
 
 /* In place, pair by pair: each pair of ranks trades its two blocks, a window at a time, in
@@ -319,13 +323,13 @@ static int symmetric(const cl_algo_ctx *x, const cl_op *op)
  * Every rank keeps the same rounds and windows whatever its layout, so the pairs agree. */
 static int alltoall_swapping(const cl_algo_ctx *x, const cl_op *op, size_t window)
 {
-    int n = x->size, m = n + (n & 1), sym = symmetric(x, op), rc = COLL_OK;
-    size_t es = cl_dtype_size(op->dtype), so, sl, ro, rl;
-    char *buf = op->rbuf, *tmp = cl_buf_grow(x->scratch, sym ? window * es : send_extent(x, op));
+    int n = x->size, m = n + (n & 1), sym, rc = COLL_OK;
+    size_t es = cl_dtype_size(op->dtype), so, sl, ro, rl, bytes = swap_scratch(x, op, window, &sym);
+    char *buf = op->rbuf, *tmp = cl_buf_grow(x->scratch, bytes);
     if (!tmp)
         return COLL_ENOMEM;
     if (!sym) { /* the send side, and this rank's own block into place */
-        memcpy(tmp, op->sbuf, send_extent(x, op));
+        memcpy(tmp, op->sbuf, bytes);
         block_q(op, x->rank, &so, &sl, &ro, &rl);
         memcpy(buf + ro * es, tmp + so * es, sl * es);
     }
