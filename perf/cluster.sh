@@ -16,6 +16,10 @@
 #   RATE=1gbit       each host link, each way
 #   BURST=256kb      tbf's bucket: a transfer up to this size passes at the veth's speed,
 #                    so times of messages near it say little about the rate
+#   GSO=             the largest packet TCP may hand each veth (gso_max_size; default:
+#                    the kernel's 64 KiB). tbf cuts a packet over its bucket into
+#                    segments, which costs CPU; GSO=1500 with a small BURST (8kb) shapes
+#                    small transfers too, at some CPU per packet
 #   CC=cubic         each host's TCP congestion control (Linux's default; some images
 #                    default to bbr, which restarts a connection idle for a step slowly)
 #   IDLE_RESTART=0   each host's net.ipv4.tcp_slow_start_after_idle. Linux's default (1)
@@ -34,6 +38,7 @@ hosts=${HOSTS:-2 2 2 2}
 order=${ORDER:-rr}
 rate=${RATE:-1gbit}
 burst=${BURST:-256kb}
+gso=${GSO:-}
 cc=${CC:-cubic}
 idle_restart=${IDLE_RESTART:-0}
 args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
@@ -68,6 +73,10 @@ for r in $hosts; do
         { sleep 1; ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"; } ||
         echo "# $ns: cannot set tcp congestion control $cc" >&2
     ip -n "$ns" link set eth0 up
+    if [ -n "$gso" ]; then
+        ip -n "$ns" link set eth0 gso_max_size "$gso" gso_max_segs 1
+        ip link set "v$tag$k" gso_max_size "$gso" gso_max_segs 1
+    fi
     # Each way: out of the host (its eth0), into it (the bridge's port).
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
     tc qdisc add dev "v$tag$k" root tbf rate "$rate" burst "$burst" latency 50ms
@@ -95,7 +104,7 @@ echo $hosts | awk -v order="$order" -v seed=$$ '{
 }' > "$out/host_of"
 n=$(wc -l < "$out/host_of")
 echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
-echo "# links $rate each way (burst $burst, tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
+echo "# links $rate each way (burst $burst${gso:+, gso $gso}, tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
 slow start after idle $idle_restart); coll_perf $args; $rounds rounds"
 
 # Open MPI: its "ssh" enters the host's namespace, named as the host.

@@ -200,9 +200,9 @@ int cl_exchange(const cl_algo_ctx *x, const cl_op *op, void *buf, int to, int fr
 int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, size_t s_len, void *dst,
             size_t r_len, int peer);
 /* For the cost of a step of pairwise exchanges across hosts (x->host_at set): i < p at
- * position pos(i, x->size, p) (ascending in i) pairs with i ^ d; how many of the busiest
- * host's send across its link. */
-int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int n, int p));
+ * position pos[i] (ascending in i; pos NULL: i) pairs with i ^ d; how many of the
+ * busiest host's send across its link. */
+int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, const int *pos);
 /* A ring all-gather of `count` elements in buf, every rank's chunk already in place
  * (blocks: as pass.blocks). */
 int cl_ring_allgather_in(const cl_algo_ctx *x, const cl_op *op, size_t count, void *buf,

@@ -52,12 +52,6 @@ static int fits(const cl_algo_ctx *x, const cl_op *op)
            op->count * cl_dtype_size(op->dtype) <= DOUBLING_BYTES;
 }
 
-static int same(int i, int n, int p)
-{
-    (void)n, (void)p;
-    return i;
-}
-
 static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
 {
     size_t steps = 0;
@@ -68,7 +62,7 @@ static cl_cost cost(const cl_algo_ctx *x, const cl_op *op)
     /* Across hosts (host order): each step whose partners straddle hosts waits for the
      * busiest host link, which carries the vector of each of its ranks that crosses. */
     for (int bit = 1; x->hosts > 1 && x->host_at && bit < x->size; bit <<= 1) {
-        int c = cl_pairs_crossing(x, x->size, bit, same);
+        int c = cl_pairs_crossing(x, x->size, bit, NULL);
         if (c)
             k.xsteps += 1, k.xbytes += (double)c * (double)bytes;
     }

@@ -91,14 +91,14 @@ int cl_swap(const cl_algo_ctx *x, const cl_op *op, const void *src, size_t s_len
     return run(x, op, src, dst, peer, peer, 0, s_len, 0, r_len, 0);
 }
 
-int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, int (*pos)(int i, int n, int p))
+int cl_pairs_crossing(const cl_algo_ctx *x, int p, int d, const int *pos)
 {
     int most = 0, run = 0, host = -1;
     for (int i = 0; i < p; i++) {
-        int h = x->host_at[pos(i, x->size, p)];
+        int h = x->host_at[pos ? pos[i] : i];
         if (h != host)
             host = h, run = 0;
-        run += h != x->host_at[pos(i ^ d, x->size, p)];
+        run += h != x->host_at[pos ? pos[i ^ d] : i ^ d];
         most = run > most ? run : most;
     }
     return most;

@@ -158,6 +158,9 @@ static const int rr_host[] = {0, 1, 0, 1}, rr_ring[] = {0, 2, 1, 3};
 static const int uneven_host[] = {2, 0, 1, 0, 2, 1, 0}, uneven_ring[] = {0, 4, 1, 3, 6, 2, 5};
 static const int uneven8_host[] = {1, 0, 2, 1, 0, 2, 0, 1};
 static const int uneven8_ring[] = {0, 3, 7, 1, 4, 6, 2, 5};
+/* 1 + 3 + 1 + 1: Rabenseifner's two folds, one inside the host of three, one across (the
+ * ranks left alone on their hosts pair up). */
+static const int h3111_host[] = {1, 0, 2, 0, 3, 0}, h3111_ring[] = {0, 1, 3, 5, 2, 4};
 
 START_TEST(round_robin_hosts_ring_in_host_order)
 {
@@ -218,9 +221,12 @@ END_TEST
 START_TEST(uneven_scrambled_hosts_every_algorithm)
 {
     /* Doubling needs a power of two; unforced, the model chooses per size. */
-    static const char *algos[] = {"ring", "doubling", NULL, "rabenseifner", "rabenseifner"};
+    static const char *algos[] = {"ring", "doubling", NULL, "rabenseifner", "rabenseifner",
+                                  "rabenseifner"};
     if (_i == 1 || _i == 4)
         ck_assert_int_eq(run_topo(8, uneven8_host, uneven8_ring, "auto", algos[_i], NULL), 0);
+    else if (_i == 5)
+        ck_assert_int_eq(run_topo(6, h3111_host, h3111_ring, "auto", algos[_i], NULL), 0);
     else
         ck_assert_int_eq(run_topo(7, uneven_host, uneven_ring, "auto", algos[_i], NULL), 0);
 }
@@ -322,7 +328,7 @@ int main(void)
     TCase *tc = tcase_create("topo");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, round_robin_hosts_ring_in_host_order, 0, 2);
-    tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 5);
+    tcase_add_loop_test(tc, uneven_scrambled_hosts_every_algorithm, 0, 6);
     tcase_add_loop_test(tc, hier_on_even_hosts, 0, 4);
     tcase_add_loop_test(tc, hier_on_uneven_hosts, 0, 5);
     tcase_add_test(tc, collective_set_keeps_rank_order);
