@@ -18,7 +18,7 @@
 #                    so times of messages near it say little about the rate
 #   GSO=             the largest packet TCP may hand each veth (gso_max_size; default:
 #                    the kernel's 64 KiB). tbf cuts a packet over its bucket into
-#                    segments, which costs CPU; GSO=1500 with a small BURST (8kb) shapes
+#                    segments, which costs CPU; GSO=1500 with a small BURST (4kb) shapes
 #                    small transfers too, at some CPU per packet
 #   CC=cubic         each host's TCP congestion control (Linux's default; some images
 #                    default to bbr, which restarts a connection idle for a step slowly)
