@@ -2,7 +2,8 @@
 # The emulated cluster (perf/cluster.sh: hosts in network namespaces on a bridge, links
 # shaped by tc) in CI: coll_perf's checked all-reduces at small sizes, every all-reduce
 # algorithm that fits, on even hosts numbered round-robin and uneven hosts numbered at
-# random (hier's folds too: 3+2+2, 4+2, 2+1+1); reduce-scatter, all-gather and broadcast
+# random (hier's folds too: 3+2+2, 4+2, 2+1+1; Rabenseifner's inside hosts on 3+2+2 and
+# across them on 1+3+1+1); reduce-scatter, all-gather and broadcast
 # (host order, hier's rounds with small segments, on even and uneven hosts) the same way. Needs root and
 # namespaces (skips 77 without).
 # Usage: run.sh CLUSTER_SH BUILD_DIR
@@ -29,6 +30,8 @@ run "3 2 2" random "" 256K
 run "3 2 2" random ring 256K
 run "3 2 2" random tree 256K
 run "3 2 2" random hier 256K
+run "3 2 2" random rabenseifner 256K
+run "1 3 1 1" rr rabenseifner 256K
 run "4 2" blocked hier 256K
 run "2 1 1" rr hier 256K
 for c in reduce_scatter all_gather; do
