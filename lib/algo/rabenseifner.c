@@ -114,8 +114,8 @@ static int level(const cl_algo_ctx *x, const cl_op *op, char *buf, int peer, int
                   : cl_exchange(x, op, buf, peer, peer, ko, kn, go, gn, 0);
 }
 
-/* The fold (the lower of a pair hands its vector over; rest 1: the higher gets it and
- * reduces it in) and the unfold (the result back). */
+/* there 1: the fold (the lower of a pair hands its vector over, the higher reduces it
+ * in); there 0: the unfold (the result back to the lower). */
 static int fold_step(const cl_algo_ctx *x, cl_op *sum, char *buf, const plan *pl, int there)
 {
     int v = x->rank, peer = pl->partner[v];
