@@ -79,7 +79,10 @@ static int run(const cl_algo_ctx *x, cl_op *op)
         memcpy(op->rbuf, op->sbuf, bytes);
     for (int bit = 1; bit < x->size; bit <<= 1) {
         memcpy(copy, op->rbuf, bytes);
-        pass p = cl_pass_init(x, op, CHUNKS_ONE, op->count, cl_dtype_size(op->dtype), 1);
+        /* One unit, the whole vector: nothing to cut into chunks and segments (what
+         * cl_pass_init works out takes divisions a small all-reduce notices). */
+        pass p = {.x = x, .op = op, .order = CHUNKS_ONE, .esize = cl_dtype_size(op->dtype),
+                  .chunk_base = op->count, .seg_elems = op->count};
         p.ops = &rd_ops;
         p.units = p.segs_per_chunk = 1;
         p.lag = 1; /* the send waits for nothing */

@@ -156,11 +156,11 @@ static int send_unit(flight *f, size_t u, const void **buf, cl_msg_hdr *h, cl_tr
     return rc != COLL_OK && rc != COLL_INPROGRESS ? link_error(p, rc, peer, "send to") : rc;
 }
 
-static void sent(flight *f, size_t u, const cl_msg_hdr *h)
+/* Send unit u went (or is posted): counted and traced. */
+static void sent(const pass *p, size_t u, const cl_msg_hdr *h)
 {
-    f->s_posted++;
-    atomic_fetch_add(f->p->x->wire_tx, sizeof(*h) + h->len);
-    trace_unit(f->p, u, cl_unit_peer(f->p, u, 0), h->len, "sent to");
+    atomic_fetch_add(p->x->wire_tx, sizeof(*h) + h->len);
+    trace_unit(p, u, cl_unit_peer(p, u, 0), h->len, "sent to");
 }
 
 static int post_send(flight *f)
@@ -172,8 +172,10 @@ static int post_send(flight *f)
     int rc = send_unit(f, u, &buf, &h, &to);
     if (rc == COLL_OK)
         rc = f->p->x->tr->isend(to, &h, buf, &f->sq[u % WINDOW]);
-    if (rc == COLL_OK)
-        sent(f, u, &h);
+    if (rc == COLL_OK) {
+        f->s_posted++;
+        sent(f->p, u, &h);
+    }
     return rc;
 }
 
@@ -229,13 +231,12 @@ static int mismatch(pass *p, size_t u, const cl_msg_hdr *got, const cl_msg_hdr *
         cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
 }
 
-/* A received unit: check its header, then reduce (reduce-scatter) or leave it in place.
- * rc is the transport's status: a message longer than expected is a mismatch too. */
-static int finish_recv(flight *f, int rc, size_t nbytes)
+/* Receive unit u of `bytes` came with header *got and nbytes of payload: its header
+ * checked (a farewell or a mismatch reported), then counted and traced. rc is the
+ * transport's status: a message longer than expected is a mismatch too. */
+static int received(pass *p, size_t u, int rc, const cl_msg_hdr *got, size_t bytes, size_t nbytes)
 {
-    pass *p = f->p;
-    size_t u = f->r_done, slot = u % WINDOW, bytes = f->rbytes[slot];
-    cl_msg_hdr want = header_for(p, u, 1, bytes), *got = &f->rh[slot];
+    cl_msg_hdr want = header_for(p, u, 1, bytes);
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return link_error(p, rc, cl_unit_peer(p, u, 1), "from");
     cl_wire_verdict v = rc == COLL_OK ? cl_header_check(got, &want, nbytes) : CL_WIRE_MISMATCH;
@@ -245,6 +246,17 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
         return mismatch(p, u, got, &want);
     atomic_fetch_add(p->x->wire_rx, sizeof(want) + nbytes);
     trace_unit(p, u, cl_unit_peer(p, u, 1), nbytes, "from");
+    return COLL_OK;
+}
+
+/* A received unit of the flight: checked, then reduced (reduce-scatter) or left in place. */
+static int finish_recv(flight *f, int rc, size_t nbytes)
+{
+    pass *p = f->p;
+    size_t u = f->r_done, slot = u % WINDOW;
+    rc = received(p, u, rc, &f->rh[slot], f->rbytes[slot], nbytes);
+    if (rc != COLL_OK)
+        return rc;
     if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);
     f->r_done++;
@@ -450,11 +462,13 @@ static int step(flight *fs, int n, cl_spin *spin, int64_t *deadline)
 /* ---- the fast path ---------------------------------------------------------------- */
 
 /* A one-unit exchange of a few cache lines (a recursive-doubling step, a two-rank ring)
- * takes no transport request: its send goes out whole at once (send_now) and its
- * receive is polled on its own connection (recv_now), as a shared-memory MPI does. What
- * cannot go that way now (a link not open, a ring without room, a peer slower than the
- * spin) is left to the general loop, which goes on from the flight's counters. Headers
- * and their checks are the general loop's own, so either side may take either path. */
+ * takes no transport request and sets no flight up: its send goes out whole at once
+ * (send_now) and its receive is polled on its own connection (recv_now), as a
+ * shared-memory MPI does (a flight's set-up cost a two-rank 8-byte all-reduce an
+ * eighth of its time). What cannot go that way now (a link
+ * not open, a ring without room, a peer slower than the spin) is left to the general
+ * loop, which goes on from what went. Headers and their checks are the general loop's
+ * own, so either side may take either path. */
 
 static int quick_fits(const pass *p)
 {
@@ -463,58 +477,58 @@ static int quick_fits(const pass *p)
            p->codec == COLL_CODEC_NONE && (p->chunk_base + 1) * p->esize <= CL_NOW_BYTES;
 }
 
-/* A link that failed is reported here; anything else not sent now is the loop's. */
-static int quick_send(flight *f)
+static int quick_send(pass *p, cl_tr_conn *to, char *slot, int *sent_now)
 {
-    const void *buf;
-    cl_msg_hdr h;
-    cl_tr_conn *to;
-    int rc = send_unit(f, 0, &buf, &h, &to);
-    if (rc == COLL_OK && f->p->x->tr->send_now(to, &h, buf) == COLL_OK) {
-        sent(f, 0, &h);
-        f->s_done++;
-        atomic_fetch_add_explicit(f->p->x->quick, 1, memory_order_relaxed);
-    }
-    return rc == COLL_INPROGRESS ? COLL_OK : rc;
+    size_t bytes = 0;
+    const void *buf = p->ops->send(p, 0, slot, &bytes);
+    cl_msg_hdr h = header_for(p, 0, 0, bytes);
+    if (p->x->tr->send_now(to, &h, buf) != COLL_OK)
+        return COLL_INPROGRESS; /* the general loop sends it, or reports why it cannot */
+    *sent_now = 1;
+    sent(p, 0, &h);
+    atomic_fetch_add_explicit(p->x->quick, 1, memory_order_relaxed);
+    return COLL_OK;
 }
 
-static int quick_recv(flight *f)
+static int quick_recv(pass *p, cl_tr_conn *from, char *slot, int *got_now)
 {
-    pass *p = f->p;
-    const cl_transport *tr = p->x->tr;
-    cl_tr_conn *from;
-    if (cl_link_get(p->x, 1, p->from, &from) != COLL_OK)
-        return COLL_OK;
     size_t bytes = 0, nbytes = 0;
-    void *dst = p->ops->recv(p, 0, slot_at(f->rslots, 0, p->slot_bytes), &bytes);
-    f->rbuf[0] = dst;
-    f->rbytes[0] = bytes;
-    f->sink_at[0] = (sink_at){f, 0, 0};
+    void *dst = p->ops->recv(p, 0, slot, &bytes);
+    cl_msg_hdr h;
     cl_spin spin = cl_spin_quiet(p->x);
     int rc;
-    while ((rc = tr->recv_now(from, &f->rh[0], dst, bytes, &nbytes)) == COLL_INPROGRESS &&
+    while ((rc = p->x->tr->recv_now(from, &h, dst, bytes, &nbytes)) == COLL_INPROGRESS &&
            cl_spin_poll(&spin))
         ;
     cl_spin_stop(&spin);
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
-        return COLL_OK;
+        return COLL_INPROGRESS;
+    *got_now = 1;
     atomic_fetch_add_explicit(p->x->quick, 1, memory_order_relaxed);
-    f->r_posted++;
-    return finish_recv(f, rc, nbytes);
+    rc = received(p, 0, rc, &h, bytes, nbytes);
+    if (rc == COLL_OK && p->ops->arrived)
+        p->ops->arrived(p, 0, dst);
+    return rc;
 }
 
 /* In the order the general loop keeps: a pass with no lag forwards what it receives
  * (a chain's middle), so its send waits for its receive; otherwise the send goes first
- * and the receive is polled only once it went (the peer may be waiting for it). */
-static int quick(flight *f)
+ * and the receive is polled only once it went (the peer may be waiting for it).
+ * COLL_INPROGRESS: the general loop goes on from *sent_now and *got_now. */
+static int quick(pass *p, int *sent_now, int *got_now)
 {
-    pass *p = f->p;
-    int forward = p->lag == 0 && p->recvs;
-    int rc = forward ? quick_recv(f) : COLL_OK;
-    if (rc == COLL_OK && p->sends && (!forward || f->r_done))
-        rc = quick_send(f);
-    if (rc == COLL_OK && !forward && p->recvs && f->s_done == p->sends)
-        rc = quick_recv(f);
+    int sends = p->to >= 0, recvs = p->from >= 0, forward = p->lag == 0 && recvs;
+    cl_tr_conn *to = NULL, *from = NULL;
+    char *slots = p->slot_bytes ? cl_buf_grow(p->x->staging, 2 * p->slot_bytes) : NULL;
+    if ((p->slot_bytes && !slots) || (sends && cl_link_get(p->x, 0, p->to, &to) != COLL_OK) ||
+        (recvs && cl_link_get(p->x, 1, p->from, &from) != COLL_OK))
+        return COLL_INPROGRESS; /* the general loop dials, waits, or reports */
+    char *sslot = slots ? slots + p->slot_bytes : NULL;
+    int rc = forward ? quick_recv(p, from, slots, got_now) : COLL_OK;
+    if (rc == COLL_OK && sends)
+        rc = quick_send(p, to, sslot, sent_now);
+    if (rc == COLL_OK && recvs && !forward)
+        rc = quick_recv(p, from, slots, got_now);
     return rc;
 }
 
@@ -576,7 +590,7 @@ static int fly(flight *fs, int n)
 {
     pass *p = fs[0].p;
     int rc = board(fs, n);
-    if (rc != COLL_OK || (n == 1 && quick_fits(p) && ((rc = quick(fs)) != COLL_OK || finished(fs))))
+    if (rc != COLL_OK)
         return rc;
     int64_t deadline = 0; /* set when polling first gives up (step) */
     cl_spin spin = cl_spin_start(p->x);
@@ -617,6 +631,16 @@ int cl_pass_run_all(pass *ps, int n)
 
 int cl_pass_run(pass *p)
 {
+    int sent_now = 0, got_now = 0;
+    int rc = quick_fits(p) ? quick(p, &sent_now, &got_now) : COLL_INPROGRESS;
+    if (rc == COLL_OK) {
+        size_t at = 0;
+        meanwhile(p, &at, 1);
+    }
+    if (rc != COLL_INPROGRESS)
+        return rc;
     flight f = {.p = p};
+    f.s_posted = f.s_done = (size_t)sent_now;
+    f.r_posted = f.r_done = (size_t)got_now;
     return run(&f, 1);
 }

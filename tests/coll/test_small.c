@@ -156,6 +156,31 @@ START_TEST(the_fast_path_is_taken)
 }
 END_TEST
 
+/* A peer slower than the spin: one rank's send goes on the fast path and its receive
+ * is not there within the spin, so the general loop takes over from there (without
+ * sending again); each rank in turn is the late one. Exact every time. */
+static int late_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c);
+    for (int k = 0; k < 8; k++) {
+        int32_t v[4] = {me + k, me + k, me + k, me + k};
+        if (k % 2 == me)
+            usleep(20000);
+        EXPECT_RC(coll_allreduce(c, v, v, 4, COLL_I32, COLL_SUM), COLL_OK);
+        for (int i = 0; i < 4; i++)
+            FAIL_IF(v[i] != 2 * k + 1, "call %d: element %d is %d", k, i, v[i]);
+    }
+    return 0;
+}
+
+START_TEST(a_peer_slower_than_the_spin_is_met_by_the_general_loop)
+{
+    static const char *const transports[] = {"shm", "tcp"};
+    expect_all_pass(2, transports[_i], late_rank, NULL);
+}
+END_TEST
+
 /* ---- failures on the fast path ---------------------------------------------------- */
 
 /* After a warm-up (links open, so both ranks are on the fast path), the ranks disagree
@@ -236,6 +261,7 @@ int main(void)
     tcase_add_loop_test(t, small_collectives_are_exact_on_every_path, 0, 15);
     tcase_add_loop_test(t, small_messages_arrive_whole_and_in_order, 0, 6);
     tcase_add_loop_test(t, the_fast_path_is_taken, 0, 3);
+    tcase_add_loop_test(t, a_peer_slower_than_the_spin_is_met_by_the_general_loop, 0, 2);
     tcase_add_loop_test(t, mismatches_on_the_fast_path_are_emismatch_on_both_ranks, 0, 9);
     tcase_add_loop_test(t, a_peer_that_dies_fails_the_fast_path_with_epeer, 0, 6);
     suite_add_tcase(s, t);
