@@ -341,7 +341,8 @@ typedef struct coll_stats {
 /* Copies the communicator's counters into *out. */
 COLL_API int coll_get_stats(const coll_comm *comm, coll_stats *out);
 
-/* Sets every counter to zero. */
+/* Sets every counter to zero. Call it between operations: one running meanwhile may go
+ * on counting from before the reset. */
 COLL_API void coll_reset_stats(coll_comm *comm);
 
 /* The payload bytes this rank sends for one uncompressed all-reduce of `count` elements

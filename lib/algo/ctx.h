@@ -87,6 +87,7 @@ typedef struct cl_algo_ctx {
     size_t segment_bytes;      /* pipeline segment */
     cl_buf *scratch;           /* the running collective's own (one runs at a time) */
     cl_buf *staging;           /* the running pass's receive and send slots */
+    /* The running collective's counters (cl_tally: one writer at a time). */
     atomic_uint_least64_t *wire_tx, *wire_rx; /* header + payload bytes */
     atomic_uint_least64_t *quick;             /* messages that took the fast path */
     atomic_int *aborted;                      /* set by coll_abort */

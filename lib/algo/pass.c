@@ -137,12 +137,12 @@ static void *slot_at(char *base, size_t i, size_t bytes)
 static int link_error(pass *p, int rc, int peer, const char *dir);
 
 /* COLL_DEBUG=trace: every segment that leaves or arrives. */
-static void trace_unit(const pass *p, size_t u, int peer, size_t bytes, const char *what)
+static void trace_unit(const pass *p, size_t u, int recv, size_t bytes)
 {
     if (cl_log_enabled(COLL_LOG_TRACE))
         cl_log(COLL_LOG_TRACE, "rank %d %s #%u: segment %zu, %zu bytes, %s rank %d",
-               cl_rank_of(p->x, p->x->rank), cl_kind_name(p->op->kind), p->op->seq, u, bytes, what,
-               cl_rank_of(p->x, peer));
+               cl_rank_of(p->x, p->x->rank), cl_kind_name(p->op->kind), p->op->seq, u, bytes,
+               recv ? "from" : "sent to", cl_rank_of(p->x, cl_unit_peer(p, u, recv)));
 }
 
 /* Send unit u's bytes, header and link (*to NULL while it is not open). */
@@ -159,8 +159,8 @@ static int send_unit(flight *f, size_t u, const void **buf, cl_msg_hdr *h, cl_tr
 /* Send unit u went (or is posted): counted and traced. */
 static void sent(const pass *p, size_t u, const cl_msg_hdr *h)
 {
-    atomic_fetch_add(p->x->wire_tx, sizeof(*h) + h->len);
-    trace_unit(p, u, cl_unit_peer(p, u, 0), h->len, "sent to");
+    cl_tally(p->x->wire_tx, sizeof(*h) + h->len);
+    trace_unit(p, u, 0, h->len);
 }
 
 static int post_send(flight *f)
@@ -244,8 +244,8 @@ static int received(pass *p, size_t u, int rc, const cl_msg_hdr *got, size_t byt
         return cl_peer_failed(p->x, got, cl_kind_name(p->op->kind), p->op->seq);
     if (v == CL_WIRE_MISMATCH)
         return mismatch(p, u, got, &want);
-    atomic_fetch_add(p->x->wire_rx, sizeof(want) + nbytes);
-    trace_unit(p, u, cl_unit_peer(p, u, 1), nbytes, "from");
+    cl_tally(p->x->wire_rx, sizeof(want) + nbytes);
+    trace_unit(p, u, 1, nbytes);
     return COLL_OK;
 }
 
@@ -486,7 +486,7 @@ static int quick_send(pass *p, cl_tr_conn *to, char *slot, int *sent_now)
         return COLL_INPROGRESS; /* the general loop sends it, or reports why it cannot */
     *sent_now = 1;
     sent(p, 0, &h);
-    atomic_fetch_add_explicit(p->x->quick, 1, memory_order_relaxed);
+    cl_tally(p->x->quick, 1);
     return COLL_OK;
 }
 
@@ -504,7 +504,7 @@ static int quick_recv(pass *p, cl_tr_conn *from, char *slot, int *got_now)
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
         return COLL_INPROGRESS;
     *got_now = 1;
-    atomic_fetch_add_explicit(p->x->quick, 1, memory_order_relaxed);
+    cl_tally(p->x->quick, 1);
     rc = received(p, 0, rc, &h, bytes, nbytes);
     if (rc == COLL_OK && p->ops->arrived)
         p->ops->arrived(p, 0, dst);

@@ -1,13 +1,22 @@
-/* Small shared helpers: monotonic time, deadlines, checked size arithmetic. */
+/* Small shared helpers: monotonic time, deadlines, checked size arithmetic, counters. */
 #ifndef CL_UTIL_H
 #define CL_UTIL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 int64_t cl_now_ms(void);
 int64_t cl_now_us(void);
+/* Adds v to a counter that one thread at a time writes (the running collective's, handed
+ * on under a lock): a load and a store, no locked instruction on a small call's path;
+ * readers on other threads see whole values. */
+static inline void cl_tally(atomic_uint_least64_t *k, uint64_t v)
+{
+    atomic_store_explicit(k, atomic_load_explicit(k, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
 struct timespec cl_deadline_timespec(int64_t deadline_ms);
 void cl_sleep_ms(int ms);
 /* 64-bit FNV-1a, for job ids and secrets. */

@@ -109,9 +109,9 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
         return cl_comm_no_memory(c, "a request");
     int coll = q->op.kind != CL_SEND && q->op.kind != CL_RECV, blocking = out == CL_BLOCKING;
     int rc = coll ? issue_alone(c, &q->op, blocking) : COLL_OK;
-    if (rc == COLL_OK) {
+    if (rc == COLL_OK && !coll) { /* a collective's are counted as it runs (engine.c) */
         atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
-        rc = coll ? COLL_OK : cl_p2p_post(c, q);
+        rc = cl_p2p_post(c, q);
     }
     if (rc != COLL_OK) {
         if (!(coll && blocking))
@@ -120,7 +120,7 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
     }
     if (coll && blocking) {
         rc = cl_engine_call(c, q);
-        atomic_store(&c->blocking_in, 0);
+        atomic_store_explicit(&c->blocking_in, 0, memory_order_release); /* its last touch of c */
         return rc;
     }
     if (out != CL_BLOCKING)
@@ -133,18 +133,21 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
     return COLL_OK;
 }
 
-/* Counted inside c for its whole length: coll_destroy on another thread waits it out.
- * A blocking collective's request lives on its caller's stack (the caller waits for it
- * and nobody else holds it), and a blocking send or receive first tries the fast path
- * there: a small all-reduce or message allocates nothing. */
+/* Counted inside c for its whole length, so coll_destroy on another thread waits it out:
+ * a blocking collective by its mark in blocking_in (issue_alone), anything else by
+ * `inside`. A blocking collective's request lives on its caller's stack (the caller waits
+ * for it and nobody else holds it), and a blocking send or receive first tries the fast
+ * path there: a small all-reduce or message allocates nothing. */
 int cl_launch(coll_comm *c, const cl_op *op, coll_req **out)
 {
-    atomic_fetch_add(&c->inside, 1);
     int coll = op->kind != CL_SEND && op->kind != CL_RECV;
     coll_req here = {.comm = c, .op = *op};
+    if (coll && out == CL_BLOCKING)
+        return launch(c, &here, out);
+    atomic_fetch_add(&c->inside, 1);
     int rc = !coll && out == CL_BLOCKING ? cl_p2p_now(c, &here) : COLL_INPROGRESS;
     if (rc == COLL_INPROGRESS)
-        rc = launch(c, coll && out == CL_BLOCKING ? &here : make(c, op), out);
+        rc = launch(c, make(c, op), out);
     atomic_fetch_sub(&c->inside, 1);
     return rc;
 }

@@ -68,9 +68,9 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .segment_bytes = c->segment_bytes,
                          .scratch = &c->scratch,
                          .staging = &c->staging,
-                         .wire_tx = &c->wire_tx,
-                         .wire_rx = &c->wire_rx,
-                         .quick = &c->quick,
+                         .wire_tx = &c->ran.wire_tx,
+                         .wire_rx = &c->ran.wire_rx,
+                         .quick = &c->ran.quick,
                          .aborted = &c->aborted,
                          .spin = &c->spin,
                          .fail = cl_comm_hooks(c)};

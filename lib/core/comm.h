@@ -117,11 +117,18 @@ struct coll_comm {
     atomic_int aborted;
     /* The thread inside a blocking collective (its tag, args.c), 0 when none. */
     _Atomic uintptr_t blocking_in;
-    atomic_int inside; /* callers inside an operation or a wait: destroy waits them out */
+    /* Callers inside an operation or a wait, but a blocking collective's (marked in
+     * blocking_in): destroy waits them out. */
+    atomic_int inside;
     char err[512];
 
+    /* Point-to-point's counters (any thread: atomic adds) and errors; coll_get_stats adds
+     * the collectives' (ran), which only the running collective writes (cl_tally). */
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
-    atomic_uint_least64_t quick; /* messages sent or taken on the fast path (COLL_DEBUG=debug) */
+    struct {
+        atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx;
+        atomic_uint_least64_t quick; /* messages sent or taken on the fast path */
+    } ran;
 
     cl_buf scratch; /* the running collective's (see busy) */
     cl_buf staging; /* the running pass's receive and send slots */

@@ -39,7 +39,7 @@ static void tell_done(coll_comm *c, const cl_algo *a, const cl_op *op, int rc, i
            "rank %d %s #%u: %zu x %s %s, root %d, codec %s: %s, %lld us, %llu fast%s%s", c->rank,
            cl_kind_name(op->kind), op->seq, op->count, cl_dtype_name(op->dtype), cl_op_name(op->op),
            op->root, cl_codec_name(op->codec), a->name, (long long)(cl_now_us() - t0),
-           (unsigned long long)(atomic_load(&c->quick) - quick), rc == COLL_OK ? "" : ": ",
+           (unsigned long long)(atomic_load(&c->ran.quick) - quick), rc == COLL_OK ? "" : ": ",
            rc == COLL_OK ? "" : coll_strerror(rc));
 }
 
@@ -51,7 +51,7 @@ static int run_one(coll_comm *c, coll_req *r)
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
     int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
-    uint64_t quick = t0 ? atomic_load(&c->quick) : 0;
+    uint64_t quick = t0 ? atomic_load(&c->ran.quick) : 0;
     int rc = a->run(cl_topo_ctx(c, a, &r->op), &r->op);
     if (t0)
         tell_done(c, a, &r->op, rc, t0, quick);
@@ -84,7 +84,7 @@ static coll_req *next_request(coll_comm *c)
 static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
 {
     if (status == COLL_OK)
-        atomic_fetch_add(&c->ops, 1);
+        cl_tally(&c->ran.ops, 1);
     pthread_mutex_lock(&c->mu);
     r->status = status;
     r->done = 1;
@@ -105,6 +105,7 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
 static void run(coll_comm *c, coll_req *r, int by_caller)
 {
     int rc = cl_comm_state(c);
+    cl_tally(&c->ran.bytes_in, r->op.count * cl_dtype_size(r->op.dtype));
     if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
                      coll_strerror(rc));

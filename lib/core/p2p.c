@@ -183,7 +183,6 @@ static void moved_now(coll_comm *c, const cl_op *r, size_t len)
 {
     tell(c, r, " (fast path)");
     atomic_fetch_add(&c->bytes_in, len);
-    atomic_fetch_add(&c->quick, 1);
 }
 
 static int send_now(coll_comm *c, coll_req *q, size_t len)

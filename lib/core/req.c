@@ -174,14 +174,20 @@ static int unfinished(coll_comm *c)
     return any;
 }
 
+/* A caller inside an operation on c (cl_launch): a blocking collective's or another's. */
+static int someone_inside(coll_comm *c)
+{
+    return atomic_load(&c->inside) > 0 || atomic_load(&c->blocking_in) != 0;
+}
+
 int cl_comm_settle(coll_comm *c)
 {
     if (unfinished(c))
         coll_abort(c);
     int64_t deadline = cl_now_ms() + c->timeout_ms;
-    while (atomic_load(&c->inside) > 0 && cl_now_ms() < deadline)
+    while (someone_inside(c) && cl_now_ms() < deadline)
         cl_sleep_ms(1);
-    if (atomic_load(&c->inside) > 0)
+    if (someone_inside(c))
         return COLL_ETIMEDOUT;
     cl_engine_stop(c);
     pthread_mutex_lock(&c->mu);
