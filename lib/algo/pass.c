@@ -474,7 +474,8 @@ static int quick_fits(const pass *p)
 {
     const cl_transport *tr = p->x->tr;
     return tr->send_now && tr->recv_now && !p->ops->peer && p->units == 1 &&
-           p->codec == COLL_CODEC_NONE && (p->chunk_base + 1) * p->esize <= CL_NOW_BYTES;
+           p->codec == COLL_CODEC_NONE &&
+           (p->chunk_base + (p->chunk_rem != 0)) * p->esize <= CL_NOW_BYTES; /* the largest unit */
 }
 
 static int quick_send(pass *p, cl_tr_conn *to, char *slot, int *sent_now)
