@@ -291,7 +291,7 @@ int coll_get_stats(const coll_comm *c, coll_stats *out)
         return COLL_EINVAL;
     coll_comm *m = (coll_comm *)c;
     *out = (coll_stats){atomic_load(&m->ops) + atomic_load(&m->ran.ops),
-                        atomic_load(&m->bytes_in) + atomic_load(&m->ran.bytes_in),
+                        atomic_load(&m->bytes_in),
                         atomic_load(&m->wire_tx) + atomic_load(&m->ran.wire_tx),
                         atomic_load(&m->wire_rx) + atomic_load(&m->ran.wire_rx),
                         atomic_load(&m->errors)};
@@ -308,7 +308,6 @@ void coll_reset_stats(coll_comm *c)
     atomic_store(&c->wire_rx, 0);
     atomic_store(&c->errors, 0);
     atomic_store(&c->ran.ops, 0);
-    atomic_store(&c->ran.bytes_in, 0);
     atomic_store(&c->ran.wire_tx, 0);
     atomic_store(&c->ran.wire_rx, 0);
 }

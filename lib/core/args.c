@@ -109,9 +109,9 @@ static int launch(coll_comm *c, coll_req *q, coll_req **out)
         return cl_comm_no_memory(c, "a request");
     int coll = q->op.kind != CL_SEND && q->op.kind != CL_RECV, blocking = out == CL_BLOCKING;
     int rc = coll ? issue_alone(c, &q->op, blocking) : COLL_OK;
-    if (rc == COLL_OK && !coll) { /* a collective's are counted as it runs (engine.c) */
+    if (rc == COLL_OK) { /* handed in: counted now, whether it runs now or queues */
         atomic_fetch_add(&c->bytes_in, q->op.count * cl_dtype_size(q->op.dtype));
-        rc = cl_p2p_post(c, q);
+        rc = coll ? COLL_OK : cl_p2p_post(c, q);
     }
     if (rc != COLL_OK) {
         if (!(coll && blocking))

@@ -122,11 +122,12 @@ struct coll_comm {
     atomic_int inside;
     char err[512];
 
-    /* Point-to-point's counters (any thread: atomic adds) and errors; coll_get_stats adds
-     * the collectives' (ran), which only the running collective writes (cl_tally). */
+    /* Point-to-point's counters (any thread: atomic adds), bytes handed in and errors;
+     * coll_get_stats adds the collectives' (ran), which only the running collective
+     * writes (cl_tally). */
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
     struct {
-        atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx;
+        atomic_uint_least64_t ops, wire_tx, wire_rx;
         atomic_uint_least64_t quick; /* messages sent or taken on the fast path */
     } ran;
 

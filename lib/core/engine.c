@@ -105,7 +105,6 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
 static void run(coll_comm *c, coll_req *r, int by_caller)
 {
     int rc = cl_comm_state(c);
-    cl_tally(&c->ran.bytes_in, r->op.count * cl_dtype_size(r->op.dtype));
     if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
                      coll_strerror(rc));
