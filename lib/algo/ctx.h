@@ -47,6 +47,8 @@ typedef struct cl_fail_hooks {
     /* The failure begins at `rank` with `status`, not here (say before fail()). */
     void (*blame)(void *owner, int rank, int status);
     void (*fail)(void *owner, int status, const char *msg);
+    /* The communicator rank a farewell names (its count), -1 for none of ours. */
+    int (*wire_rank)(void *owner, uint64_t r);
 } cl_fail_hooks;
 
 /* Where an algorithm finds its links: opened on first use, not all at init. */
@@ -81,6 +83,7 @@ typedef struct cl_algo_ctx {
     int hosts, host_ranks, ring_cross;
     const cl_transport *tr;
     cl_tr_ctx *tctx;
+    uint16_t wire;             /* every header's flags: the communicator's mark (family.h) */
     cl_link_hooks link;        /* this context's channel's links */
     cl_notifier *notifier;     /* signalled on every transport completion */
     int timeout_ms;            /* no progress for this long fails the operation (op) */

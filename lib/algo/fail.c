@@ -34,10 +34,10 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
     int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
                status == COLL_ESYS || status == COLL_ESTATE || status == COLL_EINVAL ||
                status == COLL_ENOTSUP;
-    x->fail.blame(x->fail.owner, (int)h->count, status); /* a communicator rank */
-    return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %llu failed (%s, #%u)",
-                        cl_rank_of(x, x->rank), what, seq, (unsigned long long)h->count,
-                        coll_strerror(status), h->seq);
+    int rank = x->fail.wire_rank(x->fail.owner, h->count);
+    x->fail.blame(x->fail.owner, rank, status);
+    return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %d failed (%s, #%u)",
+                        cl_rank_of(x, x->rank), what, seq, rank, coll_strerror(status), h->seq);
 }
 
 void cl_tr_settle(const cl_algo_ctx *x, cl_tr_req **r)

@@ -122,6 +122,7 @@ static cl_msg_hdr header_for(const pass *p, size_t u, int recv, size_t bytes)
                         .dtype = (uint8_t)q->dtype,
                         .op = (uint8_t)q->op,
                         .codec = (uint8_t)p->codec,
+                        .flags = p->x->wire,
                         .len = (uint32_t)bytes,
                         .seq = q->seq,
                         .unit = p->ops->peer ? 0 : (uint32_t)u, /* routed: in order per link */
@@ -222,12 +223,16 @@ static int mismatch(pass *p, size_t u, const cl_msg_hdr *got, const cl_msg_hdr *
     return cl_algo_fail(
         p->x, COLL_EMISMATCH,
         "rank %d %s #%u: peer %d sent %s #%u count %llu %s %s root %u segment %u "
-        "(%u bytes); this rank expects %s #%u count %llu %s %s root %u segment %u "
+        "(%u bytes)%s; this rank expects %s #%u count %llu %s %s root %u segment %u "
         "(%u bytes)",
         cl_rank_of(p->x, p->x->rank), cl_kind_name(want->coll), want->seq,
         cl_rank_of(p->x, cl_unit_peer(p, u, 1)), cl_kind_name(got->coll), got->seq,
         (unsigned long long)got->count, cl_dtype_name(got->dtype), cl_op_name(got->op), got->tag,
-        got->unit, got->len, cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
+        got->unit, got->len,
+        got->flags != want->flags ? " for another communicator on this link (a collective "
+                                    "issued in another order: COLL_SPLIT_SHARE)"
+                                  : "",
+        cl_kind_name(want->coll), want->seq, (unsigned long long)want->count,
         cl_dtype_name(want->dtype), cl_op_name(want->op), want->tag, want->unit, want->len);
 }
 

@@ -14,15 +14,16 @@
 #include <string.h>
 #include <unistd.h>
 
-void cl_comm_free(coll_comm *c)
+/* Everything c holds; its transport only when it is its own (not a family member's). */
+static void free_all(coll_comm *c, int own_transport)
 {
-    if (c->listener)
+    if (c->listener && own_transport)
         c->tr->close_listener(c->listener);
     cl_life_close(&c->life);
     free(c->lives);
     free(c->failed);
     cl_topo_free(&c->topo);
-    if (c->ctx)
+    if (c->ctx && own_transport)
         c->tr->ctx_destroy(c->ctx);
     if (c->store)
         c->store->ops->close(c->store);
@@ -33,6 +34,7 @@ void cl_comm_free(coll_comm *c)
     }
     free(c->handles);
     free(c->nonces);
+    free(c->to_root);
     free(c->p2p_seq[0]);
     free(c->p2p_seq[1]);
     cl_buf_free(&c->scratch);
@@ -43,6 +45,22 @@ void cl_comm_free(coll_comm *c)
     pthread_mutex_destroy(&c->link_mu);
     pthread_mutex_destroy(&c->p2p_mu);
     free(c);
+}
+
+/* A family's root goes with its last member: until then they use its links. */
+void cl_comm_free(coll_comm *c)
+{
+    if (!c->fam) {
+        free_all(c, !c->to_root);
+        return;
+    }
+    coll_comm *root = cl_family_root(c), *last;
+    cl_p2p_forget(c);
+    if (!cl_family_leave(c, &last))
+        return;
+    free_all(c, c == root);
+    if (last)
+        free_all(last, 1);
 }
 
 static int open_link(void *owner, int ch, int dir, int rank)
@@ -61,9 +79,10 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .size = c->size,
                          .tr = c->tr,
                          .tctx = c->ctx,
+                         .wire = c->wire,
                          .link = {c, ch, {c->conns[ch][0], c->conns[ch][1]}, open_link,
                                   p2p_progress},
-                         .notifier = &c->notifier,
+                         .notifier = c->note,
                          .timeout_ms = c->op_timeout_ms,
                          .segment_bytes = c->segment_bytes,
                          .scratch = &c->scratch,
@@ -74,6 +93,22 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .aborted = &c->aborted,
                          .spin = &c->spin,
                          .fail = cl_comm_hooks(c)};
+}
+
+/* c's transport context and listener (*l); a shared split has none of its own. */
+static int open_transport(coll_comm *c, const cl_config *cfg, cl_tr_listener **l, cl_card *mine)
+{
+    char why[256] = "";
+    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why), cl_link_vet, c};
+    int rc = c->tr->ctx_create(&tc, &c->ctx);
+    if (rc != COLL_OK) {
+        cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
+        return rc;
+    }
+    if ((rc = c->tr->listen(c->ctx, mine->handle, l)) != COLL_OK)
+        return rc;
+    c->listener = *l;
+    return COLL_OK;
 }
 
 int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
@@ -109,12 +144,14 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     pthread_mutex_init(&c->p2p_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     cl_notifier_init(&c->notifier);
+    c->note = &c->notifier;
+    c->split_share = cfg->share;
     int rc = COLL_ENOMEM;
     for (int ch = 0; ch < CL_CHANNELS; ch++) {
         for (int d = 0; d < 2; d++)
             if (!(c->conns[ch][d] = calloc((size_t)size, sizeof(cl_tr_conn *))))
                 goto fail;
-        if (c->tr->duplex && !(c->share[ch] = calloc((size_t)size, sizeof(struct cl_share))))
+        if (l && c->tr->duplex && !(c->share[ch] = calloc((size_t)size, sizeof(struct cl_share))))
             goto fail;
     }
     c->p2p_seq[0] = calloc((size_t)size, sizeof(uint32_t));
@@ -130,15 +167,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
-    char why[256] = "";
-    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why), cl_link_vet, c};
-    if ((rc = c->tr->ctx_create(&tc, &c->ctx)) != COLL_OK) {
-        cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
+    if (l && (rc = open_transport(c, cfg, l, mine)) != COLL_OK)
         goto fail;
-    }
-    if ((rc = c->tr->listen(c->ctx, mine->handle, l)) != COLL_OK)
-        goto fail;
-    c->listener = *l;
     *out = c;
     return COLL_OK;
 fail:
@@ -240,9 +270,27 @@ cl_config cl_comm_config(const coll_comm *c)
                      .algo = c->force[0] ? c->force : NULL,
                      .net_alpha_s = c->net_alpha_s,
                      .net_beta_s = c->net_beta_s,
-                     .net_given = 1};
+                     .net_given = 1,
+                     .share = c->split_share};
     memcpy(cfg.key, c->key, sizeof(cfg.key));
     return cfg;
+}
+
+/* A shared split's c uses its family root's transport and links; mem: its members. */
+static int share_links(coll_comm *parent, coll_comm *c, const member *mem)
+{
+    coll_comm *root = cl_family_root(parent);
+    if (!(c->to_root = malloc((size_t)c->size * sizeof(int))))
+        return COLL_ENOMEM;
+    for (int i = 0; i < c->size; i++)
+        c->to_root[i] = parent->to_root ? parent->to_root[mem[i].rank] : mem[i].rank;
+    c->tr = root->tr;
+    c->ctx = root->ctx;
+    c->note = root->note;
+    /* Its mark on the wire: never the root's 0, so no member takes another's message. */
+    c->wire = (uint16_t)(c->id ^ c->id >> 16 ^ c->id >> 32 ^ c->id >> 48);
+    c->wire += c->wire == 0;
+    return cl_family_join(parent, c);
 }
 
 /* Places c (made for up to n ranks) among the members of its color and connects it. */
@@ -262,7 +310,9 @@ static int split_connect(coll_comm *parent, coll_comm *c, cl_tr_listener *l,
         uint64_t seed[3] = {parent->id, parent->splits, (uint64_t)(int64_t)color};
         cl_comm_place(c, me, m, cl_hash(seed, sizeof(seed), parent->job));
         c->job = parent->job;
-        if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK)
+        if (!l)
+            rc = share_links(parent, c, mem);
+        if (rc == COLL_OK && (rc = cl_comm_connect(c, l, cards)) != COLL_OK)
             cl_comm_init_error("split: %.480s", c->err);
     }
     free(mem);
@@ -288,7 +338,7 @@ int coll_split(coll_comm *comm, int color, int key, coll_comm **out)
     /* A member's communicator exists before the exchange, sized for every rank: who
      * else is in it, and where this rank stands, is what the exchange tells. */
     if (rc == COLL_OK && mine.color >= 0)
-        rc = cl_comm_create(&cfg, 0, n, 0, &c, &l, &mine.card);
+        rc = cl_comm_create(&cfg, 0, n, 0, &c, comm->split_share ? NULL : &l, &mine.card);
     /* Everyone takes part in the exchange, even on failure, so nobody is left waiting. */
     int rc2 = all ? coll_allgather(comm, &mine, all, sizeof(mine), COLL_U8) : rc;
     rc = rc != COLL_OK ? rc : rc2;

@@ -5,6 +5,7 @@
 #include "collective.h"
 
 #include "core/config.h"
+#include "core/family.h"
 
 #include "algo/algo.h"
 #include "core/life.h"
@@ -28,6 +29,7 @@ struct coll_req {
      * can leave it finished and on its own (comm NULL) instead of dangling. */
     struct coll_req *out_prev, *out_next;
     int handed;
+    uint64_t ticket; /* its turn among its family's collectives (family.h); 0: none */
     cl_tr_req *treq; /* p2p only */
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */
 };
@@ -81,8 +83,15 @@ struct coll_comm {
     } chosen[CL_KINDS];
     char device[64];
     const cl_transport *tr;
-    cl_tr_ctx *ctx;
+    cl_tr_ctx *ctx; /* a shared split's is its family root's */
     cl_notifier notifier;
+    cl_notifier *note; /* what the transport signals: &notifier, or the family root's */
+    /* A communicator whose links are its family root's (family.h), NULL when it owns
+     * its own: to_root[r] is rank r's rank in the root; wire marks its messages. */
+    struct cl_family *fam;
+    int *to_root;
+    uint16_t wire;
+    int split_share; /* its splits share its links (COLL_SPLIT_SHARE) */
     cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer]: NULL until used */
     struct cl_share *share[CL_CHANNELS]; /* [channel][peer], duplex transports only (link.c) */
     pthread_mutex_t link_mu;            /* opens links: the listener, writes to conns */
@@ -165,6 +174,11 @@ void cl_comm_init_error(const char *fmt, ...) __attribute__((format(printf, 1, 2
  * peers notice, and wakes every waiter. Later failures only count as errors. */
 void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* cl_comm_fail's parts: records c's first failure (1: it was the first; later ones
+ * change nothing), reads where it began, and closes c's links with the farewell. */
+int cl_comm_record(coll_comm *c, int status, const char *msg);
+void cl_comm_cause(coll_comm *c, int *rank, int *status);
+void cl_comm_close_links(coll_comm *c, int status);
 /* A call on c (fn) that cannot get the memory it needs: fails c, so the peers waiting
  * on this rank hear at once. Returns COLL_ENOMEM. */
 int cl_comm_no_memory(coll_comm *c, const char *fn);
@@ -221,6 +235,9 @@ int cl_p2p_post(coll_comm *c, coll_req *r);
  * COLL_INPROGRESS: it did not apply and nothing was done (post it instead). */
 int cl_p2p_now(coll_comm *c, coll_req *q);
 int cl_p2p_test(coll_req *r, int *done);
+/* A family member going away: its held requests (left to the transport by destroy)
+ * leave its root's list. */
+void cl_p2p_forget(coll_comm *c);
 /* Posts the held p2p requests whose links opened: 1 while some are still held. */
 int cl_p2p_progress(coll_comm *c);
 
@@ -236,7 +253,8 @@ int cl_comm_settle(coll_comm *c);
 
 /* Links (link.c): made when first used, by their sender; the listener takes them. */
 /* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
- * from the previous one) and waits for them. */
+ * from the previous one) and waits for them. l NULL: a shared split's, whose links are
+ * its family root's (it opens them in its turn). */
 int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
 /* After cl_link_start, rank 0's word to every rank, once around the ring: status is
  * rank 0's (COLL_OK: carry on); every rank returns what rank 0 said, or why it did not

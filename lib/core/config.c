@@ -160,6 +160,12 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
                  out->algo);
         return COLL_EINVAL;
     }
+    const char *share = env_or("COLL_SPLIT_SHARE", "0");
+    if (strcmp(share, "0") != 0 && strcmp(share, "1") != 0) {
+        snprintf(err, errlen, "COLL_SPLIT_SHARE must be 0 or 1, not '%s'", share);
+        return COLL_EINVAL;
+    }
+    out->share = share[0] == '1';
     const char *secret = getenv("COLL_SECRET");
     out->keyed = secret != NULL;
     if (secret && cl_auth_key(secret, out->key) != 0) {

@@ -35,6 +35,8 @@ typedef struct cl_config {
     /* The link between hosts, for the cost model: COLL_NET_LATENCY_US, COLL_NET_GBPS. */
     double net_alpha_s, net_beta_s;
     int net_given; /* either was set: not measured at init */
+    /* COLL_SPLIT_SHARE=1: coll_split's communicators use their parent's links (family.c). */
+    int share;
     /* The job's name as its launcher gave it (COLL_JOB_ID, SLURM_JOB_ID, ...; "" when
      * none did) and the variable it came from: two jobs at one rendezvous never mix. */
     char job[CL_JOB_NAME];

@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/family.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,29 +27,37 @@ const char *coll_strerror(int status)
     }
 }
 
-static void fail_msg(coll_comm *c, int status, const char *msg)
+int cl_comm_record(coll_comm *c, int status, const char *msg)
 {
-    uint32_t seq;
-    int cause_rank, cause_status;
-    atomic_fetch_add(&c->errors, 1);
     pthread_mutex_lock(&c->mu);
     int first = c->status == COLL_OK;
-    seq = c->seq;
     if (first && c->cause_status == COLL_OK) {
         c->cause_rank = c->rank;
         c->cause_status = status;
     }
-    cause_rank = c->cause_rank;
-    cause_status = c->cause_status;
     if (first) {
         __atomic_store_n(&c->status, status, __ATOMIC_RELEASE);
         snprintf(c->err, sizeof(c->err), "%s", msg);
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (!first)
-        return;
-    cl_log(COLL_LOG_ERROR, "%s", c->err);
+    return first;
+}
+
+void cl_comm_cause(coll_comm *c, int *rank, int *status)
+{
+    pthread_mutex_lock(&c->mu);
+    *rank = c->cause_rank;
+    *status = c->cause_status;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cl_comm_close_links(coll_comm *c, int status)
+{
+    pthread_mutex_lock(&c->mu);
+    int cause_rank = c->cause_rank, cause_status = c->cause_status;
+    uint32_t seq = c->seq;
+    pthread_mutex_unlock(&c->mu);
     /* Closing every link makes the failure reach every peer within one timeout; the
      * farewell tells them why, so a mismatch is a mismatch on every rank. */
     c->bye = (cl_msg_hdr){.magic = CL_MSG_MAGIC,
@@ -58,7 +67,20 @@ static void fail_msg(coll_comm *c, int status, const char *msg)
                           .count = (uint64_t)cause_rank};
     cl_link_spread(c, &c->bye);
     c->tr->shutdown(c->ctx, status, &c->bye);
-    cl_notify(&c->notifier);
+    cl_notify(c->note);
+}
+
+static void fail_msg(coll_comm *c, int status, const char *msg)
+{
+    atomic_fetch_add(&c->errors, 1);
+    if (c->fam) {
+        cl_family_fail(c, status, msg);
+        return;
+    }
+    if (!cl_comm_record(c, status, msg))
+        return;
+    cl_log(COLL_LOG_ERROR, "%s", msg);
+    cl_comm_close_links(c, status);
 }
 
 void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
@@ -106,7 +128,14 @@ static void hook_blame(void *owner, int rank, int status)
     cl_comm_blame(owner, rank, status);
 }
 
+/* A farewell names its rank in the numbering of the links' owner (family.h). */
+static int hook_rank(void *owner, uint64_t r)
+{
+    coll_comm *c = owner;
+    return r < (uint64_t)cl_family_root(c)->size ? cl_family_rank(c, (int)r) : -1;
+}
+
 cl_fail_hooks cl_comm_hooks(coll_comm *c)
 {
-    return (cl_fail_hooks){c, hook_blame, hook_fail};
+    return (cl_fail_hooks){c, hook_blame, hook_fail, hook_rank};
 }

@@ -173,23 +173,28 @@ static void take_waiting(coll_comm *c)
     }
 }
 
-/* What link (ch, this rank -> p) should buffer. A ring neighbour's links carry the bulk
- * of every ring collective (the next rank) and of a pipeline's sends (both neighbours);
- * the others carry small messages. Each kind shares a budget per machine, so a
- * machine's shared memory grows with its ranks, not with their square. */
-static size_t link_want(const coll_comm *c, int ch, int p)
+/* Is link (ch, this rank -> p) one of c's ring neighbours'? A ring neighbour's links
+ * carry the bulk of every ring collective (the next rank) and of a pipeline's sends (both
+ * neighbours); the others carry small messages. */
+static int bulk_for(const coll_comm *c, int ch, int p)
 {
-    size_t n = (size_t)c->size, l = (size_t)c->local;
-    int bulk = ch == CL_CH_COLL
-                   ? p == cl_topo_peer(c, 1)
-                   : (size_t)p == (c->rank + 1) % n || (size_t)p == (c->rank + n - 1) % n;
+    int n = c->size;
+    return ch == CL_CH_COLL ? p == cl_topo_peer(c, 1)
+                            : p == (c->rank + 1) % n || p == (c->rank + n - 1) % n;
+}
+
+/* What a link should buffer: each kind shares a budget per machine, so a machine's
+ * shared memory grows with its ranks, not with their square. */
+static size_t link_want(const coll_comm *c, int bulk)
+{
+    size_t l = (size_t)c->local;
     size_t links = bulk ? 3 * l : CL_CHANNELS * l * (l > 1 ? l - 1 : 1);
     return CL_MIN(CL_LINK_MAX, (bulk ? CL_BULK_BUDGET : CL_SMALL_BUDGET) / links);
 }
 
 /* Dials link (ch, this rank -> p) (link_mu held). COLL_INPROGRESS: the peer's listener
  * is full; accept, then try again. */
-static int dial(coll_comm *c, int ch, int p)
+static int dial(coll_comm *c, int ch, int p, int bulk)
 {
     uint8_t raw[CL_HELLO_BYTES], tag[CL_TAG_BYTES] = {0};
     cl_hello_expect me = expectation(c);
@@ -197,7 +202,7 @@ static int dial(coll_comm *c, int ch, int p)
         proof(c, HELLO_LABEL, ch, c->rank, p, tag);
     cl_hello_make(&me, ch, tag, raw);
     cl_tr_conn *conn = NULL;
-    int rc = c->tr->connect(c->ctx, c->handles[p], raw, link_want(c, ch, p), &conn);
+    int rc = c->tr->connect(c->ctx, c->handles[p], raw, link_want(c, bulk), &conn);
     struct cl_share *s = c->share[ch] && p > c->rank ? &c->share[ch][p] : NULL;
     if (rc == COLL_OK && s &&
         c->tr->irecv(conn, &s->hdr, s->proof, sizeof(s->proof), &s->req) != COLL_OK)
@@ -205,7 +210,7 @@ static int dial(coll_comm *c, int ch, int p)
     if (rc == COLL_OK) {
         __atomic_store_n(&c->conns[ch][0][p], conn, __ATOMIC_RELEASE);
         cl_log(COLL_LOG_DEBUG, "rank %d: link to rank %d (channel %d, %zu bytes in flight) via %s",
-               c->rank, p, ch, link_want(c, ch, p), c->tr->peer_name(conn));
+               c->rank, p, ch, link_want(c, bulk), c->tr->peer_name(conn));
     }
     return rc;
 }
@@ -221,34 +226,33 @@ static void await_dial(coll_comm *c, int ch, int lo)
         return;
     int64_t deadline = cl_now_ms() + CL_MIN(SHARE_GRACE_MS, c->timeout_ms / 4);
     while (!c->conns[ch][0][lo] && cl_now_ms() < deadline) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint64_t seen = cl_notifier_events(c->note);
         pthread_mutex_unlock(&c->link_mu);
-        cl_notifier_wait(&c->notifier, seen, CL_MIN(deadline, cl_now_ms() + 1));
+        cl_notifier_wait(c->note, seen, CL_MIN(deadline, cl_now_ms() + 1));
         pthread_mutex_lock(&c->link_mu);
         take_waiting(c);
     }
 }
 
-static int open_out(coll_comm *c, int ch, int p)
+static int open_out(coll_comm *c, int ch, int p, int bulk)
 {
     await_dial(c, ch, p);
-    return c->conns[ch][0][p] ? COLL_OK : dial(c, ch, p);
+    return c->conns[ch][0][p] ? COLL_OK : dial(c, ch, p, bulk);
 }
 
 /* link_mu held, the link not open. A lower rank on a duplex transport dials (if it has
  * not) and awaits the verdict; otherwise the peer's dial is awaited. */
-static int open_in(coll_comm *c, int ch, int p)
+static int open_in(coll_comm *c, int ch, int p, int bulk)
 {
     if (!c->share[ch] || p < c->rank)
         return COLL_INPROGRESS;
-    int rc = c->conns[ch][0][p] ? COLL_OK : dial(c, ch, p);
+    int rc = c->conns[ch][0][p] ? COLL_OK : dial(c, ch, p, bulk);
     return rc == COLL_OK ? verdict(c, ch, p) : rc;
 }
 
-int cl_link_open(coll_comm *c, int ch, int dir, int peer)
+/* Opens link (ch, dir, peer) of the communicator that owns its links. */
+static int open_link(coll_comm *c, int ch, int dir, int peer, int bulk)
 {
-    if (peer < 0 || peer >= c->size || peer == c->rank)
-        return COLL_EINVAL;
     if (cl_link_now_of(c, ch, dir, peer))
         return COLL_OK;
     int rc = cl_comm_state(c);
@@ -257,11 +261,28 @@ int cl_link_open(coll_comm *c, int ch, int dir, int peer)
     pthread_mutex_lock(&c->link_mu);
     take_waiting(c);
     if (!c->conns[ch][dir][peer])
-        rc = dir ? open_in(c, ch, peer) : open_out(c, ch, peer);
+        rc = dir ? open_in(c, ch, peer, bulk) : open_out(c, ch, peer, bulk);
     pthread_mutex_unlock(&c->link_mu);
     if (rc != COLL_OK && rc != COLL_INPROGRESS)
         cl_log(COLL_LOG_WARN, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, peer,
                CL_HANDLE_BYTES, c->handles[peer], coll_strerror(rc));
+    return rc;
+}
+
+int cl_link_open(coll_comm *c, int ch, int dir, int peer)
+{
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return COLL_EINVAL;
+    if (cl_link_now_of(c, ch, dir, peer))
+        return COLL_OK;
+    if (!c->to_root)
+        return open_link(c, ch, dir, peer, bulk_for(c, ch, peer));
+    /* A shared split's: its root's link to the same rank, sized for what it carries here. */
+    int rc = cl_comm_state(c), to = c->to_root[peer];
+    coll_comm *root = cl_family_root(c);
+    if (rc == COLL_OK && (rc = open_link(root, ch, dir, to, bulk_for(c, ch, peer))) == COLL_OK)
+        __atomic_store_n(&c->conns[ch][dir][peer], cl_link_now_of(root, ch, dir, to),
+                         __ATOMIC_RELEASE);
     return rc;
 }
 
@@ -271,12 +292,12 @@ static int await(coll_comm *c, cl_tr_req **r, int64_t deadline)
 {
     int done = 0, rc = COLL_OK;
     while (!done) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint64_t seen = cl_notifier_events(c->note);
         rc = c->tr->test(*r, &done, NULL);
         if (!done && cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
         if (!done)
-            cl_notifier_wait(&c->notifier, seen, deadline);
+            cl_notifier_wait(c->note, seen, deadline);
     }
     *r = NULL;
     return rc;
@@ -294,7 +315,7 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
     for (int p = 0; p < n; p++)
         if (p != c->rank &&
             (c->conns[CL_CH_COLL][0][p] ||
-             (cl_now_ms() < deadline && dial(c, CL_CH_COLL, p) == COLL_OK)) &&
+             (cl_now_ms() < deadline && dial(c, CL_CH_COLL, p, bulk_for(c, CL_CH_COLL, p)) == COLL_OK)) &&
             c->tr->isend(c->conns[CL_CH_COLL][0][p], bye, NULL, &reqs[k]) == COLL_OK)
             k++;
     pthread_mutex_unlock(&c->link_mu);
@@ -383,7 +404,7 @@ static int ring_links(coll_comm *c)
     int to = cl_topo_peer(c, 1), from = cl_topo_peer(c, -1), rc = COLL_INPROGRESS;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     while (c->size > 1) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint64_t seen = cl_notifier_events(c->note);
         int out = cl_link_open(c, CL_CH_COLL, 0, to);
         int in = out == COLL_OK || out == COLL_INPROGRESS ? cl_link_open(c, CL_CH_COLL, 1, from)
                                                           : out;
@@ -392,13 +413,14 @@ static int ring_links(coll_comm *c)
         if ((rc = out != COLL_INPROGRESS && out != COLL_OK ? out : in) != COLL_INPROGRESS &&
             rc != COLL_OK) {
             cl_comm_fail(c, rc, "rank %d: cannot connect to rank %d at '%.*s': %s", c->rank, to,
-                         CL_HANDLE_BYTES, c->handles[to], coll_strerror(rc));
+                         CL_HANDLE_BYTES, c->handles ? c->handles[to] : "its root's link",
+                         coll_strerror(rc));
             return rc;
         }
         if (cl_now_ms() >= deadline)
             break;
         /* Not every listener signals a connection: look again soon. */
-        cl_notifier_wait(&c->notifier, seen, CL_MIN(deadline, cl_now_ms() + 1));
+        cl_notifier_wait(c->note, seen, CL_MIN(deadline, cl_now_ms() + 1));
     }
     if (c->size == 1)
         return COLL_OK;
@@ -412,7 +434,8 @@ static int ring_links(coll_comm *c)
     return COLL_ETIMEDOUT;
 }
 
-int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
+/* Keeps l and where every rank listens, and starts judging hellos by them. */
+static int keep_cards(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
     size_t n = (size_t)c->size;
     c->listener = l;
@@ -425,7 +448,20 @@ int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
         memcpy(c->nonces[p], cards[p].nonce, CL_NONCE_BYTES);
     }
     __atomic_store_n(&c->vetting, 1, __ATOMIC_RELEASE);
-    int rc = ring_links(c);
+    return COLL_OK;
+}
+
+int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
+{
+    size_t n = (size_t)c->size;
+    int rc = l ? keep_cards(c, l, cards) : COLL_OK;
+    /* A shared split's ring links are its root's: its first messages take their turn
+     * among the family's collectives. */
+    uint64_t turn = cl_family_ticket(c);
+    cl_family_turn(c, turn);
+    if (rc == COLL_OK)
+        rc = ring_links(c);
+    cl_family_done(c, turn);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
         int prev = cl_topo_peer(c, -1), next = cl_topo_peer(c, 1);
         cl_tr_conn *in = n > 1 ? cl_link_now_of(c, CL_CH_COLL, 1, prev) : NULL;

@@ -3,17 +3,26 @@
  * receive from a peer takes the n-th message it sent, and a tag, count or dtype that
  * disagrees is COLL_EMISMATCH, not a silent reorder. A link is opened on first use: a
  * request whose link is not open yet (a receive from a peer that has not sent yet) is
- * held, in issue order, and posted once it is, so posting order stays matching order. */
+ * held, in issue order, and posted once it is, so posting order stays matching order.
+ * The members of a family that shares links (family.h) share its root's posting order
+ * and held list (the hub), since their messages to a peer share one link. */
 #include "core/comm.h"
 
 #include "base/log.h"
 #include "base/util.h"
 #include "kernels/reduce.h"
 
-static cl_msg_hdr header(const cl_op *r, size_t len, uint32_t seq)
+static cl_msg_hdr header(const coll_comm *c, const cl_op *r, size_t len, uint32_t seq)
 {
     return (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_SEND, .dtype = (uint8_t)r->dtype,
-                        .len = (uint32_t)len, .seq = seq, .tag = r->tag, .count = r->count};
+                        .flags = c->wire, .len = (uint32_t)len, .seq = seq, .tag = r->tag,
+                        .count = r->count};
+}
+
+/* Whose p2p_mu and held list c's requests go by. */
+static coll_comm *hub(coll_comm *c)
+{
+    return cl_family_root(c);
 }
 
 /* COLL_DEBUG=debug: every send and receive as it is issued. */
@@ -33,7 +42,7 @@ static int post(coll_comm *c, coll_req *q)
     size_t len = r->count * cl_dtype_size(r->dtype);
     if (!send)
         return c->tr->irecv(link, &q->hdr, r->rbuf, len, &q->treq);
-    q->hdr = header(r, len, r->seq);
+    q->hdr = header(c, r, len, r->seq);
     int rc = c->tr->isend(link, &q->hdr, r->sbuf, &q->treq);
     if (rc == COLL_OK)
         atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
@@ -42,17 +51,20 @@ static int post(coll_comm *c, coll_req *q)
 
 static int same_link(const coll_req *a, const coll_req *b)
 {
-    return a->op.kind == b->op.kind && a->op.root == b->op.root;
+    const int *am = a->comm->to_root, *bm = b->comm->to_root;
+    return a->op.kind == b->op.kind &&
+           (am ? am[a->op.root] : a->op.root) == (bm ? bm[b->op.root] : b->op.root);
 }
 
 /* Posts every held request whose link opens now, in issue order; one behind another
- * held request on its link stays held (p2p_mu held). A request that cannot be posted
- * leaves the list done with its status. */
-static int flush(coll_comm *c)
+ * held request on its link stays held (h: the hub, its p2p_mu held). A request that
+ * cannot be posted leaves the list done with its status. */
+static int flush(coll_comm *h)
 {
-    coll_req **at = &c->held, *prev = NULL;
+    coll_req **at = &h->held, *prev = NULL;
     while (*at) {
-        coll_req *q = *at, *e = c->held;
+        coll_req *q = *at, *e = h->held;
+        coll_comm *c = q->comm;
         while (e != q && !same_link(e, q))
             e = e->next;
         int rc = e != q ? COLL_INPROGRESS
@@ -70,38 +82,59 @@ static int flush(coll_comm *c)
         q->status = rc;
         __atomic_store_n(&q->held, 0, __ATOMIC_RELEASE);
         __atomic_store_n(at, q->next, __ATOMIC_RELEASE);
-        if (c->held_tail == q)
-            c->held_tail = prev;
+        if (h->held_tail == q)
+            h->held_tail = prev;
     }
-    return c->held != NULL;
+    return h->held != NULL;
 }
 
 int cl_p2p_progress(coll_comm *c)
 {
-    if (!__atomic_load_n(&c->held, __ATOMIC_ACQUIRE))
+    coll_comm *h = hub(c);
+    if (!__atomic_load_n(&h->held, __ATOMIC_ACQUIRE))
         return 0;
-    pthread_mutex_lock(&c->p2p_mu);
-    int held = flush(c);
-    pthread_mutex_unlock(&c->p2p_mu);
+    pthread_mutex_lock(&h->p2p_mu);
+    int held = flush(h);
+    pthread_mutex_unlock(&h->p2p_mu);
     return held;
+}
+
+void cl_p2p_forget(coll_comm *c)
+{
+    coll_comm *h = hub(c);
+    pthread_mutex_lock(&h->p2p_mu);
+    coll_req **at = &h->held, *prev = NULL;
+    while (*at) {
+        coll_req *q = *at;
+        if (q->comm && q->comm != c) {
+            prev = q;
+            at = &q->next;
+            continue;
+        }
+        __atomic_store_n(at, q->next, __ATOMIC_RELEASE);
+        if (h->held_tail == q)
+            h->held_tail = prev;
+    }
+    pthread_mutex_unlock(&h->p2p_mu);
 }
 
 int cl_p2p_post(coll_comm *c, coll_req *q)
 {
     cl_op *r = &q->op;
-    pthread_mutex_lock(&c->p2p_mu); /* sequence numbers and posting order agree */
+    coll_comm *h = hub(c);
+    pthread_mutex_lock(&h->p2p_mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
     tell(c, r, "");
     q->held = 1;
     q->next = NULL;
-    if (c->held_tail)
-        c->held_tail->next = q;
+    if (h->held_tail)
+        h->held_tail->next = q;
     else
-        __atomic_store_n(&c->held, q, __ATOMIC_RELEASE);
-    c->held_tail = q;
-    flush(c);
+        __atomic_store_n(&h->held, q, __ATOMIC_RELEASE);
+    h->held_tail = q;
+    flush(h);
     int rc = q->held || q->treq ? COLL_OK : q->status;
-    pthread_mutex_unlock(&c->p2p_mu);
+    pthread_mutex_unlock(&h->p2p_mu);
     return rc;
 }
 
@@ -114,17 +147,20 @@ static int check_recv(coll_comm *c, const coll_req *q, int rc, size_t nbytes)
     if (rc == COLL_OK) {
         atomic_fetch_add(&c->wire_rx, sizeof(*h) + nbytes);
         if (h->tag == r->tag && h->count == r->count && h->dtype == r->dtype &&
-            h->seq == r->seq && h->coll == CL_SEND)
+            h->seq == r->seq && h->coll == CL_SEND && h->flags == c->wire)
             return COLL_OK;
     }
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return rc;
     cl_comm_fail(c, COLL_EMISMATCH,
-                 "rank %d recv #%u: peer %d sent tag %u count %llu %s, this rank expects tag %u "
-                 "count %llu %s",
+                 "rank %d recv #%u: peer %d sent tag %u count %llu %s%s, this rank expects tag "
+                 "%u count %llu %s",
                  c->rank, r->seq, r->root, h->tag, (unsigned long long)h->count,
-                 cl_dtype_name(h->dtype), r->tag, (unsigned long long)r->count,
-                 cl_dtype_name(r->dtype));
+                 cl_dtype_name(h->dtype),
+                 h->flags != c->wire ? " for another communicator on this link (COLL_SPLIT_SHARE: "
+                                       "posted in another order)"
+                                     : "",
+                 r->tag, (unsigned long long)r->count, cl_dtype_name(r->dtype));
     return COLL_EMISMATCH;
 }
 
@@ -176,7 +212,7 @@ int cl_p2p_test(coll_req *r, int *done)
 
 static cl_tr_conn *quick_link(coll_comm *c, const cl_op *r)
 {
-    return c->held ? NULL : cl_link_now_of(c, CL_CH_P2P, r->kind == CL_SEND ? 0 : 1, r->root);
+    return hub(c)->held ? NULL : cl_link_now_of(c, CL_CH_P2P, r->kind == CL_SEND ? 0 : 1, r->root);
 }
 
 static void moved_now(coll_comm *c, const cl_op *r, size_t len)
@@ -188,13 +224,14 @@ static void moved_now(coll_comm *c, const cl_op *r, size_t len)
 static int send_now(coll_comm *c, coll_req *q, size_t len)
 {
     cl_op *r = &q->op;
-    pthread_mutex_lock(&c->p2p_mu);
+    coll_comm *h = hub(c);
+    pthread_mutex_lock(&h->p2p_mu);
     cl_tr_conn *link = quick_link(c, r);
-    q->hdr = header(r, len, c->p2p_seq[0][r->root] + 1);
+    q->hdr = header(c, r, len, c->p2p_seq[0][r->root] + 1);
     int rc = link ? c->tr->send_now(link, &q->hdr, r->sbuf) : COLL_INPROGRESS;
     if (rc == COLL_OK)
         r->seq = ++c->p2p_seq[0][r->root];
-    pthread_mutex_unlock(&c->p2p_mu);
+    pthread_mutex_unlock(&h->p2p_mu);
     if (rc != COLL_OK) /* a failed link fails the posted send the same way, and says so */
         return COLL_INPROGRESS;
     moved_now(c, r, len);
@@ -208,15 +245,16 @@ static int recv_now(coll_comm *c, coll_req *q, size_t len)
 {
     cl_op *r = &q->op;
     cl_spin spin = cl_spin_quiet(&c->algo[CL_CH_P2P]);
+    coll_comm *h = hub(c);
     size_t nbytes = 0;
     int rc;
     do {
-        pthread_mutex_lock(&c->p2p_mu);
+        pthread_mutex_lock(&h->p2p_mu);
         cl_tr_conn *link = quick_link(c, r);
         rc = link ? c->tr->recv_now(link, &q->hdr, r->rbuf, len, &nbytes) : COLL_ENOTSUP;
         if (rc != COLL_INPROGRESS && rc != COLL_ENOTSUP)
             r->seq = ++c->p2p_seq[1][r->root];
-        pthread_mutex_unlock(&c->p2p_mu);
+        pthread_mutex_unlock(&h->p2p_mu);
     } while (rc == COLL_INPROGRESS && cl_spin_poll(&spin));
     cl_spin_stop(&spin);
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)

@@ -54,7 +54,7 @@ static int wait_p2p(coll_req *r)
     size_t seen_bytes = 0;
     cl_spin spin = cl_spin_start(&c->algo[CL_CH_P2P]);
     for (;;) {
-        uint64_t seen = cl_notifier_events(&c->notifier);
+        uint64_t seen = cl_notifier_events(c->note);
         rc = cl_p2p_test(r, &done);
         if (done)
             break;
@@ -77,7 +77,7 @@ static int wait_p2p(coll_req *r)
         }
         /* Not every listener signals a connection: a held request looks again soon. */
         int64_t until = cl_p2p_progress(c) ? CL_MIN(deadline, cl_now_ms() + 1) : deadline;
-        cl_notifier_wait(&c->notifier, seen, until);
+        cl_notifier_wait(c->note, seen, until);
         cl_spin_progress(&spin);
     }
     cl_spin_stop(&spin);

@@ -98,7 +98,8 @@ static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, v
         return 100;
     }
     int res = fn(c, arg);
-    coll_destroy(c);
+    if (!o->fn_destroys)
+        coll_destroy(c);
     fflush(NULL); /* forked ranks leave through _exit */
     return res;
 }

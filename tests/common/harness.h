@@ -23,6 +23,7 @@ typedef struct {
     int deadline_s;        /* the whole run; ranks still alive then are killed */
     /* Called in each rank (with fn's arg) before coll_init: environment, log routing. */
     void (*setup)(int rank, void *arg);
+    int fn_destroys; /* the rank function destroys its communicator itself */
 } run_opts;
 
 /* Runs fn on every rank; returns how many ranks failed (exit code != 0 or killed). */
