@@ -44,8 +44,9 @@ static int sum_is(coll_comm *c, int mine, int want)
     return 0;
 }
 
-/* Evens and odds split, each half splits again; point-to-point on the halves and
- * all-reduces on halves, quarters and the world, interleaved: exact. */
+/* Evens and odds split, each half splits again; point-to-point on the halves and on the
+ * world between the same ranks, all-reduces on halves, quarters and the world,
+ * interleaved: exact. */
 static int halves_and_quarters(coll_comm *c, int *fds)
 {
     int me = coll_rank(c);
@@ -61,6 +62,10 @@ static int halves_and_quarters(coll_comm *c, int *fds)
             FAIL_IF(in != (from * 2 + me % 2) * 100 + d, "half rank %d got %d from %d", h, in,
                     from);
         }
+        /* The world's messages to the same peers, on the same links, in between. */
+        int out = -me, in = 1, to = (me + 2) % 6, from = (me + 4) % 6;
+        EXPECT_RC(coll_sendrecv(c, &out, 1, to, &in, 1, from, COLL_I32, 5), COLL_OK);
+        FAIL_IF(in != -from, "world rank %d got %d from %d", me, in, from);
         int want = 0;
         for (int r = me % 2; r < 6; r += 2)
             want += (r / 2 < 2) == (h < 2) ? r : 0;
