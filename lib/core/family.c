@@ -11,7 +11,7 @@
 struct cl_family {
     pthread_mutex_t mu; /* members; taken before any member's mu */
     coll_comm *root;
-    int root_left; /* coll_destroy freed the root's own part; its links stay */
+    int root_left; /* the root was destroyed: it stays, for its links, until the last member */
     coll_comm **members;
     int n, cap;
     /* Turns: a leaf lock, taken under a member's mu when it queues an operation. */
@@ -51,7 +51,6 @@ int cl_family_join(coll_comm *parent, coll_comm *child)
         /* Set before any member exists: the parent is between operations (in a split). */
         if (!(parent->fam = family_new(parent)))
             return COLL_ENOMEM;
-        parent->wire = 0;
     }
     struct cl_family *f = parent->fam;
     pthread_mutex_lock(&f->mu);
