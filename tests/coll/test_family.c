@@ -125,8 +125,9 @@ static int crossed_rank(coll_comm *c, void *arg)
     int s1 = coll_iallreduce(second, &in[1], &out[1], 1, COLL_I32, COLL_SUM, &r[1]);
     int s0 = coll_wait(r[0]);
     s1 = s1 == COLL_OK ? coll_wait(r[1]) : s1;
-    FAIL_IF(s0 != COLL_EMISMATCH || s1 == COLL_OK, "statuses %s, %s; want a mismatch, then a failure",
-            coll_strerror(s0), coll_strerror(s1));
+    FAIL_IF(s0 != COLL_EMISMATCH || s1 == COLL_OK,
+            "statuses %s, %s; want a mismatch, then a failure", coll_strerror(s0),
+            coll_strerror(s1));
     coll_destroy(sub);
     coll_destroy(c);
     return 0;
