@@ -315,7 +315,8 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye)
     for (int p = 0; p < n; p++)
         if (p != c->rank &&
             (c->conns[CL_CH_COLL][0][p] ||
-             (cl_now_ms() < deadline && dial(c, CL_CH_COLL, p, bulk_for(c, CL_CH_COLL, p)) == COLL_OK)) &&
+             (cl_now_ms() < deadline &&
+              dial(c, CL_CH_COLL, p, bulk_for(c, CL_CH_COLL, p)) == COLL_OK)) &&
             c->tr->isend(c->conns[CL_CH_COLL][0][p], bye, NULL, &reqs[k]) == COLL_OK)
             k++;
     pthread_mutex_unlock(&c->link_mu);
