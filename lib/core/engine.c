@@ -105,14 +105,16 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
  * communicator like one it reported, so the peers waiting on this rank hear at once. */
 static void run(coll_comm *c, coll_req *r, int by_caller)
 {
-    cl_family_turn(c, r->ticket);
+    if (r->ticket)
+        cl_family_turn(c, r->ticket);
     int rc = cl_comm_state(c);
     if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
                      coll_strerror(rc));
     cl_buf_settle(&c->scratch, CL_KEEP_BYTES);
     cl_buf_settle(&c->staging, CL_KEEP_BYTES);
-    cl_family_done(c, r->ticket);
+    if (r->ticket)
+        cl_family_done(c, r->ticket);
     finish(c, r, rc, by_caller);
 }
 
@@ -145,7 +147,7 @@ void cl_engine_submit(coll_comm *c, coll_req *r)
 {
     pthread_mutex_lock(&c->mu);
     r->op.seq = ++c->seq;
-    r->ticket = cl_family_ticket(c);
+    r->ticket = c->fam ? cl_family_ticket(c) : 0;
     r->next = NULL;
     if (c->qtail)
         c->qtail->next = r;
@@ -163,7 +165,7 @@ int cl_engine_call(coll_comm *c, coll_req *r)
     if (here) {
         c->busy = 1;
         r->op.seq = ++c->seq;
-        r->ticket = cl_family_ticket(c);
+        r->ticket = c->fam ? cl_family_ticket(c) : 0;
     }
     pthread_mutex_unlock(&c->mu);
     if (here) {

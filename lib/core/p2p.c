@@ -22,7 +22,7 @@ static cl_msg_hdr header(const coll_comm *c, const cl_op *r, size_t len, uint32_
 /* Whose p2p_mu and held list c's requests go by. */
 static coll_comm *hub(coll_comm *c)
 {
-    return cl_family_root(c);
+    return c->fam ? cl_family_root(c) : c;
 }
 
 /* COLL_DEBUG=debug: every send and receive as it is issued. */
