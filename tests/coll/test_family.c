@@ -7,7 +7,9 @@
 #include "common/suite.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <time.h>
 
 static const char *transports[] = {"tcp", "shm"};
 
@@ -178,6 +180,63 @@ START_TEST(the_family_shares_one_fate_and_outlives_its_root)
 }
 END_TEST
 
+static long long now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+enum { DEATH_TIMEOUT_MS = 3000 };
+
+/* 4 ranks: evens and odds share the world's links; each step all-reduces 256 KiB on the
+ * half, then on the world. Rank 3 is killed at step 5. Every survivor's first failure
+ * (rank 1's on its half, the others' on the world) is EPEER or ETIMEDOUT within two
+ * timeouts, and then its other communicator says ESTATE: one fate. */
+static int death_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int me = coll_rank(c);
+    coll_comm *half = NULL;
+    EXPECT_RC(coll_split(c, me % 2, me, &half), COLL_OK);
+    size_t count = 1 << 16;
+    float *buf = calloc(count, sizeof(float));
+    for (int step = 0; step < 100; step++) {
+        if (me == 3 && step == 5)
+            raise(SIGKILL);
+        coll_comm *both[2] = {half, c};
+        for (int k = 0; k < 2; k++) {
+            long long t0 = now_ms();
+            int rc = coll_allreduce(both[k], buf, buf, count, COLL_F32, COLL_SUM);
+            long long took = now_ms() - t0;
+            if (rc == COLL_OK)
+                continue;
+            FAIL_IF(rc != COLL_EPEER && rc != COLL_ETIMEDOUT, "step %d: %s, want EPEER or "
+                    "ETIMEDOUT", step, coll_strerror(rc));
+            FAIL_IF(took > 2 * DEATH_TIMEOUT_MS, "failed after %lld ms", took);
+            EXPECT_RC(coll_barrier(both[1 - k]), COLL_ESTATE);
+            free(buf);
+            coll_destroy(half);
+            coll_destroy(c);
+            return 0;
+        }
+    }
+    FAIL_IF(1, "never noticed rank 3 die");
+}
+
+START_TEST(a_dead_rank_fails_the_family_on_every_survivor)
+{
+    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .transport = transports[_i],
+                  .timeout_ms = DEATH_TIMEOUT_MS, .deadline_s = 60, .setup = sharing,
+                  .fn_destroys = 1};
+    run_ranks(&o, death_rank, NULL);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(last_exit[r] == 0, "survivor %d exit %d on %s", r, last_exit[r],
+                      transports[_i]);
+    ck_assert_msg(last_exit[3] == -1, "rank 3 was not killed");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("family");
@@ -186,6 +245,7 @@ int main(void)
     tcase_add_loop_test(t, a_split_of_a_split_opens_no_link_its_root_has, 0, 2);
     tcase_add_loop_test(t, an_order_that_differs_between_ranks_is_emismatch, 0, 2);
     tcase_add_loop_test(t, the_family_shares_one_fate_and_outlives_its_root, 0, 2);
+    tcase_add_loop_test(t, a_dead_rank_fails_the_family_on_every_survivor, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
