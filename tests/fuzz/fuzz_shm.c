@@ -109,6 +109,7 @@ static void drain(const cl_transport *tr, cl_tr_conn *c, const char *data, size_
         int rc = tr->test(r, &done, &len);
         if (!done || rc != COLL_OK)
             return; /* one not done is failed and freed by ctx_destroy */
+        pos = (pos + 63) & ~(uint64_t)63; /* every message starts on a cache line */
         if (len != h.len || !from_ring(data, cap, pos, &h, sizeof(h)) ||
             !from_ring(data, cap, pos + sizeof(h), buf, len))
             __builtin_trap();

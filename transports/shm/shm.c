@@ -127,6 +127,16 @@ static void fail_all(cl_tr_conn *c, int status)
     cl_reqq_fail(&c->q, c->dead);
 }
 
+/* Every message starts on a cache line of the ring: the sender writing the next message
+ * never writes the line the receiver is still reading the last one from, and a header
+ * never wraps. The bytes skipped to get there are never written nor read. */
+#define SHM_ALIGN 64u
+
+static uint64_t skip_to_line(uint64_t pos)
+{
+    return (SHM_ALIGN - (pos & (SHM_ALIGN - 1))) & (SHM_ALIGN - 1);
+}
+
 /* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
 static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into_ring)
 {
@@ -200,12 +210,15 @@ static size_t pump_send(cl_tr_conn *c)
     size_t moved = 0;
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t head = c->pos;
+        uint64_t skip = r->moved ? 0 : skip_to_line(c->pos), head = c->pos + skip;
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         /* The tail's line is the receiver's: read it only when the room known is short. */
-        uint64_t room = c->cap - (head - c->tail_seen);
-        if (room < n && sender_room(c, &room) != 0)
+        uint64_t room = c->cap - (c->pos - c->tail_seen);
+        if (room < skip + n && sender_room(c, &room) != 0)
             break;
+        if (room <= skip)
+            break;
+        room -= skip;
         n = n < room ? n : (size_t)room;
         if (n == 0)
             break;
@@ -252,9 +265,10 @@ static size_t pump_recv(cl_tr_conn *c)
     const size_t h = sizeof(cl_msg_hdr);
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t tail = c->pos, avail;
+        uint64_t skip = r->moved ? 0 : skip_to_line(c->pos), tail = c->pos + skip, avail;
         if (receiver_avail(c, &avail) != 0)
             break;
+        avail = avail > skip ? avail - skip : 0;
         size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
         size_t n = want < avail ? want : (size_t)avail;
         if (r->sinking)
@@ -710,6 +724,7 @@ static int now_ok(cl_tr_conn *c)
  * path's sends and the farewell). */
 static void put_whole(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
 {
+    c->pos += skip_to_line(c->pos);
     ring_copy(c, c->pos, (void *)hdr, sizeof(*hdr), 1);
     if (hdr->len) /* an empty message may come with no buffer at all */
         ring_copy(c, c->pos + sizeof(*hdr), (void *)buf, hdr->len, 1);
@@ -723,7 +738,7 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
     int rc = now_ok(c);
     if (rc != COLL_OK)
         return rc;
-    size_t h = sizeof(*hdr), n = h + hdr->len;
+    size_t h = sizeof(*hdr), n = skip_to_line(c->pos) + h + hdr->len;
     uint64_t room = c->cap - (c->pos - c->tail_seen);
     if (room < n && sender_room(c, &room) != 0)
         rc = c->dead;
@@ -756,19 +771,20 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
     if (rc != COLL_OK)
         return rc;
     size_t h = sizeof(*hdr);
-    uint64_t avail = 0;
+    uint64_t avail = 0, skip = skip_to_line(c->pos), at = c->pos + skip;
     if (receiver_avail(c, &avail) != 0)
         rc = c->dead;
-    else if (avail < h)
+    else if (avail < skip + h)
         rc = not_whole(c);
     if (rc == COLL_OK) {
-        ring_copy(c, c->pos, hdr, h, 0);
+        avail -= skip;
+        ring_copy(c, at, hdr, h, 0);
         rc = !header_ok(c, hdr, cap) ? c->dead : avail < h + hdr->len ? not_whole(c) : COLL_OK;
     }
     if (rc == COLL_OK) {
         if (hdr->len)
-            ring_copy(c, c->pos + h, buf, hdr->len, 0);
-        c->pos += h + hdr->len;
+            ring_copy(c, at + h, buf, hdr->len, 0);
+        c->pos = at + h + hdr->len;
         *nbytes = hdr->len;
         atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
         ring_peer(c);
@@ -790,7 +806,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
     uint64_t room;
     if (c->is_recv || c->dead || c->q.head || !c->ring || sender_room(c, &room) != 0 ||
-        room < sizeof(*h))
+        room < skip_to_line(c->pos) + sizeof(*h))
         return;
     put_whole(c, h, NULL); /* header only: its len is 0 */
 }
