@@ -82,8 +82,13 @@ typedef struct coll_config {
      * gone is found sooner: its process's exit closes its links at once, its host's loss
      * within timeout_ms (tcp keepalive). */
     int op_timeout_ms;
+    /* 1: coll_split's communicators (and their splits) use this communicator's links
+     * instead of opening their own, as NCCL's splitShare: their collectives then run in
+     * issue order, which every rank must keep, and one's failure or abort fails them all.
+     * 0: $COLL_SPLIT_SHARE, else 0 (independent splits). */
+    int split_share;
 } coll_config;
-#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0, 0 }
+#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0, 0, 0 }
 
 /* A short English description of a status code; never NULL. */
 COLL_API const char *coll_strerror(int status);

@@ -161,11 +161,13 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     const char *share = env_or("COLL_SPLIT_SHARE", "0");
-    if (strcmp(share, "0") != 0 && strcmp(share, "1") != 0) {
-        snprintf(err, errlen, "COLL_SPLIT_SHARE must be 0 or 1, not '%s'", share);
+    if ((strcmp(share, "0") != 0 && strcmp(share, "1") != 0) ||
+        (u.split_share != 0 && u.split_share != 1)) {
+        snprintf(err, errlen, "COLL_SPLIT_SHARE and coll_config.split_share must be 0 or 1, "
+                 "not '%s' and %d", share, u.split_share);
         return COLL_EINVAL;
     }
-    out->share = share[0] == '1';
+    out->share = u.split_share || share[0] == '1';
     const char *secret = getenv("COLL_SECRET");
     out->keyed = secret != NULL;
     if (secret && cl_auth_key(secret, out->key) != 0) {

@@ -166,10 +166,13 @@ class Communicator:
     launcher's environment), or Communicator(store, rank, size) through a store with
     set(key, bytes) and get(key, timeout_ms) -> bytes or None. Keywords: transport,
     device, timeout_ms (a peer that does not answer), op_timeout_ms (an operation without
-    progress), codec ("none", "fp16", "bf16", "int8"), segment_bytes."""
+    progress), codec ("none", "fp16", "bf16", "int8"), segment_bytes, split_share (True:
+    splits use this communicator's links; their collectives must then be issued in the
+    same order on every rank, and one's failure fails them all)."""
 
     def __init__(self, url_or_store="env://", rank=-1, size=-1, *, transport=None, device=None,
-                 timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0, _handle=None):
+                 timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0,
+                 split_share=False, _handle=None):
         self._h = None
         self._reqs = weakref.WeakSet()  # requests not yet waited, orphaned by close()
         if _handle is not None:
@@ -177,7 +180,8 @@ class Communicator:
             return
         cfg = _lib.Config(ctypes.sizeof(_lib.Config), transport.encode() if transport else None,
                           device.encode() if device else None, int(timeout_ms),
-                          codec_code(codec), int(segment_bytes), int(op_timeout_ms))
+                          codec_code(codec), int(segment_bytes), int(op_timeout_ms),
+                          int(bool(split_share)))
         h = _lib.comm_p()
         if isinstance(url_or_store, str):
             rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,

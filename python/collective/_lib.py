@@ -39,7 +39,7 @@ class Config(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("transport", ctypes.c_char_p),
                 ("device", ctypes.c_char_p), ("timeout_ms", ctypes.c_int),
                 ("codec", ctypes.c_int), ("segment_bytes", ctypes.c_size_t),
-                ("op_timeout_ms", ctypes.c_int)]
+                ("op_timeout_ms", ctypes.c_int), ("split_share", ctypes.c_int)]
 
 
 class Stats(ctypes.Structure):

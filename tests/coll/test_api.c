@@ -499,7 +499,8 @@ START_TEST(bad_environment_is_einval_naming_the_variable)
                              { "COLL_SPIN_US", "-5" }, { "COLL_SPIN_US", "x" },
                              { "COLL_TIMEOUT_MS", "abc" }, { "COLL_TIMEOUT_MS", "5s" },
                              { "COLL_DEBUG", "loud" }, { "MASTER_PORT", "abc" },
-                             { "MASTER_PORT", "70000" }, { "MASTER_PORT", "0" } };
+                             { "MASTER_PORT", "70000" }, { "MASTER_PORT", "0" },
+                             { "COLL_SPLIT_SHARE", "yes" } };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         setenv(bad[i][0], bad[i][1], 1);
         coll_comm *c = NULL;
@@ -516,6 +517,10 @@ START_TEST(bad_environment_is_einval_naming_the_variable)
     ck_assert_msg(strstr(coll_last_error(NULL), "mem"), "%s", coll_last_error(NULL));
     ck_assert_int_eq(coll_init(&c, "tcp://127.0.0.1:99999", 0, 1, NULL), COLL_EINVAL);
     ck_assert_msg(strstr(coll_last_error(NULL), "99999"), "%s", coll_last_error(NULL));
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.split_share = 2;
+    ck_assert_int_eq(coll_init(&c, "mem://badcfg", 0, 1, &cfg), COLL_EINVAL);
+    ck_assert_msg(strstr(coll_last_error(NULL), "split_share"), "%s", coll_last_error(NULL));
 }
 END_TEST
 

@@ -107,6 +107,16 @@ START_TEST(a_split_of_a_split_opens_no_link_its_root_has)
 }
 END_TEST
 
+/* The same asked for by coll_config.split_share instead of the environment. */
+START_TEST(split_share_in_the_config_does_the_same)
+{
+    run_opts o = {.nranks = 6, .rdzv = RDZV_FILE, .transport = "tcp", .timeout_ms = 5000,
+                  .deadline_s = 60, .fn_destroys = 1, .split_share = 1};
+    int failed = run_ranks(&o, split_of_split_rank, NULL);
+    ck_assert_msg(failed == 0, "%d of 6 ranks failed", failed);
+}
+END_TEST
+
 /* Rank 0 issues the world's all-reduce before the split's, rank 1 the other way round;
  * both have the same sequence number, count and type, so only the communicator's mark
  * on the wire tells them apart: COLL_EMISMATCH on both ranks, not a sum of the wrong
@@ -243,6 +253,7 @@ int main(void)
     TCase *t = tcase_create("family");
     tcase_set_timeout(t, 90);
     tcase_add_loop_test(t, a_split_of_a_split_opens_no_link_its_root_has, 0, 2);
+    tcase_add_test(t, split_share_in_the_config_does_the_same);
     tcase_add_loop_test(t, an_order_that_differs_between_ranks_is_emismatch, 0, 2);
     tcase_add_loop_test(t, the_family_shares_one_fate_and_outlives_its_root, 0, 2);
     tcase_add_loop_test(t, a_dead_rank_fails_the_family_on_every_survivor, 0, 2);

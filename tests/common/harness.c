@@ -80,6 +80,7 @@ static int rank_main(const run_opts *o, const char *url, int rank, rank_fn fn, v
     cfg.transport = o->transport;
     cfg.timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
     cfg.op_timeout_ms = o->op_timeout_ms;
+    cfg.split_share = o->split_share;
     coll_comm *c = NULL;
     int r = o->rdzv == RDZV_ENV ? -1 : rank, n = o->rdzv == RDZV_ENV ? -1 : o->nranks;
     if (o->rdzv == RDZV_ENV) {

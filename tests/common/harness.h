@@ -24,6 +24,7 @@ typedef struct {
     /* Called in each rank (with fn's arg) before coll_init: environment, log routing. */
     void (*setup)(int rank, void *arg);
     int fn_destroys; /* the rank function destroys its communicator itself */
+    int split_share; /* coll_config.split_share */
 } run_opts;
 
 /* Runs fn on every rank; returns how many ranks failed (exit code != 0 or killed). */

@@ -150,6 +150,21 @@ class DictStore:
             time.sleep(0.005)
 
 
+def shared_split(r, n, where):
+    # Splits on the world's links (split_share): evens and odds, then the world, in turn.
+    c = collective.Communicator(url(where), r, n, timeout_ms=10000, split_share=True)
+    s = c.split(r % 2, r)
+    for k in range(3):
+        x = np.full(5, r + k, np.int64)
+        s.allreduce(x)
+        assert np.array_equal(x, np.full(5, sum(p + k for p in range(r % 2, n, 2)))), x
+        y = np.full(3, r, np.int64)
+        c.allreduce(y)
+        assert np.array_equal(y, np.full(3, n * (n - 1) // 2)), y
+    s.close()
+    c.close()
+
+
 def store_init(r, n, where):
     c = collective.Communicator(DictStore(where), r, n, timeout_ms=5000)
     x = np.ones(10, np.float32)
@@ -219,6 +234,7 @@ def main():
     bad += ranks.check(errors, 2, "errors")
     for n in (1, 3):
         bad += ranks.check(error_feedback, n, "all-reduce with error feedback")
+    bad += ranks.check(shared_split, 4, "splits sharing their links")
     bad += ranks.check(store_init, 3, "store init")
     bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
     return 1 if bad else 0
