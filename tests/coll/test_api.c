@@ -57,15 +57,6 @@ START_TEST(nonblocking_ops_progress_without_test)
 }
 END_TEST
 
-/* The all-reduce of each member's world rank over c is want. */
-static int sum_of_ranks_is(coll_comm *c, int me, int want)
-{
-    int sum = 0;
-    EXPECT_RC(coll_allreduce(c, &me, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
-    FAIL_IF(sum != want, "sub all-reduce %d, want %d", sum, want);
-    return 0;
-}
-
 /* Even and odd ranks form two communicators ordered by key; color < 0 joins none. The
  * split costs the parent one collective (the exchange of colors, keys and cards). */
 static int split_rank(coll_comm *c, void *arg)
@@ -94,7 +85,7 @@ static int split_rank(coll_comm *c, void *arg)
         int want = 0;
         for (int r = 0; r < n - 1; r++)
             want += r % 2 == color ? r : 0;
-        if (sum_of_ranks_is(sub, me, want))
+        if (sum_is(sub, me, want))
             return 1;
         coll_destroy(sub);
     }
@@ -128,7 +119,7 @@ static int split_twice_rank(coll_comm *c, void *arg)
     int want = 0;
     for (int r = me % 2; r < 6; r += 2)
         want += (r / 2 < 2) == (h < 2) ? r : 0;
-    if (sum_of_ranks_is(quarter, me, want))
+    if (sum_is(quarter, me, want))
         return 1;
     coll_destroy(quarter);
     coll_destroy(half);

@@ -38,14 +38,6 @@ static int open_descriptors(void)
     return n;
 }
 
-static int sum_is(coll_comm *c, int mine, int want)
-{
-    int sum = 0;
-    EXPECT_RC(coll_allreduce(c, &mine, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
-    FAIL_IF(sum != want, "all-reduce %d, want %d", sum, want);
-    return 0;
-}
-
 /* Evens and odds split, each half splits again; point-to-point on the halves and on the
  * world between the same ranks, all-reduces on halves, quarters and the world,
  * interleaved: exact. */

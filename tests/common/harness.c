@@ -195,6 +195,14 @@ int run_ranks(const run_opts *o, rank_fn fn, void *arg)
     return failed;
 }
 
+int sum_is(coll_comm *c, int mine, int want)
+{
+    int sum = 0;
+    EXPECT_RC(coll_allreduce(c, &mine, &sum, 1, COLL_I32, COLL_SUM), COLL_OK);
+    FAIL_IF(sum != want, "all-reduce %d, want %d", sum, want);
+    return 0;
+}
+
 int identical_everywhere(coll_comm *c, const void *buf, size_t bytes)
 {
     uint64_t h = 1469598103934665603ULL, first;

@@ -54,6 +54,9 @@ int free_port(void);
  * bytes differ gets 0. */
 int identical_everywhere(coll_comm *c, const void *buf, size_t bytes);
 
+/* 0 when the int32 sum all-reduce of `mine` over c is want; else 1, saying what came. */
+int sum_is(coll_comm *c, int mine, int want);
+
 /* Fails the calling rank with a message if rc is not want. */
 #define EXPECT_RC(rc, want)                                                                  \
     do {                                                                                     \
