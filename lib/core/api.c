@@ -290,10 +290,12 @@ int coll_get_stats(const coll_comm *c, coll_stats *out)
     if (!c || !out)
         return COLL_EINVAL;
     coll_comm *m = (coll_comm *)c;
-    *out = (coll_stats){atomic_load(&m->ops) + atomic_load(&m->ran.ops),
-                        atomic_load(&m->bytes_in),
-                        atomic_load(&m->wire_tx) + atomic_load(&m->ran.wire_tx),
-                        atomic_load(&m->wire_rx) + atomic_load(&m->ran.wire_rx),
+    *out = (coll_stats){atomic_load(&m->ops) + atomic_load(&m->ran.ops) + atomic_load(&m->now.ops),
+                        atomic_load(&m->bytes_in) + atomic_load(&m->now.bytes_in),
+                        atomic_load(&m->wire_tx) + atomic_load(&m->ran.wire_tx) +
+                            atomic_load(&m->now.wire_tx),
+                        atomic_load(&m->wire_rx) + atomic_load(&m->ran.wire_rx) +
+                            atomic_load(&m->now.wire_rx),
                         atomic_load(&m->errors)};
     return COLL_OK;
 }
@@ -310,4 +312,8 @@ void coll_reset_stats(coll_comm *c)
     atomic_store(&c->ran.ops, 0);
     atomic_store(&c->ran.wire_tx, 0);
     atomic_store(&c->ran.wire_rx, 0);
+    atomic_store(&c->now.ops, 0);
+    atomic_store(&c->now.bytes_in, 0);
+    atomic_store(&c->now.wire_tx, 0);
+    atomic_store(&c->now.wire_rx, 0);
 }

@@ -135,6 +135,11 @@ struct coll_comm {
      * coll_get_stats adds the collectives' (ran), which only the running collective
      * writes (cl_tally). */
     atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx, errors;
+    /* The fast path's sends and receives (p2p.c), counted under the hub's p2p_mu: one
+     * writer at a time (cl_tally), no locked instruction per message. */
+    struct {
+        atomic_uint_least64_t ops, bytes_in, wire_tx, wire_rx;
+    } now;
     struct {
         atomic_uint_least64_t ops, wire_tx, wire_rx;
         atomic_uint_least64_t quick; /* messages sent or taken on the fast path */

@@ -28,6 +28,8 @@ static coll_comm *hub(coll_comm *c)
 /* COLL_DEBUG=debug: every send and receive as it is issued. */
 static void tell(const coll_comm *c, const cl_op *r, const char *how)
 {
+    if (!cl_log_enabled(COLL_LOG_DEBUG))
+        return; /* the names are looked up for a line that is written, not per message */
     cl_log(COLL_LOG_DEBUG, "rank %d %s #%u %s rank %d, tag %u: %zu x %s%s", c->rank,
            cl_kind_name(r->kind), r->seq, r->kind == CL_SEND ? "to" : "from", r->root, r->tag,
            r->count, cl_dtype_name(r->dtype), how);
@@ -138,18 +140,23 @@ int cl_p2p_post(coll_comm *c, coll_req *q)
     return rc;
 }
 
-static int check_recv(coll_comm *c, const coll_req *q, int rc, size_t nbytes)
+/* The message received is the one q expects. */
+static int as_expected(const coll_comm *c, const coll_req *q)
 {
     const cl_msg_hdr *h = &q->hdr;
     const cl_op *r = &q->op;
+    return h->coll == CL_SEND && h->tag == r->tag && h->count == r->count &&
+           h->dtype == r->dtype && h->seq == r->seq && h->flags == c->wire;
+}
+
+static int check_recv(coll_comm *c, const coll_req *q, int rc)
+{
+    const cl_msg_hdr *h = &q->hdr;
+    const cl_op *r = &q->op;
+    if (rc == COLL_OK && as_expected(c, q))
+        return COLL_OK;
     if (rc == COLL_OK && h->coll == CL_FAREWELL)
         return cl_peer_failed(&c->algo[CL_CH_P2P], h, "recv", r->seq);
-    if (rc == COLL_OK) {
-        atomic_fetch_add(&c->wire_rx, sizeof(*h) + nbytes);
-        if (h->tag == r->tag && h->count == r->count && h->dtype == r->dtype &&
-            h->seq == r->seq && h->coll == CL_SEND && h->flags == c->wire)
-            return COLL_OK;
-    }
     if (rc != COLL_OK && rc != COLL_EMISMATCH)
         return rc;
     cl_comm_fail(c, COLL_EMISMATCH,
@@ -194,9 +201,11 @@ int cl_p2p_test(coll_req *r, int *done)
         return COLL_INPROGRESS;
     r->treq = NULL;
     if (r->op.kind == CL_RECV)
-        rc = check_recv(c, r, rc, nbytes);
+        rc = check_recv(c, r, rc);
     else if (rc != COLL_OK)
         rc = send_failed(c, &r->op, rc);
+    if (rc == COLL_OK && r->op.kind == CL_RECV)
+        atomic_fetch_add(&c->wire_rx, sizeof(r->hdr) + nbytes);
     if (rc == COLL_OK)
         atomic_fetch_add(&c->ops, 1);
     r->status = rc;
@@ -208,17 +217,12 @@ int cl_p2p_test(coll_req *r, int *done)
 /* A blocking send or receive of a few cache lines, on a link that is open, with nothing
  * held, moves by the transport's send_now/recv_now (transport.h): no request, no
  * transport poll. Its sequence number is taken only when its message moved, under
- * p2p_mu, so it is ordered with every other send or receive as a posted one is. */
+ * p2p_mu, so it is ordered with every other send or receive as a posted one is; it is
+ * counted there too (c->now). */
 
 static cl_tr_conn *quick_link(coll_comm *c, const cl_op *r)
 {
     return hub(c)->held ? NULL : cl_link_now_of(c, CL_CH_P2P, r->kind == CL_SEND ? 0 : 1, r->root);
-}
-
-static void moved_now(coll_comm *c, const cl_op *r, size_t len)
-{
-    tell(c, r, " (fast path)");
-    atomic_fetch_add(&c->bytes_in, len);
 }
 
 static int send_now(coll_comm *c, coll_req *q, size_t len)
@@ -229,15 +233,28 @@ static int send_now(coll_comm *c, coll_req *q, size_t len)
     cl_tr_conn *link = quick_link(c, r);
     q->hdr = header(c, r, len, c->p2p_seq[0][r->root] + 1);
     int rc = link ? c->tr->send_now(link, &q->hdr, r->sbuf) : COLL_INPROGRESS;
-    if (rc == COLL_OK)
+    if (rc == COLL_OK) {
         r->seq = ++c->p2p_seq[0][r->root];
+        cl_tally(&c->now.ops, 1);
+        cl_tally(&c->now.bytes_in, len);
+        cl_tally(&c->now.wire_tx, sizeof(q->hdr) + len);
+    }
     pthread_mutex_unlock(&h->p2p_mu);
     if (rc != COLL_OK) /* a failed link fails the posted send the same way, and says so */
         return COLL_INPROGRESS;
-    moved_now(c, r, len);
-    atomic_fetch_add(&c->wire_tx, sizeof(q->hdr) + len);
-    atomic_fetch_add(&c->ops, 1);
+    tell(c, r, " (fast path)");
     return COLL_OK;
+}
+
+/* A receive's message came (or its link failed): its number and counts (p2p_mu held). */
+static void took_now(coll_comm *c, coll_req *q, int rc, size_t len, size_t nbytes)
+{
+    q->op.seq = ++c->p2p_seq[1][q->op.root];
+    cl_tally(&c->now.bytes_in, len);
+    if (rc != COLL_OK || !as_expected(c, q))
+        return;
+    cl_tally(&c->now.ops, 1);
+    cl_tally(&c->now.wire_rx, sizeof(q->hdr) + nbytes);
 }
 
 /* Polled for the spin's budget, p2p_mu taken per poll (never held while waiting). */
@@ -253,17 +270,14 @@ static int recv_now(coll_comm *c, coll_req *q, size_t len)
         cl_tr_conn *link = quick_link(c, r);
         rc = link ? c->tr->recv_now(link, &q->hdr, r->rbuf, len, &nbytes) : COLL_ENOTSUP;
         if (rc != COLL_INPROGRESS && rc != COLL_ENOTSUP)
-            r->seq = ++c->p2p_seq[1][r->root];
+            took_now(c, q, rc, len, nbytes);
         pthread_mutex_unlock(&h->p2p_mu);
     } while (rc == COLL_INPROGRESS && cl_spin_poll(&spin));
     cl_spin_stop(&spin);
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)
         return COLL_INPROGRESS;
-    moved_now(c, r, len);
-    rc = check_recv(c, q, rc, nbytes);
-    if (rc == COLL_OK)
-        atomic_fetch_add(&c->ops, 1);
-    return rc;
+    tell(c, r, " (fast path)");
+    return check_recv(c, q, rc);
 }
 
 int cl_p2p_now(coll_comm *c, coll_req *q)

@@ -76,15 +76,20 @@ START_TEST(small_collectives_are_exact_on_every_path)
 }
 END_TEST
 
-/* Ping-pong between neighbours and a ring of sends: every message whole and in order. */
+/* Ping-pong between neighbours and a ring of sends: every message whole and in order,
+ * and counted in the communicator's stats. */
 static int p2p_rank(coll_comm *c, void *arg)
 {
     (void)arg;
     int n = coll_size(c), me = coll_rank(c), to = (me + 1) % n, from = (me + n - 1) % n;
     static int32_t out[2049], in[2049];
     const size_t counts[] = {0, 1, 2, 100, 2048, 2049, 1};
+    uint64_t bytes = 0, wire = 0;
+    coll_reset_stats(c);
     for (int round = 0; round < 20; round++) {
         size_t cnt = counts[round % 7];
+        bytes += 2 * cnt * sizeof(int32_t);
+        wire += 32 + cnt * sizeof(int32_t); /* a header and the payload, each way */
         for (size_t i = 0; i < cnt; i++)
             out[i] = value(me, i, round);
         if (me % 2 == 0) { /* odd n: the last even rank's to is rank 0, its from is odd */
@@ -97,6 +102,14 @@ static int p2p_rank(coll_comm *c, void *arg)
         for (size_t i = 0; i < cnt; i++)
             FAIL_IF(in[i] != value(from, i, round), "round %d element %zu: %d", round, i, in[i]);
     }
+    /* Counted alike on either path (the first messages open links on the general one). */
+    coll_stats st;
+    EXPECT_RC(coll_get_stats(c, &st), COLL_OK);
+    FAIL_IF(st.ops != 40 || st.bytes_in != bytes || st.wire_tx != wire || st.wire_rx != wire,
+            "stats: ops %llu, bytes_in %llu (want %llu), wire_tx %llu, wire_rx %llu (want %llu)",
+            (unsigned long long)st.ops, (unsigned long long)st.bytes_in,
+            (unsigned long long)bytes, (unsigned long long)st.wire_tx,
+            (unsigned long long)st.wire_rx, (unsigned long long)wire);
     return 0;
 }
 

@@ -104,12 +104,17 @@ static void drain(const cl_transport *tr, cl_tr_conn *c, const char *data, size_
         cl_tr_req *r;
         int done = 0;
         size_t len = 0;
-        if (tr->irecv(c, &h, buf, sizeof(buf), &r) != COLL_OK)
-            return;
-        int rc = tr->test(r, &done, &len);
-        if (!done || rc != COLL_OK)
-            return; /* one not done is failed and freed by ctx_destroy */
-        pos = (pos + 63) & ~(uint64_t)63; /* every message starts on a cache line */
+        if (i % 2) { /* the fast path, which trusts a stamp where it finds one */
+            if (tr->recv_now(c, &h, buf, sizeof(buf), &len) != COLL_OK)
+                return;
+        } else {
+            if (tr->irecv(c, &h, buf, sizeof(buf), &r) != COLL_OK)
+                return;
+            int rc = tr->test(r, &done, &len);
+            if (!done || rc != COLL_OK)
+                return; /* one not done is failed and freed by ctx_destroy */
+        }
+        pos = ((pos + 63) & ~(uint64_t)63) + 8; /* a message's line starts with its stamp */
         if (len != h.len || !from_ring(data, cap, pos, &h, sizeof(h)) ||
             !from_ring(data, cap, pos + sizeof(h), buf, len))
             __builtin_trap();
