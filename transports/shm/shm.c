@@ -133,13 +133,12 @@ static void fail_all(cl_tr_conn *c, int status)
 /* Every message starts on a cache line of the ring: the sender writing the next message
  * never writes the line the receiver is still reading the last one from, and a header
  * never wraps. The bytes skipped to get there are never written nor read. The line
- * starts with a stamp, then the header: a message written whole at once (the fast path)
- * is stamped last with its position mixed with the ring's random key, so a receiver
- * that finds the stamp has the whole message in the line it polled, with no read of the
- * head's line first (a second transfer between cores: 2 shm ranks ping-ponging 8 B to
- * 2 KiB took 5-10% longer one way when they waited for the head).
- * A stale stamp names an older position and payload bytes would have to guess the key;
- * messages streamed in pieces are not stamped, and the head says where they end. */
+ * starts with a stamp, then the header: once a message is all in the ring, its sender
+ * stamps it with its position mixed with the ring's random key, so a receiver that
+ * finds the stamp has the whole message and need not read the head's line (a second
+ * transfer between cores). A stale stamp names an older position and payload bytes
+ * would have to guess the key. The head stays the truth for messages taken in pieces
+ * (the general path) and for a message longer than the ring, never stamped. */
 #define SHM_ALIGN 64u
 #define STAMP 8u
 
@@ -158,6 +157,17 @@ static _Atomic uint64_t *stamp_at(cl_tr_conn *c, uint64_t header_pos)
 static uint64_t stamp_of(const cl_tr_conn *c, uint64_t header_pos)
 {
     return c->key ^ header_pos;
+}
+
+/* Sender: stamps the message of `total` bytes (header and payload) that ends at c->pos,
+ * now all in the ring. Not one longer than the ring with its stamp: its own last bytes
+ * may lie where the stamp goes. Its first bytes may have been read already: the slot is
+ * then free, and this sender writes there next only a lap later. */
+static void stamp(cl_tr_conn *c, size_t total)
+{
+    uint64_t at = c->pos - total;
+    if (STAMP + total <= c->cap)
+        atomic_store_explicit(stamp_at(c, at), stamp_of(c, at), memory_order_release);
 }
 
 /* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
@@ -255,6 +265,8 @@ static size_t pump_send(cl_tr_conn *c)
             ring_copy(c, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
         r->moved += n;
         c->pos = head + n;
+        if (r->moved == total)
+            stamp(c, total);
         atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
         moved += n;
         if (r->moved < total)
@@ -774,8 +786,8 @@ static void put_whole(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
     memcpy(at, hdr, h);
     if (first) /* an empty message may come with no buffer at all */
         memcpy(at + h, buf, first);
-    atomic_store_explicit(stamp_at(c, c->pos), stamp_of(c, c->pos), memory_order_release);
     c->pos += h + hdr->len;
+    stamp(c, h + hdr->len);
     atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
     ring_peer(c);
 }
@@ -814,17 +826,15 @@ static int stamped(cl_tr_conn *c, uint64_t *at)
     return atomic_load_explicit(stamp_at(c, *at), memory_order_acquire) == stamp_of(c, *at);
 }
 
-/* Whether a poll may find something (a stamp, a head that moved, the peer gone, a
- * failure), by loads of lines that stay in this core's cache until the sender writes
- * them, so that a poll that finds nothing takes no lock. (pos changes only under the
- * mutex, and a stale read only sends this poll on to the locked check.) */
+/* Whether a poll may find something whole (a stamp, the peer gone, a failure), by a load
+ * of the line that stays in this core's cache until the sender writes it, so that a poll
+ * that finds nothing takes no lock. Not the head: its line read at every poll costs the
+ * sender one more transfer per message. (pos changes only under the mutex, and a stale
+ * read only sends this poll on to the locked check.) */
 static int news(cl_tr_conn *c)
 {
     uint64_t at;
-    return !c->ring || stamped(c, &at) ||
-           atomic_load_explicit(&c->ring->head, memory_order_relaxed) !=
-               __atomic_load_n(&c->pos, __ATOMIC_RELAXED) ||
-           c->peer_gone || c->dead;
+    return !c->ring || stamped(c, &at) || c->peer_gone || c->dead;
 }
 
 static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
