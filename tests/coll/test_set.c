@@ -170,10 +170,10 @@ static long rss_mib(void)
 /* Freed memory stays resident under ASan (its quarantine) and valgrind (its allocator). */
 static int rss_tells(void)
 {
-    const char *pre = getenv("LD_PRELOAD");
 #if defined(__SANITIZE_ADDRESS__)
     return 0;
 #else
+    const char *pre = getenv("LD_PRELOAD");
     return !(pre && strstr(pre, "vgpreload"));
 #endif
 }
