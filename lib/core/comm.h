@@ -19,6 +19,8 @@
 
 enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
 
+/* Every field is set by req_init (args.c), not by zeroing the whole: a new field goes
+ * there too. */
 struct coll_req {
     coll_comm *comm;
     struct coll_req *next; /* the engine's queue; p2p: the held list */
