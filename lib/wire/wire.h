@@ -33,7 +33,7 @@ enum { CL_FAREWELL = 0x7f };
 /* The first frame a rank sends on a connection it took and now sends on too (link.c),
  * its payload the proof that it is the rank the dialer meant. */
 enum { CL_SHARE = 0x7e };
-#define CL_PROTO_VERSION 5u
+#define CL_PROTO_VERSION 6u
 #define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
 
 /* "allreduce", "send", ...; "invalid" for anything else. */

@@ -7,7 +7,8 @@
  *
  * Input: [flags][size][hello: 64][head: 8][ring data...]
  *   flags bit 0: seal the memfd; bit 1: send one descriptor only; bit 2: hang up first.
- *   size: the memfd's data bytes, 1 << (12 + size % 12), plus 100 if bit 7 is set. */
+ *   size: the main ring's data bytes, 1 << (12 + size % 12), plus 100 if bit 7 is set;
+ *   the small ring's 4 KiB follow them. The ring data goes into both rings. */
 #include "transports/transport.h"
 #include "collective.h"
 
@@ -21,7 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-enum { PRE = 2 + CL_HELLO_BYTES + 8, RING_DATA_AT = 256 };
+enum { PRE = 2 + CL_HELLO_BYTES + 8, RING_DATA_AT = 256, SMALL = 4096 };
 
 /* The transport names errors in its log lines; the core's table is not linked here. */
 const char *coll_strerror(int status)
@@ -50,7 +51,7 @@ static int stranger(const char *handle, const uint8_t *d, size_t n, void **map, 
     size_t cap = ((size_t)1 << (12 + d[1] % 12)) + (d[1] & 0x80 ? 100 : 0);
     int s = dial(handle);
     int mfd = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING), efd = eventfd(0, EFD_CLOEXEC);
-    *bytes = RING_DATA_AT + cap;
+    *bytes = RING_DATA_AT + cap + SMALL;
     *map = MAP_FAILED;
     if (s >= 0 && mfd >= 0 && efd >= 0 && ftruncate(mfd, (off_t)*bytes) == 0) {
         *map = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
@@ -61,6 +62,7 @@ static int stranger(const char *handle, const uint8_t *d, size_t n, void **map, 
         memcpy(*map, d + 2 + CL_HELLO_BYTES, 8); /* the head */
         size_t k = n - PRE < cap ? n - PRE : cap;
         memcpy((char *)*map + RING_DATA_AT, d + PRE, k);
+        memcpy((char *)*map + RING_DATA_AT + cap, d + PRE, k < SMALL ? k : SMALL);
         union {
             char buf[CMSG_SPACE(2 * sizeof(int))];
             struct cmsghdr align;
@@ -94,12 +96,30 @@ static int from_ring(const char *data, size_t cap, uint64_t pos, const void *got
     return 1;
 }
 
-/* Receives what the ring holds, as far as it goes without waiting, and checks it. */
+/* The header position of the message after stream position pos: on its own line, after
+ * the stamp. */
+static uint64_t header_at(uint64_t pos)
+{
+    return ((pos + 63) & ~(uint64_t)63) + 8;
+}
+
+/* Whether the small ring holds a message stamped at header position at: the key (0 in
+ * this stranger's ring) XOR the position, in the 8 bytes before the header. */
+static int small_stamped(const char *small, uint64_t at)
+{
+    uint64_t st;
+    memcpy(&st, small + (at - 8) % SMALL, sizeof(st));
+    return st == at;
+}
+
+/* Receives what the rings hold, as far as it goes without waiting, and checks it: each
+ * message is the small ring's next if that is stamped, else the main ring's. */
 static void drain(const cl_transport *tr, cl_tr_conn *c, const char *data, size_t cap)
 {
     static char buf[1 << 16];
     static cl_msg_hdr h; /* a receive not done still owns it until ctx_destroy */
-    uint64_t pos = 0;
+    const char *small = data + cap;
+    uint64_t pos = 0, spos = 0;
     for (int i = 0; i < 8; i++) {
         cl_tr_req *r;
         int done = 0;
@@ -114,11 +134,15 @@ static void drain(const cl_transport *tr, cl_tr_conn *c, const char *data, size_
             if (!done || rc != COLL_OK)
                 return; /* one not done is failed and freed by ctx_destroy */
         }
-        pos = ((pos + 63) & ~(uint64_t)63) + 8; /* a message's line starts with its stamp */
-        if (len != h.len || !from_ring(data, cap, pos, &h, sizeof(h)) ||
-            !from_ring(data, cap, pos + sizeof(h), buf, len))
+        int in_small = small_stamped(small, header_at(spos));
+        const char *ring = in_small ? small : data;
+        size_t rcap = in_small ? SMALL : cap;
+        uint64_t *at = in_small ? &spos : &pos;
+        *at = header_at(*at);
+        if (len != h.len || !from_ring(ring, rcap, *at, &h, sizeof(h)) ||
+            !from_ring(ring, rcap, *at + sizeof(h), buf, len))
             __builtin_trap();
-        pos += sizeof(h) + len;
+        *at += sizeof(h) + len;
     }
 }
 
@@ -143,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     uint8_t hello[CL_HELLO_BYTES];
     cl_tr_conn *c = NULL;
     if (tr->accept(l, hello, &c) == COLL_OK)
-        drain(tr, c, (char *)map + RING_DATA_AT, bytes - RING_DATA_AT);
+        drain(tr, c, (char *)map + RING_DATA_AT, bytes - RING_DATA_AT - SMALL);
     tr->ctx_destroy(ctx);
     cl_notifier_destroy(&nf);
     if (map != MAP_FAILED)

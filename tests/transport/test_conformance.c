@@ -373,6 +373,51 @@ START_TEST(the_fast_path_keeps_messages_whole_and_in_order)
 }
 END_TEST
 
+/* The payload of fast-path message seq: every size up to CL_NOW_BYTES comes up, those
+ * around shm's windows (4 and 8 KiB with the 40 bytes before a payload) among them. */
+static uint32_t now_len(uint32_t seq)
+{
+    static const uint32_t edges[] = {0, 1, 24, 25, 4056, 4057, 8152, 8153, CL_NOW_BYTES};
+    return seq % 3 ? edges[seq % 9] : (seq * 2654435761u) % (CL_NOW_BYTES + 1);
+}
+
+/* Bursts of fast-path messages of every size, taken in turn by recv_now and by posted
+ * receives: each whole and in order. A burst outruns the receiver; single messages keep
+ * up with it. On shm that covers both ways a small message goes (pads back to the ring's
+ * start while the receiver keeps up, straight on while it lags) and both receive paths
+ * skipping a pad. */
+START_TEST(the_fast_path_keeps_order_in_bursts_and_either_receive)
+{
+    pair p;
+    pair_open(&p);
+    static char out[CL_NOW_BYTES + 64], in[CL_NOW_BYTES];
+    for (size_t i = 0; i < sizeof(out); i++)
+        out[i] = (char)(i * 13 + 5);
+    uint32_t sent = 0, taken = 0;
+    for (int round = 0; round < 600; round++) {
+        for (int k = round % 5 == 0 ? 12 : 1; k > 0; k--, sent++) {
+            cl_msg_hdr h = hdr(now_len(sent), sent);
+            ck_assert_int_eq(send_now_within(&p, &h, out + sent % 64), COLL_OK);
+        }
+        for (; taken < sent; taken++) {
+            cl_msg_hdr g = {0};
+            size_t n = 0;
+            cl_tr_req *r;
+            if (taken % 2) {
+                ck_assert_int_eq(recv_now_within(&p, &g, in, sizeof(in), &n), COLL_OK);
+            } else {
+                ck_assert_int_eq(p.tr->irecv(p.recv, &g, in, sizeof(in), &r), COLL_OK);
+                ck_assert_int_eq(wait_req(&p, r, &n), COLL_OK);
+            }
+            ck_assert_uint_eq(g.seq, taken);
+            ck_assert_uint_eq(n, now_len(taken));
+            ck_assert_int_eq(memcmp(in, out + taken % 64, n), 0);
+        }
+    }
+    pair_close(&p);
+}
+END_TEST
+
 /* A message over the receive's room and a closed sender fail recv_now as they fail a
  * posted receive. */
 START_TEST(the_fast_path_fails_as_a_receive_would)
@@ -661,18 +706,20 @@ START_TEST(shm_refuses_an_unsealed_ring)
 }
 END_TEST
 
-/* shm's ring as a stranger sees it: head (the sender's count) at 0, tail at 64, data
- * from 256 (transports/shm/shm.c). A peer can write any of it. */
-enum { RING_HEAD = 0, RING_TAIL = 64 / 8, RING_DATA_AT = 256, STRANGER_RING = 1 << 16 };
+/* shm's ring as a stranger sees it: head (the sender's count) at 0, tail at 64, the main
+ * ring's data from 256, then the small ring's 4 KiB (transports/shm/shm.c). A peer can
+ * write any of it. */
+enum { RING_HEAD = 0, RING_TAIL = 64 / 8, RING_DATA_AT = 256, STRANGER_RING = 1 << 16,
+       SMALL_RING = 4096, STRANGER_BYTES = RING_DATA_AT + STRANGER_RING + SMALL_RING };
 
 /* A stranger's sealed hello whose ring it keeps mapped (*ring). */
 static int stranger_sender(const char *handle, uint64_t **ring)
 {
     int s = stranger_dial(handle);
     int mfd = memfd_create("stranger", MFD_CLOEXEC | MFD_ALLOW_SEALING), efd = eventfd(0, 0);
-    ck_assert_int_eq(ftruncate(mfd, RING_DATA_AT + STRANGER_RING), 0);
+    ck_assert_int_eq(ftruncate(mfd, STRANGER_BYTES), 0);
     ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-    *ring = mmap(NULL, RING_DATA_AT + STRANGER_RING, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    *ring = mmap(NULL, STRANGER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     ck_assert(*ring != MAP_FAILED);
     uint8_t hello[CL_HELLO_BYTES] = {1};
     fd_msg m;
@@ -744,11 +791,50 @@ START_TEST(shm_a_ring_that_lies_fails_the_link_not_the_rank)
                      COLL_OK);
     ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPROTO);
     free(buf);
-    munmap(ring, RING_DATA_AT + STRANGER_RING);
-    munmap(theirs, RING_DATA_AT + STRANGER_RING);
+    munmap(ring, STRANGER_BYTES);
+    munmap(theirs, STRANGER_BYTES);
     close(s);
     close(keep);
     pair_close(&p);
+}
+END_TEST
+
+/* shm: a message stamped in the small ring (the ring's key XOR its header's position:
+ * this stranger's key is 0) that claims more than that ring holds fails the link with
+ * COLL_EPROTO, taken by recv_now or by a posted receive, instead of being read past the
+ * ring's end. */
+START_TEST(shm_a_small_ring_message_longer_than_the_ring_fails_the_link)
+{
+    for (int fast = 0; fast < 2; fast++) {
+        pair p;
+        char handle[CL_HANDLE_BYTES];
+        listen_alone(&p, handle, NULL);
+        uint64_t *ring;
+        int s = stranger_sender(handle, &ring);
+        uint8_t got[CL_HELLO_BYTES];
+        int rc = COLL_INPROGRESS;
+        for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
+            rc = p.tr->accept(p.l, got, &p.recv);
+        ck_assert_int_eq(rc, COLL_OK);
+        uint64_t *small = ring + (RING_DATA_AT + STRANGER_RING) / 8;
+        cl_msg_hdr big = {.magic = CL_MSG_MAGIC, .len = SMALL_RING};
+        memcpy(small + 1, &big, sizeof(big));
+        __atomic_store_n(&small[0], (uint64_t)8, __ATOMIC_RELEASE); /* the stamp */
+        char *buf = malloc(2 * SMALL_RING);
+        cl_msg_hdr h;
+        size_t n;
+        cl_tr_req *r;
+        if (fast) {
+            ck_assert_int_eq(recv_now_within(&p, &h, buf, 2 * SMALL_RING, &n), COLL_EPROTO);
+        } else {
+            ck_assert_int_eq(p.tr->irecv(p.recv, &h, buf, 2 * SMALL_RING, &r), COLL_OK);
+            ck_assert_int_eq(wait_req(&p, r, NULL), COLL_EPROTO);
+        }
+        free(buf);
+        munmap(ring, STRANGER_BYTES);
+        close(s);
+        pair_close(&p);
+    }
 }
 END_TEST
 
@@ -836,10 +922,12 @@ int main(int argc, char **argv)
     if (cl_transport_find(tname)->send_now) {
         tcase_add_test(t, the_fast_path_keeps_messages_whole_and_in_order);
         tcase_add_test(t, the_fast_path_fails_as_a_receive_would);
+        tcase_add_test(t, the_fast_path_keeps_order_in_bursts_and_either_receive);
     }
     if (strcmp(tname, "shm") == 0) {
         tcase_add_test(t, shm_refuses_an_unsealed_ring);
         tcase_add_test(t, shm_a_ring_that_lies_fails_the_link_not_the_rank);
+        tcase_add_test(t, shm_a_small_ring_message_longer_than_the_ring_fails_the_link);
     }
     if (strcmp(tname, "shm") == 0 || strcmp(tname, "tcp") == 0 ||
         strcmp(tname, "ibverbs-fake") == 0) {

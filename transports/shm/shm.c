@@ -36,6 +36,8 @@
 #define RING_MIN ((uint64_t)16 << 10)
 #define RING_MAX ((uint64_t)4 << 20)
 #define RING_DATA 256 /* where the data starts in the mapping */
+/* The small ring's bytes, after the main ring's data (see lanes, below). */
+#define SMALL ((uint64_t)4 << 10)
 
 /* Room for the descriptors a message carries, aligned for cmsghdr, zeroed by users. */
 typedef union {
@@ -51,22 +53,46 @@ typedef union {
 struct ring {
     _Alignas(64) _Atomic uint64_t head; /* bytes ever written, by the sender */
     _Alignas(64) _Atomic uint64_t tail; /* bytes ever consumed, by the receiver */
+    _Atomic uint64_t small_tail;        /* the same, of the small ring */
     _Alignas(64) _Atomic uint32_t tx_wake;
     _Alignas(64) _Atomic uint32_t rx_wake;
     uint64_t key; /* the sender's stamp key (below), written before the ring is handed over */
 };
 _Static_assert(sizeof(struct ring) <= RING_DATA, "ring header fits before the data");
 
+/* The mapping's bytes for a main ring of cap bytes: the shared page, then both rings. */
+static size_t ring_bytes(uint64_t cap)
+{
+    return (size_t)(RING_DATA + cap + SMALL);
+}
+
+/* A connection carries two rings in one mapping. The main ring (`cap` bytes, a head
+ * and stamps) takes any message, in pieces if need be. The small ring (SMALL bytes,
+ * stamps only) takes whole messages of the fast path while the receiver keeps up: its
+ * lines come round every few messages and stay in both cores' first-level caches, so
+ * the sender's write only invalidates the receiver's copy. A raw ping-pong of 256-byte
+ * messages here took 150 ns through a ring of 16 KiB or more and 100 ns through one of 4
+ * KiB. The sender writes the small ring only while the main ring holds nothing unread,
+ * so whatever is unread in the small ring was sent before whatever is unread in the main
+ * ring: the receiver takes the small ring's first, having looked at the main ring first
+ * (a small message sent before what it found there is then seen too). The main ring
+ * stays for everything else: a full small ring never holds a sender back. */
+typedef struct lane {
+    char *data;
+    uint64_t cap;            /* data bytes: kept here, never read from the shared page */
+    uint64_t pos;            /* our own count (sender: written, receiver: consumed) */
+    uint64_t seen;           /* sender: the receiver's count when last read and found sane */
+    _Atomic uint64_t *tail;  /* the receiver's count on the shared page */
+} lane;
+
 struct cl_tr_conn {
     cl_tr_ctx *ctx;
     struct cl_tr_conn *next_all, *next_ready;
     int is_recv, sock, peer_efd;
     struct ring *ring;
-    char *data;
-    uint64_t cap;       /* the ring's data bytes: kept here, never read from the shared page */
-    uint64_t pos;       /* our own counter (sender: head, receiver: tail), kept here too */
-    uint64_t tail_seen; /* sender: the receiver's tail when last read and found sane */
-    uint64_t key;       /* the ring's stamp key, kept here */
+    lane big, small;
+    unsigned small_wait; /* sender: fast-path sends before the main ring's tail is read again */
+    uint64_t key;        /* the ring's stamp key, kept here */
     cl_reqq q;          /* pending sends or receives, in order */
     int dead;           /* status that fails every request from now on */
     int peer_gone;      /* EOF on the lifeline: deliver what is in the ring, then fail */
@@ -148,9 +174,9 @@ static uint64_t lead(uint64_t pos)
     return ((SHM_ALIGN - (pos & (SHM_ALIGN - 1))) & (SHM_ALIGN - 1)) + STAMP;
 }
 
-static _Atomic uint64_t *stamp_at(cl_tr_conn *c, uint64_t header_pos)
+static _Atomic uint64_t *stamp_at(const lane *l, uint64_t header_pos)
 {
-    return (_Atomic uint64_t *)(void *)(c->data + ((header_pos - STAMP) & (c->cap - 1)));
+    return (_Atomic uint64_t *)(void *)(l->data + ((header_pos - STAMP) & (l->cap - 1)));
 }
 
 /* The stamp of the header at stream position header_pos; never 0 (the key's top bit). */
@@ -159,28 +185,28 @@ static uint64_t stamp_of(const cl_tr_conn *c, uint64_t header_pos)
     return c->key ^ header_pos;
 }
 
-/* Sender: stamps the message of `total` bytes (header and payload) that ends at c->pos,
+/* Sender: stamps the message of `total` bytes (header and payload) that ends at l->pos,
  * now all in the ring. Not one longer than the ring with its stamp: its own last bytes
  * may lie where the stamp goes. Its first bytes may have been read already: the slot is
  * then free, and this sender writes there next only a lap later. */
-static void stamp(cl_tr_conn *c, size_t total)
+static void stamp(const cl_tr_conn *c, const lane *l, size_t total)
 {
-    uint64_t at = c->pos - total;
-    if (STAMP + total <= c->cap)
-        atomic_store_explicit(stamp_at(c, at), stamp_of(c, at), memory_order_release);
+    uint64_t at = l->pos - total;
+    if (STAMP + total <= l->cap)
+        atomic_store_explicit(stamp_at(l, at), stamp_of(c, at), memory_order_release);
 }
 
-/* Copies n bytes between a buffer and the ring at stream position pos (wrapping). */
-static void ring_copy(cl_tr_conn *c, uint64_t pos, void *mem, size_t n, int into_ring)
+/* Copies n bytes between a buffer and a ring at stream position pos (wrapping). */
+static void ring_copy(const lane *l, uint64_t pos, void *mem, size_t n, int into_ring)
 {
-    uint64_t cap = c->cap, at = pos & (cap - 1);
+    uint64_t cap = l->cap, at = pos & (cap - 1);
     size_t first = (size_t)(cap - at < n ? cap - at : n);
     if (into_ring) {
-        memcpy(c->data + at, mem, first);
-        memcpy(c->data, (char *)mem + first, n - first);
+        memcpy(l->data + at, mem, first);
+        memcpy(l->data, (char *)mem + first, n - first);
     } else {
-        memcpy(mem, c->data + at, first);
-        memcpy((char *)mem + first, c->data, n - first);
+        memcpy(mem, l->data + at, first);
+        memcpy((char *)mem + first, l->data, n - first);
     }
 }
 
@@ -191,11 +217,11 @@ static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
 {
     const cl_tr_sink *s = r->sink;
     size_t off = r->moved - sizeof(cl_msg_hdr);
-    uint64_t cap = c->cap, at = pos & (cap - 1);
+    uint64_t cap = c->big.cap, at = pos & (cap - 1);
     size_t first = (size_t)(cap - at < n ? cap - at : n);
-    s->take(s->arg, off, c->data + at, first);
+    s->take(s->arg, off, c->big.data + at, first);
     if (first < n)
-        s->take(s->arg, off + first, c->data, n - first);
+        s->take(s->arg, off + first, c->big.data, n - first);
 }
 
 /* The kernels behind a sink load whole typed elements: a payload the stream left off
@@ -203,7 +229,7 @@ static void ring_take(cl_tr_conn *c, uint64_t pos, cl_tr_req *r, size_t n)
 static int sink_fits(const cl_tr_conn *c, const cl_tr_req *r, uint64_t payload_pos)
 {
     size_t a = r->sink->align;
-    return a && (a & (a - 1)) == 0 && c->cap % a == 0 && payload_pos % a == 0;
+    return a && (a & (a - 1)) == 0 && c->big.cap % a == 0 && payload_pos % a == 0;
 }
 
 /* The peer's counter on the shared page said what no peer could (more in the ring than
@@ -216,14 +242,14 @@ static int lied(cl_tr_conn *c)
     return -1;
 }
 
-/* Sender: the room to write, from the receiver's tail re-read; -1 when it lied. */
-static int sender_room(cl_tr_conn *c, uint64_t *room)
+/* Sender: the room to write in l, from the receiver's count re-read; -1 when it lied. */
+static int lane_room(cl_tr_conn *c, lane *l, uint64_t *room)
 {
-    uint64_t tail = atomic_load_explicit(&c->ring->tail, memory_order_acquire);
-    if (c->pos - tail > c->cap)
+    uint64_t tail = atomic_load_explicit(l->tail, memory_order_acquire);
+    if (l->pos - tail > l->cap)
         return lied(c);
-    c->tail_seen = tail;
-    *room = c->cap - (c->pos - tail);
+    l->seen = tail;
+    *room = l->cap - (l->pos - tail);
     return 0;
 }
 
@@ -232,9 +258,9 @@ static int sender_room(cl_tr_conn *c, uint64_t *room)
 static int receiver_avail(cl_tr_conn *c, uint64_t *avail)
 {
     uint64_t head = atomic_load_explicit(&c->ring->head, memory_order_acquire);
-    if (head - c->pos > c->cap && c->pos - head > c->cap)
+    if (head - c->big.pos > c->big.cap && c->big.pos - head > c->big.cap)
         return lied(c);
-    *avail = head - c->pos > c->cap ? 0 : head - c->pos;
+    *avail = head - c->big.pos > c->big.cap ? 0 : head - c->big.pos;
     return 0;
 }
 
@@ -244,11 +270,11 @@ static size_t pump_send(cl_tr_conn *c)
     size_t moved = 0;
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t skip = r->moved ? 0 : lead(c->pos), head = c->pos + skip;
+        uint64_t skip = r->moved ? 0 : lead(c->big.pos), head = c->big.pos + skip;
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         /* The tail's line is the receiver's: read it only when the room known is short. */
-        uint64_t room = c->cap - (c->pos - c->tail_seen);
-        if (room < skip + n && sender_room(c, &room) != 0)
+        uint64_t room = c->big.cap - (c->big.pos - c->big.seen);
+        if (room < skip + n && lane_room(c, &c->big, &room) != 0)
             break;
         if (room <= skip)
             break;
@@ -259,15 +285,15 @@ static size_t pump_send(cl_tr_conn *c)
         size_t h = sizeof(cl_msg_hdr), done = 0;
         if (r->moved < h) {
             done = n < h - r->moved ? n : h - r->moved;
-            ring_copy(c, head, (char *)&r->hdr_out + r->moved, done, 1);
+            ring_copy(&c->big, head, (char *)&r->hdr_out + r->moved, done, 1);
         }
         if (n > done)
-            ring_copy(c, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
+            ring_copy(&c->big, head + done, (char *)r->buf + (r->moved + done - h), n - done, 1);
         r->moved += n;
-        c->pos = head + n;
+        c->big.pos = head + n;
         if (r->moved == total)
-            stamp(c, total);
-        atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
+            stamp(c, &c->big, total);
+        atomic_store_explicit(&c->ring->head, c->big.pos, memory_order_release);
         moved += n;
         if (r->moved < total)
             break;
@@ -294,16 +320,61 @@ static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
     return 1;
 }
 
-/* Receives: fills posted receives from the ring. Returns the bytes moved. */
+/* Whether l's next message is stamped there whole; its header's position in *at. */
+static int stamped(const cl_tr_conn *c, const lane *l, uint64_t *at)
+{
+    uint64_t pos = __atomic_load_n(&l->pos, __ATOMIC_RELAXED);
+    *at = pos + lead(pos);
+    return atomic_load_explicit(stamp_at(l, *at), memory_order_acquire) == stamp_of(c, *at);
+}
+
+/* Takes the small ring's stamped message at `at` whose header is in *hdr: its payload
+ * into buf (cap bytes). 0, the connection failed, if it does not fit either. */
+static int take_small(cl_tr_conn *c, uint64_t at, cl_msg_hdr *hdr, void *buf, size_t cap)
+{
+    lane *l = &c->small;
+    const size_t h = sizeof(*hdr);
+    if (!header_ok(c, hdr, cap))
+        return 0;
+    if (STAMP + h + hdr->len > l->cap) { /* no sender writes that: it would overlap itself */
+        fail_all(c, COLL_EPROTO);
+        return 0;
+    }
+    if (hdr->len) /* an empty message may come with no buffer at all */
+        ring_copy(l, at + h, buf, hdr->len, 0);
+    l->pos = at + h + hdr->len;
+    atomic_store_explicit(l->tail, l->pos, memory_order_release);
+    return 1;
+}
+
+/* The general path's receive r, not begun, takes the small ring's next message if there
+ * is one (the main ring was looked at first). 1 when it did or the connection failed. */
+static int small_into(cl_tr_conn *c, cl_tr_req *r, size_t *moved)
+{
+    uint64_t at;
+    if (!stamped(c, &c->small, &at))
+        return 0;
+    ring_copy(&c->small, at, r->hdr_in, sizeof(*r->hdr_in), 0);
+    if (!take_small(c, at, r->hdr_in, r->buf, r->len))
+        return 1;
+    r->len = r->hdr_in->len;
+    *moved += sizeof(*r->hdr_in) + r->len;
+    cl_reqq_finish_head(&c->q, COLL_OK);
+    return 1;
+}
+
+/* Receives: fills posted receives from the rings. Returns the bytes moved. */
 static size_t pump_recv(cl_tr_conn *c)
 {
     size_t moved = 0;
     const size_t h = sizeof(cl_msg_hdr);
     while (c->q.head && !c->dead) {
         cl_tr_req *r = c->q.head;
-        uint64_t skip = r->moved ? 0 : lead(c->pos), tail = c->pos + skip, avail;
+        uint64_t skip = r->moved ? 0 : lead(c->big.pos), tail = c->big.pos + skip, avail;
         if (receiver_avail(c, &avail) != 0)
             break;
+        if (!r->moved && small_into(c, r, &moved))
+            continue;
         avail = avail > skip ? avail - skip : 0;
         size_t want = r->moved < h ? h - r->moved : h + r->hdr_in->len - r->moved;
         size_t n = want < avail ? want : (size_t)avail;
@@ -312,14 +383,14 @@ static size_t pump_recv(cl_tr_conn *c)
         if (n == 0)
             break;
         if (r->moved < h)
-            ring_copy(c, tail, (char *)r->hdr_in + r->moved, n, 0);
+            ring_copy(&c->big, tail, (char *)r->hdr_in + r->moved, n, 0);
         else if (r->sinking)
             ring_take(c, tail, r, n);
         else
-            ring_copy(c, tail, (char *)r->buf + (r->moved - h), n, 0);
+            ring_copy(&c->big, tail, (char *)r->buf + (r->moved - h), n, 0);
         r->moved += n;
-        c->pos = tail + n;
-        atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
+        c->big.pos = tail + n;
+        atomic_store_explicit(&c->ring->tail, c->big.pos, memory_order_release);
         moved += n;
         if (r->moved == h && !header_ok(c, r->hdr_in, r->len))
             break;
@@ -330,9 +401,10 @@ static size_t pump_recv(cl_tr_conn *c)
         r->len = r->hdr_in->len;
         cl_reqq_finish_head(&c->q, COLL_OK);
     }
-    /* The sender is gone and the ring holds no more for the waiting receive. */
-    uint64_t avail;
-    if (c->peer_gone && c->q.head && !c->dead && receiver_avail(c, &avail) == 0 && avail == 0)
+    /* The sender is gone and the rings hold no more for the waiting receive. */
+    uint64_t avail, at;
+    if (c->peer_gone && c->q.head && !c->dead && receiver_avail(c, &avail) == 0 && avail == 0 &&
+        !stamped(c, &c->small, &at))
         fail_all(c, COLL_EPEER);
     return moved;
 }
@@ -428,7 +500,7 @@ static void shm_ctx_destroy(cl_tr_ctx *ctx)
         if (c->peer_efd >= 0)
             close(c->peer_efd);
         if (c->ring)
-            munmap(c->ring, RING_DATA + c->cap);
+            munmap(c->ring, ring_bytes(c->big.cap));
         free(c);
         c = n;
     }
@@ -521,20 +593,20 @@ static int map_ring(cl_tr_conn *c, int memfd, uint64_t cap)
 {
     int create = cap != 0;
     struct stat st;
-    if (create && (ftruncate(memfd, (off_t)(RING_DATA + cap)) != 0 ||
+    if (create && (ftruncate(memfd, (off_t)ring_bytes(cap)) != 0 ||
                    fcntl(memfd, F_ADD_SEALS, RING_SEALS | F_SEAL_SEAL) != 0))
         return -1;
     if (!create) {
         int seals = fcntl(memfd, F_GET_SEALS);
         if (seals < 0 || (seals & RING_SEALS) != RING_SEALS)
             return -1; /* it could shrink under us */
-        if (fstat(memfd, &st) != 0 || st.st_size < (off_t)(RING_DATA + RING_MIN))
+        if (fstat(memfd, &st) != 0 || st.st_size < (off_t)ring_bytes(RING_MIN))
             return -1; /* not a ring of ours */
-        cap = (uint64_t)st.st_size - RING_DATA;
+        cap = (uint64_t)st.st_size - ring_bytes(0);
         if (cap > RING_MAX || (cap & (cap - 1)) != 0)
             return -1;
     }
-    size_t bytes = (size_t)(RING_DATA + cap);
+    size_t bytes = ring_bytes(cap);
     /* Populated now: no page faults on the data path later (each costs microseconds),
      * and the memory a connection holds is all there from the start. */
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
@@ -542,8 +614,8 @@ static int map_ring(cl_tr_conn *c, int memfd, uint64_t cap)
         return -1;
     touch_pages(p, bytes, create);
     c->ring = p;
-    c->data = (char *)p + RING_DATA;
-    c->cap = cap;
+    c->big = (lane){.data = (char *)p + RING_DATA, .cap = cap, .tail = &c->ring->tail};
+    c->small = (lane){.data = c->big.data + cap, .cap = SMALL, .tail = &c->ring->small_tail};
     if (create)
         c->ring->key = new_key();
     c->key = c->ring->key; /* the receiver's: whatever the sender wrote, read once */
@@ -648,7 +720,7 @@ static int take_hello(void *arg, cl_pending *p)
         if (fds[1] >= 0)
             close(fds[1]);
         if (c && c->ring)
-            munmap(c->ring, RING_DATA + c->cap);
+            munmap(c->ring, ring_bytes(c->big.cap));
         free(c);
         cl_log(COLL_LOG_WARN, "shm: dropped a connection to %s without a valid hello", l->name);
         return -1;
@@ -711,7 +783,7 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         close(memfd);
     if (!ok) {
         if (c && c->ring)
-            munmap(c->ring, RING_DATA + c->cap);
+            munmap(c->ring, ring_bytes(c->big.cap));
         free(c);
         close(s);
         return COLL_EPEER;
@@ -771,25 +843,51 @@ static int now_ok(cl_tr_conn *c)
     return rc;
 }
 
-/* A whole message into room known to be there, published with one head store (the fast
- * path's sends and the farewell). */
-static void put_whole(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
+/* A whole message into l, room known to be there, published with its stamp and, in the
+ * main ring, one head store (the fast path's sends and the farewell). */
+static void put_whole(cl_tr_conn *c, lane *l, const cl_msg_hdr *hdr, const void *buf)
 {
     /* The stamp's line is the one the receiver polls: written last and at once (one
      * transfer of the line away from the poller), its stamp after everything else. */
     size_t h = sizeof(*hdr), in_line = SHM_ALIGN - STAMP - h;
     size_t first = hdr->len < in_line ? hdr->len : in_line;
-    c->pos += lead(c->pos);
+    l->pos += lead(l->pos);
     if (hdr->len > first)
-        ring_copy(c, c->pos + h + first, (char *)buf + first, hdr->len - first, 1);
-    char *at = c->data + (c->pos & (c->cap - 1)); /* the header never wraps */
+        ring_copy(l, l->pos + h + first, (char *)buf + first, hdr->len - first, 1);
+    char *at = l->data + (l->pos & (l->cap - 1)); /* the header never wraps */
     memcpy(at, hdr, h);
     if (first) /* an empty message may come with no buffer at all */
         memcpy(at + h, buf, first);
-    c->pos += h + hdr->len;
-    stamp(c, h + hdr->len);
-    atomic_store_explicit(&c->ring->head, c->pos, memory_order_release);
+    l->pos += h + hdr->len;
+    stamp(c, l, h + hdr->len);
+    if (l == &c->big)
+        atomic_store_explicit(&c->ring->head, l->pos, memory_order_release);
     ring_peer(c);
+}
+
+/* Whether the small ring takes a message of `total` bytes (header and payload): room for
+ * it, and nothing unread in the main ring. While the receiver lags there, its tail is
+ * read again only every 16th send: each read takes the line from the receiver. */
+static int small_takes(cl_tr_conn *c, size_t total)
+{
+    lane *l = &c->small;
+    uint64_t n = lead(l->pos) + total, room = l->cap - (l->pos - l->seen);
+    if (n > l->cap)
+        return 0;
+    if (c->big.pos != c->big.seen) {
+        if (c->small_wait) {
+            c->small_wait--;
+            return 0;
+        }
+        if (lane_room(c, &c->big, &room) != 0)
+            return 0;
+        if (c->big.pos != c->big.seen) {
+            c->small_wait = 15;
+            return 0;
+        }
+        room = l->cap - (l->pos - l->seen);
+    }
+    return room >= n || (lane_room(c, l, &room) == 0 && room >= n);
 }
 
 static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
@@ -797,14 +895,17 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
     int rc = now_ok(c);
     if (rc != COLL_OK)
         return rc;
-    size_t h = sizeof(*hdr), n = lead(c->pos) + h + hdr->len;
-    uint64_t room = c->cap - (c->pos - c->tail_seen);
-    if (room < n && sender_room(c, &room) != 0)
+    size_t h = sizeof(*hdr), n = lead(c->big.pos) + h + hdr->len;
+    uint64_t room = c->big.cap - (c->big.pos - c->big.seen);
+    lane *l = small_takes(c, h + hdr->len) ? &c->small : &c->big;
+    if (c->dead)
         rc = c->dead;
-    else if (room < n)
+    else if (l == &c->big && room < n && lane_room(c, l, &room) != 0)
+        rc = c->dead;
+    else if (l == &c->big && room < n)
         rc = COLL_INPROGRESS;
     if (rc == COLL_OK)
-        put_whole(c, hdr, buf);
+        put_whole(c, l, hdr, buf);
     pthread_mutex_unlock(&c->ctx->pg.mu);
     return rc;
 }
@@ -818,23 +919,50 @@ static int not_whole(cl_tr_conn *c)
     return COLL_EPEER;
 }
 
-/* Whether the next message is stamped there whole; its header's position in *at. */
-static int stamped(cl_tr_conn *c, uint64_t *at)
-{
-    uint64_t pos = __atomic_load_n(&c->pos, __ATOMIC_RELAXED);
-    *at = pos + lead(pos);
-    return atomic_load_explicit(stamp_at(c, *at), memory_order_acquire) == stamp_of(c, *at);
-}
-
-/* Whether a poll may find something whole (a stamp, the peer gone, a failure), by a load
- * of the line that stays in this core's cache until the sender writes it, so that a poll
- * that finds nothing takes no lock. Not the head: its line read at every poll costs the
- * sender one more transfer per message. (pos changes only under the mutex, and a stale
- * read only sends this poll on to the locked check.) */
+/* Whether a poll may find something whole (a stamp in either ring, the peer gone, a
+ * failure), by loads of lines that stay in this core's cache until the sender writes
+ * them, so that a poll that finds nothing takes no lock. Not the head: its line read at
+ * every poll costs the sender one more transfer per message. (pos changes only under
+ * the mutex, and a stale read only sends this poll on to the locked check.) */
 static int news(cl_tr_conn *c)
 {
     uint64_t at;
-    return !c->ring || stamped(c, &at) || c->peer_gone || c->dead;
+    return !c->ring || stamped(c, &c->big, &at) || stamped(c, &c->small, &at) || c->peer_gone ||
+           c->dead;
+}
+
+/* The fast path's receive, under the mutex: the small ring's next message if there is
+ * one once the main ring was looked at, else the main ring's if it is whole. */
+static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    const size_t h = sizeof(*hdr);
+    /* Stamped: whole, as far as the ring can hold it (a larger claim is left to the head). */
+    uint64_t at, small_at, avail = c->big.cap;
+    int whole = stamped(c, &c->big, &at);
+    if (!whole && receiver_avail(c, &avail) != 0)
+        return c->dead;
+    if (stamped(c, &c->small, &small_at)) {
+        ring_copy(&c->small, small_at, hdr, h, 0);
+        if (!take_small(c, small_at, hdr, buf, cap))
+            return c->dead;
+        *nbytes = hdr->len;
+        return COLL_OK;
+    }
+    uint64_t skip = at - c->big.pos;
+    if (avail < skip + h)
+        return not_whole(c);
+    avail -= skip;
+    ring_copy(&c->big, at, hdr, h, 0);
+    if (!header_ok(c, hdr, cap))
+        return c->dead;
+    if (avail < h + hdr->len)
+        return not_whole(c);
+    if (hdr->len)
+        ring_copy(&c->big, at + h, buf, hdr->len, 0);
+    c->big.pos = at + h + hdr->len;
+    *nbytes = hdr->len;
+    atomic_store_explicit(&c->ring->tail, c->big.pos, memory_order_release);
+    return COLL_OK;
 }
 
 static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
@@ -844,28 +972,9 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
     int rc = now_ok(c);
     if (rc != COLL_OK)
         return rc;
-    size_t h = sizeof(*hdr);
-    /* Stamped: whole, as far as the ring can hold it (a larger claim is left to the head). */
-    uint64_t at;
-    int whole = stamped(c, &at);
-    uint64_t avail = c->cap, skip = at - c->pos;
-    if (!whole && receiver_avail(c, &avail) != 0)
-        rc = c->dead;
-    else if (avail < skip + h)
-        rc = not_whole(c);
-    if (rc == COLL_OK) {
-        avail -= skip;
-        ring_copy(c, at, hdr, h, 0);
-        rc = !header_ok(c, hdr, cap) ? c->dead : avail < h + hdr->len ? not_whole(c) : COLL_OK;
-    }
-    if (rc == COLL_OK) {
-        if (hdr->len)
-            ring_copy(c, at + h, buf, hdr->len, 0);
-        c->pos = at + h + hdr->len;
-        *nbytes = hdr->len;
-        atomic_store_explicit(&c->ring->tail, c->pos, memory_order_release);
+    rc = take_now(c, hdr, buf, cap, nbytes);
+    if (rc == COLL_OK)
         ring_peer(c);
-    }
     pthread_mutex_unlock(&c->ctx->pg.mu);
     return rc;
 }
@@ -882,10 +991,10 @@ static void shm_close_conn(cl_tr_conn *c)
 static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
     uint64_t room;
-    if (c->is_recv || c->dead || c->q.head || !c->ring || sender_room(c, &room) != 0 ||
-        room < lead(c->pos) + sizeof(*h))
+    if (c->is_recv || c->dead || c->q.head || !c->ring || lane_room(c, &c->big, &room) != 0 ||
+        room < lead(c->big.pos) + sizeof(*h))
         return;
-    put_whole(c, h, NULL); /* header only: its len is 0 */
+    put_whole(c, &c->big, h, NULL); /* header only: its len is 0 */
 }
 
 static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
