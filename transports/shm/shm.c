@@ -896,8 +896,8 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
     if (rc != COLL_OK)
         return rc;
     size_t h = sizeof(*hdr), n = lead(c->big.pos) + h + hdr->len;
-    uint64_t room = c->big.cap - (c->big.pos - c->big.seen);
     lane *l = small_takes(c, h + hdr->len) ? &c->small : &c->big;
+    uint64_t room = c->big.cap - (c->big.pos - c->big.seen);
     if (c->dead)
         rc = c->dead;
     else if (l == &c->big && room < n && lane_room(c, l, &room) != 0)
