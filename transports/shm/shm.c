@@ -946,7 +946,7 @@ static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
         if (!take_small(c, small_at, hdr, buf, cap))
             return c->dead;
         *nbytes = hdr->len;
-        return COLL_OK;
+        return COLL_OK; /* no ring_peer: no sender waits for the small ring's room */
     }
     uint64_t skip = at - c->big.pos;
     if (avail < skip + h)
@@ -962,6 +962,7 @@ static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
     c->big.pos = at + h + hdr->len;
     *nbytes = hdr->len;
     atomic_store_explicit(&c->ring->tail, c->big.pos, memory_order_release);
+    ring_peer(c);
     return COLL_OK;
 }
 
@@ -973,8 +974,6 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
     if (rc != COLL_OK)
         return rc;
     rc = take_now(c, hdr, buf, cap, nbytes);
-    if (rc == COLL_OK)
-        ring_peer(c);
     pthread_mutex_unlock(&c->ctx->pg.mu);
     return rc;
 }
