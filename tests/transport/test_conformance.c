@@ -730,6 +730,21 @@ static int stranger_sender(const char *handle, uint64_t **ring)
     return s;
 }
 
+/* A listener of p's that took a stranger's sealed hello (stranger_sender): p.recv reads
+ * the ring the stranger keeps mapped (*ring). Returns the stranger's socket. */
+static int stranger_accepted(pair *p, uint64_t **ring)
+{
+    char handle[CL_HANDLE_BYTES];
+    listen_alone(p, handle, NULL);
+    int s = stranger_sender(handle, ring);
+    uint8_t got[CL_HELLO_BYTES];
+    int rc = COLL_INPROGRESS;
+    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
+        rc = p->tr->accept(p->l, got, &p->recv);
+    ck_assert_int_eq(rc, COLL_OK);
+    return s;
+}
+
 /* A stranger listening where ctx a dials: it maps the ring a sends with (*ring). */
 static cl_tr_conn *stranger_receiver(pair *p, uint64_t **ring, int *keep)
 {
@@ -763,15 +778,8 @@ static cl_tr_conn *stranger_receiver(pair *p, uint64_t **ring, int *keep)
 START_TEST(shm_a_ring_that_lies_fails_the_link_not_the_rank)
 {
     pair p;
-    char handle[CL_HANDLE_BYTES];
-    listen_alone(&p, handle, NULL);
     uint64_t *ring;
-    int s = stranger_sender(handle, &ring);
-    uint8_t got[CL_HELLO_BYTES];
-    int rc = COLL_INPROGRESS;
-    for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
-        rc = p.tr->accept(p.l, got, &p.recv);
-    ck_assert_int_eq(rc, COLL_OK);
+    int s = stranger_accepted(&p, &ring);
     size_t big = 8 << 20;
     cl_msg_hdr lie = {.magic = CL_MSG_MAGIC, .len = (uint32_t)big};
     memcpy((char *)ring + RING_DATA_AT, &lie, sizeof(lie));
@@ -807,15 +815,8 @@ START_TEST(shm_a_small_ring_message_longer_than_the_ring_fails_the_link)
 {
     for (int fast = 0; fast < 2; fast++) {
         pair p;
-        char handle[CL_HANDLE_BYTES];
-        listen_alone(&p, handle, NULL);
         uint64_t *ring;
-        int s = stranger_sender(handle, &ring);
-        uint8_t got[CL_HELLO_BYTES];
-        int rc = COLL_INPROGRESS;
-        for (int64_t until = cl_now_ms() + 5000; rc == COLL_INPROGRESS && cl_now_ms() < until;)
-            rc = p.tr->accept(p.l, got, &p.recv);
-        ck_assert_int_eq(rc, COLL_OK);
+        int s = stranger_accepted(&p, &ring);
         uint64_t *small = ring + (RING_DATA_AT + STRANGER_RING) / 8;
         cl_msg_hdr big = {.magic = CL_MSG_MAGIC, .len = SMALL_RING};
         memcpy(small + 1, &big, sizeof(big));
