@@ -931,23 +931,36 @@ static int news(cl_tr_conn *c)
            c->dead;
 }
 
+/* The fast path's receive from the small ring, if its next message is there. */
+static int small_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    uint64_t at;
+    if (!stamped(c, &c->small, &at))
+        return COLL_INPROGRESS;
+    ring_copy(&c->small, at, hdr, sizeof(*hdr), 0);
+    if (!take_small(c, at, hdr, buf, cap))
+        return c->dead;
+    *nbytes = hdr->len;
+    return COLL_OK; /* no ring_peer: no sender waits for the small ring's room */
+}
+
 /* The fast path's receive, under the mutex: the small ring's next message if there is
- * one once the main ring was looked at, else the main ring's if it is whole. */
+ * one, else the main ring's if it is whole. Whatever is unread in the small ring was sent
+ * first; the small ring is looked at again once the main ring was, so that a small
+ * message sent before what the main ring showed is seen. */
 static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
 {
     const size_t h = sizeof(*hdr);
+    int rc = small_now(c, hdr, buf, cap, nbytes);
+    if (rc != COLL_INPROGRESS)
+        return rc;
     /* Stamped: whole, as far as the ring can hold it (a larger claim is left to the head). */
-    uint64_t at, small_at, avail = c->big.cap;
+    uint64_t at, avail = c->big.cap;
     int whole = stamped(c, &c->big, &at);
     if (!whole && receiver_avail(c, &avail) != 0)
         return c->dead;
-    if (stamped(c, &c->small, &small_at)) {
-        ring_copy(&c->small, small_at, hdr, h, 0);
-        if (!take_small(c, small_at, hdr, buf, cap))
-            return c->dead;
-        *nbytes = hdr->len;
-        return COLL_OK; /* no ring_peer: no sender waits for the small ring's room */
-    }
+    if ((rc = small_now(c, hdr, buf, cap, nbytes)) != COLL_INPROGRESS)
+        return rc;
     uint64_t skip = at - c->big.pos;
     if (avail < skip + h)
         return not_whole(c);
