@@ -74,15 +74,16 @@ static size_t ring_bytes(uint64_t cap)
  * messages here took 150 ns through a ring of 16 KiB or more and 100 ns through one of 4
  * KiB. The sender writes the small ring only while the main ring holds nothing unread,
  * so whatever is unread in the small ring was sent before whatever is unread in the main
- * ring: the receiver takes the small ring's first, having looked at the main ring first
- * (a small message sent before what it found there is then seen too). The main ring
+ * ring: the receiver takes the small ring's first, and looks at it again after the main
+ * ring and before it takes from there (a small message sent before what it found there
+ * is then seen). The main ring
  * stays for everything else: a full small ring never holds a sender back. */
 typedef struct lane {
     char *data;
-    uint64_t cap;            /* data bytes: kept here, never read from the shared page */
-    uint64_t pos;            /* our own count (sender: written, receiver: consumed) */
-    uint64_t seen;           /* sender: the receiver's count when last read and found sane */
-    _Atomic uint64_t *tail;  /* the receiver's count on the shared page */
+    uint64_t cap;           /* data bytes: kept here, never read from the shared page */
+    uint64_t pos;           /* our own count (sender: written, receiver: consumed) */
+    uint64_t seen;          /* sender: the receiver's count when last read and found sane */
+    _Atomic uint64_t *tail; /* the receiver's count on the shared page */
 } lane;
 
 struct cl_tr_conn {
@@ -93,9 +94,9 @@ struct cl_tr_conn {
     lane big, small;
     unsigned small_wait; /* sender: fast-path sends before the main ring's tail is read again */
     uint64_t key;        /* the ring's stamp key, kept here */
-    cl_reqq q;          /* pending sends or receives, in order */
-    int dead;           /* status that fails every request from now on */
-    int peer_gone;      /* EOF on the lifeline: deliver what is in the ring, then fail */
+    cl_reqq q;           /* pending sends or receives, in order */
+    int dead;            /* status that fails every request from now on */
+    int peer_gone;       /* EOF on the lifeline: deliver what is in the ring, then fail */
     uint8_t hello[CL_HELLO_BYTES];
     char name[CL_HANDLE_BYTES + 16];
 };
@@ -328,38 +329,49 @@ static int stamped(const cl_tr_conn *c, const lane *l, uint64_t *at)
     return atomic_load_explicit(stamp_at(l, *at), memory_order_acquire) == stamp_of(c, *at);
 }
 
-/* Takes the small ring's stamped message at `at` whose header is in *hdr: its payload
- * into buf (cap bytes). 0, the connection failed, if it does not fit either. */
-static int take_small(cl_tr_conn *c, uint64_t at, cl_msg_hdr *hdr, void *buf, size_t cap)
+/* A whole message's payload (its header, at stream position `at`, is in *hdr) into buf;
+ * the receiver's count moves past it. */
+static void take_payload(lane *l, uint64_t at, const cl_msg_hdr *hdr, void *buf)
 {
-    lane *l = &c->small;
-    const size_t h = sizeof(*hdr);
-    if (!header_ok(c, hdr, cap))
-        return 0;
-    if (STAMP + h + hdr->len > l->cap) { /* no sender writes that: it would overlap itself */
-        fail_all(c, COLL_EPROTO);
-        return 0;
-    }
     if (hdr->len) /* an empty message may come with no buffer at all */
-        ring_copy(l, at + h, buf, hdr->len, 0);
-    l->pos = at + h + hdr->len;
+        ring_copy(l, at + sizeof(*hdr), buf, hdr->len, 0);
+    l->pos = at + sizeof(*hdr) + hdr->len;
     atomic_store_explicit(l->tail, l->pos, memory_order_release);
-    return 1;
+}
+
+/* A receive from the small ring, if its next message is there (COLL_INPROGRESS if not):
+ * its payload into buf (cap bytes). A message longer than the ring fails the link. */
+static int small_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
+{
+    uint64_t at;
+    if (!stamped(c, &c->small, &at))
+        return COLL_INPROGRESS;
+    ring_copy(&c->small, at, hdr, sizeof(*hdr), 0);
+    if (!header_ok(c, hdr, cap))
+        return c->dead;
+    /* No sender writes a message longer than the ring: it would overlap itself. */
+    if (STAMP + sizeof(*hdr) + hdr->len > c->small.cap) {
+        fail_all(c, COLL_EPROTO);
+        return c->dead;
+    }
+    take_payload(&c->small, at, hdr, buf);
+    *nbytes = hdr->len;
+    return COLL_OK; /* no ring_peer: no sender waits for the small ring's room */
 }
 
 /* The general path's receive r, not begun, takes the small ring's next message if there
  * is one (the main ring was looked at first). 1 when it did or the connection failed. */
 static int small_into(cl_tr_conn *c, cl_tr_req *r, size_t *moved)
 {
-    uint64_t at;
-    if (!stamped(c, &c->small, &at))
+    size_t n;
+    int rc = small_now(c, r->hdr_in, r->buf, r->len, &n);
+    if (rc == COLL_INPROGRESS)
         return 0;
-    ring_copy(&c->small, at, r->hdr_in, sizeof(*r->hdr_in), 0);
-    if (!take_small(c, at, r->hdr_in, r->buf, r->len))
-        return 1;
-    r->len = r->hdr_in->len;
-    *moved += sizeof(*r->hdr_in) + r->len;
-    cl_reqq_finish_head(&c->q, COLL_OK);
+    if (rc == COLL_OK) {
+        r->len = n;
+        *moved += sizeof(*r->hdr_in) + n;
+        cl_reqq_finish_head(&c->q, COLL_OK);
+    }
     return 1;
 }
 
@@ -875,17 +887,17 @@ static int small_takes(cl_tr_conn *c, size_t total)
     if (n > l->cap)
         return 0;
     if (c->big.pos != c->big.seen) {
+        uint64_t big_room;
         if (c->small_wait) {
             c->small_wait--;
             return 0;
         }
-        if (lane_room(c, &c->big, &room) != 0)
+        if (lane_room(c, &c->big, &big_room) != 0)
             return 0;
         if (c->big.pos != c->big.seen) {
             c->small_wait = 15;
             return 0;
         }
-        room = l->cap - (l->pos - l->seen);
     }
     return room >= n || (lane_room(c, l, &room) == 0 && room >= n);
 }
@@ -931,19 +943,6 @@ static int news(cl_tr_conn *c)
            c->dead;
 }
 
-/* The fast path's receive from the small ring, if its next message is there. */
-static int small_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes)
-{
-    uint64_t at;
-    if (!stamped(c, &c->small, &at))
-        return COLL_INPROGRESS;
-    ring_copy(&c->small, at, hdr, sizeof(*hdr), 0);
-    if (!take_small(c, at, hdr, buf, cap))
-        return c->dead;
-    *nbytes = hdr->len;
-    return COLL_OK; /* no ring_peer: no sender waits for the small ring's room */
-}
-
 /* The fast path's receive, under the mutex: the small ring's next message if there is
  * one, else the main ring's if it is whole. Whatever is unread in the small ring was sent
  * first; the small ring is looked at again once the main ring was, so that a small
@@ -970,11 +969,8 @@ static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
         return c->dead;
     if (avail < h + hdr->len)
         return not_whole(c);
-    if (hdr->len)
-        ring_copy(&c->big, at + h, buf, hdr->len, 0);
-    c->big.pos = at + h + hdr->len;
+    take_payload(&c->big, at, hdr, buf);
     *nbytes = hdr->len;
-    atomic_store_explicit(&c->ring->tail, c->big.pos, memory_order_release);
     ring_peer(c);
     return COLL_OK;
 }
