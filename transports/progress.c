@@ -17,7 +17,7 @@ static void *progress_main(void *arg)
     struct epoll_event ev[16];
     while (!atomic_load(&p->stop)) {
         int n = epoll_wait(p->epfd, ev, 16, 100);
-        pthread_mutex_lock(&p->mu);
+        cl_lock_take(&p->mu);
         for (int i = 0; i < n; i++) {
             uint64_t v;
             if (ev[i].data.ptr != NULL)
@@ -26,7 +26,7 @@ static void *progress_main(void *arg)
                 cl_log(COLL_LOG_DEBUG, "progress: eventfd: %s", strerror(errno));
         }
         p->on_round(p->arg);
-        pthread_mutex_unlock(&p->mu);
+        cl_lock_give(&p->mu);
     }
     return NULL;
 }
@@ -35,8 +35,8 @@ int cl_progress_start(cl_progress *p, void (*on_ready)(void *arg, void *tag),
                       void (*on_round)(void *arg), void *arg)
 {
     p->on_ready = on_ready, p->on_round = on_round, p->arg = arg;
+    atomic_init(&p->mu.v, 0);
     atomic_init(&p->stop, 0);
-    pthread_mutex_init(&p->mu, NULL);
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event e = { .events = EPOLLIN, .data.ptr = NULL };
@@ -68,7 +68,6 @@ void cl_progress_close(cl_progress *p)
     if (p->epfd >= 0)
         close(p->epfd);
     p->efd = p->epfd = -1;
-    pthread_mutex_destroy(&p->mu);
 }
 
 int cl_progress_watch(cl_progress *p, int fd, void *tag)

@@ -5,11 +5,13 @@
 #ifndef CL_PROGRESS_H
 #define CL_PROGRESS_H
 
+#include "base/lock.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 
 typedef struct cl_progress {
-    pthread_mutex_t mu; /* the context's mutex: held while the callbacks run */
+    cl_lock mu; /* the context's mutex: held while the callbacks run */
     int efd;            /* write 1 to wake the thread (shm hands it to peers) */
     int epfd;
     pthread_t thread;
@@ -24,7 +26,7 @@ int cl_progress_start(cl_progress *p, void (*on_ready)(void *arg, void *tag),
                       void (*on_round)(void *arg), void *arg);
 /* Stops and joins the thread (the mutex stays usable). */
 void cl_progress_stop(cl_progress *p);
-/* After stop: closes the descriptors and destroys the mutex. */
+/* After stop: closes the descriptors. */
 void cl_progress_close(cl_progress *p);
 /* Watches fd for input (and hang-up); tag goes to on_ready. tag must not be NULL. */
 int cl_progress_watch(cl_progress *p, int fd, void *tag);

@@ -88,14 +88,14 @@ int cl_req_test(cl_tr_req *r, int *done, size_t *nbytes)
         *nbytes = r->len;
     int status = r->status;
     cl_req_owner *o = r->owner;
-    pthread_mutex_lock(o->mu);
+    cl_lock_take(o->mu);
     if (r->live_prev)
         r->live_prev->live_next = r->live_next;
     else
         o->live = r->live_next;
     if (r->live_next)
         r->live_next->live_prev = r->live_prev;
-    pthread_mutex_unlock(o->mu);
+    cl_lock_give(o->mu);
     free(r);
     return status;
 }

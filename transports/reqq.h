@@ -5,12 +5,13 @@
 #ifndef CL_REQQ_H
 #define CL_REQQ_H
 
+#include "base/lock.h"
 #include "transports/transport.h"
 
 #include <stdatomic.h>
 
 typedef struct cl_req_owner {
-    pthread_mutex_t *mu;
+    cl_lock *mu;
     cl_notifier *notifier;
     cl_tr_req *live; /* every request not yet tested */
 } cl_req_owner;

@@ -43,7 +43,6 @@ static void free_all(coll_comm *c, int own_transport)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->link_mu);
-    pthread_mutex_destroy(&c->p2p_mu);
     free(c);
 }
 
@@ -141,7 +140,6 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->link_mu, NULL);
-    pthread_mutex_init(&c->p2p_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     cl_notifier_init(&c->notifier);
     c->note = &c->notifier;

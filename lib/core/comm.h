@@ -8,6 +8,7 @@
 #include "core/family.h"
 
 #include "algo/algo.h"
+#include "base/lock.h"
 #include "core/life.h"
 #include "rdzv/store.h"
 #include "transports/transport.h"
@@ -114,11 +115,12 @@ struct coll_comm {
     coll_req *qhead, *qtail;
     coll_req *out; /* requests handed to the caller and not yet collected */
     int stop;
-    int busy; /* a collective is running, on the engine thread or a caller's */
+    /* Collectives issued (from bit 2), one running on the engine's thread or a caller's
+     * (bit 0), any queued (bit 1): engine.c. */
+    _Atomic uint64_t gate;
     pthread_t engine;
-    uint32_t seq;         /* collectives issued */
     uint32_t *p2p_seq[2]; /* per peer: messages sent, messages received */
-    pthread_mutex_t p2p_mu;       /* posting order and the held list */
+    cl_lock p2p_mu;               /* posting order and the held list */
     coll_req *held, *held_tail;   /* p2p requests whose link is not open yet, in issue order */
     uint32_t splits;
 
@@ -200,6 +202,10 @@ int cl_comm_state(coll_comm *c);
 int cl_engine_start(coll_comm *c);
 void cl_engine_stop(coll_comm *c);
 void cl_engine_submit(coll_comm *c, coll_req *r);
+/* The collectives issued on c so far (the last one's sequence number). */
+uint32_t cl_engine_issued(const coll_comm *c);
+/* Whether no collective runs nor waits in the queue. */
+int cl_engine_idle(const coll_comm *c);
 /* A blocking collective: runs r on the calling thread when nothing is queued or running,
  * else queues it behind the others and waits. r is the caller's; returns its status. */
 int cl_engine_call(coll_comm *c, coll_req *r);

@@ -2,7 +2,7 @@
  * like a stream. Callers enqueue and return (non-blocking) or enqueue and wait; a
  * blocking call that finds nothing queued or running runs on its own thread instead, as
  * MPI does: two thread hand-offs (to the engine and back) cost more than a small
- * all-reduce itself. One collective runs at a time either way (`busy`), in issue order.
+ * all-reduce itself. One collective runs at a time either way (GATE_BUSY), in issue order.
  * It never runs point-to-point messages: those go to the transport directly so a
  * receive never queues behind a send. The members of a family that shares links
  * (family.h) run their collectives in their turns, in issue order across the family. */
@@ -64,17 +64,52 @@ int cl_run_collective(coll_comm *c, coll_req *r)
     return cl_widen_wanted(&r->op) ? cl_run_widened(c, r, run_one) : run_one(c, r);
 }
 
+/* The gate (comm.h): one word for the collectives issued, whether one runs and whether
+ * any is queued, so that a blocking call on an idle communicator claims it, and later
+ * lets it go, with one atomic operation each and no lock. The two lock pairs it took
+ * before cost a 2-rank 8-byte all-reduce 5-7% of its time here. The queue's writers hold
+ * c->mu too; QUEUED stays set while the queue holds anything, so a claim never jumps it. */
+enum { GATE_BUSY = 1, GATE_QUEUED = 2, GATE_ISSUE = 4 };
+
+uint32_t cl_engine_issued(const coll_comm *c)
+{
+    return (uint32_t)(atomic_load_explicit(&c->gate, memory_order_relaxed) / GATE_ISSUE);
+}
+
+int cl_engine_idle(const coll_comm *c)
+{
+    return !(atomic_load(&c->gate) & (GATE_BUSY | GATE_QUEUED));
+}
+
+/* In one step: adds `add` (GATE_ISSUE: one more collective issued), sets `set` and
+ * clears `clear`; 0 with nothing changed if a bit of `unless` is set. *seq: the
+ * collectives issued after it, the number of the one it issued. */
+static int gate_move(coll_comm *c, uint64_t unless, uint64_t add, uint64_t set, uint64_t clear,
+                     uint32_t *seq)
+{
+    uint64_t g = atomic_load_explicit(&c->gate, memory_order_relaxed), to;
+    do {
+        if (g & unless)
+            return 0;
+        to = ((g + add) | set) & ~clear;
+    } while (!atomic_compare_exchange_weak_explicit(&c->gate, &g, to, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    if (seq)
+        *seq = (uint32_t)(to / GATE_ISSUE);
+    return 1;
+}
+
 static coll_req *next_request(coll_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    while ((!c->qhead || c->busy) && !c->stop)
+    while ((!c->qhead || (atomic_load(&c->gate) & GATE_BUSY)) && !c->stop)
         pthread_cond_wait(&c->cv, &c->mu);
     coll_req *r = c->qhead;
     if (r) {
         c->qhead = r->next;
         if (!c->qhead)
             c->qtail = NULL;
-        c->busy = 1;
+        gate_move(c, 0, 0, GATE_BUSY, c->qhead ? 0 : GATE_QUEUED, NULL);
     }
     pthread_mutex_unlock(&c->mu);
     return r;
@@ -86,12 +121,19 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
 {
     if (status == COLL_OK)
         cl_tally(&c->ran.ops, 1);
+    if (by_caller) {
+        r->status = status;
+        r->done = 1;
+        if (!(atomic_fetch_and(&c->gate, ~(uint64_t)GATE_BUSY) & GATE_QUEUED))
+            return;
+    }
     pthread_mutex_lock(&c->mu);
-    r->status = status;
-    r->done = 1;
-    c->busy = 0;
-    if (!by_caller || c->qhead)
-        pthread_cond_broadcast(&c->cv);
+    if (!by_caller) {
+        r->status = status;
+        r->done = 1;
+        atomic_fetch_and(&c->gate, ~(uint64_t)GATE_BUSY);
+    }
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -146,7 +188,7 @@ void cl_engine_stop(coll_comm *c)
 void cl_engine_submit(coll_comm *c, coll_req *r)
 {
     pthread_mutex_lock(&c->mu);
-    r->op.seq = ++c->seq;
+    gate_move(c, 0, GATE_ISSUE, GATE_QUEUED, 0, &r->op.seq);
     r->ticket = c->fam ? cl_family_ticket(c) : 0;
     r->next = NULL;
     if (c->qtail)
@@ -158,16 +200,23 @@ void cl_engine_submit(coll_comm *c, coll_req *r)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Claims the idle communicator for the caller's thread: 1 with r's sequence number. */
+static int claim(coll_comm *c, coll_req *r)
+{
+    return gate_move(c, GATE_BUSY | GATE_QUEUED, GATE_ISSUE, GATE_BUSY, 0, &r->op.seq);
+}
+
+/* A family's turns are handed out under c->mu with the sequence numbers (submit): a
+ * member's claim takes it too. */
 int cl_engine_call(coll_comm *c, coll_req *r)
 {
-    pthread_mutex_lock(&c->mu);
-    int here = !c->qhead && !c->busy;
-    if (here) {
-        c->busy = 1;
-        r->op.seq = ++c->seq;
-        r->ticket = c->fam ? cl_family_ticket(c) : 0;
+    int here = !c->fam && claim(c, r);
+    if (!here && c->fam) {
+        pthread_mutex_lock(&c->mu);
+        if ((here = claim(c, r)))
+            r->ticket = cl_family_ticket(c);
+        pthread_mutex_unlock(&c->mu);
     }
-    pthread_mutex_unlock(&c->mu);
     if (here) {
         run(c, r, 1);
         return r->status;

@@ -56,7 +56,7 @@ void cl_comm_close_links(coll_comm *c, int status)
 {
     pthread_mutex_lock(&c->mu);
     int cause_rank = c->cause_rank, cause_status = c->cause_status;
-    uint32_t seq = c->seq;
+    uint32_t seq = cl_engine_issued(c);
     pthread_mutex_unlock(&c->mu);
     /* Closing every link makes the failure reach every peer within one timeout; the
      * farewell tells them why, so a mismatch is a mismatch on every rank. */

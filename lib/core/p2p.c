@@ -95,16 +95,16 @@ int cl_p2p_progress(coll_comm *c)
     coll_comm *h = hub(c);
     if (!__atomic_load_n(&h->held, __ATOMIC_ACQUIRE))
         return 0;
-    pthread_mutex_lock(&h->p2p_mu);
+    cl_lock_take(&h->p2p_mu);
     int held = flush(h);
-    pthread_mutex_unlock(&h->p2p_mu);
+    cl_lock_give(&h->p2p_mu);
     return held;
 }
 
 void cl_p2p_forget(coll_comm *c)
 {
     coll_comm *h = hub(c);
-    pthread_mutex_lock(&h->p2p_mu);
+    cl_lock_take(&h->p2p_mu);
     coll_req **at = &h->held, *prev = NULL;
     while (*at) {
         coll_req *q = *at;
@@ -117,14 +117,14 @@ void cl_p2p_forget(coll_comm *c)
         if (h->held_tail == q)
             h->held_tail = prev;
     }
-    pthread_mutex_unlock(&h->p2p_mu);
+    cl_lock_give(&h->p2p_mu);
 }
 
 int cl_p2p_post(coll_comm *c, coll_req *q)
 {
     cl_op *r = &q->op;
     coll_comm *h = hub(c);
-    pthread_mutex_lock(&h->p2p_mu); /* sequence numbers and posting order agree */
+    cl_lock_take(&h->p2p_mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
     tell(c, r, "");
     q->held = 1;
@@ -136,7 +136,7 @@ int cl_p2p_post(coll_comm *c, coll_req *q)
     h->held_tail = q;
     flush(h);
     int rc = q->held || q->treq ? COLL_OK : q->status;
-    pthread_mutex_unlock(&h->p2p_mu);
+    cl_lock_give(&h->p2p_mu);
     return rc;
 }
 
@@ -229,7 +229,7 @@ static int send_now(coll_comm *c, coll_req *q, size_t len)
 {
     cl_op *r = &q->op;
     coll_comm *h = hub(c);
-    pthread_mutex_lock(&h->p2p_mu);
+    cl_lock_take(&h->p2p_mu);
     cl_tr_conn *link = quick_link(c, r);
     q->hdr = header(c, r, len, c->p2p_seq[0][r->root] + 1);
     int rc = link ? c->tr->send_now(link, &q->hdr, r->sbuf) : COLL_INPROGRESS;
@@ -239,7 +239,7 @@ static int send_now(coll_comm *c, coll_req *q, size_t len)
         cl_tally(&c->now.bytes_in, len);
         cl_tally(&c->now.wire_tx, sizeof(q->hdr) + len);
     }
-    pthread_mutex_unlock(&h->p2p_mu);
+    cl_lock_give(&h->p2p_mu);
     if (rc != COLL_OK) /* a failed link fails the posted send the same way, and says so */
         return COLL_INPROGRESS;
     tell(c, r, " (fast path)");
@@ -266,12 +266,12 @@ static int recv_now(coll_comm *c, coll_req *q, size_t len)
     size_t nbytes = 0;
     int rc;
     do {
-        pthread_mutex_lock(&h->p2p_mu);
+        cl_lock_take(&h->p2p_mu);
         cl_tr_conn *link = quick_link(c, r);
         rc = link ? c->tr->recv_now(link, &q->hdr, r->rbuf, len, &nbytes) : COLL_ENOTSUP;
         if (rc != COLL_INPROGRESS && rc != COLL_ENOTSUP)
             took_now(c, q, rc, len, nbytes);
-        pthread_mutex_unlock(&h->p2p_mu);
+        cl_lock_give(&h->p2p_mu);
     } while (rc == COLL_INPROGRESS && cl_spin_poll(&spin));
     cl_spin_stop(&spin);
     if (rc == COLL_INPROGRESS || rc == COLL_ENOTSUP)

@@ -160,7 +160,7 @@ static void settle(coll_req *r)
 static int unfinished(coll_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    int any = atomic_load(&c->inside) > 0 || c->qhead || c->busy;
+    int any = atomic_load(&c->inside) > 0 || !cl_engine_idle(c);
     coll_req *out = c->out;
     for (coll_req *r = out; r && !any; r = r->out_next)
         any = !is_p2p(r) && !r->done;

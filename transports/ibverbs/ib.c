@@ -240,10 +240,10 @@ static void drain_writes(cl_tr_ctx *ctx)
     int64_t deadline = cl_now_ms() + ctx->timeout_ms;
     for (int busy = 1; busy && cl_now_ms() < deadline;) {
         busy = 0;
-        pthread_mutex_lock(&ctx->pg.mu);
+        cl_lock_take(&ctx->pg.mu);
         for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
             busy |= !c->is_recv && !c->dead && (c->written != c->posted || c->pieces_out);
-        pthread_mutex_unlock(&ctx->pg.mu);
+        cl_lock_give(&ctx->pg.mu);
         if (busy)
             cl_sleep_ms(1);
     }
@@ -294,10 +294,10 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "ib:%s:%u", ctx->ip, ntohs(a.sin_port));
-    pthread_mutex_lock(&ctx->pg.mu);
+    cl_lock_take(&ctx->pg.mu);
     l->next_all = ctx->listeners;
     ctx->listeners = l;
-    pthread_mutex_unlock(&ctx->pg.mu);
+    cl_lock_give(&ctx->pg.mu);
     *out = l;
     return COLL_OK;
 }
@@ -332,13 +332,13 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv, size_t slot_b
 /* Registers a connection with the progress thread. */
 static void conn_link(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     c->next_all = c->ctx->conns;
     c->ctx->conns = c;
     if (c->ctx->down)
         cl_ib_fail_all(c, c->ctx->down);
     cl_progress_watch(&c->ctx->pg, c->sock, c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
 }
 
 static int send_all(int fd, const void *p, size_t n)
@@ -475,13 +475,13 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
     if (!r)
         return COLL_ENOMEM;
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     cl_reqq_push(&c->q, r);
     if (c->dead)
         cl_ib_fail_all(c, c->dead);
     else
         cl_ib_pump(c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
     *out = r;
     return COLL_OK;
 }
@@ -498,10 +498,10 @@ static int ib_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr
 
 static void ib_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     cl_ib_fail_all(c, COLL_EPEER);
     close_sock(c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
 }
 
 /* Waits (briefly) until the farewells have landed: closing the lifeline first could let
@@ -523,7 +523,7 @@ static void flush_farewells(cl_tr_ctx *ctx)
 
 static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->pg.mu);
+    cl_lock_take(&ctx->pg.mu);
     if (!ctx->down)
         ctx->down = status;
     int said = 0;
@@ -535,7 +535,7 @@ static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         cl_ib_fail_all(c, status);
         close_sock(c);
     }
-    pthread_mutex_unlock(&ctx->pg.mu);
+    cl_lock_give(&ctx->pg.mu);
 }
 
 static const char *ib_peer_name(cl_tr_conn *c)

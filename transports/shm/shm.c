@@ -550,10 +550,10 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "shm:%s", l->name);
-    pthread_mutex_lock(&ctx->pg.mu);
+    cl_lock_take(&ctx->pg.mu);
     l->next_all = ctx->listeners;
     ctx->listeners = l;
-    pthread_mutex_unlock(&ctx->pg.mu);
+    cl_lock_give(&ctx->pg.mu);
     *out = l;
     return COLL_OK;
 }
@@ -649,13 +649,13 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
 /* Registers a connection with the progress thread. */
 static void conn_link(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     c->next_all = c->ctx->conns;
     c->ctx->conns = c;
     if (c->ctx->down)
         fail_all(c, c->ctx->down);
     cl_progress_watch(&c->ctx->pg, c->sock, c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
 }
 
 /* The two descriptors a hello carries (ring, eventfd) into fds; any other number of
@@ -811,7 +811,7 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
     if (!r)
         return COLL_ENOMEM;
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     cl_reqq_push(&c->q, r);
     update_wake(c);
     atomic_thread_fence(memory_order_seq_cst);
@@ -819,7 +819,7 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
         fail_all(c, c->dead);
     else
         pump(c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
     *out = r;
     return COLL_OK;
 }
@@ -847,11 +847,11 @@ static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
  * message in or out under the context's mutex, if nobody else holds it. */
 static int now_ok(cl_tr_conn *c)
 {
-    if (pthread_mutex_trylock(&c->ctx->pg.mu) != 0)
+    if (!cl_lock_try(&c->ctx->pg.mu))
         return COLL_INPROGRESS;
     int rc = c->dead ? c->dead : c->q.head || !c->ring ? COLL_INPROGRESS : COLL_OK;
     if (rc != COLL_OK)
-        pthread_mutex_unlock(&c->ctx->pg.mu);
+        cl_lock_give(&c->ctx->pg.mu);
     return rc;
 }
 
@@ -918,7 +918,7 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
         rc = COLL_INPROGRESS;
     if (rc == COLL_OK)
         put_whole(c, l, hdr, buf);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
     return rc;
 }
 
@@ -983,16 +983,16 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
     if (rc != COLL_OK)
         return rc;
     rc = take_now(c, hdr, buf, cap, nbytes);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
     return rc;
 }
 
 static void shm_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->pg.mu);
+    cl_lock_take(&c->ctx->pg.mu);
     fail_all(c, COLL_EPEER);
     close_sock(c);
-    pthread_mutex_unlock(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->pg.mu);
 }
 
 /* Only a send connection with no message half written may carry the farewell. */
@@ -1007,7 +1007,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 
 static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->pg.mu);
+    cl_lock_take(&ctx->pg.mu);
     if (!ctx->down)
         ctx->down = status;
     for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
@@ -1016,20 +1016,20 @@ static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         fail_all(c, status);
         close_sock(c);
     }
-    pthread_mutex_unlock(&ctx->pg.mu);
+    cl_lock_give(&ctx->pg.mu);
 }
 
 /* A poller never waits for the mutex: the progress thread holding it is moving bytes. */
 static size_t shm_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL) {
-        if (pthread_mutex_trylock(&ctx->pg.mu) != 0)
+        if (!cl_lock_try(&ctx->pg.mu))
             return 0;
         size_t moved = pump_all(ctx);
-        pthread_mutex_unlock(&ctx->pg.mu);
+        cl_lock_give(&ctx->pg.mu);
         return moved;
     }
-    pthread_mutex_lock(&ctx->pg.mu);
+    cl_lock_take(&ctx->pg.mu);
     ctx->pollers += mode == CL_POLL_BEGIN ? 1 : -1;
     for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
         update_wake(c);
@@ -1037,7 +1037,7 @@ static size_t shm_poll(cl_tr_ctx *ctx, int mode)
         atomic_thread_fence(memory_order_seq_cst);
         pump_all(ctx);
     }
-    pthread_mutex_unlock(&ctx->pg.mu);
+    cl_lock_give(&ctx->pg.mu);
     return 0;
 }
 
