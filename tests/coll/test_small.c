@@ -76,6 +76,49 @@ START_TEST(small_collectives_are_exact_on_every_path)
 }
 END_TEST
 
+/* A blocking call runs on its caller's thread only when nothing is queued or running
+ * (engine.c's gate). Mixed with bursts of non-blocking ones, some still queued and some
+ * running on the engine's thread, it takes its place in issue order on every rank (an
+ * order that differs between ranks is COLL_EMISMATCH, or a wrong sum). A rank that pauses
+ * now and then lets its engine drain, so that its blocking call finds the communicator
+ * idle while the peer's does not. */
+static int order_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    enum { ROUNDS = 300, BURST = 5 };
+    int n = coll_size(c), me = coll_rank(c);
+    static int32_t in[BURST + 1][2], out[BURST + 1][2];
+    for (int round = 0; round < ROUNDS; round++) {
+        int k = round % (BURST + 1);
+        coll_req *q[BURST];
+        for (int j = 0; j <= k; j++)
+            in[j][0] = value(me, (size_t)j, round), in[j][1] = round;
+        for (int j = 0; j < k; j++)
+            EXPECT_RC(coll_iallreduce(c, in[j], out[j], 2, COLL_I32, COLL_SUM, &q[j]), COLL_OK);
+        if ((round + me) % 7 == 0)
+            usleep(200);
+        EXPECT_RC(coll_allreduce(c, in[k], out[k], 2, COLL_I32, COLL_SUM), COLL_OK);
+        for (int j = 0; j < k; j++)
+            EXPECT_RC(coll_wait(q[j]), COLL_OK);
+        for (int j = 0; j <= k; j++) {
+            int32_t want = 0;
+            for (int r = 0; r < n; r++)
+                want += value(r, (size_t)j, round);
+            FAIL_IF(out[j][0] != want || out[j][1] != n * round,
+                    "round %d, call %d of %d: %d, %d; want %d, %d", round, j, k + 1, out[j][0],
+                    out[j][1], want, n * round);
+        }
+    }
+    return 0;
+}
+
+START_TEST(blocking_calls_keep_their_place_among_queued_ones)
+{
+    static const char *const transports[] = {"shm", "tcp"};
+    expect_all_pass(2 + _i % 2, transports[_i / 2], order_rank, NULL);
+}
+END_TEST
+
 /* Ping-pong between neighbours and a ring of sends: every message whole and in order,
  * and counted in the communicator's stats. */
 static int p2p_rank(coll_comm *c, void *arg)
@@ -274,6 +317,7 @@ int main(void)
     TCase *t = tcase_create("small");
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, small_collectives_are_exact_on_every_path, 0, 15);
+    tcase_add_loop_test(t, blocking_calls_keep_their_place_among_queued_ones, 0, 4);
     tcase_add_loop_test(t, small_messages_arrive_whole_and_in_order, 0, 6);
     tcase_add_loop_test(t, the_fast_path_is_taken, 0, 3);
     tcase_add_loop_test(t, a_peer_slower_than_the_spin_is_met_by_the_general_loop, 0, 2);
