@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 typedef struct cl_progress {
-    cl_lock mu; /* the context's mutex: held while the callbacks run */
+    cl_lock mu;         /* the context's mutex: held while the callbacks run */
     int efd;            /* write 1 to wake the thread (shm hands it to peers) */
     int epfd;
     pthread_t thread;
