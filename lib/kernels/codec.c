@@ -10,6 +10,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #else
@@ -19,10 +20,19 @@
 static int simd = -1; /* -1: not decided yet */
 static int simd512;   /* AVX-512BW on top of AVX2: the int8 quantizer uses it */
 
+#if HAVE_X86
+/* From cpuid: clang's __builtin_cpu_supports knows no "f16c". */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int cl_codec_use_simd(int level)
 {
 #if HAVE_X86
-    simd = level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    simd = level >= 1 && __builtin_cpu_supports("avx2") && has_f16c();
     simd512 = simd && level >= 2 && __builtin_cpu_supports("avx512bw");
 #else
     (void)level;

@@ -19,7 +19,7 @@ static float *nasty(size_t n, unsigned seed)
     srand(seed);
     for (size_t i = 0; i < n; i++) {
         int k = rand() % 40;
-        float g = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
+        float g = ((float)rand() / (float)RAND_MAX - 0.5f) * 8.0f;
         x[i] = k == 0   ? INFINITY
                : k == 1 ? -INFINITY
                : k == 2 ? NAN
