@@ -3,7 +3,6 @@
  * sees that a sleeper may be there and wakes one. */
 #include "base/lock.h"
 
-#include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -13,8 +13,6 @@ typedef struct cl_lock {
     atomic_int v; /* 0 free, 1 held, 2 held and a thread may sleep on it */
 } cl_lock;
 
-#define CL_LOCK_INIT {0}
-
 /* The slow halves (lock.c): sleep until it is ours; wake one sleeper. */
 void cl_lock_wait(cl_lock *l);
 void cl_lock_wake(cl_lock *l);

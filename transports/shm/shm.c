@@ -76,8 +76,8 @@ static size_t ring_bytes(uint64_t cap)
  * so whatever is unread in the small ring was sent before whatever is unread in the main
  * ring: the receiver takes the small ring's first, and looks at it again after the main
  * ring and before it takes from there (a small message sent before what it found there
- * is then seen). The main ring
- * stays for everything else: a full small ring never holds a sender back. */
+ * is then seen). The main ring stays for everything else: a full small ring never holds
+ * a sender back. */
 typedef struct lane {
     char *data;
     uint64_t cap;           /* data bytes: kept here, never read from the shared page */
