@@ -4,6 +4,7 @@
 
 #include "core/comm.h"
 
+#include "base/bind.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "kernels/codec.h"
@@ -168,6 +169,9 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     }
     out->share = u.split_share || share[0] == '1';
+    /* Only launchers place ranks, but a bad value must not pass unseen under them. */
+    if (cl_bind_parse(getenv("COLL_BIND"), err, errlen) < 0)
+        return COLL_EINVAL;
     const char *secret = getenv("COLL_SECRET");
     out->keyed = secret != NULL;
     if (secret && cl_auth_key(secret, out->key) != 0) {
