@@ -9,8 +9,14 @@ buffer protocol (no copies: the library reads and writes the caller's memory).
 
 Errors are CollectiveError (a RuntimeError) carrying the COLL_E* code and the library's
 sentence. Every collective has a non-blocking form named i<name> returning a Request.
+Arguments the library cannot take as given (a buffer shorter than its counts say, a
+read-only buffer to write, a byte order other than the machine's, an integer the C type
+cannot hold) are a ValueError or TypeError naming the argument, on the ranks where they
+are, before anything is sent.
 """
 import ctypes
+import operator
+import threading
 import weakref
 
 import numpy as np
@@ -70,12 +76,16 @@ def codec_code(codec):
 
 
 def _array(x, writable, what):
-    """x as a contiguous numpy array over the same memory (never a copy)."""
+    """x as a contiguous numpy array over the same memory (never a copy), in this
+    machine's byte order (the library reads native numbers only)."""
     a = x if isinstance(x, np.ndarray) else np.asarray(memoryview(x))
     if not a.flags.c_contiguous:
         raise ValueError(f"{what} must be contiguous (a copy would lose the result)")
     if writable and not a.flags.writeable:
         raise ValueError(f"{what} is read-only")
+    if not a.dtype.isnative:
+        raise ValueError(f"{what} is {a.dtype.str}, not in this machine's byte order "
+                         f"(convert it with astype({a.dtype.newbyteorder('=').str!r}))")
     return a
 
 
@@ -83,10 +93,37 @@ def _ptr(a):
     return ctypes.c_void_p(a.ctypes.data) if a is not None else None
 
 
-def _sizes(values, n, what):
+INT_RANGE = (-2**31, 2**31 - 1)           # a C int: root, peer, color, key, rank
+TAG_RANGE = (0, 2**32 - 1)                # uint32_t
+SIZE_RANGE = (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1)
+
+
+def _int(value, what, bounds=INT_RANGE):
+    """value as an int within bounds (a C int by default), else a ValueError naming it:
+    ctypes would silently keep only the low bits (root 2**32 + 1 would be root 1)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not bounds[0] <= v <= bounds[1]:
+        raise ValueError(f"{what}={v} does not fit the library's range "
+                         f"{bounds[0]}..{bounds[1]}")
+    return v
+
+
+def _counts(values, n, what):
+    """values, one per rank, as ints a size_t holds, else a ValueError naming them."""
     if values is None or len(values) != n:
         raise ValueError(f"{what} needs one entry per rank ({n})")
-    return (ctypes.c_size_t * n)(*[int(v) for v in values])
+    return [_int(v, f"{what}[{i}]", SIZE_RANGE) for i, v in enumerate(values)]
+
+
+def _size_array(values):
+    return (ctypes.c_size_t * len(values))(*values)
+
+
+def _sizes(values, n, what):
+    return _size_array(_counts(values, n, what))
 
 
 def _displs(counts):
@@ -97,37 +134,67 @@ def _displs(counts):
     return out
 
 
+def _within(buf, counts, displs, what):
+    """Every block (counts[i] elements at displs[i]) lies inside buf, else a ValueError
+    naming it: the library would read or write past its end."""
+    for i, (c, d) in enumerate(zip(counts, displs)):
+        if c and d + c > buf.size:
+            raise ValueError(f"{what} holds {buf.size} elements, but block {i} ({c} at {d}) "
+                             f"ends at {d + c}")
+
+
+def _same_dtype(s, r):
+    if r.dtype != s.dtype:
+        raise TypeError(f"sendbuf is {s.dtype}, recvbuf {r.dtype}")
+
+
 class Request:
     """A running operation. wait() returns once it is done (raising its error); test()
-    says whether it is done without blocking. Keeps the buffers alive until then."""
+    says whether it is done without blocking. Keeps the buffers alive until then. Any
+    thread may test or wait, several at once: the C request is freed exactly once (by
+    the first coll_wait), and its buffers are let go only after that."""
 
     def __init__(self, comm, handle, keep):
+        self._mu = threading.Lock()
+        self._settled = threading.Condition(self._mu)
+        # _h: the C request until a thread takes it to coll_wait; _status: the op's
+        # status once that coll_wait returned. _h None with _status None: being waited.
         self._comm, self._h, self._keep, self._status = comm, handle, keep, None
         comm._reqs.add(self)
 
-    def _orphan(self):
-        """Its communicator closed first: the handle went with it, never touch it again."""
-        if self._status is None:
-            self._status, self._h, self._keep = CODES["ESTATE"], None, None
+    def _collect(self):
+        """The op's status: the first caller frees the C request in coll_wait (the GIL
+        released), every other waits for it."""
+        with self._mu:
+            while self._status is None and self._h is None:
+                self._settled.wait()
+            if self._status is not None:
+                return self._status
+            h, self._h = self._h, None
+        status = lib.coll_wait(h)
+        with self._mu:
+            self._status, self._keep = status, None
+            self._settled.notify_all()
+        return status
 
     def wait(self):
-        if self._status is None:
-            self._status = lib.coll_wait(self._h)
-            self._h, self._keep = None, None
-        _check(self._status, self._comm._h if self._comm._h else None)
+        self._comm._check(self._collect())
 
     def test(self):
-        if self._status is not None:
-            return True
-        done = ctypes.c_int(0)
-        lib.coll_test(self._h, ctypes.byref(done))
+        with self._mu:  # coll_test never blocks; the lock keeps coll_wait from freeing h
+            if self._status is not None:
+                return True
+            if self._h is None:
+                return False  # another thread is in coll_wait on it
+            done = ctypes.c_int(0)
+            lib.coll_test(self._h, ctypes.byref(done))
         if done.value:
             self.wait()
         return bool(done.value)
 
     def __del__(self):
-        if self._status is None and self._h:
-            lib.coll_wait(self._h)
+        # Dropped unwaited: wait, so the library never writes into a freed buffer.
+        self._collect()
 
 
 class _StoreBridge:
@@ -174,14 +241,16 @@ class Communicator:
                  timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0,
                  split_share=False, _handle=None):
         self._h = None
-        self._reqs = weakref.WeakSet()  # requests not yet waited, orphaned by close()
+        self._mu = threading.Lock()  # close() against a reader of the handle's error text
+        self._reqs = weakref.WeakSet()  # requests not yet waited, collected by close()
         if _handle is not None:
             self._h = _handle
             return
+        rank, size = _int(rank, "rank"), _int(size, "size")
         cfg = _lib.Config(ctypes.sizeof(_lib.Config), transport.encode() if transport else None,
-                          device.encode() if device else None, int(timeout_ms),
-                          codec_code(codec), int(segment_bytes), int(op_timeout_ms),
-                          int(bool(split_share)))
+                          device.encode() if device else None, _int(timeout_ms, "timeout_ms"),
+                          codec_code(codec), _int(segment_bytes, "segment_bytes", SIZE_RANGE),
+                          _int(op_timeout_ms, "op_timeout_ms"), int(bool(split_share)))
         h = _lib.comm_p()
         if isinstance(url_or_store, str):
             rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,
@@ -209,13 +278,30 @@ class Communicator:
             raise CollectiveError(CODES["ESTATE"], "the communicator is closed")
         return self._h
 
+    def _check(self, rc, what=""):
+        """Raises rc with this communicator's explanation; never reads a freed one."""
+        if rc == 0:
+            return
+        with self._mu:
+            if not self._h:
+                raise CollectiveError(rc, f"{what}{lib.coll_strerror(rc).decode()}: the "
+                                          "communicator was closed")
+            _check(rc, self._h, what)
+
     def close(self):
-        """Destroys the communicator; requests not yet waited then raise COLL_ESTATE."""
-        if self._h:
-            for req in list(self._reqs):
-                req._orphan()
-            lib.coll_destroy(self._h)
+        """Destroys the communicator: operations still running are aborted (the library
+        stops touching their buffers), then every request not yet waited is collected;
+        its wait() raises its own status (COLL_EABORTED where close cut it short)."""
+        with self._mu:
+            if not self._h:
+                return
+            rc = lib.coll_destroy(self._h)
+            if rc != 0:  # a thread stayed inside: the communicator and its buffers live on
+                raise CollectiveError(rc, "close: a thread stayed inside an operation; the "
+                                          "communicator was not freed")
             self._h = None
+        for req in list(self._reqs):
+            req._collect()
 
     def __enter__(self):
         return self
@@ -227,14 +313,14 @@ class Communicator:
         self.close()
 
     def abort(self):
-        _check(lib.coll_abort(self._live()), self._h)
+        self._check(lib.coll_abort(self._live()))
 
     def split(self, color, key=0):
         """A communicator of the ranks that gave the same color (None: this rank joins
         none and gets None), ordered by key then rank."""
         out = _lib.comm_p()
-        _check(lib.coll_split(self._live(), -1 if color is None else int(color), int(key),
-                              ctypes.byref(out)), self._h)
+        color = -1 if color is None else _int(color, "color")
+        self._check(lib.coll_split(self._live(), color, _int(key, "key"), ctypes.byref(out)))
         return Communicator(_handle=out.value) if out.value else None
 
     def shrink(self):
@@ -249,31 +335,31 @@ class Communicator:
         return list(ranks[:n])
 
     def set_codec(self, codec):
-        _check(lib.coll_set_codec(self._live(), codec_code(codec)), self._h)
+        self._check(lib.coll_set_codec(self._live(), codec_code(codec)))
 
     def stats(self):
         s = _lib.Stats()
-        _check(lib.coll_get_stats(self._live(), ctypes.byref(s)), self._h)
+        self._check(lib.coll_get_stats(self._live(), ctypes.byref(s)))
         return {f: getattr(s, f) for f, _ in _lib.Stats._fields_}
 
     def barrier(self):
-        _check(lib.coll_barrier(self._live()), self._h)
+        self._check(lib.coll_barrier(self._live()))
 
     # -- operations --------------------------------------------------------------------
     def _run(self, name, async_op, args, keep):
         if async_op:
             req = _lib.req_p()
-            _check(getattr(lib, f"coll_i{name}")(self._live(), *args, ctypes.byref(req)),
-                   self._h)
-            return Request(self, req, keep)
-        _check(getattr(lib, f"coll_{name}")(self._live(), *args), self._h)
+            self._check(getattr(lib, f"coll_i{name}")(self._live(), *args, ctypes.byref(req)))
+            return Request(self, req.value, keep)
+        self._check(getattr(lib, f"coll_{name}")(self._live(), *args))
         return None
 
     def _pair(self, sendbuf, recvbuf):
-        s = _array(sendbuf, False, "sendbuf")
-        r = s if recvbuf is None else _array(recvbuf, True, "recvbuf")
-        if r.dtype != s.dtype:
-            raise TypeError(f"sendbuf is {s.dtype}, recvbuf {r.dtype}")
+        if recvbuf is None:  # in place: the result is written over sendbuf
+            s = _array(sendbuf, True, "sendbuf (in place: no recvbuf)")
+            return s, s
+        s, r = _array(sendbuf, False, "sendbuf"), _array(recvbuf, True, "recvbuf")
+        _same_dtype(s, r)
         return s, r
 
     def allreduce(self, sendbuf, recvbuf=None, op="sum", async_op=False):
@@ -316,41 +402,77 @@ class Communicator:
                          (s, r))
 
     def allgatherv(self, sendbuf, recvbuf, counts, displs=None, async_op=False):
+        """Rank r's sendbuf (counts[r] elements) lands at displs[r] (default: the counts
+        packed in rank order) of every rank's recvbuf."""
         s, r = self._pair(sendbuf, recvbuf)
         n = self.size
-        c, d = _sizes(counts, n, "counts"), _sizes(displs or _displs(counts), n, "displs")
+        c = _counts(counts, n, "counts")
+        d = _counts(_displs(c) if displs is None else displs, n, "displs")
+        if s.size != c[self.rank]:
+            raise ValueError(f"sendbuf holds {s.size} elements, counts[{self.rank}] is "
+                             f"{c[self.rank]}")
+        _within(r, c, d, "recvbuf")
+        c, d = _size_array(c), _size_array(d)
         return self._run("allgatherv", async_op,
                          (_ptr(s), s.size, _ptr(r), c, d, dtype_code(s.dtype)), (s, r, c, d))
 
     def reduce_scatterv(self, sendbuf, recvbuf, counts, op="sum", async_op=False):
+        """sendbuf holds sum(counts) elements; rank r gets the reduction of its block,
+        counts[r] elements, at the start of recvbuf."""
         s, r = self._pair(sendbuf, recvbuf)
-        c = _sizes(counts, self.size, "counts")
+        c = _counts(counts, self.size, "counts")
+        if s.size != sum(c):
+            raise ValueError(f"sendbuf holds {s.size} elements, counts sum to {sum(c)}")
+        if r.size < c[self.rank]:
+            raise ValueError(f"recvbuf holds {r.size} elements, counts[{self.rank}] is "
+                             f"{c[self.rank]}")
+        c = _size_array(c)
         return self._run("reduce_scatterv", async_op,
                          (_ptr(s), _ptr(r), c, dtype_code(s.dtype), op_code(op)), (s, r, c))
 
     def broadcast(self, buf, root=0, async_op=False):
-        b = _array(buf, True, "buf")
+        b, root = _array(buf, True, "buf"), _int(root, "root")
         return self._run("broadcast", async_op, (_ptr(b), b.size, dtype_code(b.dtype), root), (b,))
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, async_op=False):
-        """recvbuf matters at root only (None there: in place)."""
-        s = _array(sendbuf, False, "sendbuf")
-        r = None if recvbuf is None else _array(recvbuf, True, "recvbuf")
-        if r is None and self.rank == root:
-            r = s
+        """recvbuf (as many elements as sendbuf) matters at root only (None there: in
+        place); elsewhere it is ignored."""
+        root = _int(root, "root")
+        if self.rank == root:
+            s, r = self._pair(sendbuf, recvbuf)
+            if r.size != s.size:
+                raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")
+        else:
+            s, r = _array(sendbuf, False, "sendbuf"), None
         return self._run("reduce", async_op,
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), op_code(op), root),
                          (s, r))
 
     def gather(self, sendbuf, recvbuf=None, root=0, async_op=False):
-        s = _array(sendbuf, False, "sendbuf")
-        r = None if recvbuf is None else _array(recvbuf, True, "recvbuf")
+        """root's recvbuf holds size x sendbuf's elements; elsewhere it is ignored."""
+        s, r, root = _array(sendbuf, False, "sendbuf"), None, _int(root, "root")
+        if self.rank == root:
+            if recvbuf is None:
+                raise ValueError("recvbuf is needed at the root")
+            r = _array(recvbuf, True, "recvbuf")
+            _same_dtype(s, r)
+            if r.size != s.size * self.size:
+                raise ValueError(f"recvbuf holds {r.size} elements, not size x sendbuf's "
+                                 f"{s.size}")
         return self._run("gather", async_op,
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), root), (s, r))
 
     def scatter(self, sendbuf, recvbuf, root=0, async_op=False):
-        r = _array(recvbuf, True, "recvbuf")
-        s = None if sendbuf is None else _array(sendbuf, False, "sendbuf")
+        """root's sendbuf holds size x recvbuf's elements; elsewhere it is ignored."""
+        r, s, root = _array(recvbuf, True, "recvbuf"), None, _int(root, "root")
+        if self.rank == root:
+            if sendbuf is None:
+                raise ValueError("sendbuf is needed at the root")
+            s = _array(sendbuf, False, "sendbuf")
+            _same_dtype(s, r)
+            if s.size != r.size * self.size:
+                raise ValueError(f"sendbuf holds {s.size} elements, not size x recvbuf's "
+                                 f"{r.size}")
         return self._run("scatter", async_op,
                          (_ptr(s), _ptr(r), r.size, dtype_code(r.dtype), root), (s, r))
 
@@ -364,27 +486,33 @@ class Communicator:
 
     def alltoallv(self, sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, rdispls=None,
                   async_op=False):
+        """sendcounts[j] elements at sdispls[j] go to rank j; recvcounts[i] elements from
+        rank i land at rdispls[i] (displacements default to the counts packed)."""
         s, r = self._pair(sendbuf, recvbuf)
         n = self.size
-        sc, rc = _sizes(sendcounts, n, "sendcounts"), _sizes(recvcounts, n, "recvcounts")
-        sd = _sizes(sdispls or _displs(sendcounts), n, "sdispls")
-        rd = _sizes(rdispls or _displs(recvcounts), n, "rdispls")
+        sc, rc = _counts(sendcounts, n, "sendcounts"), _counts(recvcounts, n, "recvcounts")
+        sd = _counts(_displs(sc) if sdispls is None else sdispls, n, "sdispls")
+        rd = _counts(_displs(rc) if rdispls is None else rdispls, n, "rdispls")
+        _within(s, sc, sd, "sendbuf")
+        _within(r, rc, rd, "recvbuf")
+        sc, sd, rc, rd = (_size_array(v) for v in (sc, sd, rc, rd))
         return self._run("alltoallv", async_op,
                          (_ptr(s), sc, sd, _ptr(r), rc, rd, dtype_code(s.dtype)),
                          (s, r, sc, sd, rc, rd))
 
     def send(self, buf, peer, tag=0, async_op=False):
-        b = _array(buf, False, "buf")
+        b, peer, tag = _array(buf, False, "buf"), _int(peer, "peer"), _int(tag, "tag", TAG_RANGE)
         return self._run("send", async_op, (_ptr(b), b.size, dtype_code(b.dtype), peer, tag), (b,))
 
     def recv(self, buf, peer, tag=0, async_op=False):
-        b = _array(buf, True, "buf")
+        b, peer, tag = _array(buf, True, "buf"), _int(peer, "peer"), _int(tag, "tag", TAG_RANGE)
         return self._run("recv", async_op, (_ptr(b), b.size, dtype_code(b.dtype), peer, tag), (b,))
 
     def sendrecv(self, sendbuf, dst, recvbuf, src, tag=0):
         s, r = self._pair(sendbuf, recvbuf)
-        _check(lib.coll_sendrecv(self._live(), _ptr(s), s.size, dst, _ptr(r), r.size, src,
-                                 dtype_code(s.dtype), tag), self._h)
+        dst, src, tag = _int(dst, "dst"), _int(src, "src"), _int(tag, "tag", TAG_RANGE)
+        self._check(lib.coll_sendrecv(self._live(), _ptr(s), s.size, dst, _ptr(r), r.size, src,
+                                      dtype_code(s.dtype), tag))
 
 
 def _nonblocking(name):

@@ -1,7 +1,12 @@
 """The Python API on 1-4 processes against numpy references: every collective blocking
 and non-blocking, uneven forms, p2p, split, the store-backed init, errors."""
+import collections
+import ctypes
+import mmap
 import os
 import sys
+import tempfile
+import threading
 import time
 
 import numpy as np
@@ -114,14 +119,14 @@ def errors(r, n, where):
     else:
         raise AssertionError("a count mismatch passed")
     c.close()
-    # A request left behind by close() is an error when waited, never freed memory.
+    # A request close() cut short is COLL_EABORTED when waited, never freed memory.
     d = collective.Communicator(url(where) + "/again", r, n, timeout_ms=5000)
     req = d.irecv(np.zeros(4), 1 - r, tag=3)
     d.close()
     try:
         req.wait()
     except collective.CollectiveError as e:
-        assert e.name == "COLL_ESTATE", e
+        assert e.name == "COLL_EABORTED" and "closed" in str(e), e
     else:
         raise AssertionError("a request outlived its communicator")
 
@@ -227,6 +232,210 @@ def error_feedback(r, n, where):
     c.close()
 
 
+def raises(exc, call, *names):
+    """call() raises exc whose message names every one of names."""
+    try:
+        call()
+    except exc as e:
+        assert all(name in str(e) for name in names), (names, e)
+        return
+    raise AssertionError(f"no {exc.__name__} naming {names}")
+
+
+class Tracker:
+    """Stands between the package and the library's coll_test and coll_wait: records
+    every C request handle that coll_wait freed, and refuses (recording it) a second
+    coll_wait or a coll_test on a handle already being waited, so a double free shows as
+    an assertion instead of heap corruption. delay_s holds each coll_wait back, which
+    widens the window a racing thread needs."""
+
+    def __init__(self, delay_s=0.0):
+        self.delay_s, self.mu = delay_s, threading.Lock()
+        self.waited, self.bad = collections.Counter(), []
+        self.real_wait, self.real_test = collective.lib.coll_wait, collective.lib.coll_test
+        collective.lib.coll_wait, collective.lib.coll_test = self.wait, self.test
+
+    @staticmethod
+    def key(h):
+        return h.value if isinstance(h, ctypes.c_void_p) else h
+
+    def reset(self):
+        """A new round: handles freed before may come back from malloc."""
+        with self.mu:
+            self.waited.clear()
+
+    def wait(self, h):
+        with self.mu:
+            self.waited[self.key(h)] += 1
+            if self.waited[self.key(h)] > 1:
+                self.bad.append(("coll_wait twice", self.key(h)))
+                return collective.CODES["ESTATE"]
+        time.sleep(self.delay_s)
+        return self.real_wait(h)
+
+    def test(self, h, done):
+        with self.mu:
+            if self.waited[self.key(h)]:
+                self.bad.append(("coll_test after coll_wait", self.key(h)))
+                return collective.CODES["ESTATE"]
+        return self.real_test(h, done)
+
+
+def handle(req):
+    return Tracker.key(req._h)
+
+
+def close_in_flight(r, n, where):
+    """close() with a 64 MiB all-reduce in flight whose array only the request holds: the
+    engine must never touch freed memory, and the C request is freed exactly once."""
+    tracker = Tracker()
+    for k in range(3):
+        tracker.reset()
+        c = collective.Communicator(url(where) + f"/{k}", r, n, timeout_ms=5000)
+        req = c.iallreduce(np.ones(1 << 24, np.float32))
+        h = handle(req)
+        c.close()
+        assert tracker.waited[h] == 1, f"close() freed the C request {tracker.waited[h]} times"
+        try:
+            req.wait()
+        except collective.CollectiveError as e:
+            assert e.name == "COLL_EABORTED", e
+        assert tracker.waited[h] == 1 and not tracker.bad, tracker.bad[:2]
+
+
+def short_buffers(r, n, where):
+    """Every buffer shorter than its counts and displacements say is a ValueError naming
+    it, raised before anything is sent: the ranks that did not call (their input was
+    right, they know another's was not) then still agree on the next collective."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=3000)
+    f32 = lambda k: np.zeros(k, np.float32)  # noqa: E731
+    root = n - 1
+    cases = [  # (ranks with the bad input, the call, the argument named)
+        ([root], lambda: c.gather(f32(4), f32(4 * n - 1), root=root), "recvbuf"),
+        ([root], lambda: c.gather(f32(4), None, root=root), "recvbuf"),
+        ([root], lambda: c.scatter(f32(4 * n - 1), f32(4), root=root), "sendbuf"),
+        ([root], lambda: c.scatter(None, f32(4), root=root), "sendbuf"),
+        ([root], lambda: c.reduce(f32(4), f32(3), root=root), "recvbuf"),
+        (range(n), lambda: c.allgatherv(f32(r + 1), f32(n * (n + 1) // 2 - 1),
+                                        [p + 1 for p in range(n)]), "recvbuf"),
+        (range(n), lambda: c.allgatherv(f32(r + 1), f32(n * (n + 1) // 2),
+                                        [p + 1 for p in range(n)],
+                                        [n * (n + 1) // 2 - p for p in range(n)]), "recvbuf"),
+        (range(n), lambda: c.allgatherv(f32(r + 2), f32(n * (n + 2)), [p + 1 for p in range(n)]),
+         "sendbuf"),
+        (range(n), lambda: c.alltoallv(f32(2 * n - 1), [2] * n, f32(2 * n), [2] * n), "sendbuf"),
+        (range(n), lambda: c.alltoallv(f32(2 * n), [2] * n, f32(2 * n), [2] * n, None,
+                                       [2 * n - 1] * n), "recvbuf"),
+        (range(n), lambda: c.reduce_scatterv(f32(3 * n - 1), f32(3), [3] * n), "sendbuf"),
+        (range(n), lambda: c.reduce_scatterv(f32(3 * n), f32(2), [3] * n), "recvbuf"),
+        (range(n), lambda: c.allgatherv(f32(1), f32(n), [1] * (n + 1)), "counts"),
+    ]
+    for k, (bad, call, name) in enumerate(cases):
+        if r in bad:
+            try:
+                raises(ValueError, call, name)
+            except AssertionError as e:
+                raise AssertionError(f"case {k}: {e}") from None
+        x = np.full(3, float(k + r))
+        c.allreduce(x)
+        assert np.array_equal(x, np.full(3, float(k * n + n * (n - 1) // 2))), (k, x)
+    c.close()
+
+
+def read_only(r, n, where):
+    """An in-place call (recvbuf omitted) and any explicit recvbuf must be writable: bytes,
+    a read-only array and an array over a read-only mmap are refused, never written."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=3000)
+    fd, path = tempfile.mkstemp(dir=where)
+    os.write(fd, np.full(16, r + 1, np.float32).tobytes())
+    with open(path, "rb") as f:
+        ro_map = mmap.mmap(f.fileno(), 64, access=mmap.ACCESS_READ)
+    os.close(fd)
+    frozen = np.full(16, r + 1, np.float32)
+    frozen.flags.writeable = False
+    data = bytes(np.full(16, r + 1, np.float32).tobytes())
+    for buf in (data, frozen, np.frombuffer(ro_map, np.float32)):
+        before = bytes(memoryview(buf).cast("B"))
+        raises(ValueError, lambda: c.allreduce(buf), "sendbuf")
+        raises(ValueError, lambda: c.alltoall(buf), "sendbuf")
+        raises(ValueError, lambda: c.reduce(buf, root=r), "sendbuf")
+        raises(ValueError, lambda: c.broadcast(buf, root=0), "buf")
+        raises(ValueError, lambda: c.allreduce(np.zeros(16, np.float32), buf), "recvbuf")
+        raises(ValueError, lambda: c.recv(buf, (r + 1) % n), "buf")
+        assert bytes(memoryview(buf).cast("B")) == before, "a read-only buffer changed"
+    x = np.full(4, r + 1, np.float32)
+    c.allreduce(x)  # nothing was sent: the next collective pairs as it should
+    assert np.array_equal(x, np.full(4, n * (n + 1) / 2)), x
+    c.close()
+
+
+def request_races(r, n, where):
+    """Several threads testing and waiting one request, and close() against a request's
+    __del__: each C request is freed exactly once and never touched after."""
+    tracker = Tracker(delay_s=0.005)
+    c = collective.Communicator(url(where), r, n, timeout_ms=5000)
+    for k in range(20):
+        tracker.reset()
+        x = np.full(8, float(r))
+        req = c.iallreduce(x)
+        h, seen = handle(req), []
+
+        def poll():
+            while not req.test():
+                pass
+            seen.append(True)
+        pollers = [threading.Thread(target=poll) for _ in range(3)]
+        for t in pollers:
+            t.start()
+        req.wait()
+        for t in pollers:
+            t.join(10)
+        assert len(seen) == 3 and not tracker.bad, (k, seen, tracker.bad[:2])
+        assert tracker.waited[h] == 1 and np.array_equal(x, np.full(8, n * (n - 1) / 2))
+    c.close()
+    for k in range(5):  # a request dropped in one thread while another closes
+        tracker.reset()
+        d = collective.Communicator(url(where) + f"/d{k}", r, n, timeout_ms=5000)
+        box = [d.irecv(np.zeros(4), (r + 1) % n, tag=9)]  # its only reference
+        h = handle(box[0])
+        dropper = threading.Thread(target=box.clear)
+        dropper.start()
+        d.close()
+        dropper.join(10)
+        assert tracker.waited[h] == 1 and not tracker.bad, (k, tracker.waited[h], tracker.bad[:2])
+
+
+def widths(r, n, where):
+    """What a C int, a uint32 tag or a size_t cannot hold, and a byte order the library
+    does not read, are ValueErrors naming the argument, never wrapped or misread."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=3000)
+    big = np.full(4, 1.5, ">f4")
+    raises(ValueError, lambda: c.allreduce(big), "sendbuf")
+    raises(ValueError, lambda: c.allreduce(np.ones(4, np.float32), big), "recvbuf")
+    raises(ValueError, lambda: c.broadcast(np.ones(4), root=2**32 + (n - 1)), "root")
+    raises(ValueError, lambda: c.reduce(np.ones(4), root=-2**32), "root")
+    raises(ValueError, lambda: c.gather(np.ones(4), np.ones(4 * n), root=2**32), "root")
+    raises(ValueError, lambda: c.scatter(np.ones(4 * n), np.ones(4), root=2**40), "root")
+    raises(ValueError, lambda: c.split(2**32 + 7), "color")
+    raises(ValueError, lambda: c.split(1, key=2**31), "key")
+    raises(ValueError, lambda: c.send(np.ones(2), 2**32 + (r + 1) % n), "peer")
+    raises(ValueError, lambda: c.recv(np.ones(2), (r + 1) % n, tag=-1), "tag")
+    raises(ValueError, lambda: c.send(np.ones(2), (r + 1) % n, tag=2**32), "tag")
+    raises(ValueError, lambda: c.sendrecv(np.ones(2), 2**32, np.ones(2), 0), "dst")
+    raises(ValueError, lambda: c.allgatherv(np.ones(1), np.ones(n), [2**64 + 1] * n), "counts")
+    raises(ValueError, lambda: c.allgatherv(np.ones(1), np.ones(n), [1] * n, [-1] * n),
+           "displs")
+    raises(TypeError, lambda: c.broadcast(np.ones(4), root=1.0), "root")
+    # What fits still goes through: colors 7 and 2**31 - 1 are two groups, not one.
+    sub = c.split(7 if r % 2 else 2**31 - 1, key=-2**31 + r)
+    assert sub.size == len(range(r % 2, n, 2)), sub.size
+    sub.close()
+    x = np.full(4, 1.5, "=f4")
+    c.allreduce(x)
+    assert np.array_equal(x, np.full(4, 1.5 * n)), x
+    c.close()
+
+
 def main():
     bad = 0
     for n in (1, 2, 4):
@@ -237,6 +446,12 @@ def main():
     bad += ranks.check(shared_split, 4, "splits sharing their links")
     bad += ranks.check(store_init, 3, "store init")
     bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
+    bad += ranks.check(close_in_flight, 2, "close with 64 MiB in flight")
+    for n in (1, 3):
+        bad += ranks.check(short_buffers, n, "short buffers refused before sending")
+        bad += ranks.check(widths, n, "integer widths and byte order")
+    bad += ranks.check(read_only, 2, "read-only buffers refused")
+    bad += ranks.check(request_races, 2, "request races")
     return 1 if bad else 0
 
 
