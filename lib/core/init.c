@@ -9,13 +9,13 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
+#include "core/terms.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static __thread char init_err[512];
 
@@ -27,10 +27,30 @@ void cl_comm_init_error(const char *fmt, ...)
     va_end(ap);
 }
 
+/* What init knows besides the communicator. */
+typedef struct {
+    const cl_config *cfg;
+    const cl_rdzv *rv;
+    cl_store *plain; /* the store before any seal: the terms and their note live there */
+    int noted;       /* a rank left a note on the terms: every rank fails with it */
+    int owner; /* this rank wrote the job record: it removes the job's records at the end */
+    int terms_owner; /* this rank wrote the terms: it removes them and the note */
+} meeting;
+
+/* A wait on the store that a note about the terms ends at once (terms.c). */
+static int await(coll_comm *c, meeting *m, const char *key, void *buf, size_t cap,
+                 size_t *len, int64_t deadline)
+{
+    int rc = cl_terms_wait(c->store, m->plain, key, buf, cap, len, deadline, init_err,
+                           sizeof(init_err));
+    m->noted |= rc == COLL_EMISMATCH;
+    return rc;
+}
+
 /* One look for every card not yet read, waiting until `until` for the first missing
  * one only; the ranks still missing go into list. Returns how many, or a COLL_E* code. */
-static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t until, char *list,
-                       size_t len, int *lost)
+static int sweep_cards(coll_comm *c, meeting *m, cl_card *cards, uint8_t *have,
+                       int64_t until, char *list, size_t len, int *lost)
 {
     int missing = 0;
     list[0] = 0;
@@ -40,8 +60,7 @@ static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t unti
         char key[64];
         size_t n = 0, at = strlen(list);
         snprintf(key, sizeof(key), "addr/%d", p);
-        int r = cl_store_wait(c->store, key, &cards[p], sizeof(cl_card), &n,
-                              missing ? cl_now_ms() : until);
+        int r = await(c, m, key, &cards[p], sizeof(cl_card), &n, missing ? cl_now_ms() : until);
         /* EPEER: rank 0 gave up first and its store went away; same story. */
         if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
             snprintf(list + at, len - at, "%s%d", missing++ ? "," : "", p);
@@ -60,17 +79,18 @@ static int sweep_cards(coll_comm *c, cl_card *cards, uint8_t *have, int64_t unti
  * store in all, not n^2 (256 ranks made 65k on rank 0's store thread). */
 enum { CARDS_PER_KEY = 256 };
 
-static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadline)
+static int card_values(coll_comm *c, meeting *m, cl_card *cards, int publish,
+                       int64_t deadline)
 {
     int rc = COLL_OK;
     for (int k = 0; rc == COLL_OK && k * CARDS_PER_KEY < c->size; k++) {
         char key[32];
-        size_t m = (size_t)CL_MIN(CARDS_PER_KEY, c->size - k * CARDS_PER_KEY), len = 0;
+        size_t k_cards = (size_t)CL_MIN(CARDS_PER_KEY, c->size - k * CARDS_PER_KEY), len = 0;
         cl_card *at = cards + (size_t)k * CARDS_PER_KEY;
         snprintf(key, sizeof(key), "cards/%d", k);
-        rc = publish ? c->store->ops->set(c->store, key, at, m * sizeof(cl_card))
-                     : cl_store_wait(c->store, key, at, m * sizeof(cl_card), &len, deadline);
-        if (rc == COLL_OK && !publish && len != m * sizeof(cl_card))
+        rc = publish ? c->store->ops->set(c->store, key, at, k_cards * sizeof(cl_card))
+                     : await(c, m, key, at, k_cards * sizeof(cl_card), &len, deadline);
+        if (rc == COLL_OK && !publish && len != k_cards * sizeof(cl_card))
             rc = COLL_EPROTO;
     }
     return rc;
@@ -81,20 +101,25 @@ static int card_values(coll_comm *c, cl_card *cards, int publish, int64_t deadli
  * seconds (at info) who is here and who is not. Near the deadline (while rank 0's store
  * still answers) the others stop waiting for its values and read the cards themselves,
  * so every rank's timeout names who is missing. */
-static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
+static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *cards,
+                        int64_t deadline)
 {
     uint8_t *have = calloc((size_t)c->size, 1);
     char list[256];
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM, lost = 0;
     if (have && c->rank != 0) {
-        int rc = card_values(c, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
+        int rc = card_values(c, m, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
         missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
+    }
+    if (have) { /* this rank is here, whatever the store says */
+        have[c->rank] = 1;
+        cards[c->rank] = *mine;
     }
     while (missing > 0) {
         missing =
-            sweep_cards(c, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list, sizeof(list),
-                        &lost);
+            sweep_cards(c, m, cards, have, CL_MIN(deadline, cl_now_ms() + 5000), list,
+                        sizeof(list), &lost);
         if (missing <= 0 || cl_now_ms() >= deadline || lost)
             break;
         cl_log(COLL_LOG_INFO,
@@ -110,47 +135,9 @@ static int gather_cards(coll_comm *c, cl_card *cards, int64_t deadline)
                  lost ? " (rank 0 closed the store: it gave up or failed, its error says why)"
                       : "");
     if (missing == 0 && c->rank == 0)
-        missing = card_values(c, cards, 1, deadline);
+        missing = card_values(c, m, cards, 1, deadline);
     return missing > 0 ? COLL_ETIMEDOUT : missing;
 }
-
-/* Every rank must name the same transport: a handle means nothing to another one. */
-static int transport_differs(int p, const char *theirs, int me, const char *mine)
-{
-    if (strcmp(theirs, mine) == 0)
-        return 0;
-    snprintf(init_err, sizeof(init_err),
-             "rank %d uses transport %s, this rank (%d) %s: COLL_TRANSPORT and "
-             "coll_config.transport must agree on every rank",
-             p, theirs, me, mine);
-    return 1;
-}
-
-static int same_transport(coll_comm *c, cl_card *cards)
-{
-    for (int p = 0; p < c->size; p++) {
-        cards[p].transport[sizeof(cards[p].transport) - 1] = 0;
-        if (transport_differs(p, cards[p].transport, c->rank, c->tr->name))
-            return COLL_EMISMATCH;
-    }
-    return COLL_OK;
-}
-
-/* The job's record in the store ("job"): the id every hello carries and the name its
- * launcher gave the job ("" when none did). */
-typedef struct {
-    uint64_t id;
-    char name[CL_JOB_NAME];
-    char transport[16]; /* rank 0's: a rank with another fails at once */
-} job_record;
-
-/* What init knows besides the communicator. */
-typedef struct {
-    const cl_config *cfg;
-    const cl_rdzv *rv;
-    int owner; /* this rank wrote the job record: it removes the job's records at the end */
-    char transport0[16]; /* rank 0's transport, from the job record */
-} meeting;
 
 /* The store holds another job's records; `what` says how that showed. */
 static int clash(const meeting *m, const char *what)
@@ -167,48 +154,50 @@ static int clash(const meeting *m, const char *what)
     return COLL_EMISMATCH;
 }
 
-/* Rank 0 writes the job record once (drawing the id); every other rank reads it and
- * refuses a job of another name. */
+/* The job's terms (terms.c): rank 0 writes them, and owns the job's records from then
+ * on; the others compare theirs at once. */
+static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
+{
+    char why[400];
+    int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, deadline, why, sizeof(why));
+    m->terms_owner = c->rank == 0 && rc == COLL_OK;
+    if (rc == CL_TERMS_CLASH)
+        return clash(m, why);
+    m->noted = rc == COLL_EMISMATCH;
+    if (rc == COLL_EMISMATCH)
+        snprintf(init_err, sizeof(init_err), "%s", why);
+    return rc;
+}
+
+/* Rank 0 draws the job's id, which every hello carries, and writes it once; every other
+ * rank reads it. */
 static int agree_job(coll_comm *c, meeting *m, int64_t deadline)
 {
-    job_record mine = {0}, got = {0};
+    uint64_t id = 0;
     size_t len = 0;
-    snprintf(mine.name, sizeof(mine.name), "%s", m->cfg->job);
-    snprintf(mine.transport, sizeof(mine.transport), "%s", c->tr->name);
     if (c->rank == 0) {
-        uint64_t seed[2] = {(uint64_t)cl_now_us(), (uint64_t)getpid()};
-        mine.id = cl_hash(seed, sizeof(seed), cl_hash(mine.name, strlen(mine.name), 0));
-        c->job = mine.id;
-        int rc = cl_store_create(c->store, "job", &mine, sizeof(mine));
+        if (cl_auth_nonce((uint8_t *)&id, sizeof(id)) != 0)
+            return COLL_ESYS;
+        c->job = id;
+        int rc = cl_store_create(c->store, "job", &id, sizeof(id));
         m->owner = rc == COLL_OK;
+        m->terms_owner = m->owner; /* else the place is another job's: its ranks read on */
         return rc == CL_STORE_TAKEN ? clash(m, "a job record is there already") : rc;
     }
-    int rc = cl_store_wait(c->store, "job", &got, sizeof(got), &len, deadline);
-    got.name[CL_JOB_NAME - 1] = 0;
-    if (rc == COLL_OK && (len != sizeof(got) || strcmp(got.name, mine.name) != 0)) {
-        snprintf(init_err, sizeof(init_err),
-                 "the rendezvous at %s://%.200s serves job '%s' and this rank is of job '%s'%s%s: "
-                 "use another port, or give every rank the same job id",
-                 m->rv->scheme, m->rv->where, got.name, mine.name, m->cfg->job_from ? " from " : "",
-                 m->cfg->job_from ? m->cfg->job_from : "");
-        return COLL_EMISMATCH;
-    }
-    c->job = got.id;
-    got.transport[sizeof(got.transport) - 1] = 0;
-    snprintf(m->transport0, sizeof(m->transport0), "%s", got.transport);
+    int rc = await(c, m, "job", &id, sizeof(id), &len, deadline);
+    if (rc == COLL_OK && len != sizeof(id))
+        rc = clash(m, "its job record is not this library's");
+    c->job = id;
     return rc;
 }
 
 /* This rank's card, written once: a second writer of one rank's place (another job's
- * rank, or a rank started twice) is refused and leaves a note for rank 0. A rank whose
- * transport is not rank 0's fails here, its card written so rank 0 says so too. */
+ * rank, or a rank started twice) is refused and leaves a note for rank 0. */
 static int enroll(coll_comm *c, const meeting *m, const cl_card *mine)
 {
     char key[64], what[64];
     snprintf(key, sizeof(key), "addr/%d", c->rank);
     int rc = cl_store_create(c->store, key, mine, sizeof(*mine));
-    if (rc == COLL_OK && c->rank != 0 && transport_differs(0, m->transport0, c->rank, c->tr->name))
-        return COLL_EMISMATCH;
     if (rc != CL_STORE_TAKEN)
         return rc;
     snprintf(what, sizeof(what), "rank %d registered twice", c->rank);
@@ -235,6 +224,8 @@ static void leave_store(coll_comm *c, const meeting *m)
         cl_store_remove(c->store, "clash");
         cl_store_remove(c->store, "job");
     }
+    if (m->terms_owner)
+        cl_terms_remove(m->plain);
     c->store->ops->close(c->store);
     c->store = NULL;
 }
@@ -306,6 +297,7 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
     c->store = store;
     if ((!store &&
          (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err)))) ||
+        (m.plain = c->store, rc = agree_terms(c, &m, deadline)) ||
         (cfg->keyed && (rc = seal_store(c))) || (rc = agree_job(c, &m, deadline)) ||
         (rc = enroll(c, &m, &mine)))
         goto fail;
@@ -313,7 +305,7 @@ static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, c
         rc = COLL_ENOMEM;
         goto fail;
     }
-    if ((rc = gather_cards(c, cards, deadline)) != COLL_OK || (rc = same_transport(c, cards)))
+    if ((rc = gather_cards(c, &m, &mine, cards, deadline)) != COLL_OK)
         goto fail;
     if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "%.500s", c->err);
@@ -336,6 +328,8 @@ fail:
         snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
                  coll_strerror(rc));
     free(cards);
+    if (m.terms_owner && m.noted)
+        cl_sleep_ms(CL_TERMS_LINGER_MS); /* the others read the note while the store is up */
     leave_store(c, &m);
     cl_comm_free(c);
     return rc;

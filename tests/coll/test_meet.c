@@ -124,9 +124,51 @@ START_TEST(ranks_on_different_transports_both_say_so)
 {
     char url[64];
     env_url(url, sizeof(url));
-    who ws[] = {{0, 2, 0, "COLL_TRANSPORT=shm", COLL_EMISMATCH, "rank 1 uses transport tcp", 0},
-                {1, 2, 0, "COLL_TRANSPORT=tcp", COLL_EMISMATCH, "rank 0 uses transport shm", 0}};
+    who ws[] = {{0, 2, 0, "COLL_TRANSPORT=shm", COLL_EMISMATCH, "rank 0 has shm, rank 1 has tcp", 0},
+                {1, 2, 0, "COLL_TRANSPORT=tcp", COLL_EMISMATCH, "rank 0 has shm, rank 1 has tcp", 0}};
     ck_assert_int_eq(run(url, ws, 2), 0);
+}
+END_TEST
+
+/* A setting that must agree and does not, on any rank (rank 0 too), ends every rank's
+ * init with one sentence naming it, rank 0's value and the other's: COLL_EMISMATCH, not
+ * the timeout (each rank here waits 3 s; the note ends it at once). A rank that comes
+ * late reads the note too. */
+static void differ(const char *env, int on, int late_ms, const char *says)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    who ws[3];
+    for (int r = 0; r < 3; r++)
+        ws[r] = (who){r, 3, r == 1 ? late_ms : 0, r == on ? env : NULL, COLL_EMISMATCH, says, 0};
+    ck_assert_msg(run(url, ws, 3) == 0, "%s on rank %d", env, on);
+}
+
+START_TEST(settings_that_differ_are_named_on_every_rank)
+{
+    differ("COLL_CODEC=int8", 2, 0, "the codec (COLL_CODEC): rank 0 has none, rank 2 has int8");
+    differ("COLL_SECRET=s3", 1, 0, "the secret (COLL_SECRET): rank 0 has none, rank 1 has one");
+    differ("COLL_SECRET=s3", 0, 0, "the secret (COLL_SECRET): rank 0 has one, rank ");
+    differ("COLL_SEGMENT_BYTES=4096", 2, 200, "rank 0 has 524288, rank 2 has 4096");
+    differ("COLL_ALGO=ring", 0, 0, "the algorithm (COLL_ALGO): rank 0 has ring");
+}
+END_TEST
+
+START_TEST(a_wrong_world_size_is_named_on_every_rank)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    const char *says = "the world size (WORLD_SIZE): rank 0 has 3, rank 2 has 4";
+    who ws[] = {{0, 3, 0, NULL, COLL_EMISMATCH, says, 0},
+                {1, 3, 0, NULL, COLL_EMISMATCH, says, 0},
+                {2, 4, 0, NULL, COLL_EMISMATCH, says, 0}};
+    ck_assert_int_eq(run(url, ws, 3), 0);
+    env_url(url, sizeof(url));
+    says = "the world size (WORLD_SIZE): rank 0 has 4, rank ";
+    who first[] = {{0, 4, 0, NULL, COLL_EMISMATCH, says, 0},
+                   {1, 3, 0, NULL, COLL_EMISMATCH, says, 0},
+                   {2, 3, 0, NULL, COLL_EMISMATCH, says, 0}};
+    ck_assert_int_eq(run(url, first, 3), 0);
 }
 END_TEST
 
@@ -181,6 +223,8 @@ int main(void)
     tcase_add_test(t, two_jobs_at_one_port_fail_together);
     tcase_add_test(t, named_jobs_are_told_apart);
     tcase_add_test(t, ranks_on_different_transports_both_say_so);
+    tcase_add_test(t, settings_that_differ_are_named_on_every_rank);
+    tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
     tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
     tcase_add_test(t, a_file_directory_is_reused_or_refused);
     suite_add_tcase(s, t);

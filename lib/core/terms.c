@@ -1,0 +1,142 @@
+/* The terms of a job: what every rank must agree on before anything else is exchanged
+ * (world size, library and wire versions, transport, codec, segment, forced algorithm,
+ * a secret or none). Rank 0 writes its own under "terms", in the clear, so a rank
+ * without the secret reads it too; every other rank compares and, where one differs,
+ * leaves a note ("abort") that ends every rank's wait at once with the same sentence.
+ * A rank of another job (another job name) leaves no note: it must not end that job. */
+#include "core/terms.h"
+
+#include "base/util.h"
+#include "kernels/codec.h"
+#include "wire/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TERMS_MAGIC "collterm"
+#define ABORT_KEY "abort"
+
+/* Fixed-width fields only: the record is read by other processes as it is. */
+typedef struct {
+    char magic[8];
+    uint32_t proto, lib;
+    int32_t size, keyed, codec, pad;
+    uint64_t segment;
+    char transport[16];
+    char algo[32];
+    char job[CL_JOB_NAME];
+} terms;
+
+static void fill(terms *t, const cl_config *cfg, int size)
+{
+    memset(t, 0, sizeof(*t));
+    memcpy(t->magic, TERMS_MAGIC, sizeof(t->magic));
+    t->proto = CL_PROTO_VERSION;
+    t->lib = COLL_VERSION_MAJOR << 16 | COLL_VERSION_MINOR << 8 | COLL_VERSION_PATCH;
+    t->size = size;
+    t->keyed = cfg->keyed;
+    t->codec = (int32_t)cfg->codec;
+    t->segment = cfg->segment_bytes;
+    snprintf(t->transport, sizeof(t->transport), "%s", cfg->transport->name);
+    snprintf(t->algo, sizeof(t->algo), "%s", cfg->algo ? cfg->algo : "(the library's choice)");
+    snprintf(t->job, sizeof(t->job), "%s", cfg->job);
+}
+
+static const char *secret_word(int keyed)
+{
+    return keyed ? "one" : "none";
+}
+
+static const char *lib_word(uint32_t v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+    return buf;
+}
+
+/* The first setting in which theirs (rank 0's) and mine differ, as a sentence into why.
+ * 0: they agree. */
+static int differ(const terms *r0, const terms *me, int rank, char *why, size_t len)
+{
+    char a[32], b[32];
+    const char *what = NULL, *x = NULL, *y = NULL;
+    if (r0->proto != me->proto || r0->lib != me->lib)
+        what = "library version", x = lib_word(r0->lib, a, sizeof(a)),
+        y = lib_word(me->lib, b, sizeof(b));
+    else if (r0->size != me->size)
+        what = "world size (WORLD_SIZE)", snprintf(a, sizeof(a), "%d", r0->size),
+        snprintf(b, sizeof(b), "%d", me->size), x = a, y = b;
+    else if (r0->keyed != me->keyed)
+        what = "secret (COLL_SECRET)", x = secret_word(r0->keyed), y = secret_word(me->keyed);
+    else if (strcmp(r0->transport, me->transport) != 0)
+        what = "transport (COLL_TRANSPORT)", x = r0->transport, y = me->transport;
+    else if (r0->codec != me->codec)
+        what = "codec (COLL_CODEC)", x = cl_codec_name(r0->codec), y = cl_codec_name(me->codec);
+    else if (r0->segment != me->segment)
+        what = "segment bytes (COLL_SEGMENT_BYTES)",
+        snprintf(a, sizeof(a), "%llu", (unsigned long long)r0->segment),
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)me->segment), x = a, y = b;
+    else if (strcmp(r0->algo, me->algo) != 0)
+        what = "algorithm (COLL_ALGO)", x = r0->algo, y = me->algo;
+    if (!what)
+        return 0;
+    snprintf(why, len, "the ranks disagree on the %s: rank 0 has %s, rank %d has %s", what, x,
+             rank, y);
+    return 1;
+}
+
+int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
+                   char *why, size_t len)
+{
+    terms mine, r0;
+    size_t n = 0;
+    fill(&mine, cfg, size);
+    if (rank == 0) {
+        int rc = cl_store_create(s, "terms", &mine, sizeof(mine));
+        if (rc == CL_STORE_TAKEN)
+            snprintf(why, len, "a job's terms are there already");
+        return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
+    }
+    int rc = cl_terms_wait(s, s, "terms", &r0, sizeof(r0), &n, deadline, why, len);
+    if (rc != COLL_OK)
+        return rc;
+    r0.job[sizeof(r0.job) - 1] = 0;
+    if (n != sizeof(r0) || memcmp(r0.magic, TERMS_MAGIC, sizeof(r0.magic)) != 0) {
+        snprintf(why, len, "the store holds terms this library cannot read (another version?)");
+        return COLL_EMISMATCH;
+    }
+    if (strcmp(r0.job, mine.job) != 0) {
+        snprintf(why, len, "it serves job '%s' and this rank is of job '%s'%s%s", r0.job, mine.job,
+                 cfg->job_from ? " from " : "", cfg->job_from ? cfg->job_from : "");
+        return CL_TERMS_CLASH;
+    }
+    if (!differ(&r0, &mine, rank, why, len))
+        return COLL_OK;
+    s->ops->set(s, ABORT_KEY, why, strlen(why) + 1);
+    return COLL_EMISMATCH;
+}
+
+/* Looks at the note between short waits: every rank fails within a moment of it. */
+enum { LOOK_MS = 200 };
+
+int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size_t cap,
+                  size_t *len, int64_t deadline, char *why, size_t whylen)
+{
+    for (;;) {
+        int rc = cl_store_wait(s, key, buf, cap, len, CL_MIN(deadline, cl_now_ms() + LOOK_MS));
+        if (rc != COLL_ETIMEDOUT)
+            return rc;
+        size_t n = 0;
+        if (plain->ops->get(plain, ABORT_KEY, why, whylen - 1, &n) == COLL_OK) {
+            why[n] = 0;
+            return COLL_EMISMATCH;
+        }
+        if (cl_now_ms() >= deadline)
+            return COLL_ETIMEDOUT;
+    }
+}
+
+void cl_terms_remove(cl_store *s)
+{
+    cl_store_remove(s, "terms");
+    cl_store_remove(s, ABORT_KEY);
+}

@@ -1,0 +1,30 @@
+/* The terms every rank of a job must agree on at init, compared at once through the
+ * store, and the note that ends every rank's wait when they do not. */
+#ifndef CL_TERMS_H
+#define CL_TERMS_H
+
+#include "core/config.h"
+#include "rdzv/store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* cl_terms_agree's answer when the store serves another job (why says how). */
+#define CL_TERMS_CLASH 2
+/* After a note, rank 0 keeps its store this long, so every rank waiting reads it. */
+#define CL_TERMS_LINGER_MS 500
+
+/* Rank 0 writes its terms into the plain store s; every other rank reads them and
+ * compares its own. COLL_EMISMATCH: a setting differs (why names it, rank 0's value and
+ * this rank's; every rank is told through the note); CL_TERMS_CLASH: the store serves
+ * another job; COLL_ETIMEDOUT: rank 0's terms did not come. */
+int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
+                   char *why, size_t len);
+/* cl_store_wait on s for key, ended early (COLL_EMISMATCH, the note in why) by a note
+ * that a rank left in plain (the store before any seal) because the terms differ. */
+int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size_t cap,
+                  size_t *len, int64_t deadline, char *why, size_t whylen);
+/* Forgets the terms and the note (stores whose records outlive the job). */
+void cl_terms_remove(cl_store *s);
+
+#endif
