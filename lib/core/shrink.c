@@ -30,55 +30,36 @@
  * a hash of the decided set, so ranks that decided differently can never connect. */
 #include "core/comm.h"
 
-#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define LIFE_MAGIC 0x4C494645u /* "LIFE" */
-
-typedef struct {
-    uint32_t magic, attempt;
-    int32_t from, round, decided, size, ncards;
-    uint64_t job, id;
-    uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: HMAC of the message, this zeroed */
-    /* then `size` bytes: 1 where the sender counts a rank as failed; then ncards cards:
-     * the sender's own for the new communicator, or (decided) every rank's by old rank */
-} life_msg;
-
-/* One connection a peer dialed to us; rank -1 until its first message names it. */
-typedef struct {
-    int fd, rank;
-    size_t off, cap;
-    uint8_t *buf;
-} inlink;
-
 typedef struct {
     coll_comm *c;
     int n;
-    size_t fixed; /* a message's header and set */
+    cl_life_who who; /* this agreement, as this rank checks what it reads */
+    size_t fixed;    /* a word's header and set */
     uint8_t *dead, *heard, *done;
     int decided;              /* by itself or by a peer's word: its set is final */
     int disagree;             /* a set read this round differs from this rank's */
     int *out;                 /* per rank: the socket we dialed, -1 */
-    inlink *in;               /* accepted connections */
-    int nin, cap;             /* how many, room for */
+    cl_life_link *in;         /* per rank: the connection it dialed to us, once admitted */
+    cl_life_gate gate;        /* connections whose hello is not in yet */
     cl_card *cards;           /* by old rank: each one's card for the new communicator */
-    uint8_t *msg;             /* this rank's outgoing message, room for every card */
+    uint8_t *msg;             /* this rank's outgoing word, room for every card */
     int die_round, die_after; /* COLL_FAULT_SHRINK, or -1 */
 } agreement;
 
 static size_t msg_size(const agreement *a, int ncards)
 {
-    return a->fixed + (size_t)ncards * sizeof(cl_card);
+    return cl_life_msg_len(&a->who, ncards);
 }
 
 static int live(const agreement *a, int p)
@@ -97,14 +78,13 @@ static void lost(agreement *a, int p, const char *why)
 
 static void agreement_free(agreement *a)
 {
-    for (int p = 0; p < a->n; p++)
+    for (int p = 0; p < a->n; p++) {
         if (a->out && a->out[p] >= 0)
             close(a->out[p]);
-    for (int i = 0; i < a->nin; i++) {
-        if (a->in[i].fd >= 0)
-            close(a->in[i].fd);
-        free(a->in[i].buf);
+        if (a->in)
+            cl_life_link_close(&a->in[p]);
     }
+    cl_life_gate_close(&a->gate);
     free(a->in);
     free(a->out);
     free(a->dead);
@@ -117,16 +97,21 @@ static void agreement_free(agreement *a)
 static int agreement_init(agreement *a, coll_comm *c, const cl_card *mine)
 {
     int n = c->size;
-    *a = (agreement){.c = c, .n = n, .fixed = sizeof(life_msg) + (size_t)n, .cap = 2 * n + 4};
+    *a = (agreement){.c = c, .n = n, .fixed = sizeof(cl_life_msg) + (size_t)n};
+    a->who =
+        (cl_life_who){c->job, c->id, c->shrinks, c->rank, n, c->keyed, c->key, sizeof(cl_card)};
     a->dead = calloc((size_t)n, 1);
     a->heard = calloc((size_t)n, 1);
     a->done = calloc((size_t)n, 1);
     a->out = malloc((size_t)n * sizeof(int));
-    a->in = calloc((size_t)a->cap, sizeof(inlink));
+    a->in = calloc((size_t)n, sizeof(cl_life_link));
     a->cards = calloc((size_t)n, sizeof(cl_card));
     a->msg = calloc(1, msg_size(a, n));
+    /* Before any return: agreement_free closes what is not -1. */
     for (int p = 0; a->out && p < n; p++)
-        a->out[p] = -1; /* before any return: agreement_free closes what is not -1 */
+        a->out[p] = -1;
+    for (int p = 0; a->in && p < n; p++)
+        a->in[p].fd = -1;
     if (!a->dead || !a->heard || !a->done || !a->out || !a->in || !a->cards || !a->msg)
         return COLL_ENOMEM;
     a->cards[c->rank] = *mine;
@@ -138,56 +123,78 @@ static int agreement_init(agreement *a, coll_comm *c, const cl_card *mine)
     return COLL_OK;
 }
 
-/* Dials every rank not known failed, all at once; a refused or late dial is a failure. */
-static void dial_all(agreement *a, int64_t deadline)
+/* Takes every connection whose hello proved a rank of this agreement into that rank's
+ * place, once: a second connection in the same rank's name (a hello replayed) is
+ * refused. Strangers never get a place: the gate closes them. */
+static void admit(agreement *a)
 {
-    coll_comm *c = a->c;
-    for (int p = 0; p < a->n; p++)
-        if (live(a, p) && (a->out[p] = cl_life_dial(c->lives[p])) < 0)
-            lost(a, p, "its lifeline refused the connection");
-    for (int p = 0; p < a->n; p++) {
-        int st = 0;
-        while (live(a, p) && (st = cl_life_dialed(a->out[p])) == 0 && cl_now_ms() < deadline)
-            cl_sleep_ms(1);
-        if (live(a, p) && st != 1)
-            lost(a, p, st < 0 ? "its lifeline refused the connection" : "no answer to a dial");
+    int fd, from;
+    while ((fd = cl_life_admit(&a->gate, &a->c->life, &a->who, &from)) >= 0) {
+        cl_life_link *k = &a->in[from];
+        if (k->taken) {
+            cl_log(COLL_LOG_WARN,
+                   "rank %d shrink: refused a second lifeline connection "
+                   "from rank %d: %s",
+                   a->c->rank, from, coll_strerror(COLL_EPROTO));
+            close(fd);
+            continue;
+        }
+        *k = (cl_life_link){.fd = fd, .taken = 1};
     }
 }
 
-/* With COLL_SECRET, a lifeline message carries a tag under the job's key: nobody
- * without it can speak in an agreement (a message replayed from one is the same word
- * again, and the attempt number keeps one agreement's words out of the next). */
-static void seal(const agreement *a, uint8_t *msg, size_t len)
+/* Sends p the hello on the socket dialed to it, once the dial completed: 1 when it went
+ * (or p is gone), 0 while the dial is under way. */
+static int greet(agreement *a, int p, int64_t deadline)
 {
-    uint8_t *tag = msg + offsetof(life_msg, tag);
-    memset(tag, 0, CL_TAG_BYTES);
-    cl_auth_tag(a->c->key, tag, 2, "coll life v1", (size_t)12, msg, len);
+    int st = cl_life_dialed(a->out[p]);
+    cl_life_hello h;
+    if (st == 0)
+        return 0;
+    cl_life_hello_make(&a->who, p, &h);
+    if (st < 0 || cl_life_send(a->out[p], &h, sizeof(h), deadline) != COLL_OK)
+        lost(a, p, "its lifeline refused the connection");
+    return 1;
 }
 
-static int sealed(const agreement *a, const uint8_t *msg, size_t len)
+/* Dials every rank not known failed, all at once, and greets each as its dial completes;
+ * a refused or late dial is a failure. Meanwhile the peers' connections are admitted:
+ * strangers queued at this lifeline since init must not keep them waiting. */
+static void dial_all(agreement *a, int64_t deadline)
 {
-    if (!a->c->keyed)
-        return 1;
-    uint8_t *copy = malloc(len), want[CL_TAG_BYTES];
-    if (!copy)
-        return 0;
-    memcpy(copy, msg, len);
-    seal(a, copy, len);
-    memcpy(want, copy + offsetof(life_msg, tag), CL_TAG_BYTES);
-    free(copy);
-    return cl_auth_equal(want, msg + offsetof(life_msg, tag), CL_TAG_BYTES);
+    coll_comm *c = a->c;
+    uint8_t *greeted = calloc((size_t)a->n, 1);
+    for (int p = 0; p < a->n; p++)
+        if (live(a, p) && (a->out[p] = cl_life_dial(c->lives[p])) < 0)
+            lost(a, p, "its lifeline refused the connection");
+    for (int waiting = 1; waiting && greeted && cl_now_ms() < deadline;) {
+        admit(a);
+        waiting = 0;
+        for (int p = 0; p < a->n; p++)
+            if (live(a, p) && !greeted[p])
+                waiting |= !(greeted[p] = (uint8_t)greet(a, p, deadline));
+        if (waiting)
+            cl_sleep_ms(1);
+    }
+    for (int p = 0; p < a->n; p++)
+        if (live(a, p) && (!greeted || !greeted[p]))
+            lost(a, p, "no answer to a dial");
+    free(greeted);
 }
 
 /* This rank's word for `round` to every live peer; decided, also to every rank it still
  * has a socket to (one counted failed but still in the agreement, a round or more
- * behind, learns it is out), and whoever no longer listens changes nothing. */
+ * behind, learns it is out), and whoever no longer listens changes nothing. With
+ * COLL_SECRET every word carries a tag under the job's key: nobody without it can speak
+ * in an agreement (a word replayed is the same word again, and the attempt number keeps
+ * one agreement's words out of the next). */
 static void send_round(agreement *a, int round, int decided, int64_t deadline)
 {
     coll_comm *c = a->c;
     int ncards = decided ? a->n : 1;
-    life_msg m;
+    cl_life_msg m;
     memset(&m, 0, sizeof(m)); /* the padding travels too */
-    m.magic = LIFE_MAGIC;
+    m.magic = CL_LIFE_MAGIC;
     m.attempt = c->shrinks;
     m.from = c->rank;
     m.round = round;
@@ -202,7 +209,7 @@ static void send_round(agreement *a, int round, int decided, int64_t deadline)
            (size_t)ncards * sizeof(cl_card));
     size_t len = msg_size(a, ncards);
     if (c->keyed)
-        seal(a, a->msg, len);
+        cl_life_seal(&a->who, a->msg, len);
     for (int p = 0, told = 0; p < a->n; p++) {
         if (round == a->die_round && told == a->die_after)
             raise(SIGKILL);
@@ -226,113 +233,65 @@ static void adopt(agreement *a, const uint8_t *set, const uint8_t *cards)
     a->decided = 1;
 }
 
-static void drop(agreement *a, inlink *l, int round, const life_msg *m)
-{
-    cl_log(COLL_LOG_WARN,
-           "rank %d shrink: dropped a lifeline message that is not this "
-           "communicator's round %d (from %d, round %d)",
-           a->c->rank, round, m->from, m->round);
-    close(l->fd);
-    l->fd = -1;
-}
-
-/* A whole message on link l: checks it and takes it as its sender's word for `round`:
- * its set joins this rank's, and differs or not from what this rank sent (`sent`). */
-static void take(agreement *a, inlink *l, int round, const uint8_t *sent)
+/* Rank p's whole word on its link (k->buf), checked as a word of this agreement from p:
+ * taken as p's word for `round`: its set joins this rank's, and differs or not from
+ * what this rank sent (`sent`). */
+static void take(agreement *a, int p, int round, const uint8_t *sent)
 {
     coll_comm *c = a->c;
-    life_msg m;
-    memcpy(&m, l->buf, sizeof(m));
-    const uint8_t *set = l->buf + sizeof(m), *cards = l->buf + a->fixed;
-    l->off = 0;
-    int ok = m.magic == LIFE_MAGIC && m.job == c->job && m.id == c->id &&
-             sealed(a, l->buf, msg_size(a, m.ncards)) && m.from >= 0 && m.from < a->n &&
-             m.from != c->rank && m.attempt == c->shrinks && (l->rank < 0 || l->rank == m.from);
+    cl_life_msg m;
+    const uint8_t *buf = a->in[p].buf;
+    memcpy(&m, buf, sizeof(m));
+    const uint8_t *set = buf + sizeof(m), *cards = buf + a->fixed;
     /* Counted failed already (it came too late): its word no longer counts. */
-    if (ok && (a->dead[m.from] || a->done[m.from])) {
-        l->rank = m.from;
+    if (a->dead[p] || a->done[p])
+        return;
+    /* A decided word is final whatever round it comes in (to a rank a round behind);
+     * any other word is for this round, or p breaks the protocol. */
+    if (m.round != round && !m.decided) {
+        cl_log(COLL_LOG_WARN, "rank %d shrink: rank %d sent a word of round %d in round %d",
+               c->rank, p, m.round, round);
+        cl_life_link_close(&a->in[p]);
+        lost(a, p, "a word out of its round");
         return;
     }
-    /* A decided word is final whatever round it comes in (to a rank a round behind). */
-    if (!ok || (m.round != round && !m.decided)) {
-        drop(a, l, round, &m);
-        return;
-    }
-    l->rank = m.from;
-    a->heard[m.from] = 1;
+    a->heard[p] = 1;
     if (m.decided) {
-        a->done[m.from] = 1;
+        a->done[p] = 1;
         if (!a->decided)
-            cl_log(COLL_LOG_INFO, "rank %d shrink: takes rank %d's decision", c->rank, m.from);
+            cl_log(COLL_LOG_INFO, "rank %d shrink: takes rank %d's decision", c->rank, p);
         adopt(a, set, cards);
         return;
     }
-    memcpy(&a->cards[m.from], cards, sizeof(cl_card));
+    memcpy(&a->cards[p], cards, sizeof(cl_card));
     if (a->decided)
         return;
-    for (int p = 0; p < a->n; p++)
-        a->dead[p] |= set[p];
+    for (int q = 0; q < a->n; q++)
+        a->dead[q] |= set[q];
     if (memcmp(set, sent, (size_t)a->n) != 0)
         a->disagree = 1;
 }
 
-/* How long the message arriving on l is: its header first, then what that says (0: a
- * header no message of this agreement has). */
-static size_t expected(const agreement *a, const inlink *l)
+static void read_link(agreement *a, int p, int round, const uint8_t *sent)
 {
-    if (l->off < a->fixed)
-        return a->fixed;
-    life_msg m;
-    memcpy(&m, l->buf, sizeof(m));
-    if (m.size != a->n || m.ncards != (m.decided ? a->n : 1))
-        return 0;
-    return msg_size(a, m.ncards);
+    const char *why;
+    int got = cl_life_read(&a->in[p], &a->who, p, &why);
+    if (got > 0)
+        take(a, p, round, sent);
+    else if (got < 0)
+        lost(a, p, why);
 }
 
-static void read_link(agreement *a, inlink *l, int round, const uint8_t *sent)
+/* Our socket to p reads as closed: p is gone, or done with the agreement. Its last
+ * words (a decided one) may wait on its link, read first. */
+static void dialed_closed(agreement *a, int p, int round, const uint8_t *sent)
 {
-    for (;;) {
-        size_t want = expected(a, l);
-        if (want > l->cap) {
-            uint8_t *b = realloc(l->buf, want);
-            if (!b)
-                want = 0;
-            else
-                l->buf = b, l->cap = want;
-        }
-        if (!want) {
-            life_msg m;
-            memcpy(&m, l->buf, sizeof(m));
-            drop(a, l, round, &m);
-            return;
-        }
-        ssize_t got = read(l->fd, l->buf + l->off, want - l->off);
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-            lost(a, l->rank, "its lifeline closed");
-            close(l->fd);
-            l->fd = -1;
-        }
-        if (got <= 0)
-            return;
-        l->off += (size_t)got;
-        if (l->off == want && want > a->fixed) {
-            take(a, l, round, sent);
-            return;
-        }
-    }
-}
-
-static void accept_new(agreement *a)
-{
-    int fd;
-    while (a->nin < a->cap && (fd = cl_life_accept(&a->c->life)) >= 0) {
-        uint8_t *buf = malloc(a->fixed);
-        if (!buf) {
-            close(fd);
-            return;
-        }
-        a->in[a->nin++] = (inlink){fd, -1, 0, a->fixed, buf};
-    }
+    if (a->heard[p])
+        return; /* heard since the poll: what follows comes on its link */
+    if (a->in[p].fd >= 0)
+        read_link(a, p, round, sent);
+    if (!a->heard[p])
+        lost(a, p, "the lifeline it accepted closed");
 }
 
 /* Is anyone's word for this round still to come? */
@@ -344,55 +303,60 @@ static int waiting(const agreement *a)
     return 0;
 }
 
-/* The poll set: the listener, links still to be heard from, and the sockets we dialed
- * to peers still to be heard from (never written to by the peer: readable means it
- * closed, which is how the death of a rank that has not dialed us yet shows).
- * idx: an in-link's index, or -1 - rank for a dialed socket. */
+/* The poll set: the listener and the gate, links still to be heard from, and the sockets
+ * we dialed to peers still to be heard from (never written to by the peer: readable
+ * means it closed, which is how the death of a rank that has not dialed us yet shows).
+ * idx: a rank's link (p), a dialed socket (-1 - p), or the gate (a->n). */
 static int poll_set(const agreement *a, struct pollfd *pf, int *idx)
 {
     int k = 0;
-    /* With every slot taken (strangers that connect and say nothing), the listener is
-     * left alone: watched, its pending connections would wake every poll at once. */
-    pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = a->nin < a->cap ? POLLIN : 0};
-    for (int i = 0; i < a->nin; i++) {
-        const inlink *l = &a->in[i];
-        /* A peer a round ahead waits in its socket until this round is done. */
-        if (l->fd >= 0 && (l->rank < 0 || (live(a, l->rank) && !a->heard[l->rank]))) {
-            idx[k] = i;
-            pf[k++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
-        }
+    idx[k] = a->n;
+    pf[k++] = (struct pollfd){.fd = a->c->life.fd, .events = POLLIN};
+    for (int i = 0; i < a->gate.np; i++) {
+        idx[k] = a->n;
+        pf[k++] = (struct pollfd){.fd = a->gate.p[i].fd, .events = POLLIN};
     }
-    for (int p = 0; p < a->n; p++)
-        if (live(a, p) && !a->heard[p] && a->out[p] >= 0) {
+    for (int p = 0; p < a->n; p++) {
+        /* A peer a round ahead waits in its socket until this round is done. */
+        if (!live(a, p) || a->heard[p])
+            continue;
+        if (a->in[p].fd >= 0) {
+            idx[k] = p;
+            pf[k++] = (struct pollfd){.fd = a->in[p].fd, .events = POLLIN};
+        }
+        if (a->out[p] >= 0) {
             idx[k] = -1 - p;
             pf[k++] = (struct pollfd){.fd = a->out[p], .events = POLLIN};
         }
+    }
     return k;
 }
 
 /* Reads every live peer's word for `round` (or counts the peer failed). */
 static void read_round(agreement *a, int round, const uint8_t *sent, int64_t deadline)
 {
-    size_t slots = (size_t)a->cap + (size_t)a->n + 1;
+    size_t slots = 1 + CL_LIFE_PENDING + 2 * (size_t)a->n;
     struct pollfd *pf = calloc(slots, sizeof(*pf));
     int *idx = calloc(slots, sizeof(int));
     while (pf && idx && waiting(a)) {
-        int k = poll_set(a, pf, idx);
+        int k = poll_set(a, pf, idx), at_gate = 0;
         int64_t left = deadline - cl_now_ms();
         if (left <= 0)
             break;
         if (poll(pf, (nfds_t)k, (int)CL_MIN(left, 100)) <= 0)
             continue;
-        if (pf[0].revents)
-            accept_new(a);
-        for (int j = 1; j < k; j++) {
+        for (int j = 0; j < k; j++) {
             if (!pf[j].revents)
                 continue;
-            if (idx[j] >= 0)
-                read_link(a, &a->in[idx[j]], round, sent);
+            if (idx[j] == a->n)
+                at_gate = 1;
+            else if (idx[j] >= 0)
+                read_link(a, idx[j], round, sent);
             else
-                lost(a, -1 - idx[j], "the lifeline it accepted closed");
+                dialed_closed(a, -1 - idx[j], round, sent);
         }
+        if (at_gate)
+            admit(a);
     }
     for (int p = 0; p < a->n; p++)
         if (live(a, p) && !a->heard[p])

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Builds a fuzz target with clang's libFuzzer (ASan + UBSan) and runs it for SECONDS
 # (default 30): run.sh SECONDS [TARGET], TARGET wire (the handshake and segment headers,
-# default), store (the tcp store server through a real socket) or shm (a stranger's shm
-# hello and the ring it then writes). Skips (77) where clang or libFuzzer is missing.
+# default), store (the tcp store server through a real socket), shm (a stranger's shm
+# hello and the ring it then writes) or life (the lifeline's gate and the shrink
+# agreement's words through a real socket). Skips (77) where clang or libFuzzer is missing.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$here/../..
@@ -16,6 +17,9 @@ shm) t=$top/transports
      srcs="$t/shm/shm.c $t/accept.c $t/progress.c $t/reqq.c $top/lib/base/util.c
            $top/lib/base/log.c $top/lib/base/notifier.c $top/lib/base/lock.c"
      opts="-max_len=4096" ;;
+life) srcs="$top/lib/core/life.c $top/lib/base/auth.c $top/lib/base/util.c $top/lib/base/log.c
+      $top/transports/iface.c -lcrypto"
+      opts="-max_len=4096" ;;
 *) echo "unknown fuzz target '$target'"; exit 1 ;;
 esac
 out=${TMPDIR:-/tmp}/fuzz_$target.$$
