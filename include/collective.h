@@ -162,7 +162,11 @@ COLL_API int coll_set_codec(coll_comm *comm, coll_codec codec);
  * can vanish). In place: sendbuf == recvbuf. COLL_AVG is the sum divided once by the
  * number of ranks, truncated toward zero on integer types; int8, uint8 and int32 sum in
  * 64 bits on the way (8 bytes per element on the wire), so their average is right
- * whatever the sum (int8 AVG of 100 on 4 ranks is 100); int64 sums wrap in 64 bits. */
+ * whatever the sum (int8 AVG of 100 on 4 ranks is 100); int64 sums wrap in 64 bits;
+ * f16 and bf16 sum and divide in f32 (4 bytes on the wire), as numpy's mean of float16
+ * does (f16 AVG of 40000 on 4 ranks is 40000). COLL_MIN/COLL_MAX on floats: a NaN on any
+ * rank gives the canonical quiet NaN, and -0 is below +0 (the same bits from every
+ * algorithm). */
 COLL_API int coll_allreduce(coll_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                             coll_dtype dtype, coll_op op);
 

@@ -7,6 +7,7 @@
 #include "kernels/half.h"
 
 #include <stdint.h>
+#include <string.h>
 
 typedef void (*kernel_fn)(void *d, const void *a, const void *b, size_t n);
 
@@ -24,16 +25,44 @@ typedef void (*kernel_fn)(void *d, const void *a, const void *b, size_t n);
 #define KERNELS(S, T, U)                                      \
     BINARY(sum_##S, T, (T)((U)x + (U)y))                      \
     BINARY(prod_##S, T, (T)((U)x * (U)y))                     \
-    BINARY(min_##S, T, y < x ? y : x)                         \
-    BINARY(max_##S, T, y > x ? y : x)                         \
     static void div_##S(T *d, size_t n, int k)                \
     {                                                         \
         for (size_t i = 0; i < n; i++)                        \
             d[i] = (T)(d[i] / k);                          \
     }
 
+#define INT_ORDER(S, T)                                       \
+    BINARY(min_##S, T, y < x ? y : x)                         \
+    BINARY(max_##S, T, y > x ? y : x)
+
+/* MIN and MAX on floats as numpy.minimum/maximum, with the same bits whatever order an
+ * algorithm reduces in: an operand NaN gives the one canonical quiet NaN (numpy's "first
+ * NaN" would depend on which rank's value came first, and `y < x ? y : x` drops a NaN on
+ * one side only), and -0 orders below +0. `x < y ? x : y` and `y < x ? y : x` (minps
+ * both ways round) agree unless the operands are equal, that is the same bits or -0 and
+ * +0, where the OR of the two is the minimum and the AND the maximum: a few vector
+ * instructions on SSE2, f32 and f64 alike. */
+#define FLOAT_ORDER(S, T, U, QNAN)                                               \
+    static inline T pick_##S(T x, T y, int max)                                  \
+    {                                                                            \
+        T a = max ? (x > y ? x : y) : (x < y ? x : y);                           \
+        T b = max ? (y > x ? y : x) : (y < x ? y : x);                           \
+        U ba, bb, bq = QNAN;                                                     \
+        memcpy(&ba, &a, sizeof(ba));                                             \
+        memcpy(&bb, &b, sizeof(bb));                                             \
+        ba = max ? ba & bb : ba | bb;                                            \
+        T m, nan;                                                                \
+        memcpy(&m, &ba, sizeof(m));                                              \
+        memcpy(&nan, &bq, sizeof(nan));                                          \
+        return x != x || y != y ? nan : m;                                       \
+    }                                                                            \
+    BINARY(min_##S, T, pick_##S(x, y, 0))                                        \
+    BINARY(max_##S, T, pick_##S(x, y, 1))
+
 KERNELS(f32, float, float)
 KERNELS(f64, double, double)
+FLOAT_ORDER(f32, float, uint32_t, 0x7fc00000u)
+FLOAT_ORDER(f64, double, uint64_t, 0x7ff8000000000000u)
 
 /* The last step of an average: d = (a + b) / k in the loop that adds, so the sum is
  * divided while it is in a register (a second pass over a segment's sums made COLL_AVG
@@ -66,6 +95,10 @@ KERNELS(i8, int8_t, uint32_t)
 KERNELS(u8, uint8_t, uint32_t)
 KERNELS(i32, int32_t, uint32_t)
 KERNELS(i64, int64_t, uint64_t)
+INT_ORDER(i8, int8_t)
+INT_ORDER(u8, uint8_t)
+INT_ORDER(i32, int32_t)
+INT_ORDER(i64, int64_t)
 
 #define ROW(S) { sum_##S, prod_##S, min_##S, max_##S, sum_##S }
 static const kernel_fn table[][5] = {
@@ -132,7 +165,9 @@ void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dty
         table[dtype][op](dst, a, b, n);
 }
 
-/* f16/bf16 averages as before: the sum rounds to 16 bits, then the quotient does. */
+/* f16/bf16 averages divide the f32 sum and round once: a sum rounded to 16 bits first
+ * overflowed f16 (40000 + 40000) where the average fits. (The engine runs f16/bf16 AVG
+ * collectives in f32 anyway, core/widen.c; this keeps the kernel right for every dtype.) */
 static void avg_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, int bf, int k)
 {
     float fa[BLOCK], fb[BLOCK];
@@ -140,10 +175,7 @@ static void avg_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n
         size_t m = n - i < BLOCK ? n - i : BLOCK;
         widen(fa, a + i, m, bf);
         widen(fb, b + i, m, bf);
-        sum_f32(fa, fa, fb, m);
-        narrow(d + i, fa, m, bf);
-        widen(fa, d + i, m, bf);
-        div_f32(fa, m, k);
+        avg_f32(fa, fa, fb, m, k);
         narrow(d + i, fa, m, bf);
     }
 }

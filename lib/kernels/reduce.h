@@ -18,7 +18,8 @@ const char *cl_op_name(int op);
 void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op);
 
 /* The last step of an average: dst[i] = (a[i] + b[i]) / k, the same numbers cl_reduce
- * then cl_divide give, in one pass. */
+ * then cl_divide give, in one pass; f16/bf16 divide the f32 sum and round once (where
+ * the sum rounded to 16 bits would overflow or round, this differs, rightly). */
 void cl_reduce_avg(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, int k);
 
 /* buf[i] /= divisor, in place (integers truncate toward zero). */

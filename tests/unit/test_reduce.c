@@ -93,7 +93,8 @@ START_TEST(divide_rounds_like_the_type)
 END_TEST
 
 /* The fused last step of an average gives exactly what a sum then a division give, for
- * every dtype and divisors that are and are not powers of two. */
+ * every dtype and divisors that are and are not powers of two; f16/bf16 what dividing
+ * the f32 sum and rounding once gives. */
 START_TEST(fused_average_equals_sum_then_divide)
 {
     int dt = _i / 5, k = (int[]){2, 3, 4, 5, 8}[_i % 5];
@@ -119,8 +120,82 @@ START_TEST(fused_average_equals_sum_then_divide)
     }
     cl_reduce(want, a, b, N, (coll_dtype)dt, COLL_AVG);
     cl_divide(want, N, (coll_dtype)dt, k);
+    for (size_t i = 0; i < N && (dt == COLL_F16 || dt == COLL_BF16); i++) {
+        float f = ((float)at(a, i, dt) + (float)at(b, i, dt)) / (float)k;
+        ((uint16_t *)want)[i] = dt == COLL_F16 ? cl_f32_to_f16(f) : cl_f32_to_bf16(f);
+    }
     cl_reduce_avg(got, a, b, N, (coll_dtype)dt, k);
     ck_assert_msg(memcmp(want, got, N * es) == 0, "%s / %d differs", cl_dtype_name(dt), k);
+}
+END_TEST
+
+/* The issue's case: every rank holding 40000 in f16 averages to 40000 (the sum rounded
+ * to 16 bits was inf); bf16 rounds once: (255 + 0.5) / 3 is 85, where 255.5 rounded to
+ * bf16 first (256) gave 85.5. */
+START_TEST(half_average_divides_the_f32_sum)
+{
+    uint16_t a = cl_f32_to_f16(40000.0f), d;
+    cl_reduce_avg(&d, &a, &a, 1, COLL_F16, 2);
+    ck_assert_msg(cl_f16_to_f32(d) == 40000.0f, "f16 (40000 + 40000) / 2 = %g", cl_f16_to_f32(d));
+    uint16_t x = cl_f32_to_bf16(255.0f), y = cl_f32_to_bf16(0.5f);
+    cl_reduce_avg(&d, &x, &y, 1, COLL_BF16, 3);
+    ck_assert_msg(cl_bf16_to_f32(d) == 85.0f, "bf16 (255 + 0.5) / 3 = %g", cl_bf16_to_f32(d));
+}
+END_TEST
+
+/* A float's bits for element i of the MIN/MAX operands: NaNs of both signs and several
+ * payloads, signed zeros and infinities, subnormals, the largest finite values. */
+static uint64_t special(int dt, int k)
+{
+    static const uint32_t f32[] = {0x7fc00000, 0xffc00001, 0x7f800001, 0x7fa00000, 0x00000000,
+                                   0x80000000, 0x7f800000, 0xff800000, 0x00000001, 0x80000003,
+                                   0x7f7fffff, 0xff7fffff, 0x3f800000, 0xbf800000};
+    static const uint64_t f64[] = {0x7ff8000000000000, 0xfff8000000000001, 0x7ff0000000000001,
+                                   0x7ff4000000000000, 0, 0x8000000000000000, 0x7ff0000000000000,
+                                   0xfff0000000000000, 1, 0x8000000000000003, 0x7fefffffffffffff,
+                                   0xffefffffffffffff, 0x3ff0000000000000, 0xbff0000000000000};
+    static const uint16_t f16[] = {0x7e00, 0xfe01, 0x7c01, 0x7d00, 0, 0x8000, 0x7c00,
+                                   0xfc00, 1,      0x8003, 0x7bff, 0xfbff, 0x3c00, 0xbc00};
+    static const uint16_t bf16[] = {0x7fc0, 0xffc1, 0x7f81, 0x7fa0, 0, 0x8000, 0x7f80,
+                                    0xff80, 1,      0x8003, 0x7f7f, 0xff7f, 0x3f80, 0xbf80};
+    k %= 14;
+    return dt == COLL_F32 ? f32[k] : dt == COLL_F64 ? f64[k] : dt == COLL_F16 ? f16[k] : bf16[k];
+}
+
+/* MIN and MAX of every pair of specials, both ways round (the order an algorithm happens to
+ * combine ranks in): the same bits; a NaN operand gives the canonical quiet NaN (numpy's
+ * minimum/maximum give a NaN); -0 is below +0; otherwise the smaller/larger operand. */
+START_TEST(min_max_give_one_answer_in_either_order)
+{
+    static const uint64_t qnan[] = {0x7fc00000, 0x7ff8000000000000, 0x7e00, 0x7fc0};
+    int dt = _i / 2, op = _i % 2 ? COLL_MAX : COLL_MIN;
+    size_t es = cl_dtype_size(dt);
+    enum { M = 14 * 14 * 5 + 3 }; /* every pair, and a vector tail */
+    unsigned char x[M * 8], y[M * 8], xy[M * 8], yx[M * 8];
+    for (int i = 0; i < M; i++) {
+        uint64_t u = special(dt, i), v = special(dt, i / 14);
+        memcpy(x + i * es, &u, es);
+        memcpy(y + i * es, &v, es);
+    }
+    cl_reduce(xy, x, y, M, (coll_dtype)dt, (coll_op)op);
+    cl_reduce(yx, y, x, M, (coll_dtype)dt, (coll_op)op);
+    for (int i = 0; i < M; i++) {
+        double a = at(x, (size_t)i, dt), b = at(y, (size_t)i, dt);
+        uint64_t want = 0, got = 0, other = 0;
+        if (isnan(a) || isnan(b))
+            want = qnan[dt];
+        else if (a == b) /* the same bits, or -0 and +0 */
+            want = (op == COLL_MIN) == (signbit(a) != 0) ? special(dt, i) : special(dt, i / 14);
+        else
+            want = (op == COLL_MIN) == (a < b) ? special(dt, i) : special(dt, i / 14);
+        memcpy(&got, xy + i * es, es);
+        memcpy(&other, yx + i * es, es);
+        ck_assert_msg(got == want && other == want,
+                      "%s %s of %#llx and %#llx: %#llx and %#llx, want %#llx", cl_dtype_name(dt),
+                      cl_op_name(op), (unsigned long long)special(dt, i),
+                      (unsigned long long)special(dt, i / 14), (unsigned long long)got,
+                      (unsigned long long)other, (unsigned long long)want);
+    }
 }
 END_TEST
 
@@ -178,6 +253,8 @@ int main(void)
     tcase_add_loop_test(t, every_dtype_and_op_matches_scalar_reference, 0, 40);
     tcase_add_test(t, divide_rounds_like_the_type);
     tcase_add_loop_test(t, fused_average_equals_sum_then_divide, 0, 40);
+    tcase_add_test(t, half_average_divides_the_f32_sum);
+    tcase_add_loop_test(t, min_max_give_one_answer_in_either_order, 0, 8);
     tcase_add_test(t, f16_conversion_edge_cases);
     tcase_add_test(t, bf16_conversion_edge_cases);
     tcase_add_test(t, sizes_and_names);
