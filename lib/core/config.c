@@ -63,13 +63,16 @@ static int pairing_ok(const cl_config *out, const cl_rdzv *rv, char *err, size_t
     return 0;
 }
 
-/* A bound in milliseconds: the caller's (> 0), else the variable's, else the default. */
+/* A bound in milliseconds: the caller's (> 0), else the variable's, else the default. The
+ * largest, INT_MAX (24.8 days), is as good as no bound; every sum or difference of times
+ * is taken in 64 bits, so it overflows nothing. */
 static int env_ms(const char *var, int given, long def, int *out, char *err, size_t errlen)
 {
     const char *t = env_or(var, NULL);
     long v = def;
     if (t && cl_parse_long(t, 1, INT_MAX, &v)) {
-        snprintf(err, errlen, "%s must be a positive number of milliseconds, not '%s'", var, t);
+        snprintf(err, errlen, "%s must be a whole number of milliseconds from 1 to %d (the "
+                 "largest: 24.8 days, in effect no limit), not '%s'", var, INT_MAX, t);
         return -1;
     }
     *out = given > 0 ? given : (int)v;

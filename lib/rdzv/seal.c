@@ -90,13 +90,13 @@ static int seal_wait(cl_store *st, const char *key, void *out, size_t cap, size_
 {
     int64_t deadline = cl_now_ms() + timeout_ms;
     for (;;) {
-        int64_t left = CL_MAX(deadline - cl_now_ms(), 0);
-        int rc = fetch((sealed *)st, key, out, cap, len, (int)left);
+        int left = cl_store_ms_left(deadline);
+        int rc = fetch((sealed *)st, key, out, cap, len, left);
         if (rc != COLL_INPROGRESS)
             return rc;
         if (left <= 0)
             return COLL_ETIMEDOUT;
-        cl_sleep_ms((int)CL_MIN(left, 20));
+        cl_sleep_ms(CL_MIN(left, 20));
     }
 }
 

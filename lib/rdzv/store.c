@@ -4,6 +4,7 @@
 #include "base/util.h"
 #include "collective.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,28 +12,32 @@
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen)
 {
     if (strcmp(r->scheme, "file") == 0)
-        return cl_store_file_open(r->where, out);
+        return cl_store_file_open(r->where, out, err, errlen);
     if (strcmp(r->scheme, "mem") == 0)
         return cl_store_mem_open(r->where, out);
     return cl_store_tcp_open(r->where, r->rank == 0, cl_now_ms() + timeout_ms, out, err, errlen);
 }
 
+int cl_store_ms_left(int64_t deadline_ms)
+{
+    int64_t left = deadline_ms - cl_now_ms();
+    return (int)CL_MAX(CL_MIN(left, INT_MAX), 0);
+}
+
 int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,
                   int64_t deadline_ms)
 {
-    if (s->ops->wait) {
-        int64_t left = deadline_ms - cl_now_ms();
-        return s->ops->wait(s, key, buf, cap, len, (int)CL_MAX(left, 0));
-    }
+    if (s->ops->wait)
+        return s->ops->wait(s, key, buf, cap, len, cl_store_ms_left(deadline_ms));
     int delay = 1;
     for (;;) {
         int rc = s->ops->get(s, key, buf, cap, len);
         if (rc != COLL_INPROGRESS)
             return rc;
-        int64_t left = deadline_ms - cl_now_ms();
+        int left = cl_store_ms_left(deadline_ms);
         if (left <= 0)
             return COLL_ETIMEDOUT;
-        cl_sleep_ms((int)CL_MIN(delay, left));
+        cl_sleep_ms(CL_MIN(delay, left));
         delay = CL_MIN(delay * 2, 50);
     }
 }

@@ -48,7 +48,8 @@ typedef struct cl_rdzv {
 int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, size_t errlen);
 
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen);
-int cl_store_file_open(const char *dir, cl_store **out);
+/* Refuses (COLL_EINVAL, the reason in err) a directory others can write, unless sticky. */
+int cl_store_file_open(const char *dir, cl_store **out, char *err, size_t errlen);
 int cl_store_mem_open(const char *name, cl_store **out);
 /* The caller's store (coll_init_store); its context stays the caller's. */
 struct coll_store_ops;
@@ -66,6 +67,11 @@ int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_s
 int cl_store_create(cl_store *s, const char *key, const void *val, size_t len);
 /* Forgets key where the store can; nothing otherwise. */
 void cl_store_remove(cl_store *s, const char *key);
+
+/* Milliseconds from now until deadline_ms as an int (poll(), a waiting get): 0 once it has
+ * passed, INT_MAX at most. Time is reckoned in 64 bits: a timeout of INT_MAX ms doubled,
+ * or added to the clock, does not fit an int. */
+int cl_store_ms_left(int64_t deadline_ms);
 
 /* get() until the key exists or the deadline passes (COLL_ETIMEDOUT). */
 int cl_store_wait(cl_store *s, const char *key, void *buf, size_t cap, size_t *len,

@@ -56,7 +56,7 @@ static int split_hostport(const char *hp, char *host, size_t hlen, char *port, s
 
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
  * (one between two requests, or waiting for the others) is ever dropped. */
-static int bind_server(tcp_store *t, const char *port, int idle_ms, char *err, size_t errlen)
+static int bind_server(tcp_store *t, const char *port, int64_t idle_ms, char *err, size_t errlen)
 {
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)) };
     int one = 1;
@@ -110,7 +110,7 @@ static int recv_all(tcp_store *t, void *p, size_t n)
 {
     char *c = p;
     while (n) {
-        int left = (int)(t->deadline_ms - cl_now_ms());
+        int left = cl_store_ms_left(t->deadline_ms);
         struct pollfd pfd = { .fd = t->fd, .events = POLLIN };
         if (left <= 0 || poll(&pfd, 1, left) <= 0)
             return COLL_ETIMEDOUT;
@@ -208,7 +208,7 @@ int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, c
     t->base.ops = &ops;
     t->fd = -1;
     t->deadline_ms = deadline_ms;
-    int idle_ms = (int)CL_MAX(2 * (deadline_ms - cl_now_ms()), 1000);
+    int64_t idle_ms = CL_MAX(2 * CL_MIN(deadline_ms - cl_now_ms(), INT64_MAX / 2), 1000);
     int rc = serve_it ? bind_server(t, port, idle_ms, err, errlen) : COLL_OK;
     if (rc == COLL_OK && (t->fd = connect_retry(host, port, deadline_ms)) < 0) {
         snprintf(err, errlen, "rendezvous: the rendezvous host (rank 0) at %s did not answer "

@@ -38,7 +38,8 @@ struct client {
 };
 
 struct cl_store_server {
-    int lfd, wake[2], idle_ms, full_told, running;
+    int lfd, wake[2], full_told, running;
+    int64_t idle_ms; /* twice the init timeout: 2^32 ms and more for the largest */
     pthread_t thread;
     struct kv *bucket[BUCKETS];
     size_t keys, bytes;
@@ -217,7 +218,8 @@ static int tend(cl_store_server *s, struct client *c, short revents, int64_t now
     if (serve_requests(s, c, now) != 0 || write_some(c, now) != 0)
         return refuse(c);
     if (now - c->last_ms > s->idle_ms) {
-        cl_log(COLL_LOG_DEBUG, "rendezvous store: a client idle for %d ms dropped", s->idle_ms);
+        cl_log(COLL_LOG_DEBUG, "rendezvous store: a client idle for %lld ms dropped",
+               (long long)s->idle_ms);
         return refuse(c);
     }
     return 0;
@@ -283,7 +285,7 @@ static void *serve(void *arg)
     return NULL;
 }
 
-int cl_store_server_start(int lfd, int idle_ms, cl_store_server **out)
+int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
 {
     cl_store_server *s = calloc(1, sizeof(*s));
     if (!s)

@@ -18,7 +18,7 @@ typedef struct cl_store_server cl_store_server;
 
 /* Serves on the listening socket lfd (taken over) from a thread of its own. A client
  * that sends no whole request and takes no reply for idle_ms is dropped. */
-int cl_store_server_start(int lfd, int idle_ms, cl_store_server **out);
+int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out);
 /* Stops the thread (at once: it never blocks on a client) and frees everything. */
 void cl_store_server_stop(cl_store_server *s);
 

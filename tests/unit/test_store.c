@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -26,7 +28,7 @@ static cl_store *open_kind(int kind, char *dir)
     if (kind == 0) {
         snprintf(dir, 64, "/tmp/coll_store.XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(dir));
-        ck_assert_int_eq(cl_store_file_open(dir, &s), COLL_OK);
+        ck_assert_int_eq(cl_store_file_open(dir, &s, err, sizeof(err)), COLL_OK);
     } else if (kind == 1) {
         snprintf(where, sizeof(where), "unit-%d", (int)getpid());
         ck_assert_int_eq(cl_store_mem_open(where, &s), COLL_OK);
@@ -261,6 +263,86 @@ START_TEST(sealed_store_ignores_forgeries)
 }
 END_TEST
 
+/* A file store's directory that others can write, not sticky, is refused, the error
+ * naming it and why; a sticky one is taken. */
+START_TEST(file_store_refuses_a_directory_others_can_write)
+{
+    char dir[64] = "", err[256] = "";
+    cl_store *s = NULL;
+    snprintf(dir, sizeof(dir), "/tmp/coll_store.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(cl_store_file_open(dir, &s, err, sizeof(err)), COLL_EINVAL);
+    ck_assert_msg(strstr(err, dir) && strstr(err, "others can write"), "err: %s", err);
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    ck_assert_int_eq(cl_store_file_open(dir, &s, err, sizeof(err)), COLL_OK);
+    close_kind(s, dir);
+}
+END_TEST
+
+/* What someone else put under a key name: a FIFO (opening it blocked until a writer came)
+ * or a link to a file of theirs (read as the value). Neither is a value, neither blocks,
+ * and waiting for the key ends at its deadline; a set replaces it without writing
+ * through it. */
+static void count_planted(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level;
+    if (strstr(msg, "is not a regular file"))
+        ++*(int *)arg;
+}
+
+START_TEST(file_store_ignores_a_planted_fifo_or_link)
+{
+    char dir[64] = "", path[128], victim[] = "/tmp/coll_victim.XXXXXX", buf[64];
+    cl_store *s = open_kind(0, dir);
+    int fd = mkstemp(victim);
+    ck_assert_int_eq(write(fd, "victim", 6), 6);
+    close(fd);
+    snprintf(path, sizeof(path), "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof(path), "%s/link", dir);
+    ck_assert_int_eq(symlink(victim, path), 0);
+    size_t len = 0;
+    int said = 0;
+    coll_set_log(count_planted, &said, COLL_LOG_WARN);
+    ck_assert_int_eq(s->ops->get(s, _i ? "link" : "fifo", buf, sizeof(buf), &len),
+                     COLL_INPROGRESS);
+    ck_assert_int_eq(said, 1);
+    int64_t t0 = cl_now_ms();
+    ck_assert_int_eq(cl_store_wait(s, _i ? "link" : "fifo", buf, sizeof(buf), &len, t0 + 200),
+                     COLL_ETIMEDOUT);
+    ck_assert_int_lt(cl_now_ms() - t0, 1000);
+    ck_assert_int_eq(s->ops->set(s, _i ? "link" : "fifo", "mine", 4), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, _i ? "link" : "fifo", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_uint_eq(len, 4);
+    FILE *f = fopen(victim, "rb");
+    len = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    unlink(victim);
+    ck_assert_msg(len == 6 && memcmp(buf, "victim", 6) == 0, "the victim holds '%.*s'",
+                  (int)len, buf);
+    close_kind(s, dir);
+}
+END_TEST
+
+/* The largest timeout: the server's idle bound (twice the time left) overflowed an int,
+ * and it dropped every client at its first request. */
+START_TEST(tcp_store_serves_with_the_largest_timeout)
+{
+    char where[64], err[256], buf[8];
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    cl_store *s;
+    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + INT_MAX, &s, err, sizeof(err)),
+                     COLL_OK);
+    size_t len = 0;
+    ck_assert_int_eq(s->ops->set(s, "k", "v", 1), COLL_OK);
+    cl_sleep_ms(1100); /* the server looks at idle clients every second */
+    ck_assert_int_eq(s->ops->get(s, "k", buf, sizeof(buf), &len), COLL_OK);
+    ck_assert_uint_eq(len, 1);
+    s->ops->close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stores");
@@ -273,6 +355,9 @@ int main(void)
     tcase_add_test(t, tcp_server_bounds_what_a_client_can_take);
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
+    tcase_add_test(t, file_store_refuses_a_directory_others_can_write);
+    tcase_add_loop_test(t, file_store_ignores_a_planted_fifo_or_link, 0, 2);
+    tcase_add_test(t, tcp_store_serves_with_the_largest_timeout);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
