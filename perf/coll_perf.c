@@ -19,17 +19,22 @@
  * ranks 2k and 2k+1 bounce a message (2k sends first, 2k+1 answers with its own), and
  * the time is half the round trip, the one-way latency as OSU's osu_latency reports it
  * (busbw = algbw; no in-place column; an odd last rank sits out). -J FILE also writes
- * every row as JSON. */
+ * every row as JSON. As in nccl-tests, the sizes are MIN x FACTOR^k up to MAX; the header
+ * says so when MAX is not among them. The header names the transports of rank 0's ring
+ * links and the footer the algorithms rank 0 ran, read from the library's info log (the
+ * public API names neither). */
 #include "spawn.h"
 #include "verify.h"
 
 #include "collective.h"
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 enum coll { AR, RS, AG, BC, SR, RD, GA, SC, A2A, PP, A2AV, NCOLL };
@@ -54,6 +59,109 @@ typedef struct {
     const char *json_path;
     FILE *json;
 } opts;
+
+/* What ran, as the library's info log tells: the transports of this rank's ring links and
+ * each (collective, algorithm) with the smallest and largest row (table size) it served.
+ * The library logs a choice once per size class, at the class's first call. */
+#define MAX_RAN 24
+static struct {
+    pthread_mutex_t mu;
+    coll_log_level shown; /* the user's level ($COLL_DEBUG): lines up to it go to stderr */
+    char chosen[16];     /* the communicator's transport: "auto", "shm", "tcp", ... */
+    char transports[64]; /* what its ring links use: auto's choice per link */
+    size_t row; /* the table size being timed; 0: the tool's own calls (not recorded) */
+    int n;
+    struct { char kind[24], algo[24]; size_t lo, hi; } algo[MAX_RAN];
+} ran = { .mu = PTHREAD_MUTEX_INITIALIZER, .shown = COLL_LOG_WARN };
+
+/* "... transport auto, ring ...: from 1 via shm NAME, to 1 via tcp ADDR; ..." (link.c):
+ * auto names each link's transport before its peer, another transport only its peer. */
+static void note_links(const char *msg)
+{
+    char name[16];
+    if (sscanf(strstr(msg, "transport ") + 10, "%15[^ ,]", ran.chosen) != 1)
+        return;
+    int any = strcmp(ran.chosen, "auto") == 0; /* auto: each link names its own */
+    for (const char *v = strstr(msg, " via "); v; v = strstr(v + 5, " via ")) {
+        if (!any)
+            snprintf(name, sizeof(name), "%s", ran.chosen);
+        else if (sscanf(v + 5, "%15[^ ,;]", name) != 1 || strcmp(name, "-") == 0)
+            continue; /* "-": no peer (1 rank) */
+        if (!strstr(ran.transports, name)) {
+            size_t at = strlen(ran.transports);
+            snprintf(ran.transports + at, sizeof(ran.transports) - at, "%s%s", at ? ", " : "",
+                     name);
+        }
+    }
+}
+
+/* "rank 0 allreduce of 8 bytes (class 2^3) on 2 ranks: doubling; model: ..." (choose.c) */
+static void note_choice(const char *msg)
+{
+    char kind[24], algo[24];
+    size_t bytes = ran.row;
+    int rank, n, i;
+    if (!bytes || sscanf(msg, "rank %d %23s of %*u bytes (class 2^%*d) on %d ranks: %23[^; ]",
+                         &rank, kind, &n, algo) != 4 || strcmp(kind, "barrier") == 0)
+        return; /* the barrier is the tool's own, between warm-up and timing */
+    for (i = 0; i < ran.n; i++)
+        if (strcmp(ran.algo[i].kind, kind) == 0 && strcmp(ran.algo[i].algo, algo) == 0)
+            break;
+    if (i == MAX_RAN)
+        return;
+    if (i == ran.n) {
+        ran.n++;
+        snprintf(ran.algo[i].kind, sizeof(ran.algo[i].kind), "%s", kind);
+        snprintf(ran.algo[i].algo, sizeof(ran.algo[i].algo), "%s", algo);
+        ran.algo[i].lo = ran.algo[i].hi = bytes;
+    }
+    ran.algo[i].lo = bytes < ran.algo[i].lo ? bytes : ran.algo[i].lo;
+    ran.algo[i].hi = bytes > ran.algo[i].hi ? bytes : ran.algo[i].hi;
+}
+
+static void take_log(coll_log_level l, const char *msg, void *arg)
+{
+    static const char *tags[] = { "", "ERROR", "WARN", "INFO", "DEBUG", "TRACE" };
+    (void)arg;
+    pthread_mutex_lock(&ran.mu);
+    if (strstr(msg, "transport ") && strstr(msg, " via "))
+        note_links(msg);
+    else if (strstr(msg, "; model:"))
+        note_choice(msg);
+    pthread_mutex_unlock(&ran.mu);
+    if (l <= ran.shown)
+        fprintf(stderr, "coll %s: %s\n", tags[l], msg);
+}
+
+/* Reads the info log into `ran`, still showing the user the lines of COLL_DEBUG's level. */
+static void watch_log(void)
+{
+    static const char *levels[] = { "error", "warn", "info", "debug", "trace" };
+    const char *want = getenv("COLL_DEBUG");
+    for (int i = 0; want && i < 5; i++)
+        if (strcasecmp(want, levels[i]) == 0)
+            ran.shown = (coll_log_level)(i + 1);
+    coll_set_log(take_log, NULL,
+                 ran.shown > COLL_LOG_INFO ? ran.shown : COLL_LOG_INFO);
+}
+
+static void timing_row(size_t shown)
+{
+    pthread_mutex_lock(&ran.mu);
+    ran.row = shown;
+    pthread_mutex_unlock(&ran.mu);
+}
+
+static void print_ran(void)
+{
+    pthread_mutex_lock(&ran.mu);
+    printf("# Algorithms (rank 0) :");
+    for (int i = 0; i < ran.n; i++)
+        printf("%s %s %s %zu-%zu B", i ? "," : "", ran.algo[i].kind, ran.algo[i].algo,
+               ran.algo[i].lo, ran.algo[i].hi);
+    printf("%s\n", ran.n ? "" : " none logged");
+    pthread_mutex_unlock(&ran.mu);
+}
 
 /* "64", "64K", "1M", "2G": 0 and *out set, or -1 for anything else ("1X", "", "-3"). */
 static int parse_size(const char *s, size_t *out)
@@ -336,6 +444,7 @@ static int measure(coll_comm *c, const opts *o, char *s, char *r, size_t count, 
     double t = (now_us() - t0) / o->iters / (o->coll == PP ? 2 : 1); /* one way */
     coll_get_stats(c, &st1);
     *wire = (double)(st1.wire_tx - st0.wire_tx) / o->iters;
+    timing_row(0);
     if (rc == COLL_OK) /* the slowest rank's time, as nccl-tests reports */
         rc = coll_allreduce(c, &t, us, 1, COLL_F64, COLL_MAX);
     *wrong = 0;
@@ -354,6 +463,7 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
     uint64_t wrong[2];
     int forms = no_in_place(o->coll) || !o->in_place ? 1 : 2;
     for (int ip = 0; ip < forms; ip++) {
+        timing_row(shown);
         int rc = measure(c, o, s, r, count, dt, op, ip, &us[ip], &wrong[ip], &wire[ip]);
         if (rc != COLL_OK) {
             fprintf(stderr, "rank %d: %s failed: %s: %s\n", coll_rank(c), coll_names[o->coll],
@@ -399,11 +509,30 @@ static int run_size(coll_comm *c, const opts *o, char *s, char *r, size_t bytes,
     return wrong[0] || (forms > 1 && wrong[1]) ? 1 : 0;
 }
 
+/* The largest size the sweep reaches: MIN x FACTOR^k <= MAX, as nccl-tests' loop. */
+static size_t last_size(const opts *o)
+{
+    double b = (double)o->minb;
+    while (b * o->factor <= (double)o->maxb)
+        b *= o->factor;
+    return (size_t)b;
+}
+
 static void header(const opts *o, int n)
 {
     printf("# coll_perf %s: %d ranks, minBytes %zu maxBytes %zu step: %g(factor) warmup iters: "
-           "%d iters: %d validation: %d\n#\n",
+           "%d iters: %d validation: %d\n",
            coll_names[o->coll], n, o->minb, o->maxb, o->factor, o->warmup, o->iters, o->check);
+    pthread_mutex_lock(&ran.mu);
+    printf("# transport %s: rank 0's ring links over %s; the algorithms that ran are listed "
+           "at the end\n", ran.chosen[0] ? ran.chosen : "-",
+           ran.transports[0] ? ran.transports : "none (1 rank)");
+    pthread_mutex_unlock(&ran.mu);
+    if (last_size(o) != o->maxb)
+        printf("# sizes: minBytes x %g^k stop at %zu, short of maxBytes (as in nccl-tests: "
+               "choose -b, -e, -f with maxBytes = minBytes x factor^k)\n",
+               o->factor, last_size(o));
+    printf("#\n");
     if (o->codec != COLL_CODEC_NONE)
         printf("# wire codec %s: the last columns are bytes on the wire per rank per call and "
                "the compression ratio\n#\n", (const char *[]){ "none", "fp16", "bf16", "int8" }[o->codec]);
@@ -441,7 +570,9 @@ static int run_all(coll_comm *c, const opts *o)
         }
     if (coll_rank(c) == 0) {
         printf("# Out of bounds values : %s\n", failed ? "FAILED" : "0 OK");
-        printf("# Avg bus bandwidth    : %.4f \n#\n", rows ? busbw / rows : 0.0);
+        printf("# Avg bus bandwidth    : %.4f GB/s\n", rows ? busbw / rows : 0.0);
+        print_ran();
+        printf("#\n");
         if (o->json)
             fprintf(o->json, "\n]\n");
     }
@@ -468,13 +599,14 @@ int main(int argc, char **argv)
     }
     int rank, size, status = 0;
     char url[600];
-    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
+    int who = cl_spawn(o.np, 0, &rank, &size, url, sizeof(url), &status);
     if (who < 0) {
         perror("coll_perf: spawn");
         return 2;
     }
     if (who == 1)
         return status;
+    watch_log();
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.timeout_ms = o.timeout_ms;
     coll_comm *c;

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     double shm_before = proc_mib("/proc/meminfo", "Shmem");
     int rank, size, status;
     char url[512];
-    int who = cl_spawn(np, &rank, &size, url, sizeof(url), &status);
+    int who = cl_spawn(np, 0, &rank, &size, url, sizeof(url), &status);
     if (who < 0) {
         perror("scale_init: spawn");
         return 2;

@@ -111,7 +111,7 @@ int main(int argc, char **argv)
         char url[512];
         memset(bd, 0, sizeof(*bd));
         fflush(stdout);
-        int who = cl_spawn(np, &rank, &size, url, sizeof(url), &status);
+        int who = cl_spawn(np, 1, &rank, &size, url, sizeof(url), &status);
         if (who < 0) {
             perror("shrink_time: spawn");
             return 2;

@@ -128,7 +128,7 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
     }
     int rank, size, status = 0;
     char url[600];
-    int who = cl_spawn(o.np, &rank, &size, url, sizeof(url), &status);
+    int who = cl_spawn(o.np, o.elastic, &rank, &size, url, sizeof(url), &status);
     if (who != 0)
         return who < 0 ? 2 : status;
     coll_config cfg = COLL_CONFIG_INIT;

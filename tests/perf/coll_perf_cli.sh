@@ -3,7 +3,7 @@
 # stdout with status 0, a bad size refused, collective names with or without '_', the
 # codec's dtype names, N/A in #wrong without checking, headings over the codec columns;
 # and the collective set (issue 18): reduce, gather, scatter, alltoall, checked; and the
-# ping-pong latency test (issue 22), 3 ranks (the third sits out).
+# ping-pong latency test (issue 22), 3 ranks (the third sits out); the header (issue 56).
 # Usage: coll_perf_cli.sh COLL_PERF
 set -u
 p=$1 fail=0
@@ -22,5 +22,20 @@ for C in reduce gather scatter alltoall pingpong; do
 done
 out=$("$p" --np 2 -b 1K -e 1K -n 2 -w 1 -z int8 -I 0 2>&1) || no "-z int8 fails"
 echo "$out" | grep -q "#wrong.*wire bytes" || no "no heading over the codec columns"
+# The header names what ran (issue 56): the transport of rank 0's ring links (auto picks
+# shm here, tcp when told), the algorithms at the end with the rows they served, the unit
+# of the average; a sweep that stops short of -e says so, one that reaches it does not.
+out=$("$p" --np 2 -b 8 -e 1K -f 8 -n 2 -w 1 2>&1) || no "-e 1K -f 8 fails: $out"
+echo "$out" | grep -q "^# transport auto: rank 0's ring links over shm;" || no "no transport line: $out"
+echo "$out" | grep -Eq "^# Algorithms \(rank 0\) : allreduce (ring|doubling|rabenseifner|tree|hier) 8-" ||
+    no "no algorithms line: $out"
+echo "$out" | grep -Eq "^# Avg bus bandwidth +: [0-9.]+ GB/s$" || no "no unit on the average: $out"
+echo "$out" | grep -q "^# sizes: .* stop at 512, short of maxBytes" || no "no note of the short sweep: $out"
+out=$(COLL_TRANSPORT=tcp COLL_DEBUG=info "$p" --np 2 -b 16 -e 1K -f 8 -n 2 -w 1 2>&1) ||
+    no "tcp -b 16 -e 1K fails: $out"
+echo "$out" | grep -q "^# transport tcp: rank 0's ring links over tcp;" || no "tcp not named: $out"
+echo "$out" | grep -q "^# sizes:" && no "a note although 16 x 8^2 is 1K: $out"
+echo "$out" | grep -q "^ *1024 .* 0 *$" || no "the sweep does not reach 1024: $out"
+echo "$out" | grep -q "^coll INFO: " || no "COLL_DEBUG=info shows no log lines: $out"
 [ $fail -eq 0 ] && echo "coll_perf's command line: all checks passed"
 exit $fail

@@ -12,7 +12,7 @@ allowed=$(COLL_BIND=none timeout 60 "$probe" 1 | sed -n 's/^rank 0 cpus //p')
 k=$(echo $allowed | wc -w)
 
 COLL_BIND=socket timeout 60 "$probe" 5 > "$out" 2>&1 && fail "COLL_BIND=socket was accepted"
-grep -q "COLL_BIND=socket: expected core or none" "$out" || fail "no reason given"
+grep -q "COLL_BIND must be core or none, not .socket." "$out" || fail "no reason given"
 
 for how in unset "" core none; do
     if [ "$how" = unset ]; then

@@ -10,7 +10,7 @@ int main(int argc, char **argv)
 {
     int rank, size, status = 0;
     char url[600];
-    int who = cl_spawn(argc > 1 ? atoi(argv[1]) : 2, &rank, &size, url, sizeof(url), &status);
+    int who = cl_spawn(argc > 1 ? atoi(argv[1]) : 2, 0, &rank, &size, url, sizeof(url), &status);
     if (who < 0) {
         perror("spawn_probe: spawn");
         return 2;
