@@ -86,14 +86,24 @@ static uint32_t absmax_bits(const float *x, size_t n)
     return m;
 }
 
+/* Below 2^-120 a block encodes as zeros with scale 0 (the all-zero block among them):
+ * 127/absmax passes f32's range under about 3.7e-37, and the +Inf multiplier made every
+ * value of the block -128 on the vector paths (0 * Inf a NaN, either way INT_MIN before
+ * saturating) and was undefined behaviour in the portable (int) conversion. The error,
+ * below absmax < 2^-120 (7.5e-37), is far under anything f32 data can be compared with;
+ * from 2^-120 up the multiplier stays finite (at most 1.7e38) and |value x multiplier|
+ * at most 127, so every path rounds the same products. */
+enum { Q8_TINY = 0x03800000 }; /* the bits of 2^-120 */
+
 static float block_scale(uint32_t amax, float *inv)
 {
-    if (amax >= 0x7f800000u) {
-        *inv = 0.0f;
+    *inv = 0.0f;
+    if (amax >= 0x7f800000u)
         return NAN;
-    }
+    if (amax < Q8_TINY)
+        return 0.0f;
     float a = cl_bits_f32(amax);
-    *inv = amax ? 127.0f / a : 0.0f;
+    *inv = 127.0f / a;
     return a / 127.0f;
 }
 
@@ -103,12 +113,13 @@ static inline float rne(float v)
     return (v + 0x1.8p23f) - 0x1.8p23f;
 }
 
-/* Writes the scale; returns 0 for a block with Inf/NaN, whose values are all zero. */
+/* Writes the scale; returns 0 for a block with Inf/NaN (scale NaN) or below 2^-120
+ * (scale 0), whose values are then all zero. */
 static int q8_start_block(unsigned char *dst, uint32_t amax, size_t n, float *inv)
 {
     float scale = block_scale(amax, inv);
     memcpy(dst, &scale, 4);
-    if (scale == scale)
+    if (scale > 0.0f)
         return 1;
     memset(dst + 4, 0, n);
     return 0;

@@ -1,6 +1,7 @@
 /* Wire codecs for f32 data: fp16, bf16 and q8b256 (per block of 256 values an f32 scale
- * = absmax/127, then 256 int8 rounded to nearest even; the last block short; an all-zero
- * block has scale 0; a block holding Inf or NaN has scale NaN). Every kernel has a
+ * = absmax/127, then 256 int8 rounded to nearest even; the last block short; a block
+ * whose absmax is below 2^-120, the all-zero one included, has scale 0 and zero values;
+ * a block holding Inf or NaN has scale NaN, so it decodes to NaN). Every kernel has a
  * portable C path and an AVX2/F16C path chosen at run time; both give the same bits. */
 #ifndef CL_CODEC_H
 #define CL_CODEC_H

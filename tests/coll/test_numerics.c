@@ -9,7 +9,12 @@
  *   to the bit (each column's values are chosen so that any order rounds alike);
  * - AVG divides a sum accumulated as numpy's mean does: f16 and bf16 in f32 (every rank
  *   holding 49152 in f16 averages to 49152, not inf), f32 and f64 in their own type;
- * - integers wrap in their type (SUM, PROD), int8/uint8/int32 AVG is exact.
+ * - integers wrap in their type (SUM, PROD), int8/uint8/int32 AVG is exact;
+ * - through a codec (docs/codecs.md): a NaN where numpy's is; numpy's Inf (from an Inf
+ *   input or a sum past f32's range) as that Inf, or through int8 as NaN (the scale of
+ *   a block holding an Inf); finite inputs within the codec's error, n + 1 encodings of
+ *   the largest magnitude around (a value past the format's range may come back
+ *   non-finite), never with a flipped sign (int8 blocks below 2^-120 come back 0).
  * A column is a pattern of values over the ranks, repeated along the vector so each
  * kernel's vector body and tail see it. */
 #include "common/harness.h"
@@ -26,8 +31,25 @@
 #include <string.h>
 
 enum {
-    PLAIN, NAN_MID, NAN_FIRST, NAN_LAST_NEG, NAN_ALL, PINF, NINF, BOTH_INF, INF_NAN, SUB,
-    SUB_MIXED, NORM, MAX_ONE, MAX_BOTH, BIG, NEGZERO_FIRST, NEGZERO_LAST, NEGZERO_ALL, NFCOL
+    PLAIN,
+    NAN_MID,
+    NAN_FIRST,
+    NAN_LAST_NEG,
+    NAN_ALL,
+    PINF,
+    NINF,
+    BOTH_INF,
+    INF_NAN,
+    SUB,
+    SUB_MIXED,
+    NORM,
+    MAX_ONE,
+    MAX_BOTH,
+    BIG,
+    NEGZERO_FIRST,
+    NEGZERO_LAST,
+    NEGZERO_ALL,
+    NFCOL
 };
 enum { IPLAIN, IMAX, IMIN, IALT, INEG, IZERO_MAX, NICOL };
 enum { COUNT = NFCOL * 11 + 7 }; /* odd: every vector loop has a tail */
@@ -66,7 +88,8 @@ static fval fcol(int dt, int col, int r, int n)
     switch (col) {
     case PLAIN: q.v = k; break;
     case NAN_MID: /* the ranks: 1, 2, NaN, 4, MAX */
-        q.nan = r == 2 % n, q.v = last ? max : k; break;
+        q.nan = r == 2 % n, q.v = last ? max : k;
+        break;
     case NAN_FIRST: q.nan = first, q.v = k; break;
     case NAN_LAST_NEG: q.nan = last, q.sign = 1, q.v = -k; break;
     case NAN_ALL: q.nan = 1 + r, q.sign = r % 2; break;
@@ -263,7 +286,8 @@ static size_t check(const void *got, size_t count, int dt, int op, int n, size_t
             uint64_t gb = 0, wb = 0;
             memcpy(&gb, g, es);
             memcpy(&wb, want, es);
-            static const char *const dts[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64"};
+            static const char *const dts[] = {"f32", "f64", "f16", "bf16",
+                                              "i8",  "u8",  "i32", "i64"};
             static const char *const ops[] = {"sum", "prod", "min", "max", "avg"};
             fprintf(stderr, "%s %s %s n %d: element %zu (column %d): bits %#llx, want %#llx%s\n",
                     what, dts[dt], ops[op], n, first + i, col, (unsigned long long)gb,
@@ -313,10 +337,10 @@ START_TEST(specials_reduce_as_numpy_on_every_algorithm)
         int n;
         const char *transport;
     } runs[] = {
-        {NULL, 2, "tcp"},  {NULL, 3, "shm"},           {NULL, 5, "tcp"},
-        {"ring", 3, "tcp"}, {"ring", 4, "shm"},        {"doubling", 2, "shm"},
+        {NULL, 2, "tcp"},       {NULL, 3, "shm"},           {NULL, 5, "tcp"},
+        {"ring", 3, "tcp"},     {"ring", 4, "shm"},         {"doubling", 2, "shm"},
         {"doubling", 4, "tcp"}, {"rabenseifner", 3, "tcp"}, {"rabenseifner", 5, "shm"},
-        {"tree", 4, "tcp"}, {"tree", 5, "shm"},
+        {"tree", 4, "tcp"},     {"tree", 5, "shm"},
     };
     if (runs[_i].algo)
         setenv("COLL_ALGO", runs[_i].algo, 1);
@@ -332,12 +356,90 @@ START_TEST(specials_reduce_as_numpy_on_every_algorithm)
 }
 END_TEST
 
+/* numpy's f32 answer ref (ref_float) against what came through codec, as the header says. */
+static int codec_ok(float got, const fval *x, int n, int op, coll_codec codec)
+{
+    double ref = ref_float(x, n, COLL_F32, op), m = isfinite(ref) ? fabs(ref) : 0;
+    int pos = 1, neg = 1;
+    for (int r = 0; r < n; r++) {
+        m = x[r].nan ? m : fmax(m, fabs(x[r].v));
+        pos &= !(x[r].v < 0), neg &= !(x[r].v > 0);
+    }
+    if (isnan(ref))
+        return isnan(got);
+    if (isinf(ref)) /* int8: any block with an Inf, an input's or the sum's, is NaN */
+        return got == ref || (codec == COLL_CODEC_INT8 && isnan(got));
+    if ((pos && got < 0) || (neg && got > 0))
+        return 0;
+    double e = codec == COLL_CODEC_FP16   ? m * 0x1p-11 + 0x1p-25
+               : codec == COLL_CODEC_BF16 ? m * 0x1p-8 + 0x1p-134
+                                          : m / 254 * 1.001 + 0x1p-120;
+    double limit = codec == COLL_CODEC_FP16   ? 65504
+                   : codec == COLL_CODEC_BF16 ? 0x1.fep127
+                                              : 0x1p127;
+    return (m > limit && !isfinite(got)) || fabs(got - ref) <= (n + 1) * (e + m * 0x1p-24);
+}
+
+enum { CCOUNT = 300 }; /* a block of 256 and a short one */
+
+/* Every element of this call from one column, so an int8 block holds that column only. */
+static int codec_case(coll_comm *c, float *s, float *r, coll_codec codec, int op, int col)
+{
+    int n = coll_size(c), me = coll_rank(c), rs;
+    fval x[64] = {{0}};
+    for (int k = 0; k < n; k++)
+        x[k] = fcol(COLL_F32, col, k, n);
+    for (size_t i = 0; i < CCOUNT * (size_t)n; i++)
+        fill(s + i, 1, COLL_F32, me, n, (size_t)col);
+    for (rs = 0; rs < 2; rs++) {
+        int rc = rs ? coll_reduce_scatter(c, s, r, CCOUNT, COLL_F32, (coll_op)op)
+                    : coll_allreduce(c, s, r, CCOUNT, COLL_F32, (coll_op)op);
+        EXPECT_RC(rc, COLL_OK);
+        for (size_t i = 0; i < CCOUNT; i++)
+            FAIL_IF(!codec_ok(r[i], x, n, op, codec), "%s %s %s column %d element %zu: %g",
+                    rs ? "reduce_scatter" : "allreduce", op == COLL_SUM ? "sum" : "avg",
+                    (const char *[]){"none", "fp16", "bf16", "int8"}[codec], col, i, r[i]);
+        FAIL_IF(!rs && !identical_everywhere(c, r, CCOUNT * 4), "results differ across ranks");
+    }
+    return 0;
+}
+
+static int codec_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    float *s = malloc(CCOUNT * 4 * (size_t)coll_size(c)), *r = malloc(CCOUNT * 4);
+    int failed = 0;
+    for (int codec = COLL_CODEC_FP16; codec <= COLL_CODEC_INT8 && !failed; codec++) {
+        failed = coll_set_codec(c, (coll_codec)codec) != COLL_OK;
+        for (int op = 0; op <= COLL_AVG && !failed; op += COLL_AVG)
+            for (int col = 0; col < NFCOL && !failed; col++)
+                failed = codec_case(c, s, r, (coll_codec)codec, op, col);
+    }
+    free(s);
+    free(r);
+    return failed;
+}
+
+/* _i: 2 ranks on tcp, 3 on shm, 4 on tcp; every codec in each. */
+START_TEST(specials_through_every_codec)
+{
+    run_opts o = {.nranks = 2 + _i,
+                  .rdzv = RDZV_FILE,
+                  .transport = _i == 1 ? "shm" : "tcp",
+                  .timeout_ms = 10000,
+                  .deadline_s = 60};
+    int failed = run_ranks(&o, codec_rank, NULL);
+    ck_assert_msg(failed == 0, "%d of %d ranks failed (%s)", failed, o.nranks, o.transport);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("numerics");
     TCase *t = tcase_create("numerics");
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, specials_reduce_as_numpy_on_every_algorithm, 0, 11);
+    tcase_add_loop_test(t, specials_through_every_codec, 0, 3);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -111,6 +111,46 @@ START_TEST(q8_blocks_scale_and_bound_the_error)
 }
 END_TEST
 
+/* Blocks of tiny values on every path: absmax 1e-37 (127/absmax is +Inf in f32: the
+ * vector paths made every value -128, a flipped sign, and the portable (int)Inf was
+ * undefined), subnormals only, just below 2^-120 (zeros with scale 0, error under
+ * 2^-120) and 2^-120 itself (quantized as usual). Every path gives the same bytes, no
+ * value changes sign, and the error stays within half a step or, for a zero block,
+ * its absmax. */
+START_TEST(tiny_blocks_keep_their_sign_on_every_path)
+{
+    enum { B = 256, N = 4 * B + 77 };
+    static const float amax[] = {1e-37f, 1e-40f, 0x1.fffffep-121f, 0x1p-120f, 3e-37f};
+    float x[N], d[N];
+    unsigned char e[3][N + 20];
+    for (int i = 0; i < N; i++) /* both signs, zeros, values down to amax / 255 */
+        x[i] = i % 7 == 3 ? 0.0f
+                          : amax[i / B] * (float)((i * 37) % 256) / 255.0f * (i % 2 ? -1.0f : 1.0f);
+    for (int b = 0; b < 5; b++)
+        x[b * B + 1] = amax[b]; /* each block's absmax */
+    for (int level = 0; level <= 2; level++) {
+        cl_codec_use_simd(level);
+        cl_encode(COLL_CODEC_INT8, e[level], x, N);
+        ck_assert_msg(memcmp(e[0], e[level], sizeof(e[0])) == 0, "level %d encodes otherwise",
+                      level);
+        cl_decode(COLL_CODEC_INT8, d, e[level], N);
+        for (int i = 0; i < N; i++) {
+            float scale;
+            memcpy(&scale, e[level] + (i / B) * (B + 4), 4);
+            double bound = scale > 0 ? scale * 0.5 * 1.0001 : amax[i / B];
+            ck_assert_msg(!(d[i] < 0 && x[i] > 0) && !(d[i] > 0 && x[i] < 0) &&
+                              fabs((double)d[i] - x[i]) <= bound,
+                          "level %d element %d: %g decodes to %g (scale %g)", level, i, x[i], d[i],
+                          scale);
+        }
+    }
+    float s3, s0;
+    memcpy(&s0, e[0], 4);
+    memcpy(&s3, e[0] + 3 * (B + 4), 4);
+    ck_assert_msg(s0 == 0.0f && s3 > 0.0f, "scales %g (1e-37 block), %g (2^-120 block)", s0, s3);
+}
+END_TEST
+
 START_TEST(names_and_sizes)
 {
     ck_assert_int_eq(cl_codec_parse("int8"), COLL_CODEC_INT8);
@@ -128,6 +168,7 @@ int main(void)
     tcase_add_loop_test(t, vector_and_portable_paths_agree_bit_for_bit, 0, 60);
     tcase_add_test(t, half_codecs_match_the_scalar_conversions);
     tcase_add_loop_test(t, q8_blocks_scale_and_bound_the_error, 0, 3);
+    tcase_add_test(t, tiny_blocks_keep_their_sign_on_every_path);
     tcase_add_test(t, names_and_sizes);
     suite_add_tcase(s, t);
     return run_suite(s);
