@@ -78,7 +78,9 @@ static int host_file(hosts *h, const char *path)
     int rc = 0;
     while (rc == 0 && fgets(line, sizeof(line), f)) {
         line[strcspn(line, "#\n")] = 0;
-        char *s = line + strspn(line, " \t");
+        char *s = line + strspn(line, " \t"), *end = s + strlen(s);
+        while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
+            *--end = 0;
         if (*s)
             rc = add_host(h, s);
     }
