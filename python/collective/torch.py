@@ -8,13 +8,15 @@ A call torch's Python API waits for at once (async_op=False) runs the library's 
 form on the caller's thread; any other runs as its non-blocking form, with a work object
 over a future that a completer thread settles when the operation ends. CPU tensors of
 float32/64, float16, bfloat16, int8/32/64 and uint8; non-contiguous tensors go through a
-contiguous copy. COLL_CODEC (or COLL_* variables in
-general) reach the library as for C programs; set_codec(codec, group) switches a group's
-wire codec, and ef_hook is a DDP communication hook that averages gradients through a
-codec with error feedback.
+contiguous copy. Each operation checks what Gloo checks (roots, list lengths, each tensor's
+size and dtype) on the calling rank before anything is sent; a work's get_future() returns
+at once. COLL_CODEC (or COLL_* variables in general) reach the library as for C
+programs; set_codec(codec, group) switches a group's wire codec, and ef_hook is a DDP
+communication hook that averages gradients through a codec with error feedback.
 """
 import ctypes
 import datetime
+import functools
 import queue
 import sys
 import threading
@@ -37,6 +39,8 @@ if hasattr(dist.ReduceOp, "AVG"):
 def _dtype(t):
     if t.device.type != "cpu":
         raise RuntimeError(f"collective: tensors must be on the CPU, not {t.device}")
+    if t.layout != torch.strided:
+        raise RuntimeError(f"collective: only dense tensors are supported, not {t.layout}")
     if t.dtype not in _DTYPES:
         raise RuntimeError(f"collective: dtype {t.dtype} is not supported "
                            f"({', '.join(str(d) for d in _DTYPES)})")
@@ -114,6 +118,9 @@ class _Completer:
                 return
             _settle(*item)
 
+    def on_its_thread(self):
+        return threading.current_thread() is self.thread
+
     def stop(self):
         if self.thread is not None:
             self.queue.put(None)
@@ -122,6 +129,9 @@ class _Completer:
 
 
 def _settle(req, after, result, fut):
+    """Ends req, runs after, and settles fut whatever either raises: the completer thread
+    and every later work depend on it surviving (a copy into a bad output fails the work
+    it belongs to, nothing else)."""
     try:
         if req is not None:
             req.wait()
@@ -130,46 +140,68 @@ def _settle(req, after, result, fut):
     except collective.CollectiveError as e:
         fut.set_exception(RuntimeError(str(e)))
         return
+    except Exception as e:  # noqa: BLE001  the work fails with it, as torch's own works do
+        fut.set_exception(e)
+        return
     fut.set_result(result)
 
 
 class _PyWork(dist._Work):
     """The work handed to torch.distributed's Python functions, which wait through
     Python: wait() ends the operation on the caller's thread (no hand-off) and raises its
-    error (the C++ future-wrapping work's wait() returns True even then)."""
+    error, every time (the C++ future-wrapping work's wait() returns True even then).
+    get_future() returns at once a future the completer settles, so a communication hook
+    (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass."""
 
-    def __init__(self, req, after, result):
+    def __init__(self, completer, req, after, result):
         super().__init__()
+        self._completer, self._lock = completer, threading.Lock()
         self._req, self._after, self._result, self._fut = req, after, result, None
 
-    def _end(self):
-        if self._fut is None:
-            self._fut = torch.futures.Future()
-            _settle(self._req, self._after, self._result, self._fut)
-            self._req = self._after = None
-        return self._fut
+    def _take(self, hand_off):
+        """The operation's future. The first call hands the operation to the completer
+        (hand_off) or ends it on this thread, outside the lock so that polls do not wait;
+        on the completer's own thread (a hook's callback that waits for the future of
+        another operation, as PowerSGD's do) a hand-off would wait for itself, so the
+        operation ends there instead."""
+        with self._lock:
+            if self._fut is not None:
+                return self._fut
+            req, after, self._req, self._after = self._req, self._after, None, None
+            if hand_off and not self._completer.on_its_thread():
+                self._fut = self._completer.add(req, after, self._result)
+                return self._fut
+            self._fut = fut = torch.futures.Future()
+        _settle(req, after, self._result, fut)
+        return fut
 
     def wait(self, timeout=None):
-        self._end().wait()
+        self._take(False).wait()
         return True
 
     def is_completed(self):
-        if self._fut is None and self._req is not None and not self._req.test():
-            return False
-        self._end()
+        with self._lock:
+            if self._fut is not None:
+                return self._fut.done()
+            try:
+                if not self._req.test():
+                    return False
+            except collective.CollectiveError:  # ended in failure: _take settles it so
+                pass
+        self._take(False)
         return True
 
     def is_success(self):
         try:
             return self.is_completed() and self.wait()
-        except RuntimeError:
+        except Exception:  # noqa: BLE001  whatever the operation raised
             return False
 
     def result(self):
-        return self._end().wait()
+        return self._take(False).wait()
 
     def get_future(self):
-        return self._end()
+        return self._take(True)
 
 
 def _torch_caller():
@@ -212,7 +244,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
             return self._now(name, args, keep, after, result)
         req = self.comm._run(name, True, args, keep)
         if caller is not None:
-            return _PyWork(req, after, result)
+            return _PyWork(self.completer, req, after, result)
         return _c10d._create_work_from_future(self.completer.add(req, after, result))
 
     def _now(self, name, args, keep, after, result):
@@ -227,7 +259,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return _done(result)
 
     def allreduce(self, tensors, opts=None):
-        t, back = _flat(tensors[0])
+        t, back = _flat(_one("allreduce", tensors, "tensor"))
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
                            back, tensors)
@@ -249,32 +281,36 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self.completer.add(req, None, tensor)
 
     def broadcast(self, tensors, opts=None):
-        t, back = _flat(tensors[0])
-        root = opts.rootRank if opts is not None else 0
+        root = self._root("broadcast", opts)
+        t, back = _flat(_one("broadcast", tensors, "tensor"))
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
     def reduce(self, tensors, opts=None):
-        t, back = _flat(tensors[0])
-        root = opts.rootRank
+        root = self._root("reduce", opts)
+        t, back = _flat(_one("reduce", tensors, "tensor"))
         out = t if self.comm.rank == root else None
         return self._start("reduce", (_ptr(t), _ptr(out), t.numel(), _dtype(t),
                                       _op(opts.reduceOp), root), (t,), back, tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        _blocks(output, input, self.comm.size, "all_gather output")
+        _blocks("_allgather_base", output, input, self.comm.size, "output", "input")
         i, _ = _flat(input)
         o, back = _flat(output)
         return self._start("allgather", (_ptr(i), _ptr(o), i.numel(), _dtype(i)), (i, o), back,
                            [output])
 
     def allgather(self, output_lists, inputs, opts=None):
-        outs, (i, _) = output_lists[0], _flat(inputs[0])
+        i = _one("allgather", inputs, "input tensor")
+        outs = _one("allgather", output_lists, "output tensor")
+        self._per_rank("allgather", outs, "output")
+        _like("allgather", outs, i, _shape)
+        i, _ = _flat(i)
         tmp = torch.empty(self.comm.size * i.numel(), dtype=i.dtype)
         return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
                            lambda: _unpack(tmp, outs), output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        _blocks(input, output, self.comm.size, "reduce_scatter input")
+        _blocks("_reduce_scatter_base", input, output, self.comm.size, "input", "output")
         i, _ = _flat(input)
         o, back = _flat(output)
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -282,20 +318,29 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            (i, o), back, [output])
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        tmp = torch.cat([t.reshape(-1) for t in input_lists[0]])
-        return self._reduce_scatter_base(outputs[0], tmp, opts)
+        o = _one("reduce_scatter", outputs, "output tensor")
+        ins = _one("reduce_scatter", input_lists, "input tensor")
+        self._per_rank("reduce_scatter", ins, "input")
+        _like("reduce_scatter", ins, o, torch.Tensor.numel)  # as NCCL: shapes may differ
+        tmp = torch.cat([t.reshape(-1) for t in ins])
+        return self._reduce_scatter_base(o, tmp, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        n = self.comm.size
+        _like("alltoall_base", [output], input, None)
+        if not output_split_sizes and not input_split_sizes and output.numel() != input.numel():
+            _invalid("alltoall_base", f"output holds {output.numel()} elements, input "
+                     f"{input.numel()}")
+        sc = self._counts(input_split_sizes, input, "input")
+        rc = self._counts(output_split_sizes, output, "output")
         i, _ = _flat(input)
         o, back = _flat(output)
-        rows_in = max(input.shape[0], 1) if input.dim() else 1
-        rows_out = max(output.shape[0], 1) if output.dim() else 1
-        sc = _counts(input_split_sizes, n, i.numel(), rows_in, "input")
-        rc = _counts(output_split_sizes, n, o.numel(), rows_out, "output")
         return self._alltoallv(i, sc, o, rc, back, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
+        self._per_rank("alltoall", input_tensors, "input")
+        self._per_rank("alltoall", output_tensors, "output")
+        _like("alltoall", input_tensors, input_tensors[0], None)
+        _like("alltoall", output_tensors, input_tensors[0], None)
         i = torch.cat([t.reshape(-1) for t in input_tensors])
         o = torch.empty(sum(t.numel() for t in output_tensors), dtype=i.dtype)
         return self._alltoallv(i, [t.numel() for t in input_tensors], o,
@@ -312,17 +357,32 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            (i, o, s, r, sd, rd), back, result)
 
     def gather(self, output_lists, inputs, opts=None):
-        i, _ = _flat(inputs[0])
-        root = opts.rootRank
-        tmp = torch.empty(self.comm.size * i.numel(), dtype=i.dtype) if self.rank() == root else None
-        after = (lambda: _unpack(tmp, output_lists[0])) if tmp is not None else None
+        root = self._root("gather", opts)
+        i, _ = _flat(_one("gather", inputs, "input tensor"))
+        tmp, after = None, None
+        if self.comm.rank == root:
+            outs = _one("gather", output_lists, "output tensor")
+            self._per_rank("gather", outs, "output")
+            _like("gather", outs, inputs[0], _shape)
+            tmp = torch.empty(self.comm.size * i.numel(), dtype=i.dtype)
+            after = functools.partial(_unpack, tmp, outs)
+        elif output_lists:
+            _invalid("gather", "requires empty output on non-root")
         return self._start("gather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i), root), (i, tmp),
                            after, output_lists)
 
     def scatter(self, outputs, input_lists, opts=None):
-        o, back = _flat(outputs[0])
-        root = opts.rootRank
-        tmp = torch.cat([t.reshape(-1) for t in input_lists[0]]) if self.rank() == root else None
+        root = self._root("scatter", opts)
+        out = _one("scatter", outputs, "output tensor")
+        tmp = None
+        if self.comm.rank == root:
+            ins = _one("scatter", input_lists, "input tensor")
+            self._per_rank("scatter", ins, "input")
+            _like("scatter", ins, out, _shape)
+            tmp = torch.cat([t.reshape(-1) for t in ins])
+        elif input_lists:
+            _invalid("scatter", "requires empty input on non-root")
+        o, back = _flat(out)
         return self._start("scatter", (_ptr(tmp), _ptr(o), o.numel(), _dtype(o), root), (tmp, o),
                            back, outputs)
 
@@ -331,22 +391,88 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return _done([])
 
     def send(self, tensors, dst, tag=0):
-        t, _ = _flat(tensors[0])
+        self._peer("send", dst, "destination")
+        t, _ = _flat(_one("send", tensors, "tensor"))
         return self._start("send", (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,), None, tensors)
 
     def recv(self, tensors, src, tag=0):
-        t, back = _flat(tensors[0])
+        self._peer("recv", src, "source")
+        t, back = _flat(_one("recv", tensors, "tensor"))
         return self._start("recv", (_ptr(t), t.numel(), _dtype(t), src, tag), (t,), back, tensors)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("collective: receives name their source (no ANY_SOURCE)")
 
+    # What Gloo checks before it sends anything (ProcessGroupGloo.cpp, torch 1.13), checked
+    # here on the calling rank before anything is sent, with the same kind of sentence:
+    # a wrong size must never become another rank's data or a short copy.
+    def _root(self, op, opts):
+        root = opts.rootRank if opts is not None else 0
+        if not 0 <= root < self.comm.size:
+            _invalid(op, f"invalid root rank: {root}")
+        if getattr(opts, "rootTensor", 0) != 0:  # gather's and scatter's options have none
+            _invalid(op, f"invalid root tensor: {opts.rootTensor}")
+        return root
 
-def _blocks(whole, block, n, what):
+    def _peer(self, op, peer, what):
+        if not 0 <= peer < self.comm.size:
+            _invalid(op, f"invalid {what} rank: {peer}")
+
+    def _per_rank(self, op, tensors, what):
+        if len(tensors) != self.comm.size:
+            _invalid(op, f"invalid {what} tensor list size {len(tensors)} (expected "
+                     f"{self.comm.size}, the size of the process group)")
+
+    def _counts(self, splits, t, what):
+        """Elements per rank of t, split along dim 0 by splits (none: evenly)."""
+        n = self.comm.size
+        rows = t.shape[0] if t.dim() else 1
+        if not splits:
+            if rows % n:
+                _invalid("alltoall_base", f"{what} tensor's dim 0 ({rows}) does not divide "
+                         f"equally across group size {n}")
+            splits = [rows // n] * n
+        elif len(splits) != n or min(splits) < 0 or sum(splits) != rows:
+            _invalid("alltoall_base", f"{what} split sizes {list(splits)} do not cover its "
+                     f"dim 0 ({rows}) in {n} parts")
+        return [s * (t.numel() // max(rows, 1)) for s in splits]
+
+
+def _invalid(op, what):
+    raise RuntimeError(f"collective: {op}: {what}")
+
+
+def _one(op, tensors, what):
+    """The one tensor of a list: a rank holds one device (Gloo's lists of several are
+    several tensors of one rank, which this backend does not take)."""
+    if len(tensors) != 1:
+        _invalid(op, f"requires a single-element {what} list (got {len(tensors)})")
+    return tensors[0]
+
+
+def _shape(t):
+    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+
+
+def _like(op, tensors, ref, size):
+    """Every tensor a CPU tensor of ref's dtype and, unless size is None, of ref's size
+    as size(tensor) measures it (its shape, or its number of elements)."""
+    for at, t in enumerate(tensors):
+        _dtype(t)
+        if t.dtype != ref.dtype:
+            _invalid(op, f"invalid tensor type at index {at} (expected {ref.dtype}, got "
+                     f"{t.dtype})")
+        if size is not None and size(t) != size(ref):
+            _invalid(op, f"invalid tensor size at index {at} (expected {_shape(ref)}, got "
+                     f"{_shape(t)})")
+
+
+def _blocks(op, whole, block, n, whole_name, block_name):
     """whole must be n blocks of block's size and dtype."""
-    if whole.numel() != n * block.numel() or whole.dtype != block.dtype:
-        raise RuntimeError(f"collective: {what} holds {whole.numel()} {whole.dtype}, needs "
-                           f"{n} x {block.numel()} {block.dtype}")
+    _like(op, [whole], block, None)
+    if whole.numel() != n * block.numel():
+        _invalid(op, f"the {whole_name} holds {whole.numel()} elements, not {n} x the "
+                 f"{block_name}'s {block.numel()}")
 
 
 def _unpack(flat, outs):
@@ -354,19 +480,6 @@ def _unpack(flat, outs):
     for t in outs:
         t.copy_(flat[at:at + t.numel()].view_as(t))
         at += t.numel()
-
-
-def _counts(splits, n, numel, rows, what):
-    if not splits:
-        if numel % n:
-            raise RuntimeError(f"collective: all_to_all {what} of {numel} elements does not "
-                               f"split evenly in {n}")
-        return [numel // n] * n
-    if len(splits) != n or sum(splits) != rows:
-        raise RuntimeError(f"collective: all_to_all {what} splits {list(splits)} do not cover "
-                           f"its {rows} rows in {n} parts")
-    per_row = numel // rows
-    return [s * per_row for s in splits]
 
 
 def _group(group):

@@ -1,6 +1,8 @@
 """The torch.distributed backend "collective", op by op against Gloo in the same
 processes (every dtype and reduce op, uneven all-to-all, non-contiguous tensors, async
-work, subgroups, p2p), DDP against Gloo, and a dead rank as an exception everywhere."""
+work, subgroups, p2p), DDP against Gloo (also through torch's communication hooks), and a
+dead rank as an exception everywhere; what Gloo refuses is refused before anything is sent,
+a failing result copy fails only its work, and get_future() does not wait."""
 import os
 import sys
 import time
@@ -208,6 +210,182 @@ def bad_input(r, n, where):
     assert "COLL_EMISMATCH" in said, said
 
 
+def within(fn, seconds=10):
+    """fn's result, or its exception; an AssertionError if it has not returned in time
+    (a hang becomes a failure; the thread is left behind, the rank exits anyway)."""
+    import threading
+    out = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  handed to the caller
+            out["error"] = e
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise AssertionError(f"still waiting after {seconds} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def raises(fn, words, seconds=10):
+    """fn raises a RuntimeError saying words, within seconds."""
+    try:
+        within(fn, seconds)
+    except RuntimeError as e:
+        assert words in str(e), f"wanted {words!r}, got {e}"
+        return
+    raise AssertionError(f"no error, wanted {words!r}")
+
+
+def fail_once(real):
+    """A result copy (_unpack) that fails the first time."""
+    calls = []
+
+    def copy(flat, outs):
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("the copy failed")
+        real(flat, outs)
+    return copy
+
+
+def copy_fails(r, n, where):
+    """A failing result copy fails its own work, every time it is waited for, and
+    nothing else: the completer settles the works started after it (C++ callers' path:
+    the process group called directly), and a Python work's second wait raises again."""
+    init(r, n, where, timeout_s=10)
+    pg = dist.distributed_c10d._get_default_group()
+    collective.torch._unpack = fail_once(collective.torch._unpack)
+    first = pg.allgather([[torch.zeros(3) for _ in range(n)]], [torch.ones(3)])
+    t = torch.ones(4)
+    later = pg.allreduce([t])
+    try:  # torch 1.13 hands a C++ work's future the exception as its value
+        got = within(first.get_future().wait)
+    except RuntimeError as e:
+        got = e
+    assert "the copy failed" in str(got), got
+    within(later.get_future().wait)
+    assert torch.equal(t, torch.full((4,), float(n))), t
+    collective.torch._unpack = fail_once(collective.torch._unpack)
+    w = dist.all_gather([torch.zeros(3) for _ in range(n)], torch.ones(3), async_op=True)
+    for _ in range(3):
+        raises(w.wait, "the copy failed")
+    assert w.is_completed() and not w.is_success()
+    outs = [torch.zeros(3) for _ in range(n)]
+    dist.all_gather(outs, torch.full((3,), float(r)))
+    assert all(torch.equal(o, torch.full((3,), float(p))) for p, o in enumerate(outs)), outs
+
+
+def future_at_once(r, n, where):
+    """get_future() returns before the operation ends (rank 1 comes 1.5 s late) and its
+    callbacks run when it does: a communication hook overlaps the backward pass."""
+    init(r, n, where)
+    dist.barrier()
+    if r == 1:
+        time.sleep(1.5)
+    t0 = time.time()
+    fut = dist.all_reduce(torch.full((4,), float(r + 1)), async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    took = time.time() - t0
+    if r == 0:
+        assert took < 0.5 and not doubled.done(), f"get_future() took {took:.3f} s"
+    assert torch.equal(within(doubled.wait), torch.full((4,), float(n * (n + 1)))), doubled
+    assert torch.equal(fut.wait()[0], torch.full((4,), float(n * (n + 1) / 2)))
+
+
+def torch_hooks(r, n, where):
+    """DDP with torch's own communication hooks (all-reduce; PowerSGD, whose callbacks
+    wait for further futures from inside a callback) ends as with Gloo."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    g = init(r, n, where)
+
+    def powersgd(group):
+        return (psgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=2), psgd.powerSGD_hook)
+    for hook in [lambda group: (group, default_hooks.allreduce_hook), powersgd]:
+        ours = within(lambda: train(r, None, hook(None)), 60)
+        gloo = train(r, g, hook(g))
+        worst = max((p - q).abs().max().item() for p, q in zip(ours, gloo))
+        assert worst < 1e-4, worst
+        same_everywhere(ours, n)
+    dist.destroy_process_group()
+
+
+def sizes_checked(r, n, where):
+    """What Gloo checks, refused on the calling rank with Gloo's kind of sentence before
+    anything is sent: every rank passes the same bad input (a gather or scatter of its
+    own as the root), and the group is still in step after all of them."""
+    init(r, n, where, timeout_s=10)
+    one, five, x = torch.ones(10), torch.zeros(5), torch.zeros(10)
+    wide, ints = torch.zeros(10 * n), torch.zeros(10, dtype=torch.int32)
+    expected = "invalid tensor size at index 0 (expected (10), got (5))"
+    cases = [
+        (lambda: dist.all_gather([five.clone() for _ in range(n)], one), expected),
+        (lambda: dist.all_gather([torch.zeros(2, 5) for _ in range(n)], one),
+         "(expected (10), got (2, 5))"),
+        (lambda: dist.all_gather([x.clone() for _ in range(n + 1)], one),
+         f"invalid output tensor list size {n + 1} (expected {n}"),
+        (lambda: dist.all_gather_into_tensor(five, one), "holds 5 elements"),
+        (lambda: dist.all_gather_into_tensor(wide.double(), one), "invalid tensor type"),
+        (lambda: dist.gather(one, [five.clone() for _ in range(n)], dst=r), expected),
+        (lambda: dist.gather(one, [x.clone() for _ in range(n + 1)], dst=r),
+         f"invalid output tensor list size {n + 1}"),
+        (lambda: dist.gather(one, None, dst=n + 3), f"invalid root rank: {n + 3}"),
+        (lambda: dist.scatter(x, [five.clone() for _ in range(n)], src=r), expected),
+        (lambda: dist.scatter(x, [x.clone() for _ in range(n + 1)], src=r),
+         f"invalid input tensor list size {n + 1}"),
+        (lambda: dist.scatter(x, None, src=-1), "invalid root rank: -1"),
+        (lambda: dist.broadcast(x, n), f"invalid root rank: {n}"),
+        (lambda: dist.reduce(x, n + 1), f"invalid root rank: {n + 1}"),
+        (lambda: dist.reduce_scatter(x, [five.clone() for _ in range(n)]), expected),
+        (lambda: dist.reduce_scatter(x, [x.clone() for _ in range(n + 2)]),
+         f"invalid input tensor list size {n + 2}"),
+        (lambda: dist.reduce_scatter_tensor(x, torch.zeros(10 * n + 1)), "holds"),
+        (lambda: dist.reduce_scatter_tensor(x, wide.to(torch.int32)), "invalid tensor type"),
+        (lambda: dist.all_to_all([x.clone() for _ in range(n + 1)], [x.clone() for _ in range(n)]),
+         f"invalid output tensor list size {n + 1}"),
+        (lambda: dist.all_to_all_single(wide, torch.zeros(20 * n)), "elements"),
+        (lambda: dist.all_to_all_single(wide, wide.clone(), [10] * n,
+                                        [10 * n + 10, -10] + [0] * (n - 2)), "split sizes"),
+        (lambda: dist.send(x, n + 2), f"invalid destination rank: {n + 2}"),
+        (lambda: dist.recv(x, n + 2), f"invalid source rank: {n + 2}"),
+    ]
+    pg = dist.distributed_c10d._get_default_group()
+    cases += [(lambda: pg.allgather([[ints.clone() for _ in range(n)]], [one]),
+               "invalid tensor type at index 0 (expected torch.float32, got torch.int32)"),
+              (lambda: pg.alltoall([ints.clone() for _ in range(n)],
+                                   [one.clone() for _ in range(n)]), "invalid tensor type"),
+              (lambda: pg.allreduce([one, one.clone()]), "requires a single-element tensor list")]
+    for fn, words in cases:
+        raises(fn, "collective: ")
+        raises(fn, words)
+    t = torch.full((3,), float(r))
+    within(lambda: dist.all_reduce(t))
+    assert torch.equal(t, torch.full((3,), float(n * (n - 1) / 2))), t
+
+
+def short_scatter(r, n, where):
+    """A root whose scatter list is short refuses it before sending (Gloo does too;
+    before, the others got the root's heap); the others, waiting for a root that never
+    sends, fail when the group's timeout (3 s) ends, their output untouched."""
+    init(r, n, where, timeout_s=3)
+    out = torch.full((10,), -1.0)
+    if r == 0:
+        raises(lambda: dist.scatter(out, [torch.zeros(5)] * n, src=0),
+               "collective: scatter: invalid tensor size at index 0 (expected (10), got (5))")
+        time.sleep(6)  # alive: the others must give up on the timeout, not on an exit
+    else:
+        t0 = time.time()
+        raises(lambda: dist.scatter(out, None, src=0), "COLL_ETIMEDOUT", 15)
+        assert time.time() - t0 < 6, time.time() - t0
+    assert torch.equal(out, torch.full((10,), -1.0)), out
+
+
 def dead(r, n, where):
     init(r, n, where, timeout_s=3)
     dist.barrier()
@@ -231,6 +409,12 @@ def main():
     bad += ranks.check(ddp, 2, "DDP against gloo")
     bad += ranks.check(codecs, 3, "codecs and the error-feedback DDP hook")
     bad += ranks.check(bad_input, 2, "bad input")
+    bad += ranks.check(copy_fails, 2, "a failing result copy fails its work only")
+    bad += ranks.check(future_at_once, 2, "get_future() at once")
+    bad += ranks.check(torch_hooks, 2, "torch's DDP communication hooks")
+    for n in (1, 2, 3):
+        bad += ranks.check(sizes_checked, n, "sizes checked as Gloo does")
+    bad += ranks.check(short_scatter, 3, "a short scatter refused by its root")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
