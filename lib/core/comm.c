@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
+#include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@
 /* Everything c holds; its transport only when it is its own (not a family member's). */
 static void free_all(coll_comm *c, int own_transport)
 {
+    if (c->rdzv) /* first: its thread may be failing c */
+        cl_store_server_stop(c->rdzv);
     if (c->listener && own_transport)
         c->tr->close_listener(c->listener);
     cl_life_close(&c->life);

@@ -103,6 +103,7 @@ struct coll_comm {
     uint8_t (*nonces)[CL_NONCE_BYTES];  /* every rank's card nonce (proofs to it are over it) */
     uint8_t nonce[CL_NONCE_BYTES];      /* this rank's */
     cl_store *store;                    /* the job's store, while init runs */
+    struct cl_store_server *rdzv;       /* rank 0's tcp rendezvous, served for the job's life */
     cl_life life;                       /* where survivors find this rank after a failure */
     char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */

@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "core/config.h"
 #include "core/terms.h"
+#include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -37,6 +38,16 @@ typedef struct {
     int terms_owner; /* this rank wrote the terms: it removes them and the note */
 } meeting;
 
+/* This rank came after the job formed: rank 0 may be in a job with another job's rank,
+ * so it is told (keep_serving). */
+static int late(coll_comm *c, const meeting *m)
+{
+    char what[32];
+    snprintf(what, sizeof(what), "rank %d", c->rank);
+    m->plain->ops->set(m->plain, "clash", what, strlen(what) + 1);
+    return COLL_EMISMATCH;
+}
+
 /* A wait on the store that a note about the terms ends at once (terms.c). */
 static int await(coll_comm *c, meeting *m, const char *key, void *buf, size_t cap,
                  size_t *len, int64_t deadline)
@@ -44,7 +55,7 @@ static int await(coll_comm *c, meeting *m, const char *key, void *buf, size_t ca
     int rc = cl_terms_wait(c->store, m->plain, key, buf, cap, len, deadline, init_err,
                            sizeof(init_err));
     m->noted |= rc == COLL_EMISMATCH;
-    return rc;
+    return rc == CL_TERMS_LATE ? late(c, m) : rc;
 }
 
 /* One look for every card not yet read, waiting until `until` for the first missing
@@ -161,6 +172,10 @@ static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
     char why[400];
     int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, deadline, why, sizeof(why));
     m->terms_owner = c->rank == 0 && rc == COLL_OK;
+    if (rc == CL_TERMS_LATE) {
+        snprintf(init_err, sizeof(init_err), "%s", why);
+        return late(c, m);
+    }
     if (rc == CL_TERMS_CLASH)
         return clash(m, why);
     m->noted = rc == COLL_EMISMATCH;
@@ -207,7 +222,34 @@ static int enroll(coll_comm *c, const meeting *m, const cl_card *mine)
 
 /* The job is done with the store: the writer of its record removes what the job wrote
  * (stores whose records outlive it: a file directory, a process's table). */
-static void leave_store(coll_comm *c, const meeting *m)
+/* A late rank's note on rank 0's server: ranks of two jobs started at one port may have
+ * met (nothing told them apart), so this job stops rather than reduce with a stranger. */
+static void late_rank(void *arg, const char *what, size_t len)
+{
+    (void)len;
+    cl_comm_fail(arg, COLL_EMISMATCH,
+                 "a rank came to this job's rendezvous after the job formed (%s): ranks of "
+                 "two jobs started at one port may have met, so the job stops (give each job "
+                 "its own port or COLL_JOB_ID; coll_run sets one)",
+                 what);
+}
+
+/* Rank 0 of a tcp rendezvous serves on for the job's life: another job's rank 0 cannot
+ * bind the port while it runs (two jobs mixed when one bound it after the other let it
+ * go), and a rank that comes later is told at once that the job formed. Without a name
+ * or a secret that would tell jobs apart, such a rank stops the job. */
+static void keep_serving(coll_comm *c, const meeting *m)
+{
+    if (c->rank != 0 || !(c->rdzv = cl_store_tcp_keep_server(m->plain)))
+        return;
+    char where[600];
+    snprintf(where, sizeof(where), "%s://%.500s", m->rv->scheme, m->rv->where);
+    cl_terms_formed(m->plain, where);
+    if (!m->cfg->job[0] && !m->cfg->keyed)
+        cl_store_server_watch(c->rdzv, "clash", late_rank, c);
+}
+
+static void leave_store(coll_comm *c, const meeting *m, int formed)
 {
     if (!c || !c->store)
         return;
@@ -226,6 +268,8 @@ static void leave_store(coll_comm *c, const meeting *m)
     }
     if (m->terms_owner)
         cl_terms_remove(m->plain);
+    if (formed)
+        keep_serving(c, m);
     c->store->ops->close(c->store);
     c->store = NULL;
 }
@@ -242,7 +286,7 @@ static int verdict(coll_comm *c, const meeting *m)
         what[n] = 0;
         status = clash(m, what);
     }
-    leave_store(c, m);
+    leave_store(c, m, status == COLL_OK);
     int rc = cl_link_verdict(c, status);
     if (rc == COLL_EMISMATCH && c->rank != 0)
         clash(m, "rank 0 found a rank registered twice");
@@ -330,7 +374,7 @@ fail:
     free(cards);
     if (m.terms_owner && m.noted)
         cl_sleep_ms(CL_TERMS_LINGER_MS); /* the others read the note while the store is up */
-    leave_store(c, &m);
+    leave_store(c, &m, 0);
     cl_comm_free(c);
     return rc;
 }

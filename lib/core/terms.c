@@ -15,6 +15,7 @@
 
 #define TERMS_MAGIC "collterm"
 #define ABORT_KEY "abort"
+#define FORMED_KEY "formed"
 
 /* Fixed-width fields only: the record is read by other processes as it is. */
 typedef struct {
@@ -97,6 +98,11 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
         return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
     }
     int rc = cl_terms_wait(s, s, "terms", &r0, sizeof(r0), &n, deadline, why, len);
+    size_t k = 0;
+    if (rc == COLL_OK && s->ops->get(s, FORMED_KEY, why, len - 1, &k) == COLL_OK) {
+        why[k] = 0; /* the terms of a job that formed already (the tcp store keeps them) */
+        return CL_TERMS_LATE;
+    }
     if (rc != COLL_OK)
         return rc;
     r0.job[sizeof(r0.job) - 1] = 0;
@@ -130,9 +136,24 @@ int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size
             why[n] = 0;
             return COLL_EMISMATCH;
         }
+        if (plain->ops->get(plain, FORMED_KEY, why, whylen - 1, &n) == COLL_OK) {
+            why[n] = 0;
+            return CL_TERMS_LATE;
+        }
         if (cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
     }
+}
+
+int cl_terms_formed(cl_store *s, const char *where)
+{
+    char note[512];
+    snprintf(note, sizeof(note),
+             "the job at %s formed without this rank: it came late, was started twice, or "
+             "is of another job started at the same port (give each job its own port or "
+             "COLL_JOB_ID; coll_run sets one)",
+             where);
+    return s->ops->set(s, FORMED_KEY, note, strlen(note) + 1);
 }
 
 void cl_terms_remove(cl_store *s)

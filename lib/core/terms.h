@@ -17,13 +17,20 @@
 /* Rank 0 writes its terms into the plain store s; every other rank reads them and
  * compares its own. COLL_EMISMATCH: a setting differs (why names it, rank 0's value and
  * this rank's; every rank is told through the note); CL_TERMS_CLASH: the store serves
- * another job; COLL_ETIMEDOUT: rank 0's terms did not come. */
+ * another job; CL_TERMS_LATE: the job formed without this rank; COLL_ETIMEDOUT: rank 0's
+ * terms did not come. */
 int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
                    char *why, size_t len);
-/* cl_store_wait on s for key, ended early (COLL_EMISMATCH, the note in why) by a note
- * that a rank left in plain (the store before any seal) because the terms differ. */
+/* cl_terms_wait's answer to a rank that came after the job formed (why says so). */
+#define CL_TERMS_LATE 3
+
+/* cl_store_wait on s for key, ended early by a note in plain (the store before any
+ * seal), copied into why: COLL_EMISMATCH where a rank left it because the terms differ,
+ * CL_TERMS_LATE where rank 0 left it because the job formed (cl_terms_formed). */
 int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size_t cap,
                   size_t *len, int64_t deadline, char *why, size_t whylen);
+/* Rank 0's note, once the job formed, for a rank that comes to `where` later. */
+int cl_terms_formed(cl_store *s, const char *where);
 /* Forgets the terms and the note (stores whose records outlive the job). */
 void cl_terms_remove(cl_store *s);
 

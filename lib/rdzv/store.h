@@ -61,6 +61,10 @@ int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out);
  * retries with backoff until the deadline. */
 int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,
                       char *err, size_t errlen);
+/* Takes rank 0's server out of its tcp store s, which no longer stops it when closed: it
+ * serves on until cl_store_server_stop. NULL where s is not a tcp store that serves. */
+struct cl_store_server;
+struct cl_store_server *cl_store_tcp_keep_server(cl_store *s);
 
 /* Sets key unless it holds a value already (CL_STORE_TAKEN): the store's own create, or
  * a look then a set where it has none (two writers at the same moment may both win). */

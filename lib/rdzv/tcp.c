@@ -93,16 +93,30 @@ static int try_connect(const char *host, const char *port)
     return fd;
 }
 
-/* Rank 0 may not be up yet: retry with backoff until the deadline. */
+/* How long a rank waits before saying it waits for rank 0, and for an answer to its
+ * hello from whoever holds the port. */
+enum { TELL_MS = 5000, GREET_MS = 5000 };
+/* Retries come often: the ranks of a job must reach rank 0 soon after it binds, so that
+ * a rank of another job started at the same port is found before the job forms. */
+enum { RETRY_MAX_MS = 50 };
+
+/* Rank 0 may not be up yet: retry with backoff until the deadline, saying once after a
+ * while whom we wait for. */
 static int connect_retry(const char *host, const char *port, int64_t deadline_ms)
 {
-    int delay = 10;
+    int delay = 10, told = 0;
+    int64_t start = cl_now_ms();
     for (;;) {
         int fd = try_connect(host, port);
         if (fd >= 0 || cl_now_ms() >= deadline_ms)
             return fd;
+        if (!told && cl_now_ms() - start >= TELL_MS && (told = 1))
+            cl_log(COLL_LOG_WARN,
+                   "rendezvous: nothing listens at %s:%s after %d s: waiting for rank 0 to "
+                   "serve it (%lld s more)",
+                   host, port, TELL_MS / 1000, (long long)((deadline_ms - cl_now_ms()) / 1000));
         cl_sleep_ms(delay);
-        delay = CL_MIN(delay * 2, 500);
+        delay = CL_MIN(delay * 2, RETRY_MAX_MS);
     }
 }
 
@@ -181,6 +195,29 @@ static int tcp_get(cl_store *s, const char *key, void *buf, size_t cap, size_t *
     return rc;
 }
 
+/* Whoever holds the port must answer a hello as a rendezvous does: another program there
+ * is named at once, not after the timeout. */
+static int greet(tcp_store *t, const char *hostport, char *err, size_t errlen)
+{
+    char magic[sizeof(CL_STORE_MAGIC) - 1];
+    int64_t deadline = t->deadline_ms;
+    t->deadline_ms = CL_MIN(deadline, cl_now_ms() + GREET_MS);
+    int rc = request(t, CL_STORE_OP_HELLO, "", NULL, 0);
+    if (rc == COLL_OK)
+        rc = recv_all(t, magic, sizeof(magic));
+    t->deadline_ms = deadline;
+    if (rc == COLL_OK && memcmp(magic, CL_STORE_MAGIC, sizeof(magic)) == 0)
+        return COLL_OK;
+    snprintf(err, errlen,
+             "rendezvous: the program at %s is not a libcollective rendezvous (%s): another "
+             "program holds MASTER_PORT, or a rank 0 of an older libcollective",
+             hostport,
+             rc == COLL_OK          ? "it answered a hello with other bytes"
+             : rc == COLL_ETIMEDOUT ? "it did not answer a hello"
+                                    : "it closed the connection on a hello");
+    return COLL_EPROTO;
+}
+
 static void tcp_close(cl_store *s)
 {
     tcp_store *t = (tcp_store *)s;
@@ -193,6 +230,15 @@ static void tcp_close(cl_store *s)
 
 static const cl_store_ops ops = {
     .set = tcp_set, .get = tcp_get, .close = tcp_close, .create = tcp_create};
+
+cl_store_server *cl_store_tcp_keep_server(cl_store *s)
+{
+    tcp_store *t = (tcp_store *)s;
+    cl_store_server *kept = s->ops == &ops ? t->server : NULL;
+    if (kept)
+        t->server = NULL;
+    return kept;
+}
 
 int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, cl_store **out,
                       char *err, size_t errlen)
@@ -215,6 +261,8 @@ int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, c
                  "within the timeout", hostport);
         rc = COLL_ETIMEDOUT;
     }
+    if (rc == COLL_OK)
+        rc = greet(t, hostport, err, errlen);
     if (rc != COLL_OK) {
         tcp_close(&t->base);
         return rc;

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -46,6 +47,11 @@ struct cl_store_server {
     struct client *cl;
     struct pollfd *pfd;
     int ncl;
+    /* cl_store_server_watch: set by another thread while this one serves */
+    pthread_mutex_t watch_mu;
+    char watch_key[CL_STORE_MAX_KEY + 1];
+    void (*watch_fn)(void *arg, const char *val, size_t len);
+    void *watch_arg;
 };
 
 /* ---- the table ---------------------------------------------------------------------- */
@@ -120,10 +126,27 @@ static int reply(struct client *c, const void *a, size_t n, const void *b, size_
     return 0;
 }
 
+/* A watched key was set: its value, cut to 255 bytes and ended, goes to the watcher. */
+static void tell_watcher(cl_store_server *s, const unsigned char *key, uint32_t klen,
+                         const unsigned char *val, uint32_t vlen)
+{
+    pthread_mutex_lock(&s->watch_mu);
+    if (s->watch_fn && strlen(s->watch_key) == klen && memcmp(s->watch_key, key, klen) == 0) {
+        char v[256];
+        size_t n = vlen < sizeof(v) - 1 ? vlen : sizeof(v) - 1;
+        memcpy(v, val, n);
+        v[n] = 0;
+        s->watch_fn(s->watch_arg, v, n);
+    }
+    pthread_mutex_unlock(&s->watch_mu);
+}
+
 static int answer(cl_store_server *s, struct client *c, const unsigned char *p, uint32_t klen,
                   uint32_t vlen)
 {
     const unsigned char *key = p + CL_STORE_REQ_HDR;
+    if (p[0] == CL_STORE_OP_HELLO)
+        return reply(c, CL_STORE_MAGIC, strlen(CL_STORE_MAGIC), NULL, 0);
     struct kv **at = slot(s, key, klen);
     if (p[0] == CL_STORE_OP_GET) {
         unsigned char hdr[5] = {*at != NULL};
@@ -132,6 +155,8 @@ static int answer(cl_store_server *s, struct client *c, const unsigned char *p, 
         return reply(c, hdr, 5, *at ? (*at)->val : NULL, len);
     }
     unsigned char ok = p[0] == CL_STORE_OP_CREATE && *at ? 2 : store(s, at, key, klen, key + klen, vlen);
+    if (ok == 1)
+        tell_watcher(s, key, klen, key + klen, vlen);
     return reply(c, &ok, 1, NULL, 0);
 }
 
@@ -146,7 +171,7 @@ static int serve_requests(cl_store_server *s, struct client *c, int64_t now)
         memcpy(&klen, p + 1, 4);
         memcpy(&vlen, p + 5, 4);
         if (klen > CL_STORE_MAX_KEY || vlen > CL_STORE_MAX_VALUE || p[0] < CL_STORE_OP_SET ||
-            p[0] > CL_STORE_OP_CREATE)
+            p[0] > CL_STORE_OP_HELLO)
             return -1;
         if (c->got - off < CL_STORE_REQ_HDR + klen + vlen)
             break;
@@ -293,6 +318,7 @@ int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
     s->lfd = lfd;
     s->idle_ms = idle_ms;
     s->wake[0] = s->wake[1] = -1;
+    pthread_mutex_init(&s->watch_mu, NULL);
     s->cl = calloc(CL_STORE_MAX_CLIENTS, sizeof(*s->cl));
     s->pfd = calloc(CL_STORE_MAX_CLIENTS + 2, sizeof(*s->pfd));
     s->running = s->cl && s->pfd && pipe(s->wake) == 0 &&
@@ -303,6 +329,16 @@ int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
     }
     *out = s;
     return COLL_OK;
+}
+
+void cl_store_server_watch(cl_store_server *s, const char *key,
+                           void (*fn)(void *arg, const char *val, size_t len), void *arg)
+{
+    pthread_mutex_lock(&s->watch_mu);
+    snprintf(s->watch_key, sizeof(s->watch_key), "%s", key);
+    s->watch_fn = fn;
+    s->watch_arg = arg;
+    pthread_mutex_unlock(&s->watch_mu);
 }
 
 void cl_store_server_stop(cl_store_server *s)
@@ -327,5 +363,6 @@ void cl_store_server_stop(cl_store_server *s)
     close(s->lfd);
     free(s->cl);
     free(s->pfd);
+    pthread_mutex_destroy(&s->watch_mu);
     free(s);
 }

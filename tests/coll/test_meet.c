@@ -1,9 +1,11 @@
 /* The rendezvous keeps jobs apart and says why it fails: two jobs started at one port
  * fail together with a sentence saying so (never a silent mix of their ranks); jobs
- * with names are told apart at once; ranks that disagree on the transport, loop over a
- * tcp rendezvous and an interface that does not exist are refused naming the cause; a
- * file directory is reused after a job (its records are removed) and refused while
- * another job's records are there. */
+ * with names are told apart at once; a rank after the job formed is told so (and stops
+ * an unnamed job); ranks that disagree on a setting (world size, transport, codec,
+ * secret, segment, algorithm) all fail at once naming it; a port held by another program
+ * is named as such; loop over a tcp rendezvous and an interface that does not exist are
+ * refused naming the cause; a file directory is reused after a job (its records are
+ * removed) and refused while another job's records are there. */
 #include "collective.h"
 
 #include "common/harness.h"
@@ -18,6 +20,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 enum { TIMEOUT_MS = 3000 };
 
@@ -172,6 +177,94 @@ START_TEST(a_wrong_world_size_is_named_on_every_rank)
 }
 END_TEST
 
+/* A rank of a job that formed: it meets, waits (the late rank comes meanwhile), then
+ * all-reduces, which must fail where `fails` says, naming why, and add up otherwise. */
+static int formed_rank(const char *url, int rank, int fails)
+{
+    alarm(6 * TIMEOUT_MS / 1000);
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = TIMEOUT_MS;
+    coll_comm *c = NULL;
+    if (coll_init(&c, url, rank, 2, &cfg) != COLL_OK) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, coll_last_error(NULL));
+        return 1;
+    }
+    sleep_ms(1500);
+    int v = 1, sum = 0, rc = coll_allreduce(c, &v, &sum, 1, COLL_I32, COLL_SUM);
+    /* rank 0 says why; its farewell tells rank 1 where the failure began */
+    const char *says = rank == 0 ? "after the job formed" : "rank 0 failed";
+    int ok = fails ? rc != COLL_OK && strstr(coll_last_error(c), says) : rc == COLL_OK && sum == 2;
+    if (!ok)
+        fprintf(stderr, "rank %d: all-reduce %s, sum %d: %s\n", rank, coll_strerror(rc), sum,
+                coll_last_error(c));
+    coll_destroy(c);
+    return !ok;
+}
+
+/* Rank 0 serves the rendezvous for the job's life: a rank that comes after the job
+ * formed is told so at once. Without a job name or secret nothing tells a second job's
+ * rank from this job's, so the job stops (every rank, naming why) rather than go on
+ * with what may be another job's rank; with a name, the job goes on undisturbed. */
+static void late_rank_case(const char *env, int job_fails)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    if (env)
+        putenv((char *)env);
+    pid_t pids[3];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(formed_rank(url, r, job_fails));
+    if ((pids[2] = fork()) == 0) {
+        who late = {1, 2, 700, NULL, COLL_EMISMATCH, "formed without this rank", 0};
+        _exit(rank_main(url, &late));
+    }
+    ck_assert_msg(reap_all(pids, 3) == 0, "%s", env ? env : "no job name");
+    if (env)
+        unsetenv("COLL_JOB_ID");
+}
+
+START_TEST(a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops)
+{
+    late_rank_case(NULL, 1);
+    late_rank_case("COLL_JOB_ID=named", 0);
+}
+END_TEST
+
+/* The port is another program's (it accepts and closes, or answers other bytes): rank 0
+ * cannot bind it and the others say at once whom they reached. */
+START_TEST(a_port_held_by_another_program_is_named_at_once)
+{
+    for (int garbage = 0; garbage < 2; garbage++) {
+        int port = free_port();
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+        ck_assert_int_eq(listen(lfd, 16), 0);
+        pid_t other = fork();
+        if (other == 0) {
+            for (;;) {
+                int fd = accept(lfd, NULL, NULL);
+                if (garbage && write(fd, "HTTP/1.0 400 Bad Request\r\n\r\n", 28) < 0)
+                    _exit(1);
+                close(fd);
+            }
+        }
+        close(lfd);
+        char url[64];
+        snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+        who ws[] = {{0, 2, 0, NULL, COLL_ESYS, "cannot bind", 0},
+                    {1, 2, 0, NULL, COLL_EPROTO, "is not a libcollective rendezvous", 0}};
+        int bad = run(url, ws, 2);
+        kill(other, SIGKILL);
+        waitpid(other, NULL, 0);
+        ck_assert_int_eq(bad, 0);
+    }
+}
+END_TEST
+
 /* Refused in the calling process before anything is sent, naming the cause. */
 START_TEST(loop_over_tcp_and_a_missing_interface_say_why)
 {
@@ -225,6 +318,8 @@ int main(void)
     tcase_add_test(t, ranks_on_different_transports_both_say_so);
     tcase_add_test(t, settings_that_differ_are_named_on_every_rank);
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
+    tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
+    tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);
     tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
     tcase_add_test(t, a_file_directory_is_reused_or_refused);
     suite_add_tcase(s, t);
