@@ -377,6 +377,20 @@ static void pump(out_pipe *o, int r, int k)
     }
 }
 
+/* Passes on what rank r's ended process left in its pipes and closes them (a process
+ * it started may hold them open: what it writes later is lost). */
+static void drop_output(sup *s, int r)
+{
+    for (int k = 0; k < 2; k++) {
+        out_pipe *o = &s->rk[r].out[k];
+        if (o->fd >= 0)
+            pump(o, r, k);
+        if (o->fd >= 0)
+            close(o->fd);
+        o->fd = -1;
+    }
+}
+
 /* Sends sig to every running rank's process group; the first time, arms the SIGKILL
  * that follows the grace period. */
 static void end_all(sup *s, int sig)
@@ -413,13 +427,7 @@ static void failed(sup *s, int r, pid_t pid, int st)
     if (!s->ending && l->argv && p->restarts < l->max_restarts) {
         say_end(s, r, pid, st);
         fprintf(stderr, ": restart %d of %d\n", p->restarts + 1, l->max_restarts);
-        for (int k = 0; k < 2; k++)
-            if (p->out[k].fd >= 0) {
-                pump(&p->out[k], r, k);
-                if (p->out[k].fd >= 0)
-                    close(p->out[k].fd);
-                p->out[k].fd = -1;
-            }
+        drop_output(s, r);
         p->restarts++;
         if (start_rank(s, r) > 0)
             return;
@@ -496,9 +504,8 @@ static void supervise(sup *s)
             s->kill_at = 0;
         }
     }
-    for (int i = 0; i < 2 * np; i++)
-        if (s->rk[i / 2].out[i % 2].fd >= 0)
-            close(s->rk[i / 2].out[i % 2].fd);
+    for (int r = 0; r < np; r++)
+        drop_output(s, r);
 }
 
 /* Starts every rank; in a forked rank returns 0 with *rank set. */
