@@ -181,6 +181,11 @@ static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
     m->noted = rc == COLL_EMISMATCH;
     if (rc == COLL_EMISMATCH)
         snprintf(init_err, sizeof(init_err), "%s", why);
+    if (rc == COLL_ETIMEDOUT)
+        snprintf(init_err, sizeof(init_err),
+                 "rendezvous at %s://%.300s: rank 0 never came (its terms were not there "
+                 "within %d ms): start rank 0, or check the URL",
+                 m->rv->scheme, m->rv->where, m->cfg->timeout_ms);
     return rc;
 }
 
