@@ -183,8 +183,9 @@ static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
         snprintf(init_err, sizeof(init_err), "%s", why);
     if (rc == COLL_ETIMEDOUT)
         snprintf(init_err, sizeof(init_err),
-                 "rendezvous at %s://%.300s: rank 0 never came (its terms were not there "
-                 "within %d ms): start rank 0, or check the URL",
+                 "rendezvous at %s://%.300s: rank 0's terms were not there within %d ms: "
+                 "rank 0 never came (start it, or check the URL), or its job formed without "
+                 "this rank",
                  m->rv->scheme, m->rv->where, m->cfg->timeout_ms);
     return rc;
 }
@@ -227,30 +228,37 @@ static int enroll(coll_comm *c, const meeting *m, const cl_card *mine)
 
 /* The job is done with the store: the writer of its record removes what the job wrote
  * (stores whose records outlive it: a file directory, a process's table). */
-/* A late rank's note on rank 0's server: ranks of two jobs started at one port may have
- * met (nothing told them apart), so this job stops rather than reduce with a stranger. */
+/* A late rank's note on rank 0's server ("rank N", nothing else is taken): ranks of two
+ * jobs started at one port may have met, so this job stops rather than reduce with a
+ * stranger. */
 static void late_rank(void *arg, const char *what, size_t len)
 {
-    (void)len;
-    cl_comm_fail(arg, COLL_EMISMATCH,
-                 "a rank came to this job's rendezvous after the job formed (%s): ranks of "
-                 "two jobs started at one port may have met, so the job stops (give each job "
-                 "its own port or COLL_JOB_ID; coll_run sets one)",
-                 what);
+    coll_comm *c = arg;
+    int r = -1, end = 0;
+    if (len > 12 || sscanf(what, "rank %d%n", &r, &end) != 1 || what[end] || r < 0 ||
+        r >= c->size)
+        return;
+    cl_comm_fail(c, COLL_EMISMATCH,
+                 "a rank %d came to this job's rendezvous after the job formed: ranks of two "
+                 "jobs started at one port may have met, so the job stops (give each job its "
+                 "own port or COLL_JOB_ID; coll_run sets one)",
+                 r);
 }
 
-/* Rank 0 of a tcp rendezvous serves on for the job's life: another job's rank 0 cannot
- * bind the port while it runs (two jobs mixed when one bound it after the other let it
- * go), and a rank that comes later is told at once that the job formed. Without a name
- * or a secret that would tell jobs apart, such a rank stops the job. */
+/* Rank 0 of an unnamed job's tcp rendezvous serves on for the job's life: nothing else
+ * tells two such jobs apart, and they mixed when one's rank 0 bound the port after the
+ * other's let it go. Another job's rank 0 now cannot bind it while this one runs, and a
+ * rank that comes later is told at once that the job formed; without a secret, it stops
+ * the job. A named job lets the port go: names keep jobs apart, and a launcher that
+ * restarts a rank (its job forming again) must find the port free. */
 static void keep_serving(coll_comm *c, const meeting *m)
 {
-    if (c->rank != 0 || !(c->rdzv = cl_store_tcp_keep_server(m->plain)))
+    if (c->rank != 0 || m->cfg->job[0] || !(c->rdzv = cl_store_tcp_keep_server(m->plain)))
         return;
     char where[600];
     snprintf(where, sizeof(where), "%s://%.500s", m->rv->scheme, m->rv->where);
     cl_terms_formed(m->plain, where);
-    if (!m->cfg->job[0] && !m->cfg->keyed)
+    if (!m->cfg->keyed)
         cl_store_server_watch(c->rdzv, "clash", late_rank, c);
 }
 

@@ -85,6 +85,21 @@ static int differ(const terms *r0, const terms *me, int rank, char *why, size_t 
     return 1;
 }
 
+/* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
+static int read_notes(cl_store *plain, char *why, size_t len)
+{
+    const char *keys[] = {ABORT_KEY, FORMED_KEY};
+    const int says[] = {COLL_EMISMATCH, CL_TERMS_LATE};
+    for (int k = 0; k < 2; k++) {
+        size_t n = 0;
+        if (plain->ops->get(plain, keys[k], why, len - 1, &n) == COLL_OK) {
+            why[n] = 0;
+            return says[k];
+        }
+    }
+    return COLL_OK;
+}
+
 int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
                    char *why, size_t len)
 {
@@ -98,11 +113,6 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
         return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
     }
     int rc = cl_terms_wait(s, s, "terms", &r0, sizeof(r0), &n, deadline, why, len);
-    size_t k = 0;
-    if (rc == COLL_OK && s->ops->get(s, FORMED_KEY, why, len - 1, &k) == COLL_OK) {
-        why[k] = 0; /* the terms of a job that formed already (the tcp store keeps them) */
-        return CL_TERMS_LATE;
-    }
     if (rc != COLL_OK)
         return rc;
     r0.job[sizeof(r0.job) - 1] = 0;
@@ -115,6 +125,10 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
                  cfg->job_from ? " from " : "", cfg->job_from ? cfg->job_from : "");
         return CL_TERMS_CLASH;
     }
+    /* the terms of a job that formed already, or that a note ends: the tcp store keeps
+     * them, so the wait above did not look at the notes */
+    if ((rc = read_notes(s, why, len)) != COLL_OK)
+        return rc;
     if (!differ(&r0, &mine, rank, why, len))
         return COLL_OK;
     s->ops->set(s, ABORT_KEY, why, strlen(why) + 1);
@@ -129,17 +143,8 @@ int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size
 {
     for (;;) {
         int rc = cl_store_wait(s, key, buf, cap, len, CL_MIN(deadline, cl_now_ms() + LOOK_MS));
-        if (rc != COLL_ETIMEDOUT)
+        if (rc != COLL_ETIMEDOUT || (rc = read_notes(plain, why, whylen)) != COLL_OK)
             return rc;
-        size_t n = 0;
-        if (plain->ops->get(plain, ABORT_KEY, why, whylen - 1, &n) == COLL_OK) {
-            why[n] = 0;
-            return COLL_EMISMATCH;
-        }
-        if (plain->ops->get(plain, FORMED_KEY, why, whylen - 1, &n) == COLL_OK) {
-            why[n] = 0;
-            return CL_TERMS_LATE;
-        }
         if (cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
     }

@@ -56,9 +56,26 @@ static int split_hostport(const char *hp, char *host, size_t hlen, char *port, s
 
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
  * (one between two requests, or waiting for the others) is ever dropped. */
-static int bind_server(tcp_store *t, const char *port, int64_t idle_ms, char *err, size_t errlen)
+/* A job that meets at a loopback address is reached from this machine only: its store
+ * listens there alone (it serves for the job's life). Any other address may be one this
+ * machine cannot bind (a container's, a NAT's), so the store listens on every one. */
+static struct in_addr listen_on(const char *host)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)) };
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+    struct in_addr any = {htonl(INADDR_ANY)};
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return any;
+    struct in_addr at = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return (ntohl(at.s_addr) >> 24) == 127 ? at : any;
+}
+
+static int bind_server(tcp_store *t, const char *host, const char *port, int64_t idle_ms,
+                       char *err, size_t errlen)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)atoi(port)),
+                            .sin_addr = listen_on(host)};
     int one = 1;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0)
@@ -255,7 +272,7 @@ int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, c
     t->fd = -1;
     t->deadline_ms = deadline_ms;
     int64_t idle_ms = CL_MAX(2 * CL_MIN(deadline_ms - cl_now_ms(), INT64_MAX / 2), 1000);
-    int rc = serve_it ? bind_server(t, port, idle_ms, err, errlen) : COLL_OK;
+    int rc = serve_it ? bind_server(t, host, port, idle_ms, err, errlen) : COLL_OK;
     if (rc == COLL_OK && (t->fd = connect_retry(host, port, deadline_ms)) < 0) {
         snprintf(err, errlen, "rendezvous: the rendezvous host (rank 0) at %s did not answer "
                  "within the timeout", hostport);

@@ -52,7 +52,52 @@ struct cl_store_server {
     char watch_key[CL_STORE_MAX_KEY + 1];
     void (*watch_fn)(void *arg, const char *val, size_t len);
     void *watch_arg;
+    cl_store_server *next_live; /* on the list of servers running in this process */
 };
+
+/* ---- fork ----------------------------------------------------------------------------- */
+
+/* A server runs for its job's life; a process forked meanwhile (a data loader's worker)
+ * must not hold the port after the job ends: the child closes its copies. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static cl_store_server *live;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void in_child(void)
+{
+    for (cl_store_server *s = live; s; s = s->next_live)
+        close(s->lfd);
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&live_mu);
+}
+
+static void in_parent(void)
+{
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(before_fork, in_parent, in_child);
+}
+
+static void set_live(cl_store_server *s, int on)
+{
+    pthread_once(&fork_once, watch_forks);
+    pthread_mutex_lock(&live_mu);
+    cl_store_server **at = &live;
+    while (*at && *at != s)
+        at = &(*at)->next_live;
+    if (on && !*at)
+        s->next_live = live, live = s;
+    else if (!on && *at)
+        *at = s->next_live;
+    pthread_mutex_unlock(&live_mu);
+}
 
 /* ---- the table ---------------------------------------------------------------------- */
 
@@ -327,6 +372,7 @@ int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
         cl_store_server_stop(s);
         return COLL_ESYS;
     }
+    set_live(s, 1);
     *out = s;
     return COLL_OK;
 }
@@ -343,6 +389,7 @@ void cl_store_server_watch(cl_store_server *s, const char *key,
 
 void cl_store_server_stop(cl_store_server *s)
 {
+    set_live(s, 0);
     if (s->running) {
         ssize_t w = write(s->wake[1], "x", 1);
         (void)w;

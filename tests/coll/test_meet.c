@@ -201,10 +201,11 @@ static int formed_rank(const char *url, int rank, int fails)
     return !ok;
 }
 
-/* Rank 0 serves the rendezvous for the job's life: a rank that comes after the job
- * formed is told so at once. Without a job name or secret nothing tells a second job's
- * rank from this job's, so the job stops (every rank, naming why) rather than go on
- * with what may be another job's rank; with a name, the job goes on undisturbed. */
+/* Rank 0 of an unnamed job serves the rendezvous for the job's life: a rank that comes
+ * after the job formed is told so at once, and, as nothing tells a second job's rank from
+ * this job's, the job stops (every rank, naming why) rather than go on with what may be
+ * another job's rank. A named job lets the port go (a launcher restarting a rank finds it
+ * free): the late rank finds nobody there, and the job goes on undisturbed. */
 static void late_rank_case(const char *env, int job_fails)
 {
     char url[64];
@@ -217,6 +218,8 @@ static void late_rank_case(const char *env, int job_fails)
             _exit(formed_rank(url, r, job_fails));
     if ((pids[2] = fork()) == 0) {
         who late = {1, 2, 700, NULL, COLL_EMISMATCH, "formed without this rank", 0};
+        if (!job_fails)
+            late = (who){1, 2, 700, NULL, COLL_ETIMEDOUT, "did not answer", 0};
         _exit(rank_main(url, &late));
     }
     ck_assert_msg(reap_all(pids, 3) == 0, "%s", env ? env : "no job name");
@@ -228,6 +231,48 @@ START_TEST(a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops)
 {
     late_rank_case(NULL, 1);
     late_rank_case("COLL_JOB_ID=named", 0);
+}
+END_TEST
+
+/* Rank 0 forks after init (a data loader's worker): the child, alive after the job,
+ * must not hold the rendezvous port that rank 0 served for the job's life. */
+static int forking_rank(const char *url, int rank, pid_t *child)
+{
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.timeout_ms = TIMEOUT_MS;
+    coll_comm *c = NULL;
+    if (coll_init(&c, url, rank, 2, &cfg) != COLL_OK)
+        return 1;
+    if (rank == 0 && (*child = fork()) == 0) {
+        sleep_ms(4000);
+        _exit(0);
+    }
+    int v = 1, sum = 0, rc = coll_allreduce(c, &v, &sum, 1, COLL_I32, COLL_SUM);
+    coll_destroy(c);
+    return rc != COLL_OK || sum != 2;
+}
+
+START_TEST(a_child_forked_after_init_leaves_the_port)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    pid_t pids[2], child = -1;
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0) {
+            int bad = forking_rank(url, r, &child);
+            if (r == 0 && write(fds[1], &child, sizeof(child)) < 0)
+                bad = 1;
+            _exit(bad);
+        }
+    ck_assert_int_eq(reap_all(pids, 2), 0);
+    ck_assert_int_eq(read(fds[0], &child, sizeof(child)), (ssize_t)sizeof(child));
+    close(fds[0]), close(fds[1]);
+    who next[] = {{0, 2, 0, NULL, COLL_OK, NULL, 5}, {1, 2, 0, NULL, COLL_OK, NULL, 5}};
+    int bad = run(url, next, 2); /* the forked child is still alive meanwhile */
+    kill(child, SIGKILL);
+    ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
@@ -320,6 +365,7 @@ int main(void)
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
     tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);
+    tcase_add_test(t, a_child_forked_after_init_leaves_the_port);
     tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
     tcase_add_test(t, a_file_directory_is_reused_or_refused);
     suite_add_tcase(s, t);
