@@ -8,18 +8,23 @@ A call torch's Python API waits for at once (async_op=False) runs the library's 
 form on the caller's thread; any other runs as its non-blocking form, with a work object
 over a future that a completer thread settles when the operation ends. CPU tensors of
 float32/64, float16, bfloat16, int8/32/64 and uint8; non-contiguous tensors go through a
-contiguous copy. Each operation checks what Gloo checks (roots, list lengths, each tensor's
-size and dtype) on the calling rank before anything is sent; a work's get_future() returns
-at once. COLL_CODEC (or COLL_* variables in general) reach the library as for C
-programs; set_codec(codec, group) switches a group's wire codec, and ef_hook is a DDP
-communication hook that averages gradients through a codec with error feedback.
+contiguous copy. On torch 2.x, its C++ side (the functional collectives, DTensor) reaches
+the group through torch's Python trampoline: the group keeps the name torch gives it, and
+implements the coalesced forms those call. Each operation checks what Gloo checks (roots,
+list lengths, each tensor's size and dtype) on the calling rank before anything is sent;
+a work's get_future() returns at once. COLL_CODEC (or COLL_* variables in general) reach
+the library as for C programs; set_codec(codec, group) switches a group's wire codec, and
+ef_hook is a DDP communication hook that averages gradients through a codec with error
+feedback.
 """
 import ctypes
 import datetime
 import functools
+import inspect
 import queue
 import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -51,7 +56,26 @@ def _op(op):
     for known, name in _OPS:
         if op == known:
             return collective.OPS[name]
-    raise RuntimeError(f"collective: reduce op {op} is not supported")
+    raise RuntimeError(f"collective: reduce op {getattr(op, 'op', op)} is not supported")
+
+
+def _reduction(opts):
+    """The library's op for opts.reduceOp (default SUM), and the factor PREMUL_SUM
+    multiplies each rank's input by before its SUM (None for any other op). torch 2.x
+    pickles the factor with the op (__getstate__: (PREMUL_SUM, factor)); 1.13 does not."""
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    if hasattr(dist.ReduceOp, "PREMUL_SUM") and op == dist.ReduceOp.PREMUL_SUM:
+        state = op.__getstate__()
+        if not isinstance(state, tuple):
+            raise RuntimeError("collective: PREMUL_SUM's factor cannot be read on torch "
+                               f"{torch.__version__}")
+        return collective.OPS["sum"], state[1]
+    return _op(op), None
+
+
+def _scaled(t, factor):
+    """t times factor in a new tensor (t itself when factor is None)."""
+    return t if factor is None else t * factor
 
 
 def _ptr(t):
@@ -224,11 +248,13 @@ def _done(result):
 class ProcessGroupCollective(dist.ProcessGroup):
     """The process group torch.distributed builds for backend "collective"."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, name=""):
         super().__init__(rank, size)
         ms = int(timeout.total_seconds() * 1000) if timeout else 0
-        self.comm = collective.Communicator(_Store(store), rank, size, timeout_ms=ms)
+        self.store, self.timeout_ms = _Store(store), ms
+        self.comm = collective.Communicator(self.store, rank, size, timeout_ms=ms)
         self.completer = _Completer()
+        self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
 
     def __del__(self):
         self.completer.stop()
@@ -237,8 +263,31 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def getBackendName(self):
         return "collective"
 
+    # torch 2.x's C++ side reaches these through its Python trampoline (a ProcessGroup made
+    # in Python has no C++ backend to keep them): the functional collectives and DTensor
+    # find a group by its name ("ProcessGroup name not set" without them).
+    def getGroupName(self):
+        return self._name
+
+    def setGroupName(self, name):
+        self._name = name
+
+    def getGroupDesc(self):
+        return self._desc
+
+    def setGroupDesc(self, desc):
+        self._desc = desc
+
+    def _get_sequence_number_for_group(self):
+        """Operations issued on this group so far, the same on every rank (Gloo's count)."""
+        return self._seq
+
+    def _set_sequence_number_for_group(self):
+        """Every rank's count starts at 0 (as Gloo's): nothing to agree on."""
+
     def _start(self, name, args, keep, after=None, result=None):
         result = result if result is not None else []
+        self._seq += 1
         caller = _torch_caller()
         if caller is not None and caller.f_locals.get("async_op") is False:
             return self._now(name, args, keep, after, result)
@@ -260,9 +309,21 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(_one("allreduce", tensors, "tensor"))
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op, factor = _reduction(opts)
+        if factor is not None:
+            t.mul_(factor)
         return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
                            back, tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One all-reduce of the tensors laid end to end (one dtype, as Gloo asks)."""
+        if not tensors:
+            _invalid("allreduce_coalesced", "requires non-empty tensor list")
+        _like("allreduce_coalesced", tensors, tensors[0], None)
+        op, factor = _reduction(opts)
+        flat = _scaled(torch.cat([t.reshape(-1) for t in tensors]), factor)
+        return self._start("allreduce", (_ptr(flat), _ptr(flat), flat.numel(), _dtype(flat),
+                                         op), (flat,), lambda: _unpack(flat, tensors), tensors)
 
     def allreduce_ef(self, tensor, residual, codec):
         """Averages a float32 tensor across the group through `codec` with error feedback
@@ -288,9 +349,11 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         root = self._root("reduce", opts)
         t, back = _flat(_one("reduce", tensors, "tensor"))
+        op, factor = _reduction(opts)
+        i = _scaled(t, factor)  # a copy: a rank other than the root keeps its tensor
         out = t if self.comm.rank == root else None
-        return self._start("reduce", (_ptr(t), _ptr(out), t.numel(), _dtype(t),
-                                      _op(opts.reduceOp), root), (t,), back, tensors)
+        return self._start("reduce", (_ptr(i), _ptr(out), t.numel(), _dtype(t), op, root),
+                           (i, t), back, tensors)
 
     def _allgather_base(self, output, input, opts=None):
         _blocks("_allgather_base", output, input, self.comm.size, "output", "input")
@@ -311,11 +374,32 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _blocks("_reduce_scatter_base", input, output, self.comm.size, "input", "output")
-        i, _ = _flat(input)
+        op, factor = _reduction(opts)
+        i, _ = _flat(_scaled(input, factor))
         o, back = _flat(output)
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
                            (i, o), back, [output])
+
+    # torch 2.x's functional collectives call these two (one pair of tensors or several)
+    # for all_gather_into_tensor and reduce_scatter_tensor, as _coalescing_manager does.
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """One all-gather of the inputs laid end to end, each output its columns."""
+        n = self.comm.size
+        self._pairs("allgather_into_tensor_coalesced", outputs, inputs, "output", "input")
+        i = torch.cat([t.reshape(-1) for t in inputs])
+        tmp = torch.empty(n * i.numel(), dtype=i.dtype)
+        return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
+                           lambda: _from_rows(tmp, n, outputs), outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """One reduce-scatter of the inputs' blocks laid side by side, rank by rank."""
+        n = self.comm.size
+        self._pairs("reduce_scatter_tensor_coalesced", inputs, outputs, "input", "output")
+        op, factor = _reduction(opts)
+        i = _scaled(_rows(inputs, n), factor)
+        o = torch.empty(i.numel() // n, dtype=i.dtype)
+        return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
+                           (i, o), lambda: _unpack(o, outputs), outputs)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         o = _one("reduce_scatter", outputs, "output tensor")
@@ -387,8 +471,50 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            back, outputs)
 
     def barrier(self, opts=None):
+        self._seq += 1
         self.comm.barrier()
         return _done([])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """Gloo's monitored barrier, through the store: every rank checks in, rank 0 looks
+        for each one until the timeout (default: the group's) and names the ranks that
+        did not come (the first, or all with wait_all_ranks); every rank raises rank 0's
+        sentence. dist.monitored_barrier takes Gloo groups only: call it on the group.
+        The store is polled, not waited on: a c10d store wait that times out leaves the
+        connection out of step."""
+        ms = int(timeout.total_seconds() * 1000) if timeout is not None else self.timeout_ms
+        self._monitored += 1
+        key = f"collective/monitored_barrier/{self._monitored}/"
+        r, n = self.comm.rank, self.comm.size
+        self.store.set(key + str(r), b"")
+        if r == 0:
+            late = self._absent(key, range(1, n), ms, wait_all_ranks)
+            verdict = _late(late, ms) if late else ""
+            self.store.set(key + "verdict", verdict.encode())
+        else:
+            verdict = self._verdict(key, ms)
+        if verdict:
+            raise RuntimeError(verdict)
+        return _done([])
+
+    def _verdict(self, key, ms):
+        """Rank 0's sentence, seen from another rank ("": every rank came)."""
+        if self._absent(key, ["verdict"], ms) and self._absent(key, ["0"], 0):
+            return _late([0], ms)
+        self._absent(key, ["verdict"], ms)  # rank 0 came: it decides within its timeout
+        v = self.store.get(key + "verdict", 0)
+        return _late([0], ms) if v is None else v.decode()
+
+    def _absent(self, prefix, names, ms, all_of_them=True):
+        """Which of the keys prefix + name have not appeared within ms (looking every
+        10 ms): the first one, or all of them."""
+        deadline, absent = time.monotonic() + ms / 1000, list(names)
+        while absent:
+            absent = [a for a in absent if self.store.get(f"{prefix}{a}", 0) is None]
+            if not absent or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        return absent if all_of_them else absent[:1]
 
     def send(self, tensors, dst, tag=0):
         self._peer("send", dst, "destination")
@@ -418,6 +544,15 @@ class ProcessGroupCollective(dist.ProcessGroup):
         if not 0 <= peer < self.comm.size:
             _invalid(op, f"invalid {what} rank: {peer}")
 
+    def _pairs(self, op, wholes, blocks, whole_name, block_name):
+        """As many wholes as blocks, at least one, each whole n of its block, one dtype."""
+        if not blocks or len(wholes) != len(blocks):
+            _invalid(op, f"requires as many {whole_name} as {block_name} tensors, at least "
+                     f"one (got {len(wholes)} and {len(blocks)})")
+        for w, b in zip(wholes, blocks):
+            _blocks(op, w, b, self.comm.size, whole_name, block_name)
+        _like(op, blocks, blocks[0], None)
+
     def _per_rank(self, op, tensors, what):
         if len(tensors) != self.comm.size:
             _invalid(op, f"invalid {what} tensor list size {len(tensors)} (expected "
@@ -436,6 +571,11 @@ class ProcessGroupCollective(dist.ProcessGroup):
             _invalid("alltoall_base", f"{what} split sizes {list(splits)} do not cover its "
                      f"dim 0 ({rows}) in {n} parts")
         return [s * (t.numel() // max(rows, 1)) for s in splits]
+
+
+def _late(ranks, ms):
+    return (f"collective: monitored_barrier: Rank{'s' if len(ranks) > 1 else ''} "
+            f"{', '.join(map(str, ranks))} failed to pass monitoredBarrier in {ms} ms")
 
 
 def _invalid(op, what):
@@ -482,6 +622,21 @@ def _unpack(flat, outs):
         at += t.numel()
 
 
+def _rows(ts, n):
+    """The tensors ts, each n blocks, as one flat tensor of n rows: row r holds each
+    one's block r, one after another."""
+    return torch.cat([t.reshape(n, -1) for t in ts], 1).reshape(-1)
+
+
+def _from_rows(flat, n, ts):
+    """Each tensor of ts (n blocks) from its columns of flat seen as n rows (_rows undone)."""
+    rows, at = flat.view(n, -1), 0
+    for t in ts:
+        w = t.numel() // n
+        t.copy_(rows[:, at:at + w].reshape(t.shape))
+        at += w
+
+
 def _group(group):
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, ProcessGroupCollective):
@@ -519,8 +674,13 @@ def ef_hook(state, bucket):
     return _group(state.group).allreduce_ef(t, e, state.codec)
 
 
-def _create(store, rank, size, timeout):
-    return ProcessGroupCollective(store, rank, size, timeout)
+def _create(opts, _options):
+    """The extended API's creator: torch hands the group's name along (group_id)."""
+    return ProcessGroupCollective(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                                  opts.group_id)
 
 
-dist.Backend.register_backend("collective", _create)
+# devices=["cpu"] where torch takes it (2.x, which without it warns and assumes CUDA too).
+_DEVICES = ({"devices": ["cpu"]}
+            if "devices" in inspect.signature(dist.Backend.register_backend).parameters else {})
+dist.Backend.register_backend("collective", _create, extended_api=True, **_DEVICES)

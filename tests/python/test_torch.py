@@ -2,10 +2,14 @@
 processes (every dtype and reduce op, uneven all-to-all, non-contiguous tensors, async
 work, subgroups, p2p), DDP against Gloo (also through torch's communication hooks), and a
 dead rank as an exception everywhere; what Gloo refuses is refused before anything is sent,
-a failing result copy fails only its work, and get_future() does not wait."""
+a failing result copy fails only its work, and get_future() does not wait. Also AVG,
+PREMUL_SUM, the coalesced forms, batch_isend_irecv, sequence numbers, monitored_barrier
+and, on torch 2.x, the functional collectives and DTensor tensor parallelism. The same file
+runs on torch 1.13 (suite python) and 2.6 (suite torch2); TORCH2 marks what 1.13 lacks."""
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -14,6 +18,9 @@ import collective.torch  # noqa: F401  registers the backend
 import ranks
 
 FLOATS = (torch.float16, torch.bfloat16)
+# torch 2.x's APIs that 1.13 lacks (the functional collectives, DTensor, PREMUL_SUM's
+# factor, _coalescing_manager for tensors): their tests run on 2.x only.
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
 def init(r, n, where, timeout_s=30):
@@ -386,6 +393,204 @@ def short_scatter(r, n, where):
     assert torch.equal(out, torch.full((10,), -1.0)), out
 
 
+def no_warning(r, n, where):
+    """Registering the backend warns of nothing (torch 2.x warns without devices=)."""
+    import subprocess
+    subprocess.run([sys.executable, "-W", "error", "-c", "import collective.torch"], check=True)
+
+
+def reductions(r, n, where):
+    """AVG as Gloo's SUM / n; PREMUL_SUM (torch 2.x) as Gloo's SUM of the scaled tensors;
+    the coalesced all-reduce, all-gather and reduce-scatter as Gloo's one by one."""
+    g = init(r, n, where)
+    for dt in [torch.float32, torch.float64, torch.bfloat16]:
+        a = (torch.arange(12) % 5 + 2 * r + 1).to(dt)
+        b = a.to(torch.float64, copy=True)
+        dist.all_reduce(a, op=dist.ReduceOp.AVG)
+        dist.all_reduce(b, group=g)
+        assert torch.allclose(a.double(), b / n, rtol=1e-2), (dt, a, b)
+    if TORCH2:
+        for f in (2.5, torch.tensor([0.5])):
+            a = torch.arange(6, dtype=torch.float32) + r
+            b = a * f
+            dist.all_reduce(a, op=dist._make_nccl_premul_sum(f))
+            dist.all_reduce(b, group=g)
+            assert torch.equal(a, b), (f, a, b)
+        i = torch.arange(2 * n, dtype=torch.float64) + r
+        o, ref = torch.zeros(2, dtype=torch.float64), torch.zeros(2 * n, dtype=torch.float64)
+        dist.reduce_scatter_tensor(o, i, op=dist._make_nccl_premul_sum(3.0))
+        dist.all_reduce(ref.copy_(i * 3), group=g)
+        assert torch.equal(o, ref[2 * r:2 * r + 2]) and torch.equal(i, torch.arange(2 * n) + r)
+        a = torch.arange(4, dtype=torch.float32) + r  # the root's the sum, the others' kept
+        dist.reduce(a, n - 1, op=dist._make_nccl_premul_sum(2.0))
+        want = (torch.arange(4) * n + n * (n - 1) // 2) * 2.0 if r == n - 1 else torch.arange(4) + r
+        assert torch.equal(a, want.float()), a
+    ts = [torch.arange(5, dtype=torch.float32) + r, torch.full((2, 3), float(r))]
+    refs = [t.clone() for t in ts]
+    with warnings.catch_warnings():  # "will be deprecated"
+        warnings.simplefilter("ignore")
+        dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX)
+        dist.all_reduce_coalesced(refs, op=dist.ReduceOp.MAX, group=g)
+    assert all(torch.equal(a, b) for a, b in zip(ts, refs)), (ts, refs)
+    if not TORCH2:
+        return
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    ins = [torch.arange(3, dtype=torch.float32) + r, torch.full((1, 2), float(r))]
+    outs = [torch.zeros(3 * n), torch.zeros(n, 2)]
+    with _coalescing_manager():
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    for o, i in zip(outs, ins):
+        ref = torch.zeros_like(o)
+        dist.all_gather_into_tensor(ref, i, group=g)
+        assert torch.equal(o, ref), (o, ref)
+    ins = [torch.arange(2 * n, dtype=torch.float32) * (r + 1), torch.full((n, 3), r + 1.0)]
+    outs = [torch.zeros(2), torch.zeros(1, 3)]
+    with _coalescing_manager():
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    for o, i in zip(outs, ins):
+        whole = i.clone()
+        dist.all_reduce(whole, group=g)
+        assert torch.equal(o.reshape(-1), whole.reshape(n, -1)[r]), (o, whole)
+
+
+def functional(r, n, where):
+    """torch 2.x's functional collectives (called from C++, by group and by group name)
+    against Gloo's: each group has a name torch finds it by."""
+    import torch.distributed._functional_collectives as fc
+    g = init(r, n, where)
+    w = dist.group.WORLD
+    assert w.group_name and w.group_name != g.group_name, (w.group_name, g.group_name)
+    assert torch._C._distributed_c10d._resolve_process_group(w.group_name) is w
+
+    def both(fn):
+        a, b = fc.wait_tensor(fn(w)), fc.wait_tensor(fn(g))
+        assert torch.equal(a, b), (a, b)
+        a = fc.wait_tensor(fn(w.group_name))
+        assert torch.equal(a, b), (a, b)
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3) + r
+    both(lambda pg: fc.all_reduce(x, "sum", pg))
+    both(lambda pg: fc.all_reduce(x, "max", pg))
+    both(lambda pg: fc.all_gather_tensor(x, 0, pg))
+    both(lambda pg: fc.all_gather_tensor(x, 1, pg))
+    y = torch.arange(4.0 * n).reshape(2 * n, 2) * (r + 1)
+    both(lambda pg: fc.reduce_scatter_tensor(y, "sum", 0, pg))
+    both(lambda pg: fc.broadcast(x, n - 1, pg))
+    both(lambda pg: fc.all_to_all_single(y, None, None, pg))
+    ins = [p + 1 for p in range(n)]  # uneven: rank p gets p + 1 rows from each
+    outs = [r + 1] * n
+    z = torch.full((sum(ins), 2), float(r))
+    both(lambda pg: fc.all_to_all_single(z, outs, ins, pg))
+    for name in ("all_reduce_coalesced", "all_gather_into_tensor_coalesced",
+                 "reduce_scatter_tensor_coalesced"):
+        ts = [y, x.reshape(-1).repeat(n)]
+        args = {"all_reduce_coalesced": (ts, "sum"), "all_gather_into_tensor_coalesced": (ts,),
+                "reduce_scatter_tensor_coalesced": (ts, "sum", [0, 0])}[name]
+        a = [fc.wait_tensor(t) for t in getattr(fc, name)(*args, w)]
+        if name == "reduce_scatter_tensor_coalesced":  # Gloo has none: its all-reduce, split
+            b = [fc.wait_tensor(fc.all_reduce(t, "sum", g)).chunk(n)[r] for t in ts]
+        else:
+            b = [fc.wait_tensor(t) for t in getattr(fc, name)(*args, g)]
+        assert all(torch.equal(p, q) for p, q in zip(a, b)), (name, a, b)
+
+def dtensor(r, n, where):
+    """torch 2.x's DTensor: tensor parallelism (ColwiseParallel then RowwiseParallel) and
+    redistributions on a mesh of ours, as on one of Gloo's and as the unsplit model."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    g = init(r, n, where)
+    meshes = [init_device_mesh("cpu", (n,)), DeviceMesh.from_group(g, "cpu")]
+    assert meshes[0].get_group().group_name == dist.group.WORLD.group_name
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 4 * n), torch.nn.ReLU(), torch.nn.Linear(4 * n, 8))
+    x = torch.randn(5, 8)
+    ref(x).square().sum().backward()
+    results = []
+    for mesh in meshes:
+        m = torch.nn.Sequential(torch.nn.Linear(8, 4 * n), torch.nn.ReLU(),
+                                torch.nn.Linear(4 * n, 8))
+        m.load_state_dict(ref.state_dict())
+        parallelize_module(m, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        out = m(x)
+        out.square().sum().backward()
+        grads = [p.grad.full_tensor() for p in m.parameters()]
+        results.append((out, grads))
+        assert torch.allclose(out, ref(x), atol=1e-5)
+        assert all(torch.allclose(a, p.grad, atol=1e-5) for a, p in zip(grads, ref.parameters()))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+    full = torch.arange(8.0 * n).reshape(2 * n, 4)
+    for mesh in meshes:
+        d = distribute_tensor(full, mesh, [Shard(0)])
+        assert torch.equal(d.to_local(), full[2 * r:2 * r + 2])
+        assert torch.equal(d.redistribute(mesh, [Shard(1)]).full_tensor(), full)
+        p = DTensor.from_local(full * (r + 1), mesh, [Partial()])
+        total = full * (n * (n + 1) // 2)
+        s = p.redistribute(mesh, [Shard(0)]).to_local()
+        assert torch.equal(s, total[2 * r:2 * r + 2]), s
+        assert torch.equal(p.redistribute(mesh, [Replicate()]).to_local(), total)
+
+
+def p2p_batch(r, n, where):
+    """batch_isend_irecv around a ring, both ways at once, as Gloo does it."""
+    g = init(r, n, where)
+    for pg in (None, g):
+        right, left = (r + 1) % n, (r - 1) % n
+        got = [torch.zeros(3), torch.zeros(2, dtype=torch.int64)]
+        ops_ = [dist.P2POp(dist.isend, torch.full((3,), float(r)), right, group=pg),
+                dist.P2POp(dist.irecv, got[0], left, group=pg),
+                dist.P2POp(dist.isend, torch.full((2,), r, dtype=torch.int64), left, group=pg),
+                dist.P2POp(dist.irecv, got[1], right, group=pg)]
+        for w in dist.batch_isend_irecv(ops_):
+            w.wait()
+        assert torch.equal(got[0], torch.full((3,), float(left))), got
+        assert torch.equal(got[1], torch.full((2,), right, dtype=torch.int64)), got
+
+
+def sequence_numbers(r, n, where):
+    """Each group counts the operations issued on it as torch 2.x's Gloo does."""
+    g = init(r, n, where)
+    counts = []
+    for pg in (dist.group.WORLD, g):
+        before = pg._get_sequence_number_for_group()
+        dist.all_reduce(torch.ones(2), group=pg)
+        dist.broadcast(torch.ones(2), 0, group=pg)
+        dist.barrier(group=pg)
+        dist.all_reduce(torch.ones(2), group=pg, async_op=True).wait()
+        if n == 2:
+            (dist.send if r == 0 else dist.recv)(torch.ones(1), 1 - r, group=pg)
+        counts.append(pg._get_sequence_number_for_group() - before)
+    # torch 1.13's Gloo counts collectives only; 2.x's, as this backend, sends and receives too.
+    p2p = n == 2
+    assert counts == [4 + p2p, 4 + (p2p and TORCH2)], counts
+
+
+def monitored(r, n, where):
+    """monitored_barrier on the group (torch's dist.monitored_barrier takes Gloo groups
+    only): it passes when every rank comes; with ranks late, every rank raises rank 0's
+    sentence naming them, all of them (wait_all_ranks) or the first, and the next one
+    passes again."""
+    import datetime
+    init(r, n, where)
+    pg = dist.group.WORLD
+    half = datetime.timedelta(milliseconds=500)
+    pg.monitored_barrier(datetime.timedelta(seconds=10))
+    for late, wait_all in ([1, 2], True), ([1, 2], False), ([2], True):
+        if r in late:
+            time.sleep(1.5)
+        t0 = time.time()
+        raises(lambda: pg.monitored_barrier(half, wait_all_ranks=wait_all),
+               f"Rank{'s' if wait_all and len(late) > 1 else ''} "
+               f"{', '.join(map(str, late if wait_all else late[:1]))} "
+               "failed to pass monitoredBarrier in 500 ms")
+        assert time.time() - t0 < 1.5, time.time() - t0
+        dist.barrier()
+    pg.monitored_barrier(datetime.timedelta(seconds=10))
+
+
 def dead(r, n, where):
     init(r, n, where, timeout_s=3)
     dist.barrier()
@@ -415,6 +620,15 @@ def main():
     for n in (1, 2, 3):
         bad += ranks.check(sizes_checked, n, "sizes checked as Gloo does")
     bad += ranks.check(short_scatter, 3, "a short scatter refused by its root")
+    bad += ranks.check(no_warning, 1, "registered without a warning")
+    for n in (2, 3):
+        bad += ranks.check(reductions, n, "AVG, PREMUL_SUM and the coalesced forms")
+        bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
+        bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
+        if TORCH2:
+            bad += ranks.check(functional, n, "functional collectives against gloo")
+            bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
+    bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
