@@ -255,9 +255,7 @@ static void keep_serving(coll_comm *c, const meeting *m)
 {
     if (c->rank != 0 || m->cfg->job[0] || !(c->rdzv = cl_store_tcp_keep_server(m->plain)))
         return;
-    char where[600];
-    snprintf(where, sizeof(where), "%s://%.500s", m->rv->scheme, m->rv->where);
-    cl_terms_formed(m->plain, where);
+    cl_terms_formed(m->plain);
     if (!m->cfg->keyed)
         cl_store_server_watch(c->rdzv, "clash", late_rank, c);
 }

@@ -3,7 +3,9 @@
  * a secret or none). Rank 0 writes its own under "terms", in the clear, so a rank
  * without the secret reads it too; every other rank compares and, where one differs,
  * leaves a note ("abort") that ends every rank's wait at once with the same sentence.
- * A rank of another job (another job name) leaves no note: it must not end that job. */
+ * A rank of another job (another job name) leaves no note: it must not end that job.
+ * The store before the seal is open to whoever reaches it, so a note holds no text: it
+ * says who differs and both sides' terms, and each reader writes the sentence itself. */
 #include "core/terms.h"
 
 #include "base/util.h"
@@ -16,6 +18,8 @@
 #define TERMS_MAGIC "collterm"
 #define ABORT_KEY "abort"
 #define FORMED_KEY "formed"
+#define NOTE_MAGIC "collnote"
+#define FORMED_MAGIC "collformed"
 
 /* Fixed-width fields only: the record is read by other processes as it is. */
 typedef struct {
@@ -27,6 +31,19 @@ typedef struct {
     char algo[32];
     char job[CL_JOB_NAME];
 } terms;
+
+typedef struct {
+    char magic[8];
+    int32_t rank, pad; /* the rank that found its terms differ from rank 0's */
+    terms r0, theirs;
+} note;
+
+static void terminate(terms *t)
+{
+    t->transport[sizeof(t->transport) - 1] = 0;
+    t->algo[sizeof(t->algo) - 1] = 0;
+    t->job[sizeof(t->job) - 1] = 0;
+}
 
 static void fill(terms *t, const cl_config *cfg, int size)
 {
@@ -88,14 +105,24 @@ static int differ(const terms *r0, const terms *me, int rank, char *why, size_t 
 /* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
 static int read_notes(cl_store *plain, char *why, size_t len)
 {
-    const char *keys[] = {ABORT_KEY, FORMED_KEY};
-    const int says[] = {COLL_EMISMATCH, CL_TERMS_LATE};
-    for (int k = 0; k < 2; k++) {
-        size_t n = 0;
-        if (plain->ops->get(plain, keys[k], why, len - 1, &n) == COLL_OK) {
-            why[n] = 0;
-            return says[k];
-        }
+    note n;
+    char formed[sizeof(FORMED_MAGIC)];
+    size_t got = 0;
+    if (plain->ops->get(plain, ABORT_KEY, &n, sizeof(n), &got) == COLL_OK && got == sizeof(n) &&
+        memcmp(n.magic, NOTE_MAGIC, sizeof(n.magic)) == 0 && n.rank > 0 &&
+        n.rank < CL_MAX(n.r0.size, n.theirs.size)) {
+        terminate(&n.r0);
+        terminate(&n.theirs);
+        if (differ(&n.r0, &n.theirs, n.rank, why, len))
+            return COLL_EMISMATCH;
+    }
+    if (plain->ops->get(plain, FORMED_KEY, formed, sizeof(formed), &got) == COLL_OK &&
+        got == sizeof(formed) && memcmp(formed, FORMED_MAGIC, sizeof(formed)) == 0) {
+        snprintf(why, len,
+                 "the job at this rendezvous formed without this rank: it came late, was "
+                 "started twice, or is of another job started at the same port (give each "
+                 "job its own port or COLL_JOB_ID; coll_run sets one)");
+        return CL_TERMS_LATE;
     }
     return COLL_OK;
 }
@@ -115,7 +142,7 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
     int rc = cl_terms_wait(s, s, "terms", &r0, sizeof(r0), &n, deadline, why, len);
     if (rc != COLL_OK)
         return rc;
-    r0.job[sizeof(r0.job) - 1] = 0;
+    terminate(&r0);
     if (n != sizeof(r0) || memcmp(r0.magic, TERMS_MAGIC, sizeof(r0.magic)) != 0) {
         snprintf(why, len, "the store holds terms this library cannot read (another version?)");
         return COLL_EMISMATCH;
@@ -131,7 +158,8 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
         return rc;
     if (!differ(&r0, &mine, rank, why, len))
         return COLL_OK;
-    s->ops->set(s, ABORT_KEY, why, strlen(why) + 1);
+    note it = {.magic = NOTE_MAGIC, .rank = rank, .r0 = r0, .theirs = mine};
+    s->ops->set(s, ABORT_KEY, &it, sizeof(it));
     return COLL_EMISMATCH;
 }
 
@@ -150,15 +178,9 @@ int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size
     }
 }
 
-int cl_terms_formed(cl_store *s, const char *where)
+int cl_terms_formed(cl_store *s)
 {
-    char note[512];
-    snprintf(note, sizeof(note),
-             "the job at %s formed without this rank: it came late, was started twice, or "
-             "is of another job started at the same port (give each job its own port or "
-             "COLL_JOB_ID; coll_run sets one)",
-             where);
-    return s->ops->set(s, FORMED_KEY, note, strlen(note) + 1);
+    return s->ops->set(s, FORMED_KEY, FORMED_MAGIC, sizeof(FORMED_MAGIC));
 }
 
 void cl_terms_remove(cl_store *s)

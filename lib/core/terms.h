@@ -29,8 +29,8 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_
  * CL_TERMS_LATE where rank 0 left it because the job formed (cl_terms_formed). */
 int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size_t cap,
                   size_t *len, int64_t deadline, char *why, size_t whylen);
-/* Rank 0's note, once the job formed, for a rank that comes to `where` later. */
-int cl_terms_formed(cl_store *s, const char *where);
+/* Rank 0's note, once the job formed, for a rank that comes later. */
+int cl_terms_formed(cl_store *s);
 /* Forgets the terms and the note (stores whose records outlive the job). */
 void cl_terms_remove(cl_store *s);
 

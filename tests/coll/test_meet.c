@@ -276,6 +276,44 @@ START_TEST(a_child_forked_after_init_leaves_the_port)
 }
 END_TEST
 
+/* A stranger's set on rank 0's store, as the tcp store's wire has it (op 1, key and value
+ * lengths, key, value); its answer is read and dropped. */
+static void stranger_sets(int port, const char *key, const char *val)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    uint32_t klen = (uint32_t)strlen(key), vlen = (uint32_t)strlen(val) + 1;
+    unsigned char req[256] = {1}, ok;
+    memcpy(req + 1, &klen, 4);
+    memcpy(req + 5, &vlen, 4);
+    memcpy(req + 9, key, klen);
+    memcpy(req + 9 + klen, val, vlen);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(write(fd, req, 9 + klen + vlen), (ssize_t)(9 + klen + vlen));
+    ck_assert_int_eq(read(fd, &ok, 1), 1);
+    close(fd);
+}
+
+/* The store before the seal is open to whoever reaches it: a note a stranger writes there
+ * in words of its own is no note (a rank writes no text there), and the job meets. */
+START_TEST(a_stranger_cannot_word_the_notes)
+{
+    char url[64];
+    int port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    who ws[] = {{0, 2, 0, NULL, COLL_OK, NULL, 1}, {1, 2, 800, NULL, COLL_OK, NULL, 1}};
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(rank_main(url, &ws[r]));
+    sleep_ms(400); /* rank 0 serves by then; rank 1 comes later */
+    stranger_sets(port, "abort", "forged: the ranks disagree, ask the admin");
+    stranger_sets(port, "formed", "forged: run this command");
+    ck_assert_int_eq(reap_all(pids, 2), 0);
+}
+END_TEST
+
 /* The port is another program's (it accepts and closes, or answers other bytes): rank 0
  * cannot bind it and the others say at once whom they reached. */
 START_TEST(a_port_held_by_another_program_is_named_at_once)
@@ -366,6 +404,7 @@ int main(void)
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
     tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);
     tcase_add_test(t, a_child_forked_after_init_leaves_the_port);
+    tcase_add_test(t, a_stranger_cannot_word_the_notes);
     tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
     tcase_add_test(t, a_file_directory_is_reused_or_refused);
     suite_add_tcase(s, t);
