@@ -448,31 +448,32 @@ class Communicator:
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), op_code(op), root),
                          (s, r))
 
+    def _at_root(self, root, buf, what, block, block_what):
+        """The root's side of a gather or scatter: buf (named what) holds size x block's
+        elements there; elsewhere it is ignored (None)."""
+        if self.rank != root:
+            return None
+        if buf is None:
+            raise ValueError(f"{what} is needed at the root")
+        b = _array(buf, what == "recvbuf", what)
+        if b.dtype != block.dtype:
+            raise TypeError(f"{what} is {b.dtype}, {block_what} {block.dtype}")
+        if b.size != block.size * self.size:
+            raise ValueError(f"{what} holds {b.size} elements, not size x {block_what}'s "
+                             f"{block.size}")
+        return b
+
     def gather(self, sendbuf, recvbuf=None, root=0, async_op=False):
         """root's recvbuf holds size x sendbuf's elements; elsewhere it is ignored."""
-        s, r, root = _array(sendbuf, False, "sendbuf"), None, _int(root, "root")
-        if self.rank == root:
-            if recvbuf is None:
-                raise ValueError("recvbuf is needed at the root")
-            r = _array(recvbuf, True, "recvbuf")
-            _same_dtype(s, r)
-            if r.size != s.size * self.size:
-                raise ValueError(f"recvbuf holds {r.size} elements, not size x sendbuf's "
-                                 f"{s.size}")
+        s, root = _array(sendbuf, False, "sendbuf"), _int(root, "root")
+        r = self._at_root(root, recvbuf, "recvbuf", s, "sendbuf")
         return self._run("gather", async_op,
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), root), (s, r))
 
     def scatter(self, sendbuf, recvbuf, root=0, async_op=False):
         """root's sendbuf holds size x recvbuf's elements; elsewhere it is ignored."""
-        r, s, root = _array(recvbuf, True, "recvbuf"), None, _int(root, "root")
-        if self.rank == root:
-            if sendbuf is None:
-                raise ValueError("sendbuf is needed at the root")
-            s = _array(sendbuf, False, "sendbuf")
-            _same_dtype(s, r)
-            if s.size != r.size * self.size:
-                raise ValueError(f"sendbuf holds {s.size} elements, not size x recvbuf's "
-                                 f"{r.size}")
+        r, root = _array(recvbuf, True, "recvbuf"), _int(root, "root")
+        s = self._at_root(root, sendbuf, "sendbuf", r, "recvbuf")
         return self._run("scatter", async_op,
                          (_ptr(s), _ptr(r), r.size, dtype_code(r.dtype), root), (s, r))
 

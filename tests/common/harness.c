@@ -47,15 +47,31 @@ int free_port(void)
     return -1;
 }
 
+int dir_url(char *dir, const char *stem, char *url, size_t len)
+{
+    snprintf(dir, 64, "/tmp/%s.XXXXXX", stem);
+    if (!mkdtemp(dir))
+        dir[0] = 0;
+    snprintf(url, len, "file://%s", dir);
+    return dir[0] ? 0 : -1;
+}
+
+int remove_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) == 0)
+        return 0;
+    fprintf(stderr, "cannot remove %s\n", dir);
+    return -1;
+}
+
 static void make_url(const run_opts *o, char *url, size_t len, char *dir)
 {
     static int seq;
     switch (o->rdzv) {
     case RDZV_FILE:
-        snprintf(dir, 64, "/tmp/coll_test.XXXXXX");
-        if (!mkdtemp(dir))
-            dir[0] = 0;
-        snprintf(url, len, "file://%s", dir);
+        dir_url(dir, "coll_test", url, len);
         break;
     case RDZV_TCP:
         snprintf(url, len, "tcp://127.0.0.1:%d", free_port());
@@ -186,12 +202,8 @@ int run_ranks(const run_opts *o, rank_fn fn, void *arg)
             _exit(rank_main(o, url, r, fn, arg));
     }
     int failed = reap(pids, o->nranks, o->deadline_s ? o->deadline_s : 120);
-    if (dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "cannot remove %s\n", dir);
-    }
+    if (dir[0])
+        remove_dir(dir);
     return failed;
 }
 

@@ -36,6 +36,12 @@ extern int last_exit[64];
 /* Waits for the n children in pids; returns how many did not exit with status 0. */
 int reap_all(const pid_t *pids, int n);
 
+/* A fresh directory /tmp/STEM.XXXXXX in dir (64 bytes) and its file:// URL: 0, or -1
+ * (dir empty) when it cannot be made. */
+int dir_url(char *dir, const char *stem, char *url, size_t len);
+/* Removes dir with what it holds: 0, or -1 saying so on stderr. */
+int remove_dir(const char *dir);
+
 /* A port nobody listens on right now, for tcp:// and env:// rendezvous. */
 int free_port(void);
 

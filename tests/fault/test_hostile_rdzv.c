@@ -97,16 +97,7 @@ static void run_job(const char *url, int n, const coll_config *cfg, int limit_ms
 
 static void fresh_dir(char *dir, char *url, size_t len)
 {
-    strcpy(dir, "/tmp/coll_rdzv.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(url, len, "file://%s", dir);
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(dir_url(dir, "coll_rdzv", url, len), 0);
 }
 
 static coll_config short_timeout(void)
@@ -132,7 +123,7 @@ START_TEST(a_directory_others_can_write_is_refused)
         fresh_dir(dir, url, sizeof(url));
         ck_assert_int_eq(chmod(dir, cases[k].mode), 0);
         run_job(url, 1, &cfg, 10 * TIMEOUT_MS, NULL, NULL, &o);
-        remove_dir(dir);
+        ck_assert_int_eq(remove_dir(dir), 0);
         printf("mode %04o: %s in %lld ms: %s\n", (unsigned)cases[k].mode, coll_strerror(o.rc),
                (long long)o.ms, o.err);
         if (cases[k].ok) {
@@ -157,12 +148,12 @@ START_TEST(a_directory_of_another_user_is_refused)
     fresh_dir(dir, url, sizeof(url));
     if (chown(dir, 65534, 65534) != 0) {
         printf("cannot chown (not root?): not tried\n");
-        remove_dir(dir);
+        ck_assert_int_eq(remove_dir(dir), 0);
         return;
     }
     ck_assert_int_eq(chmod(dir, 0755), 0);
     run_job(url, 1, &cfg, 10 * TIMEOUT_MS, NULL, NULL, &o);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     printf("owned by 65534: %s: %s\n", coll_strerror(o.rc), o.err);
     ck_assert_int_eq(o.rc, COLL_EINVAL);
     ck_assert_ptr_nonnull(strstr(o.err, dir));
@@ -198,7 +189,7 @@ START_TEST(a_fifo_at_a_key_name_never_blocks_past_the_timeout)
     fresh_dir(dir, url, sizeof(url));
     planting p = {dir, _i == 0 ? cards : job};
     run_job(url, 2, &cfg, 5 * TIMEOUT_MS, plant_fifos, &p, o);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     for (int r = 0; r < 2; r++) {
         printf("fifo at %s: rank %d: %s in %lld ms: %s\n", p.names[0], r,
                coll_strerror(o[r].rc), (long long)o[r].ms, o[r].err);
@@ -255,7 +246,7 @@ START_TEST(a_symlink_at_a_name_it_writes_is_not_followed)
     outcome o[2];
     coll_config cfg = short_timeout();
     run_job(url, 2, &cfg, 5 * TIMEOUT_MS, plant_links, &a, o);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     FILE *f = fopen(victim, "rb");
     ck_assert_ptr_nonnull(f);
     size_t n = fread(got, 1, sizeof(got), f);

@@ -57,16 +57,7 @@ static int rank_body(const char *url, int r, int n, const char *secret, int want
 
 static void fresh_dir(char *dir, char *url, size_t len)
 {
-    strcpy(dir, "/tmp/coll_secret.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(url, len, "file://%s", dir);
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(dir_url(dir, "coll_secret", url, len), 0);
 }
 
 /* _i = 0: every rank has the secret; 1: rank 2 has another. */
@@ -82,7 +73,7 @@ START_TEST(only_ranks_with_the_secret_connect)
         }
     int64_t t0 = cl_now_ms();
     int bad = reap_all(pids, N);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     ck_assert_msg(bad == 0, "%d ranks behaved otherwise", bad);
     ck_assert_msg(cl_now_ms() - t0 < 4 * TIMEOUT_MS, "took %lld ms", (long long)(cl_now_ms() - t0));
 }
@@ -113,7 +104,7 @@ START_TEST(a_forged_address_is_ignored)
     }
     int st;
     waitpid(pid, &st, 0);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank 0 did not ignore the forgery");
 }
 END_TEST
@@ -198,7 +189,7 @@ START_TEST(a_connection_without_the_proof_is_refused)
     int bad = reap_all(pids, 2);
     if (fd >= 0)
         close(fd);
-    remove_dir(dir);
+    ck_assert_int_eq(remove_dir(dir), 0);
     ck_assert_msg(fd >= 0, "the impostor could not connect");
     ck_assert_msg(bad == 0, "%d ranks behaved otherwise", bad);
 }
