@@ -241,7 +241,9 @@ class Communicator:
                  timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0,
                  split_share=False, _handle=None):
         self._h = None
-        self._mu = threading.Lock()  # close() against a reader of the handle's error text
+        self._mu = threading.Lock()  # close() against the calls that hold the handle
+        self._idle = threading.Condition(self._mu)  # the last call holding it returned
+        self._inside, self._closing = 0, False
         self._reqs = weakref.WeakSet()  # requests not yet waited, collected by close()
         if _handle is not None:
             self._h = _handle
@@ -267,16 +269,35 @@ class Communicator:
     # -- life cycle --------------------------------------------------------------------
     @property
     def rank(self):
-        return lib.coll_rank(self._live())
+        return self._call(lib.coll_rank)
 
     @property
     def size(self):
-        return lib.coll_size(self._live())
+        return self._call(lib.coll_size)
 
     def _live(self):
-        if not self._h:
+        if not self._h or self._closing:
             raise CollectiveError(CODES["ESTATE"], "the communicator is closed")
         return self._h
+
+    def _root(self, root):
+        """A root within 0..size-1, else a ValueError here: the library would fail the
+        communicator for it."""
+        return _int(root, "root", (0, self.size - 1))
+
+    def _call(self, fn, *args):
+        """fn(handle, *args), the handle held: close() waits until every call holding it
+        has returned (a call begun on a destroyed communicator reads freed memory)."""
+        with self._mu:
+            h = self._live()
+            self._inside += 1
+        try:
+            return fn(h, *args)
+        finally:
+            with self._mu:
+                self._inside -= 1
+                if not self._inside:
+                    self._idle.notify_all()
 
     def _check(self, rc, what=""):
         """Raises rc with this communicator's explanation; never reads a freed one."""
@@ -293,10 +314,16 @@ class Communicator:
         stops touching their buffers), then every request not yet waited is collected;
         its wait() raises its own status (COLL_EABORTED where close cut it short)."""
         with self._mu:
-            if not self._h:
+            if not self._h or self._closing:
                 return
+            self._closing = True  # no call takes the handle from now on
+            if self._inside:  # calls blocked inside return once aborted
+                lib.coll_abort(self._h)
+            while self._inside:
+                self._idle.wait()
             rc = lib.coll_destroy(self._h)
             if rc != 0:  # a thread stayed inside: the communicator and its buffers live on
+                self._closing = False
                 raise CollectiveError(rc, "close: a thread stayed inside an operation; the "
                                           "communicator was not freed")
             self._h = None
@@ -313,45 +340,45 @@ class Communicator:
         self.close()
 
     def abort(self):
-        self._check(lib.coll_abort(self._live()))
+        self._check(self._call(lib.coll_abort))
 
     def split(self, color, key=0):
         """A communicator of the ranks that gave the same color (None: this rank joins
         none and gets None), ordered by key then rank."""
         out = _lib.comm_p()
         color = -1 if color is None else _int(color, "color")
-        self._check(lib.coll_split(self._live(), color, _int(key, "key"), ctypes.byref(out)))
+        self._check(self._call(lib.coll_split, color, _int(key, "key"), ctypes.byref(out)))
         return Communicator(_handle=out.value) if out.value else None
 
     def shrink(self):
         """After a failure: a communicator of the survivors (every survivor calls it)."""
         out = _lib.comm_p()
-        _check(lib.coll_shrink(self._live(), ctypes.byref(out)), None, "shrink: ")
+        _check(self._call(lib.coll_shrink, ctypes.byref(out)), None, "shrink: ")
         return Communicator(_handle=out.value)
 
     def failed_ranks(self):
         ranks = (ctypes.c_int * self.size)()
-        n = lib.coll_failed_ranks(self._live(), ranks, self.size)
+        n = self._call(lib.coll_failed_ranks, ranks, self.size)
         return list(ranks[:n])
 
     def set_codec(self, codec):
-        self._check(lib.coll_set_codec(self._live(), codec_code(codec)))
+        self._check(self._call(lib.coll_set_codec, codec_code(codec)))
 
     def stats(self):
         s = _lib.Stats()
-        self._check(lib.coll_get_stats(self._live(), ctypes.byref(s)))
+        self._check(self._call(lib.coll_get_stats, ctypes.byref(s)))
         return {f: getattr(s, f) for f, _ in _lib.Stats._fields_}
 
     def barrier(self):
-        self._check(lib.coll_barrier(self._live()))
+        self._check(self._call(lib.coll_barrier))
 
     # -- operations --------------------------------------------------------------------
     def _run(self, name, async_op, args, keep):
         if async_op:
             req = _lib.req_p()
-            self._check(getattr(lib, f"coll_i{name}")(self._live(), *args, ctypes.byref(req)))
+            self._check(self._call(getattr(lib, f"coll_i{name}"), *args, ctypes.byref(req)))
             return Request(self, req.value, keep)
-        self._check(getattr(lib, f"coll_{name}")(self._live(), *args))
+        self._check(self._call(getattr(lib, f"coll_{name}"), *args))
         return None
 
     def _pair(self, sendbuf, recvbuf):
@@ -431,13 +458,13 @@ class Communicator:
                          (_ptr(s), _ptr(r), c, dtype_code(s.dtype), op_code(op)), (s, r, c))
 
     def broadcast(self, buf, root=0, async_op=False):
-        b, root = _array(buf, True, "buf"), _int(root, "root")
+        b, root = _array(buf, True, "buf"), self._root(root)
         return self._run("broadcast", async_op, (_ptr(b), b.size, dtype_code(b.dtype), root), (b,))
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, async_op=False):
         """recvbuf (as many elements as sendbuf) matters at root only (None there: in
         place); elsewhere it is ignored."""
-        root = _int(root, "root")
+        root = self._root(root)
         if self.rank == root:
             s, r = self._pair(sendbuf, recvbuf)
             if r.size != s.size:
@@ -465,14 +492,14 @@ class Communicator:
 
     def gather(self, sendbuf, recvbuf=None, root=0, async_op=False):
         """root's recvbuf holds size x sendbuf's elements; elsewhere it is ignored."""
-        s, root = _array(sendbuf, False, "sendbuf"), _int(root, "root")
+        s, root = _array(sendbuf, False, "sendbuf"), self._root(root)
         r = self._at_root(root, recvbuf, "recvbuf", s, "sendbuf")
         return self._run("gather", async_op,
                          (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), root), (s, r))
 
     def scatter(self, sendbuf, recvbuf, root=0, async_op=False):
         """root's sendbuf holds size x recvbuf's elements; elsewhere it is ignored."""
-        r, root = _array(recvbuf, True, "recvbuf"), _int(root, "root")
+        r, root = _array(recvbuf, True, "recvbuf"), self._root(root)
         s = self._at_root(root, sendbuf, "sendbuf", r, "recvbuf")
         return self._run("scatter", async_op,
                          (_ptr(s), _ptr(r), r.size, dtype_code(r.dtype), root), (s, r))
@@ -512,7 +539,7 @@ class Communicator:
     def sendrecv(self, sendbuf, dst, recvbuf, src, tag=0):
         s, r = self._pair(sendbuf, recvbuf)
         dst, src, tag = _int(dst, "dst"), _int(src, "src"), _int(tag, "tag", TAG_RANGE)
-        self._check(lib.coll_sendrecv(self._live(), _ptr(s), s.size, dst, _ptr(r), r.size, src,
+        self._check(self._call(lib.coll_sendrecv, _ptr(s), s.size, dst, _ptr(r), r.size, src,
                                       dtype_code(s.dtype), tag))
 
 

@@ -100,8 +100,8 @@ def errors(r, n, where):
             raise AssertionError(f"{bad} did not raise {exc}")
     c.barrier()  # refused before the library saw them: still usable
     # One the library refuses (COLL_EINVAL) fails that communicator: on a split of its own.
-    s = c.split(0)
-    for call, name in [(lambda: s.broadcast(np.ones(3), root=n), "COLL_EINVAL"),
+    s, a = c.split(0), np.ones(12, np.float32)
+    for call, name in [(lambda: s.allreduce(a[0:8], a[4:12]), "COLL_EINVAL"),  # overlapping
                        (s.barrier, "COLL_ESTATE")]:
         try:
             call()
@@ -304,6 +304,38 @@ def close_in_flight(r, n, where):
         assert tracker.waited[h] == 1 and not tracker.bad, tracker.bad[:2]
 
 
+def close_races_calls(r, n, where):
+    """close() while another thread is inside a call on the communicator (held there by a
+    slow coll_get_stats): close() must wait for it; destroying first made the call read
+    freed memory. Calls after close() raise, a root out of range is a ValueError here."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=5000)
+    raises(ValueError, lambda: c.broadcast(np.ones(2, np.float32), root=n), "root")
+    order, real_stats, real_destroy = [], collective.lib.coll_get_stats, collective.lib.coll_destroy
+
+    def slow_stats(h, out):
+        order.append("stats in")
+        time.sleep(0.3)
+        order.append("stats reads")
+        return real_stats(h, out)
+
+    def destroy(h):
+        order.append("destroy")
+        return real_destroy(h)
+
+    collective.lib.coll_get_stats, collective.lib.coll_destroy = slow_stats, destroy
+    try:
+        t = threading.Thread(target=c.stats)
+        t.start()
+        while not order:
+            time.sleep(0.01)
+        c.close()
+        t.join()
+    finally:
+        collective.lib.coll_get_stats, collective.lib.coll_destroy = real_stats, real_destroy
+    assert order == ["stats in", "stats reads", "destroy"], order
+    raises(collective.CollectiveError, c.stats, "closed")
+
+
 def short_buffers(r, n, where):
     """Every buffer shorter than its counts and displacements say is a ValueError naming
     it, raised before anything is sent: the ranks that did not call (their input was
@@ -448,6 +480,7 @@ def main():
     bad += ranks.check(store_init, 3, "store init")
     bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
     bad += ranks.check(close_in_flight, 2, "close with 64 MiB in flight")
+    bad += ranks.check(close_races_calls, 2, "close against a call in another thread")
     for n in (1, 3):
         bad += ranks.check(short_buffers, n, "short buffers refused before sending")
         bad += ranks.check(widths, n, "integer widths and byte order")
