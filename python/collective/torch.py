@@ -21,7 +21,6 @@ import ctypes
 import datetime
 import functools
 import inspect
-import queue
 import sys
 import threading
 import time
@@ -116,40 +115,39 @@ class _Store:
 
 
 class _Completer:
-    """Ends each operation in the order it started, on a thread of its own, and settles
-    its future: torch's C++ side (DDP's reducer, parameter checks) waits on work objects
-    without calling back into Python, so a work must be a future that completes by
-    itself. coll_wait releases the GIL while it waits."""
+    """Ends each operation handed off on a thread of its own and settles its future:
+    torch's C++ side (DDP's reducer, parameter checks) waits on work objects without
+    calling back into Python, so a work must be a future that completes by itself.
+    coll_wait releases the GIL while it waits. A thread per operation, not one for all:
+    a then-callback runs on the thread that settles, and one that waits for another
+    operation's future (torch's PowerSGD hook does) would wait on that same thread for
+    good."""
 
     def __init__(self):
-        self.queue = queue.SimpleQueue()
-        self.thread = None
+        self.mu, self.threads = threading.Lock(), set()
 
     def add(self, req, after, result):
         """A future that settles when req ends (after `after` ran) with result."""
         fut = torch.futures.Future()
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, daemon=True,
-                                           name="collective-completer")
-            self.thread.start()
-        self.queue.put((req, after, result, fut))
+        t = threading.Thread(target=self._run, args=(req, after, result, fut), daemon=True,
+                             name="collective-completer")
+        with self.mu:
+            self.threads.add(t)
+        t.start()
         return fut
 
-    def _run(self):
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
+    def _run(self, *item):
+        try:
             _settle(*item)
-
-    def on_its_thread(self):
-        return threading.current_thread() is self.thread
+        finally:
+            with self.mu:
+                self.threads.discard(threading.current_thread())
 
     def stop(self):
-        if self.thread is not None:
-            self.queue.put(None)
-            self.thread.join()
-            self.thread = None
+        with self.mu:
+            running = list(self.threads)
+        for t in running:
+            t.join()
 
 
 def _settle(req, after, result, fut):
@@ -184,15 +182,13 @@ class _PyWork(dist._Work):
 
     def _take(self, hand_off):
         """The operation's future. The first call hands the operation to the completer
-        (hand_off) or ends it on this thread, outside the lock so that polls do not wait;
-        on the completer's own thread (a hook's callback that waits for the future of
-        another operation, as PowerSGD's do) a hand-off would wait for itself, so the
-        operation ends there instead."""
+        (hand_off) or ends it on this thread, outside the lock so that polls do not
+        wait."""
         with self._lock:
             if self._fut is not None:
                 return self._fut
             req, after, self._req, self._after = self._req, self._after, None, None
-            if hand_off and not self._completer.on_its_thread():
+            if hand_off:
                 self._fut = self._completer.add(req, after, self._result)
                 return self._fut
             self._fut = fut = torch.futures.Future()
@@ -519,11 +515,13 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         self._peer("send", dst, "destination")
         t, _ = _flat(_one("send", tensors, "tensor"))
+        tag = collective._int(tag, "tag", collective.TAG_RANGE)
         return self._start("send", (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,), None, tensors)
 
     def recv(self, tensors, src, tag=0):
         self._peer("recv", src, "source")
         t, back = _flat(_one("recv", tensors, "tensor"))
+        tag = collective._int(tag, "tag", collective.TAG_RANGE)
         return self._start("recv", (_ptr(t), t.numel(), _dtype(t), src, tag), (t,), back, tensors)
 
     def recv_anysource(self, tensors, tag=0):

@@ -304,6 +304,27 @@ def future_at_once(r, n, where):
     assert torch.equal(fut.wait()[0], torch.full((4,), float(n * (n + 1) / 2)))
 
 
+def callback_waits_earlier(r, n, where):
+    """A then-callback of one operation's future waits for the future of an operation
+    started before (as a hook may): both settle (one completer thread for every future
+    never reached the second: it was running the callback). Tags outside a uint32 are
+    refused (they wrapped: tag 2**32 met tag 0)."""
+    init(r, n, where, timeout_s=10)
+    a, b = torch.ones(4), torch.full((4,), 2.0)
+    f1 = dist.all_reduce(a, async_op=True).get_future()
+    f2 = dist.all_reduce(b, async_op=True).get_future()
+    got = within(f1.then(lambda f: f2.wait()[0] + f.value()[0]).wait)
+    assert torch.equal(got, torch.full((4,), 3.0 * n)), got
+    peer = (r + 1) % n
+    for tag in (2**32, -1):
+        try:
+            dist.send(torch.ones(2), peer, tag=tag)
+        except ValueError as e:
+            assert "tag" in str(e), e
+        else:
+            raise AssertionError(f"tag {tag} was taken")
+
+
 def torch_hooks(r, n, where):
     """DDP with torch's own communication hooks (all-reduce; PowerSGD, whose callbacks
     wait for further futures from inside a callback) ends as with Gloo."""
@@ -617,6 +638,7 @@ def main():
     bad += ranks.check(copy_fails, 2, "a failing result copy fails its work only")
     bad += ranks.check(future_at_once, 2, "get_future() at once")
     bad += ranks.check(torch_hooks, 2, "torch's DDP communication hooks")
+    bad += ranks.check(callback_waits_earlier, 2, "a callback waiting for an earlier future")
     for n in (1, 2, 3):
         bad += ranks.check(sizes_checked, n, "sizes checked as Gloo does")
     bad += ranks.check(short_scatter, 3, "a short scatter refused by its root")
