@@ -21,7 +21,6 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,32 +150,12 @@ END_TEST
 
 /* ---- a sniffed hello, replayed ------------------------------------------------------ */
 
-enum { SEEN = 64 };
-
 typedef struct {
     unsigned port;               /* where the first hello went (rank 1's listener) */
     uint8_t hello[sizeof(hello)]; /* that hello */
     int got;
     int fd;
-    /* Every hello on lo until rank 1's port is known: other programs' jobs (tests run
-     * beside this one) say hello on lo too, and only the one to rank 1 is this job's. */
-    _Atomic unsigned want;
-    unsigned seen_port[SEEN];
-    uint8_t seen[SEEN][sizeof(hello)];
-    int nseen;
 } sniff;
-
-/* The hello seen going to the port wanted, if any. */
-static void pick(sniff *w)
-{
-    unsigned want = atomic_load(&w->want);
-    for (int i = 0; want && !w->got && i < w->nseen; i++)
-        if (w->seen_port[i] == want) {
-            memcpy(w->hello, w->seen[i], sizeof(w->hello));
-            w->port = want;
-            w->got = 1;
-        }
-}
 
 /* Reads IPv4 packets on lo until one carries a tcp payload of a hello's size or more that
  * starts as a hello does (as root can: AF_PACKET). Rank 0 dials rank 1: on tcp a pair
@@ -196,11 +175,11 @@ static void *sniffer(void *arg)
         uint32_t magic = 0;
         if (len >= off + sizeof(hello) && (size_t)n >= len)
             memcpy(&magic, pkt + off, sizeof(magic));
-        if (magic == CL_HELLO_MAGIC && w->nseen < SEEN) {
-            memcpy(w->seen[w->nseen], pkt + off, sizeof(hello));
-            w->seen_port[w->nseen++] = ntohs(t->dest);
+        if (magic == CL_HELLO_MAGIC) {
+            memcpy(w->hello, pkt + off, sizeof(hello));
+            w->port = ntohs(t->dest);
+            w->got = 1;
         }
-        pick(w);
     }
     return NULL;
 }
@@ -235,29 +214,6 @@ static int replay_rank(const char *url, const char *dir, int r)
     return rc != COLL_OK || y != 2 || v != 7 || (r == 1 && refusals < 1);
 }
 
-/* Rank r's card as the file store holds it ("ip:port" first), waiting up to 10 s. */
-static void card_addr(const char *dir, int r, char addr[129])
-{
-    char path[128];
-    snprintf(path, sizeof(path), "%s/addr_%d", dir, r);
-    for (int t = 0; t < 1000 && !addr[0]; t++) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            (void)!fread(addr, 1, 128, f);
-            fclose(f);
-        }
-        cl_sleep_ms(10);
-    }
-}
-
-static unsigned card_port(const char *dir, int r)
-{
-    char addr[129] = {0}, ip[64];
-    unsigned port = 0;
-    card_addr(dir, r, addr);
-    return sscanf(addr, "%63[^:]:%u", ip, &port) == 2 ? port : 0;
-}
-
 /* With COLL_SECRET, rank 0's hello to rank 1 is sniffed and replayed on a connection of
  * its own: its proof is genuine, and rank 1 still refuses it (that link was taken), and
  * the job goes on with the right sums. */
@@ -282,13 +238,20 @@ START_TEST(a_replayed_hello_is_refused)
     for (int r = 0; r < 2; r++)
         if ((pids[r] = fork()) == 0)
             _exit(replay_rank(url, dir, r));
-    card_addr(dir, 0, addr);
+    snprintf(path, sizeof(path), "%s/addr_0", dir);
+    for (int t = 0; t < 500 && !addr[0]; t++) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            (void)!fread(addr, 1, 128, f);
+            fclose(f);
+        }
+        cl_sleep_ms(10);
+    }
     char ip[64], to[128];
     unsigned port0;
     ck_assert_int_eq(sscanf(addr, "%63[^:]:%u", ip, &port0), 2);
     pthread_t th;
     pthread_create(&th, NULL, sniffer, &w);
-    atomic_store(&w.want, card_port(dir, 1));
     pthread_join(th, NULL);
     close(w.fd);
     snprintf(to, sizeof(to), "%s:%u", ip, w.port);
