@@ -123,7 +123,6 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     memset(mine, 0, sizeof(*mine));
     mine->machine = cl_machine_id();
     mine->host = cl_host_id();
-    snprintf(mine->transport, sizeof(mine->transport), "%s", cfg->transport->name);
     c->rank = rank;
     c->size = size;
     c->id = id;

@@ -162,7 +162,6 @@ typedef struct cl_card {
     uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
     uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
-    char transport[16];            /* its name: every rank must use the same */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet
