@@ -30,13 +30,12 @@ import torch.nn.functional as F
 
 import torch_lab
 
-DATA = "/usr/share/datasets/fashion-mnist"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load(kind, limit):
+def load(kind, limit, data):
     def read(name):
-        with gzip.open(os.path.join(DATA, name), "rb") as f:
+        with gzip.open(os.path.join(data, name), "rb") as f:
             return f.read()
     img = read(f"{kind}-images-idx3-ubyte.gz")
     lab = read(f"{kind}-labels-idx1-ubyte.gz")
@@ -168,7 +167,7 @@ def sweep(args, rank, size):
     dist.init_process_group(args.backend, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=600))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-    data = load("train", max(args.sweep) * size)
+    data = load("train", max(args.sweep) * size, args.data)
     torch_lab.sweep_rank(args, rank, size, data, MODELS[args.model], args.points)
     dist.destroy_process_group()
 
@@ -183,8 +182,8 @@ def train(args, rank, size):
     clock = torch_lab.Timeline()
     model = ddp_model(args, clock)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    data = load("train", args.limit)
-    xt, yt = load("t10k", args.limit and args.limit // 6)
+    data = load("train", args.limit, args.data)
+    xt, yt = load("t10k", args.limit and args.limit // 6, args.data)
     epochs = []
     for e in range(args.epochs):
         if e == args.epochs - 1 and args.epochs > 1:  # a last, gentler epoch settles
@@ -232,6 +231,8 @@ def main():
     ap.add_argument("--coll-perf", default=os.path.join(HERE, "..", "build", "perf", "coll_perf"),
                     help="--sweep: coll_perf, for its busbw at the bucket size")
     ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
+                    help="the directory of Fashion-MNIST's four .gz files")
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--limit", type=int, default=0, help="use the first N training images")

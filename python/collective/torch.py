@@ -30,6 +30,9 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 import collective
+from collective import _torchcompat
+
+_torchcompat.store_without_libuv()  # torchrun's workers on a torch without libuv
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
            torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8",
