@@ -171,6 +171,180 @@ def _settle(req, after, result, fut):
     fut.set_result(result)
 
 
+_HEADER = 3  # int64s ahead of each message sent: its tag, elements and dtype
+_HEADER_TAG = 0  # the library's tag for headers (the tensor goes with the caller's)
+_BY_CODE = {collective.DTYPES[name]: dt for dt, name in _DTYPES.items()}
+
+
+def _header(tag, t):
+    return torch.tensor([tag, t.numel(), _dtype(t)], dtype=torch.int64)
+
+
+def _head_args(head, peer):
+    return (_ptr(head), _HEADER, collective.DTYPES["int64"], peer, _HEADER_TAG)
+
+
+def _then(first, second):
+    """A callable running first, then second (if any)."""
+    return first if second is None else (lambda: (first(), second()))
+
+
+def _misfit(t, n, code):
+    """Why t cannot take a message of n elements of dtype code (None: it can)."""
+    if code == _dtype(t) and n == t.numel():
+        return None
+    got = f"{n} x {_BY_CODE[code]}" if code in _BY_CODE else f"dtype code {code}"
+    return f"collective: recv: the message holds {got}, the tensor {t.numel()} x {t.dtype}"
+
+
+class _Ask:
+    """A receive the inbox matches: from src (None: any rank) with tag, into t; once
+    matched, the sender and the request its tensor arrives by (into t, or into buf, a
+    message that came before it was asked for)."""
+
+    def __init__(self, inbox, src, tag, t):
+        self.inbox, self.src, self.tag, self.t = inbox, src, tag, t
+        self.came = threading.Event()
+        self.source, self.req, self.buf, self.error = -1, None, None, None
+
+    def wants(self, peer, tag):
+        return self.src in (None, peer) and self.tag == tag
+
+    def found(self, source, req, buf=None, error=None):
+        self.source, self.req, self.buf, self.error = source, req, buf, error
+        self.came.set()
+
+    def test(self):
+        return self.came.is_set() and (self.req is None or self.req.test())
+
+    def wait(self):
+        """Waits for a message, within the group's timeout (as Gloo), then its tensor."""
+        ms = self.inbox.ms
+        if not self.came.wait(ms / 1000 if ms else None) and self.inbox.withdraw(self):
+            whom = "any source" if self.src is None else f"rank {self.src}"
+            raise RuntimeError(f"collective: recv from {whom} (tag {self.tag}): no message "
+                               f"came in {ms} ms")
+        self.came.wait()
+        if self.req is not None:
+            self.req.wait()
+        if self.error:
+            raise RuntimeError(self.error)
+        if self.buf is not None:
+            self.t.copy_(self.buf)
+            self.buf = None
+
+
+class _Inbox:
+    """Receives matched by the senders' headers: those from any source, and those from a
+    rank whose next header it already listens for (messages come in order per peer: once
+    a header receive is posted to a rank, that rank's later messages pass through here).
+    A thread polls the posted header receives while any are posted (coll_test: a receive
+    never waited for does not time out, so one posted to a rank that sends nothing more
+    is harmless). A message no receive has asked for yet is taken into a buffer of its
+    own; a receive takes the first message with its tag, as Gloo's do."""
+
+    def __init__(self, comm, timeout_ms):
+        self.comm, self.ms = comm, timeout_ms
+        self.mu = threading.Lock()
+        self.wake = threading.Condition(self.mu)
+        self.heads = {}  # peer -> (header tensor, its request), posted
+        self.early = []  # (peer, tag, buffer, request): came before a receive asked
+        self.asks = []  # _Ask, in the order asked
+        self.thread, self.closed = None, False
+
+    def receive(self, src, tag, t, direct):
+        """An _Ask for the message, or direct() when nothing of src's passes through
+        here (called with the lock held: the inbox posts nothing to src meanwhile)."""
+        with self.mu:
+            if self.closed:
+                raise RuntimeError("collective: recv: the process group was shut down")
+            if src is not None and src not in self.heads and all(e[0] != src for e in self.early):
+                return direct()
+            ask = _Ask(self, src, tag, t)
+            for e in self.early:
+                if ask.wants(e[0], e[1]):
+                    self.early.remove(e)
+                    ask.found(e[0], e[3], e[2], _misfit(t, e[2].numel(), _dtype(e[2])))
+                    return ask
+            self.asks.append(ask)
+            self._listen(range(self.comm.size) if src is None else [src])
+            return ask
+
+    def withdraw(self, ask):
+        """Takes back an ask nothing matched yet; False if something did."""
+        with self.mu:
+            if ask in self.asks:
+                self.asks.remove(ask)
+                return True
+            return False
+
+    def close(self):
+        """Fails the asks still waiting; the group's close aborts the posted receives."""
+        with self.mu:
+            self.closed = True
+            for ask in self.asks:
+                ask.found(-1, None, error="collective: recv: the process group was shut down")
+            self.asks = []
+            self.wake.notify_all()
+
+    def _listen(self, peers):
+        for p in peers:
+            if p != self.comm.rank and p not in self.heads:
+                head = torch.empty(_HEADER, dtype=torch.int64)
+                self.heads[p] = head, self.comm._run("recv", True, _head_args(head, p), (head,))
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._poll, daemon=True,
+                                           name="collective-inbox")
+            self.thread.start()
+        self.wake.notify_all()
+
+    def _poll(self):
+        pause = _PAUSE[0]
+        with self.mu:
+            while self.heads and not self.closed:
+                came = [p for p in list(self.heads) if self._look(p)]
+                # Quick while receives wait, slower while only leftover headers are posted.
+                pause = _PAUSE[0] if came else min(2 * pause, _PAUSE[1 if self.asks else 2])
+                self.wake.wait(pause)
+            self.thread = None
+
+    def _look(self, p):
+        """Whether p's header came (then it is dealt with)."""
+        head, req = self.heads[p]
+        try:
+            if not req.test():
+                return False
+            del self.heads[p]
+            self._arrived(p, *head.tolist())
+        except (collective.CollectiveError, RuntimeError) as e:
+            self.heads.pop(p, None)
+            for ask in [a for a in self.asks if a.src in (None, p)]:
+                self.asks.remove(ask)
+                ask.found(p, None, error=str(e))
+        return True
+
+    def _arrived(self, p, tag, n, code):
+        """p's header: its tensor goes to the first ask that wants it, or to a buffer."""
+        if code not in _BY_CODE or n < 0:
+            raise RuntimeError(f"collective: recv: rank {p} sent a header this backend "
+                               f"did not write: {[tag, n, code]}")
+        ask = next((a for a in self.asks if a.wants(p, tag)), None)
+        misfit = _misfit(ask.t, n, code) if ask else None
+        into = ask.t if ask and not misfit else torch.empty(n, dtype=_BY_CODE[code])
+        req = self.comm._run("recv", True, (_ptr(into), n, code, p, tag), (into,))
+        if ask:
+            self.asks.remove(ask)
+            ask.found(p, req, error=misfit)
+        else:
+            self.early.append((p, tag, into, req))
+        if any(a.src in (None, p) for a in self.asks):
+            self._listen([p])
+
+
+_PAUSE = (20e-6, 1e-3, 20e-3)  # seconds between looks: after an arrival, longest while
+#                                receives wait, longest otherwise
+
+
 class _PyWork(dist._Work):
     """The work handed to torch.distributed's Python functions, which wait through
     Python: wait() ends the operation on the caller's thread (no hand-off) and raises its
@@ -178,10 +352,11 @@ class _PyWork(dist._Work):
     get_future() returns at once a future the completer settles, so a communication hook
     (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass."""
 
-    def __init__(self, completer, req, after, result):
+    def __init__(self, completer, req, after, result, source=-1):
         super().__init__()
         self._completer, self._lock = completer, threading.Lock()
         self._req, self._after, self._result, self._fut = req, after, result, None
+        self._source = source
 
     def _take(self, hand_off):
         """The operation's future. The first call hands the operation to the completer
@@ -226,6 +401,12 @@ class _PyWork(dist._Work):
     def get_future(self):
         return self._take(True)
 
+    def source_rank(self):
+        """A receive's sender (from any source: -1 until its message came), as Gloo's."""
+        return self._source if isinstance(self._source, int) else self._source.source
+
+    _source_rank = source_rank  # what torch's dist.recv asks
+
 
 def _torch_caller():
     """The frame of torch's Python API (distributed_c10d.py) that called the backend, or
@@ -253,9 +434,11 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self.store, self.timeout_ms = _Store(store), ms
         self.comm = collective.Communicator(self.store, rank, size, timeout_ms=ms)
         self.completer = _Completer()
+        self.inbox, self._sending = _Inbox(self.comm, ms), threading.Lock()
         self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
 
     def __del__(self):
+        self.inbox.close()
         self.completer.stop()
         self.comm.close()
 
@@ -290,9 +473,14 @@ class ProcessGroupCollective(dist.ProcessGroup):
         caller = _torch_caller()
         if caller is not None and caller.f_locals.get("async_op") is False:
             return self._now(name, args, keep, after, result)
-        req = self.comm._run(name, True, args, keep)
+        return self._work(self.comm._run(name, True, args, keep), after, result, caller)
+
+    def _work(self, req, after, result, caller, source=-1):
+        """The work over req (a library request, or anything with wait() and test()):
+        a _PyWork for torch's Python API, else a work over a future the completer
+        settles. source: a receive's sender (an _Ask's while it is not known yet)."""
         if caller is not None:
-            return _PyWork(self.completer, req, after, result)
+            return _PyWork(self.completer, req, after, result, source)
         return _c10d._create_work_from_future(self.completer.add(req, after, result))
 
     def _now(self, name, args, keep, after, result):
@@ -515,20 +703,46 @@ class ProcessGroupCollective(dist.ProcessGroup):
             time.sleep(0.01)
         return absent if all_of_them else absent[:1]
 
+    # Each send is a header (_HEADER: its tag, elements and dtype) then the tensor, so a
+    # receive from any source learns from the header who sent what: the library matches
+    # messages in order per peer and has no receive from any source.
     def send(self, tensors, dst, tag=0):
         self._peer("send", dst, "destination")
         t, _ = _flat(_one("send", tensors, "tensor"))
         tag = collective._int(tag, "tag", collective.TAG_RANGE)
-        return self._start("send", (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,), None, tensors)
+        head = _header(tag, t)
+        with self._sending:  # one send's header and tensor side by side on the link
+            h = self.comm._run("send", True, _head_args(head, dst), (head,))
+            req = self.comm._run("send", True, (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,))
+        return self._p2p(req, h.wait, tensors, dst)
 
     def recv(self, tensors, src, tag=0):
         self._peer("recv", src, "source")
-        t, back = _flat(_one("recv", tensors, "tensor"))
-        tag = collective._int(tag, "tag", collective.TAG_RANGE)
-        return self._start("recv", (_ptr(t), t.numel(), _dtype(t), src, tag), (t,), back, tensors)
+        return self._receive(tensors, src, tag)
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("collective: receives name their source (no ANY_SOURCE)")
+        """The first message with this tag from any rank, as Gloo's: the work's
+        source_rank() says whose (dist.recv(t) returns it)."""
+        return self._receive(tensors, None, tag)
+
+    def _receive(self, tensors, src, tag):
+        t, back = _flat(_one("recv", tensors, "tensor"))
+        dt = _dtype(t)
+        tag = collective._int(tag, "tag", collective.TAG_RANGE)
+        head = torch.empty(_HEADER, dtype=torch.int64)
+
+        def direct():  # the inbox holds nothing of src's: its header and tensor, in order
+            h = self.comm._run("recv", True, _head_args(head, src), (head,))
+            return h, self.comm._run("recv", True, (_ptr(t), t.numel(), dt, src, tag), (t,))
+        got = self.inbox.receive(src, tag, t, direct)
+        if isinstance(got, _Ask):
+            return self._p2p(got, back, tensors, got)
+        h, req = got
+        return self._p2p(req, _then(h.wait, back), tensors, src)
+
+    def _p2p(self, req, after, result, source):
+        self._seq += 1
+        return self._work(req, after, result, _torch_caller(), source)
 
     # What Gloo checks before it sends anything (ProcessGroupGloo.cpp, torch 1.13), checked
     # here on the calling rank before anything is sent, with the same kind of sentence:

@@ -571,6 +571,49 @@ def p2p_batch(r, n, where):
         assert torch.equal(got[1], torch.full((2,), right, dtype=torch.int64)), got
 
 
+def any_source(r, n, where):
+    """Receives from any source (dist.recv without src, irecv's work.source_rank()) as
+    Gloo's: rank 0 takes each rank's tag-7 messages in whatever order they come, with a
+    tag-5 message from each one sent before them, read after them by source; a receive
+    from any source that nothing matches fails within the group's timeout."""
+    g = init(r, n, where, timeout_s=3)
+    got = {}
+    for name, pg in (("ours", None), ("gloo", g)):
+        if r > 0:  # Gloo's send waits for its receive: isend, or the tag 5 would block
+            sent = [dist.isend(torch.full((2,), 10.0 * r), 0, group=pg, tag=5),
+                    dist.isend(torch.full((3,), float(r)), 0, group=pg, tag=7),
+                    dist.isend(torch.full((3,), 100.0 + r), 0, group=pg, tag=7)]
+            for w in sent:
+                w.wait()
+        else:
+            seen = []
+            for _ in range(n - 1):
+                t = torch.zeros(3)
+                src = dist.recv(t, group=pg, tag=7)
+                seen.append((src, t.tolist()))
+            for p in range(1, n):
+                t = torch.zeros(2)
+                assert dist.recv(t, p, group=pg, tag=5) == p and t.tolist() == [10.0 * p] * 2, t
+            for _ in range(n - 1):
+                t = torch.zeros(3)
+                w = dist.irecv(t, group=pg, tag=7)
+                w.wait()
+                seen.append((w._source_rank(), t.tolist()))
+            got[name] = sorted(seen)
+        dist.barrier(group=pg)
+    if r == 0:
+        want = sorted([(p, [float(p)] * 3) for p in range(1, n)] +
+                      [(p, [100.0 + p] * 3) for p in range(1, n)])
+        assert got["ours"] == got["gloo"] == want, got
+    t0 = time.time()  # every rank at once: a barrier would wait out a late rank's timeout
+    raises(lambda: dist.recv(torch.zeros(1), tag=9), "no message came in 3000 ms")
+    assert time.time() - t0 < 5, time.time() - t0
+    dist.barrier()
+    t = torch.zeros(4)
+    dist.all_reduce(t.fill_(1.0))
+    assert torch.equal(t, torch.full((4,), float(n))), t
+
+
 def sequence_numbers(r, n, where):
     """Each group counts the operations issued on it as torch 2.x's Gloo does."""
     g = init(r, n, where)
@@ -650,6 +693,7 @@ def main():
     for n in (2, 3):
         bad += ranks.check(reductions, n, "AVG, PREMUL_SUM and the coalesced forms")
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
+        bad += ranks.check(any_source, n, "receives from any source against gloo")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
             bad += ranks.check(functional, n, "functional collectives against gloo")
