@@ -374,6 +374,16 @@ class _PyWork(dist._Work):
         return fut
 
     def wait(self, timeout=None):
+        """Ends the operation and raises its error. With a timeout (a timedelta; zero or
+        None: none) that passes first, a RuntimeError as Gloo's ("timed out"), the
+        operation going on: it is handed to the completer, and a later wait sees it end."""
+        limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+        if limit:
+            ended = threading.Event()
+            self._take(True).add_done_callback(lambda _: ended.set())
+            if not ended.wait(limit):
+                raise RuntimeError(f"collective: wait: the operation timed out after "
+                                   f"{int(limit * 1000)} ms (it goes on)")
         self._take(False).wait()
         return True
 

@@ -614,6 +614,31 @@ def any_source(r, n, where):
     assert torch.equal(t, torch.full((4,), float(n))), t
 
 
+def work_objects(r, n, where):
+    """An async work's methods as Gloo's: with rank 1 a second late, rank 0's work is not
+    completed, wait(timeout) raises after the timeout (the operation going on: ours
+    ignored it and waited for the end), and then wait(), is_completed, is_success,
+    result() and get_future() give the same as Gloo's."""
+    import datetime
+    g = init(r, n, where)
+    seen = {}
+    for name, pg in (("ours", None), ("gloo", g)):
+        dist.barrier(group=pg)
+        if r == 1:
+            time.sleep(1.0)
+        w = dist.all_reduce(torch.full((3,), r + 1.0), group=pg, async_op=True)
+        if r == 0:
+            assert not w.is_completed(), name
+            t0 = time.time()
+            raises(lambda: w.wait(datetime.timedelta(milliseconds=200)), "timed out")
+            assert time.time() - t0 < 0.7, (name, time.time() - t0)
+        assert w.wait() is True and w.is_completed() and w.is_success(), name
+        seen[name] = [w.result()[0].tolist(), w.get_future().wait()[0].tolist()]
+        assert w.wait(datetime.timedelta(seconds=5)) is True, name
+    want = [float(n * (n + 1) // 2)] * 3
+    assert seen["ours"] == seen["gloo"] == [want, want], seen
+
+
 def sequence_numbers(r, n, where):
     """Each group counts the operations issued on it as torch 2.x's Gloo does."""
     g = init(r, n, where)
@@ -694,6 +719,7 @@ def main():
         bad += ranks.check(reductions, n, "AVG, PREMUL_SUM and the coalesced forms")
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
         bad += ranks.check(any_source, n, "receives from any source against gloo")
+        bad += ranks.check(work_objects, n, "work objects' methods against gloo")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
             bad += ranks.check(functional, n, "functional collectives against gloo")
