@@ -65,7 +65,8 @@ static int runs(const coll_comm *c, const cl_algo *a, const cl_op *op)
 int cl_algo_name_valid(const char *name)
 {
     const cl_algo *a = cl_algo_named(name);
-    return a && (a->serves & CL_SERVES(CL_ALLREDUCE));
+    /* codec's runs whenever a codec is on and never without one: nothing to force */
+    return a && a != &cl_algo_codec && (a->serves & CL_SERVES(CL_ALLREDUCE));
 }
 
 /* COLL_ALGO names an all-reduce algorithm; it forces the other collectives it serves too
