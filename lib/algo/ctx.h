@@ -44,12 +44,16 @@ typedef struct cl_spin_tune {
  * farewell that names the cause) and wakes its waiters. */
 typedef struct cl_fail_hooks {
     void *owner;
-    /* The failure begins at `rank` with `status`, not here (say before fail()). */
-    void (*blame)(void *owner, int rank, int status);
+    /* The failure begins at `rank` with `status`, not here (say before fail()); silent_ms
+     * > 0: the heartbeat found that rank silent this long (core/beat.c). */
+    void (*blame)(void *owner, int rank, int status, int silent_ms);
     void (*fail)(void *owner, int status, const char *msg);
     /* The communicator rank a farewell names (its count), -1 for none of ours. */
     int (*wire_rank)(void *owner, uint64_t r);
 } cl_fail_hooks;
+
+/* How every rank words a rank the heartbeat found silent: its rank, then seconds. */
+#define CL_SILENT_FMT "rank %d has not answered for %.1f s (stopped or wedged?)"
 
 /* Where an algorithm finds its links: opened on first use, not all at init. */
 typedef struct cl_link_hooks {

@@ -6,6 +6,7 @@
 #include "base/util.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 
 int cl_algo_fail(const cl_algo_ctx *x, int status, const char *fmt, ...)
@@ -21,7 +22,7 @@ int cl_algo_fail(const cl_algo_ctx *x, int status, const char *fmt, ...)
 
 void cl_algo_blame(const cl_algo_ctx *x, int rank, int status)
 {
-    x->fail.blame(x->fail.owner, cl_rank_of(x, rank), status);
+    x->fail.blame(x->fail.owner, cl_rank_of(x, rank), status, 0);
 }
 
 int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, uint32_t seq)
@@ -35,7 +36,12 @@ int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, 
                status == COLL_ESYS || status == COLL_ESTATE || status == COLL_EINVAL ||
                status == COLL_ENOTSUP;
     int rank = x->fail.wire_rank(x->fail.owner, h->count);
-    x->fail.blame(x->fail.owner, rank, status);
+    /* A rank the heartbeat found silent did not fail: it stopped answering. */
+    int silent = status == COLL_EPEER ? (int)CL_MIN(h->unit, INT32_MAX) : 0;
+    x->fail.blame(x->fail.owner, rank, status, silent);
+    if (silent)
+        return cl_algo_fail(x, COLL_EPEER, "rank %d %s #%u: " CL_SILENT_FMT, cl_rank_of(x, x->rank),
+                            what, seq, rank, silent / 1000.0);
     return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %d failed (%s, #%u)",
                         cl_rank_of(x, x->rank), what, seq, rank, coll_strerror(status), h->seq);
 }

@@ -18,6 +18,7 @@
 /* Everything c holds; its transport only when it is its own (not a family member's). */
 static void free_all(coll_comm *c, int own_transport)
 {
+    cl_beat_close(c); /* its thread may be failing c */
     if (c->rdzv) /* first: its thread may be failing c */
         cl_store_server_stop(c->rdzv);
     if (c->listener && own_transport)
@@ -167,6 +168,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
+    if ((rc = cl_beat_open(c, mine->beat)) != COLL_OK)
+        goto fail;
     if (l && (rc = open_transport(c, cfg, l, mine)) != COLL_OK)
         goto fail;
     *out = c;
@@ -217,6 +220,8 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     count_local(c, cards);
     fd_room(c);
     int rc = cl_topo_order(c, cards);
+    if (rc == COLL_OK)
+        rc = cl_beat_start(c, cards);
     if (rc == COLL_OK) {
         cl_topo_contexts(c);
         rc = cl_link_start(c, l, cards);

@@ -9,6 +9,7 @@
 
 #include "algo/algo.h"
 #include "base/lock.h"
+#include "core/beat.h"
 #include "core/life.h"
 #include "rdzv/store.h"
 #include "transports/transport.h"
@@ -108,6 +109,7 @@ struct coll_comm {
     char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */
     uint32_t shrinks;                   /* coll_shrink calls on this communicator */
+    struct cl_beat *beat;               /* heartbeats to and from every rank (beat.h) */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
     cl_topo topo;                       /* hosts, the ring in host order, hier's sub-rings */
 
@@ -127,6 +129,7 @@ struct coll_comm {
 
     int status;                   /* first failure, sticky */
     int cause_rank, cause_status; /* where the failure began, passed on in the farewell */
+    int cause_silent_ms;          /* > 0: the heartbeat found cause_rank silent this long */
     cl_msg_hdr bye; /* the farewell: a send still posted may read it until destroy */
     atomic_int aborted;
     /* The thread inside a blocking collective (its tag, args.c), 0 when none. */
@@ -162,6 +165,7 @@ typedef struct cl_card {
     uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
     uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
+    uint8_t beat[CL_BEAT_ADDR];    /* where its heartbeats come from (beat.h) */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet
@@ -193,6 +197,9 @@ void cl_comm_close_links(coll_comm *c, int status);
 int cl_comm_no_memory(coll_comm *c, const char *fn);
 /* Before cl_comm_fail: the failure began at `rank` with `status`, not here. */
 void cl_comm_blame(coll_comm *c, int rank, int status);
+/* Before cl_comm_fail: the failure began at `rank`, which has not answered for silent_ms
+ * (the heartbeat, beat.c); the farewell says so. */
+void cl_comm_blame_silent(coll_comm *c, int rank, int silent_ms);
 /* Where the communicator's algorithms report failures: cl_comm_fail and cl_comm_blame. */
 cl_fail_hooks cl_comm_hooks(coll_comm *c);
 /* COLL_OK, or what a new or queued operation must return on a failed communicator. */

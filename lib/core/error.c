@@ -55,7 +55,7 @@ void cl_comm_cause(coll_comm *c, int *rank, int *status)
 void cl_comm_close_links(coll_comm *c, int status)
 {
     pthread_mutex_lock(&c->mu);
-    int cause_rank = c->cause_rank, cause_status = c->cause_status;
+    int cause_rank = c->cause_rank, cause_status = c->cause_status, silent = c->cause_silent_ms;
     uint32_t seq = cl_engine_issued(c);
     pthread_mutex_unlock(&c->mu);
     /* Closing every link makes the failure reach every peer within one timeout; the
@@ -63,6 +63,7 @@ void cl_comm_close_links(coll_comm *c, int status)
     c->bye = (cl_msg_hdr){.magic = CL_MSG_MAGIC,
                           .coll = CL_FAREWELL,
                           .seq = seq,
+                          .unit = (uint32_t)silent, /* 0 but for a silent rank */
                           .tag = (uint32_t)-cause_status,
                           .count = (uint64_t)cause_rank};
     cl_link_spread(c, &c->bye);
@@ -99,14 +100,25 @@ int cl_comm_no_memory(coll_comm *c, const char *fn)
     return COLL_ENOMEM;
 }
 
-void cl_comm_blame(coll_comm *c, int rank, int status)
+static void blame(coll_comm *c, int rank, int status, int silent_ms)
 {
     pthread_mutex_lock(&c->mu);
     if (c->status == COLL_OK && c->cause_status == COLL_OK) {
         c->cause_rank = rank;
         c->cause_status = status;
+        c->cause_silent_ms = silent_ms;
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+void cl_comm_blame(coll_comm *c, int rank, int status)
+{
+    blame(c, rank, status, 0);
+}
+
+void cl_comm_blame_silent(coll_comm *c, int rank, int silent_ms)
+{
+    blame(c, rank, COLL_EPEER, silent_ms);
 }
 
 int cl_comm_state(coll_comm *c)
@@ -123,9 +135,9 @@ static void hook_fail(void *owner, int status, const char *msg)
     fail_msg(owner, status, msg);
 }
 
-static void hook_blame(void *owner, int rank, int status)
+static void hook_blame(void *owner, int rank, int status, int silent_ms)
 {
-    cl_comm_blame(owner, rank, status);
+    blame(owner, rank, status, silent_ms);
 }
 
 /* A farewell names its rank in the numbering of the links' owner (family.h). */

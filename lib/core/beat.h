@@ -1,0 +1,27 @@
+/* Heartbeats between the ranks of a communicator, from a thread of the library's own
+ * (beat.c): what finds a rank that is stopped (SIGSTOP, a debugger) or wedged, which
+ * keeps its sockets open while its kernel acknowledges TCP for it. */
+#ifndef CL_BEAT_H
+#define CL_BEAT_H
+
+#include "collective.h"
+
+#include <stdint.h>
+
+/* Room in a card for the heartbeat's address (a struct sockaddr_in or sockaddr_in6). */
+#define CL_BEAT_ADDR 32
+
+struct cl_card;
+typedef struct cl_beat cl_beat;
+
+/* Opens c's heartbeat socket at its lifeline's address (c->life open) and writes that
+ * address to addr, for c's card. */
+int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR]);
+/* Once c is placed (rank, size, id, job) and every rank's card is known: beats to every
+ * rank and watches them, on a thread of its own, until cl_beat_close. */
+int cl_beat_start(coll_comm *c, const struct cl_card *cards);
+/* Stops the thread, tells every rank that this one leaves (no longer to be watched),
+ * and frees what cl_beat_open and cl_beat_start made. Nothing when c has no beat. */
+void cl_beat_close(coll_comm *c);
+
+#endif
