@@ -87,8 +87,11 @@ typedef struct coll_config {
      * issue order, which every rank must keep, and one's failure or abort fails them all.
      * 0: $COLL_SPLIT_SHARE, else 0 (independent splits). */
     int split_share;
+    /* Collectives the flight recorder keeps per communicator (coll_recorder_read): 0:
+     * $COLL_RECORDER_OPS, else 64; negative: none (the recorder is off). */
+    int recorder_ops;
 } coll_config;
-#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0, 0, 0 }
+#define COLL_CONFIG_INIT { sizeof(coll_config), NULL, NULL, 0, COLL_CODEC_NONE, 0, 0, 0, 0 }
 
 /* A short English description of a status code; never NULL. */
 COLL_API const char *coll_strerror(int status);
@@ -363,6 +366,43 @@ COLL_API void coll_reset_stats(coll_comm *comm);
  * accounting next to coll_get_stats' wire_tx (which adds 32-byte headers). 0 for a NULL
  * communicator or an invalid dtype. */
 COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, coll_dtype dt);
+
+/* The flight recorder: each communicator keeps its last few collectives (coll_config.
+ * recorder_ops, $COLL_RECORDER_OPS; default 64, 0 turns it off), cheap enough to leave
+ * on. Where $COLL_RECORDER_DIR names a directory (made if missing), each rank writes them
+ * there as JSON, coll-recorder-<job>-<communicator>-<rank>.json, when a collective fails
+ * or times out (once per communicator), and on the signal $COLL_RECORDER_SIGNAL names
+ * (USR1, USR2 or a number: the one case where the library installs a signal handler;
+ * the handler only wakes a library thread, which writes every communicator's file).
+ * A file that cannot be written is a warning in the log, never a failed collective.
+ * tools/coll_analyze.py merges the ranks' files and names the rank that differs. */
+typedef enum { COLL_REC_QUEUED, COLL_REC_RUNNING, COLL_REC_DONE,
+               COLL_REC_FAILED } coll_rec_state;
+typedef struct coll_record {
+    uint32_t seq;          /* the collective's number on comm, 1, 2 ... in issue order */
+    const char *kind;      /* "allreduce", "broadcast", ... (the library's own strings) */
+    size_t count;          /* elements as the call gave them (0 for the uneven forms) */
+    coll_dtype dtype;
+    coll_op op;            /* the reduction (COLL_SUM where the collective has none) */
+    int root;              /* broadcast, reduce, gather, scatter; -1 for the others */
+    coll_codec codec;      /* on the wire */
+    const char *algo;      /* the algorithm that ran it ("ring", "tree" ...); "" until then */
+    coll_rec_state state;
+    int status;            /* COLL_OK, or what it failed with */
+    /* CLOCK_MONOTONIC in microseconds; 0: not yet. */
+    int64_t issued_us, started_us, ended_us;
+    uint64_t bytes;        /* this rank's bytes on the wire for it so far, both ways, headers
+                            * included */
+    int64_t progress_us;   /* when it last moved a byte, to within the library's spin
+                            * (about 100 us): its end once done; 0: not started */
+} coll_record;
+/* Copies the newest min(max, kept) records of comm into out, oldest first; returns how
+ * many (0 when the recorder is off), or COLL_EINVAL. Any thread, while operations run. */
+COLL_API int coll_recorder_read(const coll_comm *comm, coll_record *out, int max);
+/* Writes comm's records as JSON to path (NULL: its file in $COLL_RECORDER_DIR, else in
+ * the current directory). COLL_ENOTSUP when the recorder is off, COLL_ESYS (and a
+ * warning) when the file cannot be written; comm stays as it was either way. */
+COLL_API int coll_recorder_dump(coll_comm *comm, const char *path);
 
 typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,
                COLL_LOG_TRACE } coll_log_level;

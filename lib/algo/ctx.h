@@ -40,6 +40,13 @@ typedef struct cl_spin_tune {
     _Atomic int calm;  /* waits since one last slept */
 } cl_spin_tune;
 
+/* Where a pass notes that it ran out of work and began to wait: the time (ms) and the
+ * running collective's bytes then (the flight recorder's last progress, record.h). */
+typedef struct cl_stall {
+    _Atomic int64_t since_ms;
+    atomic_uint_least64_t bytes;
+} cl_stall;
+
 /* Where a failure goes: the owner records the first one, closes every link (sending the
  * farewell that names the cause) and wakes its waiters. */
 typedef struct cl_fail_hooks {
@@ -100,7 +107,21 @@ typedef struct cl_algo_ctx {
     atomic_int *aborted;                      /* set by coll_abort */
     cl_spin_tune *spin;
     cl_fail_hooks fail;
+    cl_stall *stall; /* NULL: nobody records where a wait began */
 } cl_algo_ctx;
+
+/* A wait begins at now_ms with no progress since the last one: noted only on the way
+ * to sleep, never on a poll that found work. */
+static inline void cl_stall_note(const cl_algo_ctx *x, int64_t now_ms)
+{
+    if (!x->stall)
+        return;
+    atomic_store_explicit(&x->stall->bytes,
+                          atomic_load_explicit(x->wire_tx, memory_order_relaxed) +
+                              atomic_load_explicit(x->wire_rx, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&x->stall->since_ms, now_ms, memory_order_release);
+}
 
 /* The communicator's rank at position v, for messages and blame. */
 static inline int cl_rank_of(const cl_algo_ctx *x, int v)

@@ -453,8 +453,10 @@ static int step(flight *fs, int n, cl_spin *spin, int64_t *deadline)
     if (cl_spin_poll(spin))
         return COLL_OK;
     int64_t now = cl_now_ms();
-    if (!*deadline)
+    if (!*deadline) {
         *deadline = now + x->timeout_ms;
+        cl_stall_note(x, now);
+    }
     if (now >= *deadline)
         return timed_out(waiting);
     /* Not every listener signals a connection: a link on its way is looked for often. */

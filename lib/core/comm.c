@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
+#include "core/record.h"
 #include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 /* Everything c holds; its transport only when it is its own (not a family member's). */
 static void free_all(coll_comm *c, int own_transport)
 {
+    cl_rec_close(c); /* first: a signal's dump may be reading c */
     cl_beat_close(c); /* its thread may be failing c */
     if (c->rdzv) /* first: its thread may be failing c */
         cl_store_server_stop(c->rdzv);
@@ -95,7 +97,8 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .quick = &c->ran.quick,
                          .aborted = &c->aborted,
                          .spin = &c->spin,
-                         .fail = cl_comm_hooks(c)};
+                         .fail = cl_comm_hooks(c),
+                         .stall = cl_rec_stall(c)};
 }
 
 /* c's transport context and listener (*l); a shared split has none of its own. */
@@ -165,6 +168,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     if (cl_auth_nonce(c->nonce, sizeof(c->nonce)) != 0)
         goto fail;
     memcpy(mine->nonce, c->nonce, sizeof(c->nonce));
+    if ((rc = cl_rec_open(c, &cfg->rec, cfg->job)) != COLL_OK)
+        goto fail;
     if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
         goto fail;
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
@@ -276,7 +281,8 @@ cl_config cl_comm_config(const coll_comm *c)
                      .net_alpha_s = c->net_alpha_s,
                      .net_beta_s = c->net_beta_s,
                      .net_given = 1,
-                     .share = c->split_share};
+                     .share = c->split_share,
+                     .rec = cl_rec_config_of(c)};
     memcpy(cfg.key, c->key, sizeof(cfg.key));
     return cfg;
 }

@@ -153,6 +153,8 @@ struct coll_comm {
         atomic_uint_least64_t quick; /* messages sent or taken on the fast path */
     } ran;
 
+    struct cl_rec *rec; /* the flight recorder (record.h), NULL when off */
+
     cl_buf scratch; /* the running collective's (see busy) */
     cl_buf staging; /* the running pass's receive and send slots */
 };

@@ -3,6 +3,7 @@
 #include "core/config.h"
 
 #include "core/comm.h"
+#include "core/record.h"
 
 #include "base/bind.h"
 #include "base/log.h"
@@ -175,6 +176,9 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
     /* Only launchers place ranks, but a bad value must not pass unseen under them. */
     if (cl_bind_parse(getenv("COLL_BIND"), err, errlen) < 0)
         return COLL_EINVAL;
+    int rc = cl_rec_configure(&u, &out->rec, err, errlen);
+    if (rc != COLL_OK)
+        return rc;
     const char *secret = getenv("COLL_SECRET");
     out->keyed = secret != NULL;
     if (secret && cl_auth_key(secret, out->key) != 0) {

@@ -21,6 +21,16 @@
 #define CL_DEFAULT_NET_GBPS 25
 #define CL_JOB_NAME 64
 
+/* The flight recorder's settings (record.c): entries kept per communicator (0: off), the
+ * directory its files go to (NULL: none on failure or signal), the signal that asks for
+ * them (0: none) and the job's name in their names (NULL: cl_config.job). */
+typedef struct cl_rec_config {
+    int ops;
+    const char *dir;
+    int signal;
+    const char *job;
+} cl_rec_config;
+
 typedef struct cl_config {
     const cl_transport *transport;
     const char *device; /* NULL: transport's own choice */
@@ -41,6 +51,7 @@ typedef struct cl_config {
      * none did) and the variable it came from: two jobs at one rendezvous never mix. */
     char job[CL_JOB_NAME];
     const char *job_from;
+    cl_rec_config rec;
 } cl_config;
 
 int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out, char *err,

@@ -7,6 +7,7 @@
  * receive never queues behind a send. The members of a family that shares links
  * (family.h) run their collectives in their turns, in issue order across the family. */
 #include "core/comm.h"
+#include "core/record.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -51,6 +52,7 @@ static int run_one(coll_comm *c, coll_req *r)
     if (!a) /* api.c refuses an operation no algorithm runs: never here */
         return COLL_ENOTSUP;
     cl_tell_choice(c, a, &r->op);
+    cl_rec_start(c, &r->op, a->name);
     int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
     uint64_t quick = t0 ? atomic_load(&c->ran.quick) : 0;
     int rc = a->run(cl_topo_ctx(c, a, &r->op), &r->op);
@@ -157,6 +159,7 @@ static void run(coll_comm *c, coll_req *r, int by_caller)
     cl_buf_settle(&c->staging, CL_KEEP_BYTES);
     if (r->ticket)
         cl_family_done(c, r->ticket);
+    cl_rec_end(c, &r->op, rc);
     finish(c, r, rc, by_caller);
 }
 
@@ -189,6 +192,7 @@ void cl_engine_submit(coll_comm *c, coll_req *r)
 {
     pthread_mutex_lock(&c->mu);
     gate_move(c, 0, GATE_ISSUE, GATE_QUEUED, 0, &r->op.seq);
+    cl_rec_issue(c, &r->op, 0);
     r->ticket = c->fam ? cl_family_ticket(c) : 0;
     r->next = NULL;
     if (c->qtail)
@@ -218,6 +222,7 @@ int cl_engine_call(coll_comm *c, coll_req *r)
         pthread_mutex_unlock(&c->mu);
     }
     if (here) {
+        cl_rec_issue(c, &r->op, 1);
         run(c, r, 1);
         return r->status;
     }

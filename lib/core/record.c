@@ -1,0 +1,461 @@
+/* The flight recorder: each communicator's last few collectives (record.h), read through
+ * coll_recorder_read and written as one JSON file per rank and communicator when a
+ * collective fails, on coll_recorder_dump, or on the signal the user names. What it must
+ * never do: slow a collective down (the hooks are record.h's few stores), or fail one: a
+ * file that cannot be written is a warning. */
+#include "core/record.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "kernels/codec.h"
+#include "kernels/reduce.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+/* ---- the clock ---------------------------------------------------------------------- */
+
+int cl_rec_tsc;
+static double ticks_per_us = 1000.0; /* nanoseconds, unless the TSC is used */
+static uint64_t base_tick;
+static int64_t base_us;
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+
+/* An invariant TSC (cpuid 0x80000007, EDX bit 8) ticks at one rate on every core, in
+ * every power state: a read costs a third of clock_gettime's, which counts against an
+ * 8-byte all-reduce of a microsecond. Its rate is measured once, over 2 ms, against
+ * CLOCK_MONOTONIC, and refined by the longer interval at each conversion. */
+static void clock_setup(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    cl_rec_tsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
+#endif
+    base_tick = cl_rec_clock();
+    base_us = cl_now_us();
+    if (!cl_rec_tsc)
+        return;
+    int64_t until = base_us + 2000, now;
+    while ((now = cl_now_us()) < until)
+        ;
+    ticks_per_us = (double)(cl_rec_clock() - base_tick) / (double)(now - base_us);
+}
+
+/* Ticks as CLOCK_MONOTONIC microseconds (0 stays 0: not yet). */
+static int64_t to_us(uint64_t t)
+{
+    if (!t)
+        return 0;
+    double rate = ticks_per_us;
+    int64_t now_us = cl_now_us();
+    uint64_t now_tick = cl_rec_clock();
+    if (cl_rec_tsc && now_us - base_us > 1000000) /* a longer interval measures it better */
+        rate = (double)(now_tick - base_tick) / (double)(now_us - base_us);
+    return base_us + (int64_t)((double)(int64_t)(t - base_tick) / rate);
+}
+
+/* ---- configuration and life --------------------------------------------------------- */
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static cl_rec *live; /* every open recorder: the signal's dump writes them all */
+
+static int parse_signal(const char *v, int *sig)
+{
+    long n;
+    if (!strcmp(v, "USR1") || !strcmp(v, "SIGUSR1"))
+        *sig = SIGUSR1;
+    else if (!strcmp(v, "USR2") || !strcmp(v, "SIGUSR2"))
+        *sig = SIGUSR2;
+    else if (cl_parse_long(v, 1, SIGRTMAX, &n) == 0 && n != SIGKILL && n != SIGSTOP)
+        *sig = (int)n;
+    else
+        return -1;
+    return 0;
+}
+
+int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen)
+{
+    const char *ops = getenv("COLL_RECORDER_OPS"), *sig = getenv("COLL_RECORDER_SIGNAL");
+    long n = CL_REC_DEFAULT_OPS;
+    if (ops && *ops && cl_parse_long(ops, 0, CL_REC_MAX_OPS, &n)) {
+        snprintf(err, errlen, "COLL_RECORDER_OPS must be 0 (off) to %d, not '%s'",
+                 CL_REC_MAX_OPS, ops);
+        return COLL_EINVAL;
+    }
+    int given = user ? user->recorder_ops : 0;
+    out->ops = given < 0 ? 0 : given > 0 ? CL_MIN(given, CL_REC_MAX_OPS) : (int)n;
+    out->dir = getenv("COLL_RECORDER_DIR");
+    if (out->dir && !*out->dir)
+        out->dir = NULL;
+    out->signal = 0;
+    out->job = NULL;
+    if (sig && *sig && parse_signal(sig, &out->signal)) {
+        snprintf(err, errlen, "COLL_RECORDER_SIGNAL must be USR1, USR2 or a signal number, "
+                 "not '%s'", sig);
+        return COLL_EINVAL;
+    }
+    if (out->ops)
+        cl_log(COLL_LOG_INFO, "flight recorder: %d collectives, files to %s%s%s", out->ops,
+               out->dir ? out->dir : "(none: COLL_RECORDER_DIR is unset)",
+               out->signal ? ", on signal " : "", out->signal ? sig : "");
+    return COLL_OK;
+}
+
+static void listen_for_signal(int sig);
+
+int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
+{
+    if (cfg->ops <= 0)
+        return COLL_OK;
+    pthread_once(&clock_once, clock_setup);
+    uint32_t n = 1;
+    while (n < (uint32_t)cfg->ops)
+        n <<= 1;
+    cl_rec *r = calloc(1, sizeof(*r));
+    if (!r || !(r->e = calloc(n, sizeof(*r->e)))) {
+        free(r);
+        return COLL_ENOMEM;
+    }
+    r->comm = c;
+    r->mask = n - 1;
+    r->cfg = *cfg;
+    snprintf(r->job, sizeof(r->job), "%s", cfg->job ? cfg->job : job && *job ? job : "job");
+    snprintf(r->dir, sizeof(r->dir), "%s", cfg->dir ? cfg->dir : "");
+    r->cfg.job = r->job;
+    r->cfg.dir = cfg->dir ? r->dir : NULL;
+    pthread_mutex_lock(&live_mu);
+    r->next = live;
+    live = r;
+    pthread_mutex_unlock(&live_mu);
+    if (cfg->signal)
+        listen_for_signal(cfg->signal);
+    c->rec = r;
+    return COLL_OK;
+}
+
+cl_stall *cl_rec_stall(coll_comm *c)
+{
+    return c->rec ? &c->rec->stall : NULL;
+}
+
+cl_rec_config cl_rec_config_of(const coll_comm *c)
+{
+    return c->rec ? c->rec->cfg : (cl_rec_config){0};
+}
+
+/* Off the live list first, under its lock: a signal's dump in progress finishes before
+ * the recorder goes. */
+void cl_rec_close(coll_comm *c)
+{
+    cl_rec *r = c->rec;
+    if (!r)
+        return;
+    pthread_mutex_lock(&live_mu);
+    for (cl_rec **p = &live; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+    c->rec = NULL;
+    free(r->e);
+    free(r);
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+static int rooted(int kind)
+{
+    return kind == CL_BROADCAST || kind == CL_REDUCE || kind == CL_GATHER || kind == CL_SCATTER;
+}
+
+/* When the running collective last moved a byte: where its last wait began, if nothing
+ * moved since; else now (it is moving, or polling for less than a spin). */
+static int64_t last_progress_us(const cl_rec *r, uint64_t moved_to, int64_t started_us)
+{
+    int64_t since_ms = atomic_load_explicit(&r->stall.since_ms, memory_order_acquire);
+    uint64_t at = atomic_load_explicit(&r->stall.bytes, memory_order_relaxed);
+    if (since_ms * 1000 >= started_us && at == moved_to)
+        return since_ms * 1000;
+    return cl_now_us();
+}
+
+/* Entry e as a coll_record: 0, or -1 when it is not collective seq (empty, or taken by a
+ * newer one meanwhile). */
+static int snapshot(const cl_rec *r, const struct cl_rec_entry *e, uint32_t seq,
+                    coll_record *out)
+{
+    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != seq)
+        return -1;
+    int state = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+    int kind = __atomic_load_n(&e->kind, __ATOMIC_RELAXED);
+    uint64_t bytes0 = __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED);
+    *out = (coll_record){.seq = seq,
+                         .kind = cl_kind_name(kind),
+                         .count = __atomic_load_n(&e->count, __ATOMIC_RELAXED),
+                         .dtype = __atomic_load_n(&e->dtype, __ATOMIC_RELAXED),
+                         .op = __atomic_load_n(&e->op, __ATOMIC_RELAXED),
+                         .root = rooted(kind) ? __atomic_load_n(&e->root, __ATOMIC_RELAXED) : -1,
+                         .codec = __atomic_load_n(&e->codec, __ATOMIC_RELAXED),
+                         .algo = __atomic_load_n(&e->algo, __ATOMIC_RELAXED),
+                         .state = (coll_rec_state)state,
+                         .status = __atomic_load_n(&e->status, __ATOMIC_RELAXED),
+                         .issued_us = to_us(__atomic_load_n(&e->issued, __ATOMIC_RELAXED)),
+                         .started_us = to_us(__atomic_load_n(&e->started, __ATOMIC_RELAXED)),
+                         .ended_us = to_us(__atomic_load_n(&e->ended, __ATOMIC_RELAXED)),
+                         .bytes = __atomic_load_n(&e->bytes, __ATOMIC_RELAXED),
+                         .progress_us = __atomic_load_n(&e->progress_us, __ATOMIC_RELAXED)};
+    if (state == COLL_REC_RUNNING) {
+        uint64_t now = cl_rec_bytes(r->comm);
+        out->bytes = now > bytes0 ? now - bytes0 : 0; /* coll_reset_stats may go below */
+        out->progress_us = last_progress_us(r, now, out->started_us);
+    } else if (state == COLL_REC_DONE) {
+        out->progress_us = out->ended_us;
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq ? 0 : -1;
+}
+
+/* The newest min(max, kept) records, oldest first (the ring is a power of two; the
+ * recorder keeps what it was asked to). */
+static int read_records(const cl_rec *r, coll_record *out, int max)
+{
+    uint32_t last = cl_engine_issued(r->comm), kept = (uint32_t)r->cfg.ops;
+    uint32_t want = CL_MIN((uint32_t)max, CL_MIN(kept, last));
+    int n = 0;
+    for (uint32_t seq = last - want + 1; want && seq <= last; seq++)
+        if (snapshot(r, &r->e[seq & r->mask], seq, &out[n]) == 0)
+            n++;
+    return n;
+}
+
+int coll_recorder_read(const coll_comm *comm, coll_record *out, int max)
+{
+    if (!comm || max < 0 || (max && !out))
+        return COLL_EINVAL;
+    return comm->rec ? read_records(comm->rec, out, max) : 0;
+}
+
+/* ---- the JSON file ------------------------------------------------------------------ */
+
+static const char *state_name(int state)
+{
+    static const char *names[] = {"queued", "running", "done", "failed"};
+    return state >= 0 && state <= COLL_REC_FAILED ? names[state] : "invalid";
+}
+
+/* s as a JSON string: quotes, backslashes and control characters escaped. */
+static void put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void put_record(FILE *f, const coll_record *x)
+{
+    fprintf(f, "    {\"seq\": %u, \"kind\": \"%s\", \"count\": %zu, \"dtype\": \"%s\", "
+               "\"op\": \"%s\", \"root\": %d, \"algo\": \"%s\", \"codec\": \"%s\", "
+               "\"state\": \"%s\", \"status\": \"%s\", \"issued_us\": %lld, "
+               "\"started_us\": %lld, \"ended_us\": %lld, \"bytes\": %llu, "
+               "\"progress_us\": %lld}",
+            x->seq, x->kind, x->count, cl_dtype_name(x->dtype), cl_op_name(x->op), x->root,
+            x->algo, cl_codec_name(x->codec), state_name(x->state),
+            x->status == COLL_OK ? "ok" : coll_strerror(x->status), (long long)x->issued_us,
+            (long long)x->started_us, (long long)x->ended_us, (unsigned long long)x->bytes,
+            (long long)x->progress_us);
+}
+
+/* The whole file. Times are CLOCK_MONOTONIC microseconds; now_us and wall_s (the
+ * realtime clock, seconds) are read together, so a reader can place them in the day. */
+static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_record *xs, int n)
+{
+    const coll_comm *c = r->comm;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    char host[128] = "";
+    gethostname(host, sizeof(host) - 1);
+    fprintf(f, "{\n  \"version\": 1,\n  \"job\": ");
+    put_string(f, r->job);
+    fprintf(f, ",\n  \"comm\": \"%016llx\",\n  \"rank\": %d,\n  \"size\": %d,\n  \"pid\": %d,\n"
+               "  \"host\": ", (unsigned long long)c->id, c->rank, c->size, (int)getpid());
+    put_string(f, host);
+    fprintf(f, ",\n  \"reason\": ");
+    put_string(f, reason);
+    fprintf(f, ",\n  \"error\": ");
+    put_string(f, c->err);
+    fprintf(f, ",\n  \"issued\": %u,\n  \"kept\": %u,\n  \"now_us\": %lld,\n  \"wall_s\": %.6f,\n"
+               "  \"ops\": [\n", cl_engine_issued(c), (unsigned)r->cfg.ops, (long long)cl_now_us(),
+            (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
+    for (int i = 0; i < n; i++) {
+        put_record(f, &xs[i]);
+        fputs(i + 1 < n ? ",\n" : "\n", f);
+    }
+    fputs("  ]\n}\n", f);
+}
+
+/* Written beside path and renamed over it: a reader never sees half a file. */
+static int write_file(const cl_rec *r, const char *path, const char *reason)
+{
+    uint32_t kept = (uint32_t)r->cfg.ops;
+    coll_record *xs = malloc(kept * sizeof(*xs));
+    if (!xs)
+        return COLL_ENOMEM;
+    int n = read_records(r, xs, (int)kept);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    int rc = COLL_ESYS, err = 0;
+    if (f) {
+        put_file(f, r, reason, xs, n);
+        rc = ferror(f) ? COLL_ESYS : COLL_OK;
+        err = errno;
+        if (fclose(f) != 0 && rc == COLL_OK) {
+            rc = COLL_ESYS;
+            err = errno;
+        }
+        if (rc == COLL_OK && rename(tmp, path) != 0) {
+            rc = COLL_ESYS;
+            err = errno;
+        }
+        if (rc != COLL_OK)
+            unlink(tmp);
+    } else {
+        err = errno;
+    }
+    free(xs);
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_WARN, "rank %d: flight recorder: cannot write %s: %s", r->comm->rank,
+               path, strerror(err));
+    else
+        cl_log(COLL_LOG_INFO, "rank %d: flight recorder written to %s (%s)", r->comm->rank,
+               path, reason);
+    return rc;
+}
+
+/* The file in dir: coll-recorder-<job>-<communicator>-<rank>.json; dir made if missing. */
+static int write_in(const cl_rec *r, const char *dir, const char *reason)
+{
+    char path[4096];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        cl_log(COLL_LOG_WARN, "rank %d: flight recorder: cannot make %s: %s", r->comm->rank,
+               dir, strerror(errno));
+    snprintf(path, sizeof(path), "%s/coll-recorder-%s-%016llx-%d.json", dir, r->job,
+             (unsigned long long)r->comm->id, r->comm->rank);
+    return write_file(r, path, reason);
+}
+
+int coll_recorder_dump(coll_comm *comm, const char *path)
+{
+    if (!comm)
+        return COLL_EINVAL;
+    if (!comm->rec)
+        return COLL_ENOTSUP;
+    const cl_rec *r = comm->rec;
+    return path ? write_file(r, path, "coll_recorder_dump")
+                : write_in(r, r->cfg.dir ? r->cfg.dir : ".", "coll_recorder_dump");
+}
+
+/* Only the first failure writes: what follows on a failed communicator is its echo. */
+void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
+{
+    cl_rec *r = c->rec;
+    struct cl_rec_entry *e = cl_rec_entry_of(r, op);
+    if (e) {
+        int64_t started_us = to_us(__atomic_load_n(&e->started, __ATOMIC_RELAXED));
+        uint64_t now = cl_rec_bytes(c), bytes0 = __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED);
+        CL_REC_PUT(e->ended, cl_rec_clock());
+        CL_REC_PUT(e->bytes, started_us && now > bytes0 ? now - bytes0 : 0);
+        CL_REC_PUT(e->progress_us, started_us ? last_progress_us(r, now, started_us) : 0);
+        CL_REC_PUT(e->status, status);
+        __atomic_store_n(&e->state, COLL_REC_FAILED, __ATOMIC_RELEASE);
+    }
+    if (r->cfg.dir && !atomic_exchange(&r->dumped, 1)) {
+        char reason[160];
+        snprintf(reason, sizeof(reason), "%s #%u failed: %s", cl_kind_name(op->kind), op->seq,
+                 coll_strerror(status));
+        write_in(r, r->cfg.dir, reason);
+    }
+}
+
+/* ---- the signal --------------------------------------------------------------------- */
+
+/* The handler writes a byte to a pipe (async-signal-safe); this thread reads it and
+ * writes every live recorder's file. One thread and one handler per process. */
+static int wake[2] = {-1, -1};
+static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
+static int signal_wanted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    char b = 1;
+    if (write(wake[1], &b, 1) < 0) { /* full: a dump is already due */
+    }
+    errno = saved;
+}
+
+static void *signal_main(void *arg)
+{
+    (void)arg;
+    char b[64];
+    for (;;) {
+        ssize_t got = read(wake[0], b, sizeof(b));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return NULL;
+        pthread_mutex_lock(&live_mu);
+        for (cl_rec *r = live; r; r = r->next)
+            write_in(r, r->cfg.dir ? r->cfg.dir : ".", "signal");
+        pthread_mutex_unlock(&live_mu);
+    }
+}
+
+static void signal_setup(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    if (pipe(wake) != 0) {
+        cl_log(COLL_LOG_WARN, "flight recorder: no pipe for the signal: %s", strerror(errno));
+        return;
+    }
+    for (int i = 0; i < 2; i++)
+        fcntl(wake[i], F_SETFD, FD_CLOEXEC);
+    fcntl(wake[1], F_SETFL, O_NONBLOCK);
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &a, signal_main, NULL);
+    pthread_attr_destroy(&a);
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    if (rc != 0 || sigaction(signal_wanted, &sa, NULL) != 0)
+        cl_log(COLL_LOG_WARN, "flight recorder: cannot listen for signal %d", signal_wanted);
+}
+
+/* The first signal asked for is the one listened to, for the process's life. */
+static void listen_for_signal(int sig)
+{
+    signal_wanted = sig;
+    pthread_once(&signal_once, signal_setup);
+}

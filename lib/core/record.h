@@ -1,0 +1,146 @@
+/* The flight recorder (record.c): each communicator's last few collectives in a ring of
+ * entries indexed by sequence number, read through the API and written as JSON when an
+ * operation fails, on request, or on a signal. The hooks below run on every collective,
+ * so they take no lock, call nothing and read a clock at most twice (the TSC on x86):
+ * one writer per entry at a time (the issuer, then the thread running it), readers on
+ * any thread load the fields one by one. */
+#ifndef CL_RECORD_H
+#define CL_RECORD_H
+
+#include "core/comm.h"
+
+#include <stdint.h>
+
+#define CL_REC_DEFAULT_OPS 64
+#define CL_REC_MAX_OPS (1 << 20)
+
+/* One collective. `state` is stored last with release: a reader that loads it first sees
+ * the fields its writer stored before. */
+struct cl_rec_entry {
+    uint32_t seq; /* 0: empty, or being rewritten for a newer collective */
+    int32_t state, status;
+    uint8_t kind, dtype, op, codec;
+    int32_t root;
+    uint64_t count;
+    const char *algo;
+    uint64_t issued, started, ended; /* cl_rec_clock ticks; 0: not yet */
+    uint64_t bytes0, bytes;          /* the wire counters when it started; moved by its end */
+    int64_t progress_us;             /* a failed one's last progress */
+};
+
+typedef struct cl_rec {
+    coll_comm *comm;
+    struct cl_rec_entry *e;
+    uint32_t mask; /* entries - 1, a power of two */
+    cl_stall stall;
+    atomic_int dumped; /* the failure dump was written (once per communicator) */
+    cl_rec_config cfg;
+    char job[CL_JOB_NAME];
+    char dir[256];
+    struct cl_rec *next; /* every live recorder, for the signal's dump */
+} cl_rec;
+
+#define CL_REC_PUT(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+
+/* Ticks of the TSC where it is invariant, else nanoseconds (record.c converts). */
+extern int cl_rec_tsc;
+static inline uint64_t cl_rec_clock(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (cl_rec_tsc)
+        return __builtin_ia32_rdtsc();
+#endif
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t cl_rec_bytes(const coll_comm *c)
+{
+    return atomic_load_explicit(&c->ran.wire_tx, memory_order_relaxed) +
+           atomic_load_explicit(&c->ran.wire_rx, memory_order_relaxed);
+}
+
+/* A collective issued (its seq just given): queued, or running at once on the caller's
+ * thread (then it started when it was issued). */
+static inline void cl_rec_issue(coll_comm *c, const cl_op *op, int running)
+{
+    cl_rec *r = c->rec;
+    if (!r)
+        return;
+    struct cl_rec_entry *e = &r->e[op->seq & r->mask];
+    uint64_t now = cl_rec_clock();
+    __atomic_store_n(&e->seq, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    CL_REC_PUT(e->kind, (uint8_t)op->kind);
+    CL_REC_PUT(e->dtype, (uint8_t)op->dtype);
+    CL_REC_PUT(e->op, (uint8_t)op->op);
+    CL_REC_PUT(e->codec, (uint8_t)op->codec);
+    CL_REC_PUT(e->root, op->root);
+    CL_REC_PUT(e->count, (uint64_t)op->count);
+    CL_REC_PUT(e->algo, (const char *)"");
+    CL_REC_PUT(e->status, COLL_OK);
+    CL_REC_PUT(e->issued, now);
+    CL_REC_PUT(e->started, running ? now : 0);
+    CL_REC_PUT(e->ended, (uint64_t)0);
+    CL_REC_PUT(e->bytes0, cl_rec_bytes(c));
+    CL_REC_PUT(e->bytes, (uint64_t)0);
+    CL_REC_PUT(e->progress_us, (int64_t)0);
+    CL_REC_PUT(e->state, running ? COLL_REC_RUNNING : COLL_REC_QUEUED);
+    __atomic_store_n(&e->seq, op->seq, __ATOMIC_RELEASE);
+}
+
+/* Its entry, unless a newer collective took the slot (more were issued behind it than
+ * the recorder keeps). */
+static inline struct cl_rec_entry *cl_rec_entry_of(const cl_rec *r, const cl_op *op)
+{
+    struct cl_rec_entry *e = &r->e[op->seq & r->mask];
+    return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == op->seq ? e : NULL;
+}
+
+/* It starts running with algorithm `algo`. */
+static inline void cl_rec_start(coll_comm *c, const cl_op *op, const char *algo)
+{
+    struct cl_rec_entry *e = c->rec ? cl_rec_entry_of(c->rec, op) : NULL;
+    if (!e)
+        return;
+    CL_REC_PUT(e->algo, algo);
+    if (!__atomic_load_n(&e->started, __ATOMIC_RELAXED)) { /* it was queued */
+        CL_REC_PUT(e->started, cl_rec_clock());
+        CL_REC_PUT(e->bytes0, cl_rec_bytes(c));
+    }
+    __atomic_store_n(&e->state, COLL_REC_RUNNING, __ATOMIC_RELEASE);
+}
+
+/* A failed collective's end, and the failure dump (record.c). */
+void cl_rec_failed(coll_comm *c, const cl_op *op, int status);
+
+/* It ended with status. */
+static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
+{
+    if (!c->rec)
+        return;
+    if (status != COLL_OK) {
+        cl_rec_failed(c, op, status);
+        return;
+    }
+    struct cl_rec_entry *e = cl_rec_entry_of(c->rec, op);
+    if (!e)
+        return;
+    CL_REC_PUT(e->ended, cl_rec_clock());
+    CL_REC_PUT(e->bytes, cl_rec_bytes(c) - __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED));
+    __atomic_store_n(&e->state, COLL_REC_DONE, __ATOMIC_RELEASE);
+}
+
+/* Reads the COLL_RECORDER_* variables and coll_config.recorder_ops into out. */
+int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen);
+/* The recorder of a new communicator c (none when cfg->ops is 0): COLL_OK or
+ * COLL_ENOMEM. job: the job's name when cfg has none. */
+int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job);
+/* Where c's passes note their waits (NULL when the recorder is off). */
+cl_stall *cl_rec_stall(coll_comm *c);
+/* The settings a communicator derived from c inherits. */
+cl_rec_config cl_rec_config_of(const coll_comm *c);
+void cl_rec_close(coll_comm *c);
+
+#endif
