@@ -26,11 +26,12 @@ static const char *const transports[] = {"tcp", "shm"};
 
 /* What each rank tells the parent, in memory they share. */
 typedef struct {
-    atomic_int iters;  /* all-reduces done */
-    atomic_int go;     /* set by the parent: carry on (idle test) */
-    int rc;            /* the call that failed, or the last one */
-    int64_t failed_ms; /* when it returned (cl_now_ms: one clock for every process) */
-    char msg[512];     /* coll_last_error */
+    atomic_int iters;        /* all-reduces done */
+    atomic_int go;           /* set by the parent: carry on (idle test) */
+    int rc;                  /* the call that failed, or the last one */
+    int64_t failed_ms;       /* when it returned (cl_now_ms: one clock for every process) */
+    char msg[512];           /* coll_last_error */
+    int failed[NP], nfailed; /* coll_failed_ranks after the failure */
 } report;
 
 static report *reports;
@@ -70,6 +71,7 @@ static void reduce_until_failure(coll_comm *c, report *me, float *buf, int limit
     me->failed_ms = cl_now_ms();
     me->rc = rc;
     snprintf(me->msg, sizeof(me->msg), "%s", rc == COLL_OK ? "" : coll_last_error(c));
+    me->nfailed = coll_failed_ranks(c, me->failed, NP);
 }
 
 /* idle: one all-reduce, then wait in the caller's code for the parent's go, then more. */
@@ -159,6 +161,9 @@ START_TEST(every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout)
                       r, coll_strerror(p->rc), coll_strerror(COLL_EPEER), p->msg);
         ck_assert_msg(strstr(p->msg, want), "%s: survivor %d: '%s' does not say '%s'",
                       transports[_i], r, p->msg, want);
+        ck_assert_msg(p->nfailed == 1 && p->failed[0] == VICTIM,
+                      "%s: survivor %d: coll_failed_ranks gave %d ranks (first %d), want [%d]",
+                      transports[_i], r, p->nfailed, p->failed[0], VICTIM);
         ck_assert_msg(took < TIMEOUT_MS,
                       "%s: survivor %d failed %lld ms after the stop, want "
                       "under the op timeout (%d ms)",
