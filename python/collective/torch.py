@@ -257,7 +257,7 @@ class _Inbox:
         here (called with the lock held: the inbox posts nothing to src meanwhile)."""
         with self.mu:
             if self.closed:
-                raise RuntimeError("collective: recv: the process group was shut down")
+                raise RuntimeError(_SHUT)
             if src is not None and src not in self.heads and all(e[0] != src for e in self.early):
                 return direct()
             ask = _Ask(self, src, tag, t)
@@ -283,7 +283,7 @@ class _Inbox:
         with self.mu:
             self.closed = True
             for ask in self.asks:
-                ask.found(-1, None, error="collective: recv: the process group was shut down")
+                ask.found(-1, None, error=_SHUT)
             self.asks = []
             self.wake.notify_all()
 
@@ -341,6 +341,7 @@ class _Inbox:
             self._listen([p])
 
 
+_SHUT = "COLL_EABORTED: aborted: collective: recv: the process group was shut down"
 _PAUSE = (20e-6, 1e-3, 20e-3)  # seconds between looks: after an arrival, longest while
 #                                receives wait, longest otherwise
 
@@ -448,9 +449,19 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
 
     def __del__(self):
+        self.abort()
+
+    def abort(self):
+        """Ends the group at once: operations in flight fail with COLL_EABORTED (their
+        peers learn it and fail too, not at their timeout), later ones raise. Torch 2.6
+        calls abort and shutdown for NCCL only: destroy_process_group reaches this when
+        it lets the group go (__del__). The completers end after the close: they wait on
+        the operations it ends (before it, destroy waited for peers that never came)."""
         self.inbox.close()
-        self.completer.stop()
         self.comm.close()
+        self.completer.stop()
+
+    shutdown = abort  # the library's close ends what is in flight either way
 
     def getBackendName(self):
         return "collective"

@@ -639,6 +639,47 @@ def work_objects(r, n, where):
     assert seen["ours"] == seen["gloo"] == [want, want], seen
 
 
+def destroy_in_flight(r, n, where):
+    """destroy_process_group with operations in flight on rank 0 (an all-reduce whose
+    future a completer thread waits on, a receive from any source) returns at once, and
+    those operations fail; the other ranks stay alive meanwhile (before, destroy waited
+    until they exited; Gloo's waits so too). Then abort() on a group of rank 0's: a
+    rank 1 blocked in an all-reduce on it fails at once, not at its 30 s timeout."""
+    import gc
+    init(r, n, where)
+    done = os.path.join(where, "destroyed")
+    dist.barrier()
+    if r == 0:
+        w = dist.all_reduce(torch.ones(3), async_op=True)
+        fut = w.get_future()
+        got = dist.irecv(torch.zeros(2))
+        t0 = time.time()
+        within(lambda: (dist.destroy_process_group(), gc.collect()), 5)
+        assert time.time() - t0 < 2, time.time() - t0
+        for wait in (w.wait, fut.wait, got.wait):
+            raises(wait, "COLL_EABORTED")
+        open(done, "w").close()
+    else:
+        deadline = time.time() + 15
+        while not os.path.exists(done) and time.time() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(done), "rank 0 did not come back from destroy"
+        dist.destroy_process_group()
+    again = os.path.join(where, "again")
+    os.makedirs(again, exist_ok=True)
+    init(r, n, again)
+    dist.barrier()
+    pg = dist.group.WORLD
+    if r == 0:
+        time.sleep(0.5)
+        pg.abort()
+        raises(lambda: dist.all_reduce(torch.ones(3)), "closed")
+    else:
+        t0 = time.time()
+        raises(lambda: dist.all_reduce(torch.ones(3)), "COLL_E")
+        assert time.time() - t0 < 5, time.time() - t0
+
+
 def sequence_numbers(r, n, where):
     """Each group counts the operations issued on it as torch 2.x's Gloo does."""
     g = init(r, n, where)
@@ -725,6 +766,7 @@ def main():
             bad += ranks.check(functional, n, "functional collectives against gloo")
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
+    bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
