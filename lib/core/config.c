@@ -44,7 +44,7 @@ static void job_name(cl_config *out)
     out->job_from = NULL;
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && !out->job_from; i++) {
         const char *v = env_or(vars[i], NULL);
-        if (!v)
+        if (!v || (i == 2 && strcmp(v, "none") == 0)) /* torchrun's default: every job's */
             continue;
         const char *step = i == 1 ? getenv("SLURM_STEP_ID") : NULL;
         snprintf(out->job, sizeof(out->job), "%.40s%s%.20s", v, step ? "." : "",

@@ -223,14 +223,20 @@ static void late_rank_case(const char *env, int job_fails)
         _exit(rank_main(url, &late));
     }
     ck_assert_msg(reap_all(pids, 3) == 0, "%s", env ? env : "no job name");
-    if (env)
-        unsetenv("COLL_JOB_ID");
+    if (env) {
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(env, "="), env);
+        unsetenv(name);
+    }
 }
 
 START_TEST(a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops)
 {
     late_rank_case(NULL, 1);
     late_rank_case("COLL_JOB_ID=named", 0);
+    /* torchrun's run id is the word "none" in every job it starts without --rdzv-id: no
+     * name that tells jobs apart */
+    late_rank_case("TORCHELASTIC_RUN_ID=none", 1);
 }
 END_TEST
 
