@@ -1,11 +1,13 @@
-/* Interface selection for the tcp transport, in NCCL's syntax: "eth0,ib" are prefixes to
- * accept, "^docker,lo" prefixes to reject, a leading "=" asks for exact names. With no
- * filter, loopback and docker bridges are the last resort, not the first choice. */
+/* Interface selection for the socket transports and the lifeline, in NCCL's syntax:
+ * "eth0,ib" are prefixes to accept, "^docker,lo" prefixes to reject, a leading "=" asks
+ * for exact names. With no filter, loopback and docker bridges are the last resort, not
+ * the first choice. A choice that finds nothing says at once what it tried: a rank that
+ * publishes no address would leave its peers waiting out their timeout. */
 #include "transports/iface.h"
 
 #include "base/log.h"
 
-#include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -35,34 +37,134 @@ static int accepted(const char *name, const char *filter)
     return name_in_list(name, f, exact) != neg;
 }
 
-static int pick(const char *filter, char *ip, size_t iplen, char *ifname, size_t ifnlen)
+/* How fit an address is for `family`, lower is better: IPv4 first when either will do
+ * (what every rank did before IPv6, so mixed versions agree), then a global IPv6 address,
+ * then a link-local one (reachable on its own link only); -1: not of the family. */
+static int fitness(const struct sockaddr *sa, int family)
 {
-    struct ifaddrs *all;
-    if (getifaddrs(&all) != 0)
+    if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
+        (family != AF_UNSPEC && sa->sa_family != family))
         return -1;
-    int found = -1;
-    for (struct ifaddrs *i = all; i && found; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
-            continue;
-        if (!accepted(i->ifa_name, filter))
-            continue;
-        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
-        snprintf(ifname, ifnlen, "%s", i->ifa_name);
-        found = 0;
-    }
-    freeifaddrs(all);
-    return found;
+    if (sa->sa_family == AF_INET)
+        return 0;
+    return IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr) ? 2 : 1;
 }
 
-int cl_pick_iface(const char *filter, char *ip, size_t iplen)
+static const struct ifaddrs *best(const struct ifaddrs *all, const char *filter, int family)
 {
-    char ifname[64];
-    int rc = pick(filter, ip, iplen, ifname, sizeof(ifname));
-    if (rc != 0 && (!filter || !*filter))
-        rc = pick("lo", ip, iplen, ifname, sizeof(ifname));
-    if (rc != 0)
+    const struct ifaddrs *pick = NULL;
+    int pick_fit = 3;
+    for (const struct ifaddrs *i = all; i; i = i->ifa_next) {
+        int fit = fitness(i->ifa_addr, family);
+        if (fit >= 0 && fit < pick_fit && (i->ifa_flags & IFF_UP) &&
+            accepted(i->ifa_name, filter)) {
+            pick = i;
+            pick_fit = fit;
+        }
+    }
+    return pick;
+}
+
+static void take(const struct ifaddrs *i, cl_addr *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (i->ifa_addr->sa_family == AF_INET) {
+        out->len = sizeof(struct sockaddr_in);
+        memcpy(&out->sa, i->ifa_addr, out->len);
+        ((struct sockaddr_in *)&out->sa)->sin_port = 0;
+        return;
+    }
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->sa;
+    out->len = sizeof(*a);
+    memcpy(a, i->ifa_addr, out->len);
+    a->sin6_port = 0;
+    if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr) && !a->sin6_scope_id)
+        a->sin6_scope_id = if_nametoindex(i->ifa_name);
+}
+
+/* What an interface offers, for the sentence when nothing fits. */
+typedef struct {
+    char name[IF_NAMESIZE];
+    int up, v4, v6;
+} offer;
+
+static int offers(const struct ifaddrs *all, const char *filter, offer *o, int max)
+{
+    int n = 0;
+    for (const struct ifaddrs *i = all; i; i = i->ifa_next) {
+        if (filter && *filter && !accepted(i->ifa_name, filter))
+            continue;
+        int k = 0;
+        while (k < n && strcmp(o[k].name, i->ifa_name) != 0)
+            k++;
+        if (k == n && n == max)
+            continue;
+        if (k == n) {
+            n++;
+            o[k] = (offer){.up = 0};
+            snprintf(o[k].name, sizeof(o[k].name), "%s", i->ifa_name);
+        }
+        o[k].up |= (i->ifa_flags & IFF_UP) != 0;
+        o[k].v4 |= fitness(i->ifa_addr, AF_INET) >= 0;
+        o[k].v6 |= fitness(i->ifa_addr, AF_INET6) >= 0;
+    }
+    return n;
+}
+
+static void explain(const struct ifaddrs *all, const char *filter, int family, char *err,
+                    size_t errlen)
+{
+    offer o[32];
+    int n = offers(all, filter, o, 32);
+    size_t at = 0;
+    if (n == 0) {
+        at += (size_t)snprintf(err, errlen,
+                               "no network interface matches '%s' (interfaces here: ", filter);
+        n = offers(all, NULL, o, 32);
+    } else {
+        int f = filter && *filter;
+        at += (size_t)snprintf(err, errlen, "no network interface %s%s%shas an %s address up (",
+                               f ? "that matches '" : "", f ? filter : "", f ? "' " : "",
+                               cl_family_name(family));
+    }
+    for (int k = 0; k < n && at < errlen; k++)
+        at += (size_t)snprintf(err + at, errlen - at, "%s%s: %s", k ? ", " : "", o[k].name,
+                               !o[k].up             ? "down"
+                               : o[k].v4 && o[k].v6 ? "IPv4 and IPv6"
+                               : o[k].v4            ? "IPv4 only"
+                               : o[k].v6            ? "IPv6 only"
+                                                    : "no IP address");
+    if (at < errlen)
+        snprintf(err + at, errlen - at, ")");
+}
+
+int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, cl_addr *out,
+                    char *err, size_t errlen)
+{
+    const struct ifaddrs *i = best(all, filter, family);
+    if (!i && (!filter || !*filter))
+        i = best(all, "lo", family);
+    if (!i) {
+        explain(all, filter, family, err, errlen);
         return -1;
-    cl_log(COLL_LOG_INFO, "tcp: using interface %s address %s (filter '%s')", ifname, ip,
-           filter ? filter : "");
+    }
+    take(i, out);
+    char text[CL_ADDR_TEXT];
+    cl_addr_text(out, text, sizeof(text));
+    cl_log(COLL_LOG_INFO, "using interface %s address %s (filter '%s', %s)", i->ifa_name, text,
+           filter ? filter : "", cl_family_name(family));
     return 0;
+}
+
+int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_t errlen)
+{
+    struct ifaddrs *all;
+    if (getifaddrs(&all) != 0) {
+        snprintf(err, errlen, "cannot list the network interfaces (getifaddrs): %s",
+                 strerror(errno));
+        return -1;
+    }
+    int rc = cl_iface_choose(all, filter, family, out, err, errlen);
+    freeifaddrs(all);
+    return rc;
 }

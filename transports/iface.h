@@ -1,11 +1,22 @@
-/* Interface selection (NCCL syntax), shared by the socket-based transports and the ibverbs bootstrap. */
+/* Interface selection (NCCL syntax), shared by the socket-based transports, the lifeline
+ * and the ibverbs bootstrap. */
 #ifndef CL_IFACE_H
 #define CL_IFACE_H
 
+#include "base/addr.h"
+
 #include <stddef.h>
 
-/* Writes the IPv4 address of the first interface accepted by `filter` (NCCL syntax) into
- * ip. Returns 0, or -1 when no interface matches. */
-int cl_pick_iface(const char *filter, char *ip, size_t iplen);
+struct ifaddrs;
+
+/* The address (port 0) of the interface `filter` (NCCL syntax; NULL: any but loopback
+ * and docker bridges, loopback as the last resort) accepts, of `family` (AF_UNSPEC:
+ * IPv4 where there is one, else IPv6; a global IPv6 address before a link-local one, which
+ * carries its interface as its scope). 0, or -1 with a sentence in err that names the
+ * filter, the family and what each interface it tried lacked. */
+int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_t errlen);
+/* The same choice among `all` (getifaddrs' list), for tests. */
+int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, cl_addr *out,
+                    char *err, size_t errlen);
 
 #endif

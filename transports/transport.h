@@ -75,6 +75,7 @@ typedef struct cl_tr_config {
      * duplicate link is its business). */
     cl_tr_vet vet;
     void *vet_arg;
+    int family; /* socket transports: AF_INET, AF_INET6, AF_UNSPEC (IPv4 where there is one) */
 } cl_tr_config;
 
 /* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */

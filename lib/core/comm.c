@@ -105,7 +105,8 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
 static int open_transport(coll_comm *c, const cl_config *cfg, cl_tr_listener **l, cl_card *mine)
 {
     char why[256] = "";
-    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why), cl_link_vet, c};
+    cl_tr_config tc = {cfg->device, cfg->timeout_ms, &c->notifier, why, sizeof(why), cl_link_vet, c,
+                       cfg->family};
     int rc = c->tr->ctx_create(&tc, &c->ctx);
     if (rc != COLL_OK) {
         cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));
@@ -144,6 +145,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     memcpy(c->key, cfg->key, sizeof(c->key));
     c->tr = cfg->transport;
     snprintf(c->device, sizeof(c->device), "%s", cfg->device ? cfg->device : "");
+    c->family = cfg->family;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->link_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -170,8 +172,11 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     memcpy(mine->nonce, c->nonce, sizeof(c->nonce));
     if ((rc = cl_rec_open(c, &cfg->rec, cfg->job)) != COLL_OK)
         goto fail;
-    if ((rc = cl_life_open(cfg->device, &c->life)) != COLL_OK)
+    char why[400];
+    if ((rc = cl_life_open(cfg->device, cfg->family, &c->life, why, sizeof(why))) != COLL_OK) {
+        cl_comm_init_error("lifeline: %s", why);
         goto fail;
+    }
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
     if ((rc = cl_beat_open(c, mine->beat)) != COLL_OK)
         goto fail;
@@ -271,6 +276,7 @@ cl_config cl_comm_config(const coll_comm *c)
 {
     cl_config cfg = {.transport = c->tr,
                      .device = c->device[0] ? c->device : NULL,
+                     .family = c->family,
                      .timeout_ms = c->timeout_ms,
                      .op_timeout_ms = c->op_timeout_ms,
                      .segment_bytes = c->segment_bytes,

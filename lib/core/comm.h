@@ -86,6 +86,7 @@ struct coll_comm {
         const cl_algo *algo;
     } chosen[CL_KINDS];
     char device[64];
+    int family; /* cl_config's: the sockets' address family */
     const cl_transport *tr;
     cl_tr_ctx *ctx; /* a shared split's is its family root's */
     cl_notifier notifier;

@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/record.h"
 
+#include "base/addr.h"
 #include "base/bind.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -30,8 +31,7 @@ static const char *default_device(const cl_rdzv *rv)
 {
     if (strcmp(rv->scheme, "tcp") != 0)
         return strcmp(rv->scheme, "mem") == 0 ? "lo" : NULL;
-    return strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0 ? "lo"
-                                                                                           : NULL;
+    return rv->loopback ? "lo" : NULL;
 }
 
 /* The first of the launchers' job names that is set; a slurm job's steps are told
@@ -103,6 +103,10 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     job_name(out);
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
+    /* A caller's store names no host: only COLL_SOCKET_FAMILY can choose. */
+    out->family = rv->family;
+    if (out->family == AF_UNSPEC && cl_family_env(&out->family, err, errlen) != 0)
+        return COLL_EINVAL;
     /* A timeout the caller set bounds operations too, as it always did, unless the
      * operations' own is set: only the default changes (30 s for a silent peer, 30 min
      * for an operation whose peers are busy). */

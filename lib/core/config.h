@@ -34,6 +34,7 @@ typedef struct cl_rec_config {
 typedef struct cl_config {
     const cl_transport *transport;
     const char *device; /* NULL: transport's own choice */
+    int family;         /* the sockets' (cl_rdzv.family; AF_UNSPEC: IPv4 where there is one) */
     int timeout_ms;    /* a peer that does not answer (coll_config.timeout_ms) */
     int op_timeout_ms; /* an operation without progress (coll_config.op_timeout_ms) */
     size_t segment_bytes;

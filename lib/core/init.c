@@ -321,8 +321,7 @@ static int seal_store(coll_comm *c)
 static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
 {
     static atomic_int told;
-    int local = strncmp(rv->where, "127.", 4) == 0 || strncmp(rv->where, "localhost:", 10) == 0;
-    if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || local || atomic_exchange(&told, 1))
+    if (cfg->keyed || strcmp(rv->scheme, "tcp") != 0 || rv->loopback || atomic_exchange(&told, 1))
         return;
     cl_log(COLL_LOG_WARN,
            "rendezvous at tcp://%s without COLL_SECRET: whoever reaches it can "

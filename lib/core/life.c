@@ -6,11 +6,8 @@
 #include "collective.h"
 #include "transports/iface.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,26 +16,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Where the tcp transport listens (transports/tcp: the interface `device` picks), so a
- * job that meets on loopback is not reachable from the network through its lifeline. */
-int cl_life_open(const char *device, cl_life *out)
+/* Where the tcp transport listens (transports/tcp: the interface `device` picks, of the
+ * job's family), so a job that meets on loopback is not reachable from the network
+ * through its lifeline. A device the interfaces do not know (an RDMA device's name) leaves
+ * the choice to the defaults. */
+int cl_life_open(const char *device, int family, cl_life *out, char *err, size_t errlen)
 {
-    char ip[INET_ADDRSTRLEN];
+    cl_addr a;
     out->fd = -1;
-    if (cl_pick_iface(device, ip, sizeof(ip)) != 0 && cl_pick_iface(NULL, ip, sizeof(ip)) != 0)
+    if (cl_pick_iface(device, family, &a, err, errlen) != 0 &&
+        cl_pick_iface(NULL, family, &a, err, errlen) != 0)
         return COLL_ESYS;
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0 || inet_pton(AF_INET, ip, &a.sin_addr) != 1 ||
-        bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1024) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = cl_addr_listen(&a, SOCK_NONBLOCK, 1024);
+    if (fd < 0) {
+        snprintf(err, errlen, "lifeline: cannot listen: %s", strerror(errno));
         return COLL_ESYS;
     }
     out->fd = fd;
-    snprintf(out->addr, sizeof(out->addr), "%s:%u", ip, ntohs(a.sin_port));
+    cl_addr_text(&a, out->addr, sizeof(out->addr));
+    cl_log(COLL_LOG_DEBUG, "lifeline listens at %s", out->addr);
     return COLL_OK;
 }
 
@@ -51,27 +47,8 @@ void cl_life_close(cl_life *l)
 
 int cl_life_dial(const char *addr)
 {
-    char ip[CL_LIFE_ADDR];
-    unsigned port;
-    const char *colon = strrchr(addr, ':');
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    if (!colon || (size_t)(colon - addr) >= sizeof(ip) || sscanf(colon + 1, "%u", &port) != 1)
-        return -1;
-    memcpy(ip, addr, (size_t)(colon - addr));
-    ip[colon - addr] = 0;
-    a.sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, ip, &a.sin_addr) != 1)
-        return -1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -1;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 && errno != EINPROGRESS) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    cl_addr a;
+    return cl_addr_parse(addr, &a) == 0 ? cl_addr_dial(&a, SOCK_NONBLOCK) : -1;
 }
 
 int cl_life_dialed(int fd)

@@ -15,12 +15,13 @@
 #ifndef CL_LIFE_H
 #define CL_LIFE_H
 
+#include "base/addr.h"
 #include "base/auth.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_LIFE_ADDR 64
+#define CL_LIFE_ADDR CL_ADDR_TEXT
 #define CL_LIFE_HELLO_MAGIC 0x4C494648u /* "HFIL": a hello */
 #define CL_LIFE_MAGIC 0x4C494645u       /* "EFIL": a word of an agreement */
 
@@ -31,7 +32,7 @@ enum { CL_LIFE_PENDING = 64, CL_LIFE_PENDING_MS = 2000 };
 
 typedef struct cl_life {
     int fd;                  /* listening, non-blocking; -1 when closed */
-    char addr[CL_LIFE_ADDR]; /* "ip:port" peers dial */
+    char addr[CL_LIFE_ADDR]; /* "ip:port" or "[ip6]:port" peers dial (base/addr.h) */
 } cl_life;
 
 /* Who speaks in one agreement, as the receiving rank knows it. */
@@ -81,9 +82,10 @@ typedef struct cl_life_gate {
     int np;
 } cl_life_gate;
 
-/* Listens on the address of the interface `device` (NCCL syntax) names, the one the
- * tcp transport binds (NULL or no match: the first usable interface), and publishes it. */
-int cl_life_open(const char *device, cl_life *out);
+/* Listens on the address of `family` (AF_UNSPEC: either) of the interface `device` (NCCL
+ * syntax) names, the one the tcp transport binds (NULL or no match: the first usable
+ * interface), and publishes it; a sentence in err when it cannot. */
+int cl_life_open(const char *device, int family, cl_life *out, char *err, size_t errlen);
 void cl_life_close(cl_life *l);
 
 /* Starts a non-blocking connect to addr: the socket, or -1 when it failed at once

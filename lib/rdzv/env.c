@@ -1,11 +1,13 @@
 /* Parses rendezvous URLs, and reads the variables torchrun, mpirun and Slurm set. */
 #include "rdzv/store.h"
 
+#include "base/addr.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
 
 #include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,37 @@ static int launcher_rank_size(int *rank, int *size)
         }
     }
     return 0;
+}
+
+/* The job's socket family: COLL_SOCKET_FAMILY's, else the tcp host's (IPv4 where it has
+ * an IPv4 address: every rank resolves it alike, so all agree). A host that does not
+ * resolve fails here, at once: the connect loop would retry it until the timeout. */
+static int rdzv_family(cl_rdzv *out, const char *from, char *err, size_t errlen)
+{
+    char host[256], port[16], why[400];
+    struct addrinfo *res;
+    if (cl_family_env(&out->family, err, errlen) != 0)
+        return COLL_EINVAL;
+    if (strcmp(out->scheme, "tcp") != 0)
+        return COLL_OK;
+    cl_addr_split(out->where, host, sizeof(host), port, sizeof(port));
+    if (cl_addr_resolve(host, port, out->family, &res, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "the rendezvous host (%s) %s%s", from, why,
+                 out->family != AF_UNSPEC ? " (COLL_SOCKET_FAMILY)" : "");
+        return COLL_EINVAL;
+    }
+    int pick = out->family == AF_UNSPEC ? AF_INET6 : out->family;
+    out->loopback = 1;
+    for (struct addrinfo *r = res; r; r = r->ai_next) {
+        cl_addr a = {.len = r->ai_addrlen};
+        memcpy(&a.sa, r->ai_addr, r->ai_addrlen);
+        out->loopback &= cl_addr_is_loopback(&a);
+        pick = out->family == AF_UNSPEC && r->ai_family == AF_INET ? AF_INET : pick;
+    }
+    out->family = pick;
+    freeaddrinfo(res);
+    cl_log(COLL_LOG_INFO, "rendezvous at %s over %s", out->where, cl_family_name(out->family));
+    return COLL_OK;
 }
 
 int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, size_t errlen)
@@ -64,18 +97,27 @@ int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, 
             return COLL_EINVAL;
         }
         snprintf(out->scheme, sizeof(out->scheme), "tcp");
-        snprintf(out->where, sizeof(out->where), "%s:%s", a ? a : "127.0.0.1", p);
+        a = a ? a : "127.0.0.1";
+        if (a[0] == '[')
+            snprintf(out->where, sizeof(out->where), "%s:%s", a, p);
+        else
+            cl_addr_join(a, p, out->where, sizeof(out->where));
     } else if (strcmp(out->scheme, "tcp") && strcmp(out->scheme, "file") &&
                strcmp(out->scheme, "mem")) {
         snprintf(err, errlen, "unknown rendezvous scheme '%s' (env, tcp, file, mem)", out->scheme);
         return COLL_EINVAL;
     }
-    const char *colon = strrchr(out->where, ':');
-    long port;
-    if (strcmp(out->scheme, "tcp") == 0 && (!colon || cl_parse_long(colon + 1, 1, 65535, &port))) {
-        snprintf(err, errlen, "tcp:// wants host:port with a port 1 to 65535, not '%s'", out->where);
+    char host[256], port[16];
+    long pnum;
+    if (strcmp(out->scheme, "tcp") == 0 &&
+        (cl_addr_split(out->where, host, sizeof(host), port, sizeof(port)) ||
+         cl_parse_long(port, 1, 65535, &pnum))) {
+        snprintf(err, errlen, "tcp:// wants host:port ([host]:port for an IPv6 address) with a "
+                 "port 1 to 65535, not '%s'", out->where);
         return COLL_EINVAL;
     }
+    if (rdzv_family(out, strncmp(url, "env:", 4) == 0 ? "MASTER_ADDR" : url, err, errlen))
+        return COLL_EINVAL;
     if ((rank < 0 || size < 0) && !launcher_rank_size(&rank, &size)) {
         snprintf(err, errlen, "rank/size not given and no RANK/WORLD_SIZE, OMPI_COMM_WORLD_* "
                               "or SLURM_PROCID/SLURM_NTASKS in the environment");

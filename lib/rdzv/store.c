@@ -15,7 +15,7 @@ int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, s
         return cl_store_file_open(r->where, out, err, errlen);
     if (strcmp(r->scheme, "mem") == 0)
         return cl_store_mem_open(r->where, out);
-    return cl_store_tcp_open(r->where, r->rank == 0, cl_now_ms() + timeout_ms, out, err, errlen);
+    return cl_store_tcp_open(r->where, r->family, r->rank == 0, cl_now_ms() + timeout_ms, out, err, errlen);
 }
 
 int cl_store_ms_left(int64_t deadline_ms)

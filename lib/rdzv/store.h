@@ -39,12 +39,17 @@ struct cl_store {
 /* Where a URL says to meet, and who this process is. */
 typedef struct cl_rdzv {
     char scheme[8]; /* "tcp", "file", "mem" */
-    char where[512]; /* host:port, directory or name */
+    char where[512]; /* host:port ("[v6]:port"), directory or name */
     int rank, size;
+    /* The job's socket family: COLL_SOCKET_FAMILY's, else a tcp host's (IPv4 where it
+     * has an IPv4 address, else IPv6), else AF_UNSPEC. */
+    int family;
+    int loopback; /* a tcp host whose every address is a loopback one: the job is here */
 } cl_rdzv;
 
 /* Parses url (env:// reads the launcher's variables) into *out; rank/size < 0 are taken
- * from the environment. Writes a sentence into err on failure. */
+ * from the environment. A tcp host is resolved here, so one that does not resolve fails at
+ * once. Writes a sentence into err on failure. */
 int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, size_t errlen);
 
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen);
@@ -58,9 +63,10 @@ int cl_store_caller_open(const struct coll_store_ops *ops, void *ctx, cl_store *
  * COLL_SECRET key) and values that do not check are not there. */
 int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out);
 /* Rank 0 serves host:port (binding before anyone connects); every rank is a client that
- * retries with backoff until the deadline. */
-int cl_store_tcp_open(const char *hostport, int serve, int64_t deadline_ms, cl_store **out,
-                      char *err, size_t errlen);
+ * retries with backoff until the deadline. family: the addresses of host to use
+ * (AF_UNSPEC: any). */
+int cl_store_tcp_open(const char *hostport, int family, int serve, int64_t deadline_ms,
+                      cl_store **out, char *err, size_t errlen);
 /* Takes rank 0's server out of its tcp store s, which no longer stops it when closed: it
  * serves on until cl_store_server_stop. NULL where s is not a tcp store that serves. */
 struct cl_store_server;

@@ -3,6 +3,7 @@
 #include "rdzv/store.h"
 #include "rdzv/tcp_server.h"
 
+#include "base/addr.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
@@ -43,70 +44,69 @@ static int send_all(int fd, const void *p, size_t n)
 
 /* ---- client ---------------------------------------------------------------------- */
 
-static int split_hostport(const char *hp, char *host, size_t hlen, char *port, size_t plen)
+/* A job that meets at a loopback address is reached from this machine only: its store
+ * listens there alone (it serves for the job's life). Any other address may be one this
+ * machine cannot bind (a container's, a NAT's), so the store listens on every one of the
+ * job's family. */
+static int listen_at(const char *host, const char *port, int family, cl_addr *at, char *err,
+                     size_t errlen)
 {
-    const char *colon = strrchr(hp, ':');
-    if (!colon || colon == hp || (size_t)(colon - hp) >= hlen || strlen(colon + 1) >= plen)
-        return -1;
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = 0;
-    snprintf(port, plen, "%s", colon + 1);
-    return 0;
+    struct addrinfo *res;
+    if (cl_addr_resolve(host, port, family, &res, err, errlen) != 0)
+        return COLL_EINVAL;
+    memset(at, 0, sizeof(*at));
+    memcpy(&at->sa, res->ai_addr, res->ai_addrlen);
+    at->len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (cl_addr_is_loopback(at))
+        return COLL_OK;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&at->sa;
+    if (at->sa.ss_family == AF_INET6)
+        *v6 = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_port = v6->sin6_port};
+    else
+        ((struct sockaddr_in *)&at->sa)->sin_addr.s_addr = htonl(INADDR_ANY);
+    return COLL_OK;
 }
 
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
  * (one between two requests, or waiting for the others) is ever dropped. */
-/* A job that meets at a loopback address is reached from this machine only: its store
- * listens there alone (it serves for the job's life). Any other address may be one this
- * machine cannot bind (a container's, a NAT's), so the store listens on every one. */
-static struct in_addr listen_on(const char *host)
+static int bind_server(tcp_store *t, const char *host, const char *port, int family,
+                       int64_t idle_ms, char *err, size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-    struct in_addr any = {htonl(INADDR_ANY)};
-    if (getaddrinfo(host, NULL, &hints, &res) != 0)
-        return any;
-    struct in_addr at = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
-    freeaddrinfo(res);
-    return (ntohl(at.s_addr) >> 24) == 127 ? at : any;
-}
-
-static int bind_server(tcp_store *t, const char *host, const char *port, int64_t idle_ms,
-                       char *err, size_t errlen)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)atoi(port)),
-                            .sin_addr = listen_on(host)};
-    int one = 1;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0)
-        return COLL_ESYS;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 1024) != 0) {
-        snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s: %s%s", port, strerror(errno),
-                 errno == EADDRINUSE ? " (another job, or one still closing, holds it: use "
-                                       "another port)"
-                                     : "");
-        close(lfd);
+    cl_addr at;
+    char why[300];
+    if (listen_at(host, port, family, &at, why, sizeof(why)) != COLL_OK) {
+        snprintf(err, errlen, "rendezvous: rank 0 cannot serve: the host %s", why);
+        return COLL_EINVAL;
+    }
+    int lfd = cl_addr_listen(&at, 0, 1024);
+    if (lfd < 0) {
+        int e = errno;
+        cl_addr_text(&at, why, sizeof(why));
+        snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s (at %s): %s%s", port, why,
+                 strerror(e),
+                 e == EADDRINUSE ? " (another job, or one still closing, holds it: use another "
+                                   "port)"
+                                 : "");
         return COLL_ESYS;
     }
     return cl_store_server_start(lfd, idle_ms, &t->server);
 }
 
-static int try_connect(const char *host, const char *port)
+/* The first of host's addresses (of the job's family) that takes a connection, or -1. */
+static int try_connect(const char *host, const char *port, int family)
 {
-    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;
-    if (getaddrinfo(host, port, &hints, &res) != 0)
+    struct addrinfo *res;
+    char why[300];
+    if (cl_addr_resolve(host, port, family, &res, why, sizeof(why)) != 0)
         return -1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
+    int fd = -1;
+    for (struct addrinfo *r = res; r && fd < 0; r = r->ai_next) {
+        cl_addr a = {.len = r->ai_addrlen};
+        memcpy(&a.sa, r->ai_addr, r->ai_addrlen);
+        fd = cl_addr_dial(&a, 0);
     }
     freeaddrinfo(res);
-    if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
     return fd;
 }
 
@@ -119,19 +119,21 @@ enum { RETRY_MAX_MS = 50 };
 
 /* Rank 0 may not be up yet: retry with backoff until the deadline, saying once after a
  * while whom we wait for. */
-static int connect_retry(const char *host, const char *port, int64_t deadline_ms)
+static int connect_retry(const char *host, const char *port, int family, int64_t deadline_ms)
 {
     int delay = 10, told = 0;
     int64_t start = cl_now_ms();
     for (;;) {
-        int fd = try_connect(host, port);
+        int fd = try_connect(host, port, family);
         if (fd >= 0 || cl_now_ms() >= deadline_ms)
             return fd;
+        char where[300];
+        cl_addr_join(host, port, where, sizeof(where));
         if (!told && cl_now_ms() - start >= TELL_MS && (told = 1))
             cl_log(COLL_LOG_WARN,
-                   "rendezvous: nothing listens at %s:%s after %d s: waiting for rank 0 to "
+                   "rendezvous: nothing listens at %s after %d s: waiting for rank 0 to "
                    "serve it (%lld s more)",
-                   host, port, TELL_MS / 1000, (long long)((deadline_ms - cl_now_ms()) / 1000));
+                   where, TELL_MS / 1000, (long long)((deadline_ms - cl_now_ms()) / 1000));
         cl_sleep_ms(delay);
         delay = CL_MIN(delay * 2, RETRY_MAX_MS);
     }
@@ -257,11 +259,11 @@ cl_store_server *cl_store_tcp_keep_server(cl_store *s)
     return kept;
 }
 
-int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, cl_store **out,
-                      char *err, size_t errlen)
+int cl_store_tcp_open(const char *hostport, int family, int serve_it, int64_t deadline_ms,
+                      cl_store **out, char *err, size_t errlen)
 {
     char host[256], port[16];
-    if (split_hostport(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
+    if (cl_addr_split(hostport, host, sizeof(host), port, sizeof(port)) != 0) {
         snprintf(err, errlen, "rendezvous address '%s' is not host:port", hostport);
         return COLL_EINVAL;
     }
@@ -272,8 +274,8 @@ int cl_store_tcp_open(const char *hostport, int serve_it, int64_t deadline_ms, c
     t->fd = -1;
     t->deadline_ms = deadline_ms;
     int64_t idle_ms = CL_MAX(2 * CL_MIN(deadline_ms - cl_now_ms(), INT64_MAX / 2), 1000);
-    int rc = serve_it ? bind_server(t, host, port, idle_ms, err, errlen) : COLL_OK;
-    if (rc == COLL_OK && (t->fd = connect_retry(host, port, deadline_ms)) < 0) {
+    int rc = serve_it ? bind_server(t, host, port, family, idle_ms, err, errlen) : COLL_OK;
+    if (rc == COLL_OK && (t->fd = connect_retry(host, port, family, deadline_ms)) < 0) {
         snprintf(err, errlen, "rendezvous: the rendezvous host (rank 0) at %s did not answer "
                  "within the timeout", hostport);
         rc = COLL_ETIMEDOUT;

@@ -69,17 +69,20 @@ int remove_dir(const char *dir)
 static void make_url(const run_opts *o, char *url, size_t len, char *dir)
 {
     static int seq;
+    const char *host = o->host ? o->host : "127.0.0.1";
     switch (o->rdzv) {
     case RDZV_FILE:
         dir_url(dir, "coll_test", url, len);
         break;
-    case RDZV_TCP:
-        snprintf(url, len, "tcp://127.0.0.1:%d", free_port());
+    case RDZV_TCP: {
+        int v6 = strchr(host, ':') && host[0] != '[';
+        snprintf(url, len, "tcp://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", free_port());
         break;
+    }
     case RDZV_ENV: {
         char port[16];
         snprintf(port, sizeof(port), "%d", free_port());
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_ADDR", host, 1);
         setenv("MASTER_PORT", port, 1);
         snprintf(url, len, "env://");
         break;

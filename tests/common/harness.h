@@ -25,6 +25,7 @@ typedef struct {
     void (*setup)(int rank, void *arg);
     int fn_destroys; /* the rank function destroys its communicator itself */
     int split_share; /* coll_config.split_share */
+    const char *host; /* RDZV_TCP's host and RDZV_ENV's MASTER_ADDR, as given; NULL: 127.0.0.1 */
 } run_opts;
 
 /* Runs fn on every rank; returns how many ranks failed (exit code != 0 or killed). */

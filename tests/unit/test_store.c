@@ -34,7 +34,7 @@ static cl_store *open_kind(int kind, char *dir)
         ck_assert_int_eq(cl_store_mem_open(where, &s), COLL_OK);
     } else {
         snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
-        ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 5000, &s, err, sizeof(err)),
+        ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + 5000, &s, err, sizeof(err)),
                          COLL_OK);
     }
     return s;
@@ -78,7 +78,7 @@ START_TEST(tcp_server_survives_garbage_clients)
     int port = free_port();
     snprintf(where, sizeof(where), "127.0.0.1:%d", port);
     cl_store *s;
-    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 5000, &s, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + 5000, &s, err, sizeof(err)), COLL_OK);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     for (int k = 0; k < 3; k++) {
@@ -128,9 +128,9 @@ START_TEST(tcp_server_bounds_what_a_client_can_take)
     int port = free_port();
     snprintf(where, sizeof(where), "127.0.0.1:%d", port);
     cl_store *server, *s;
-    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + 400, &server, err, sizeof(err)),
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + 400, &server, err, sizeof(err)),
                      COLL_OK);
-    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 60000, &s, err, sizeof(err)),
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)),
                      COLL_OK);
     static char big[60000], back[60000];
     memset(big, 7, sizeof(big));
@@ -168,7 +168,7 @@ START_TEST(tcp_client_times_out_without_server)
     char where[64], err[256];
     snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
     cl_store *s;
-    ck_assert_int_eq(cl_store_tcp_open(where, 0, cl_now_ms() + 300, &s, err, sizeof(err)),
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 300, &s, err, sizeof(err)),
                      COLL_ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(err, "(rank 0)"));
 }
@@ -332,7 +332,7 @@ START_TEST(tcp_store_serves_with_the_largest_timeout)
     char where[64], err[256], buf[8];
     snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
     cl_store *s;
-    ck_assert_int_eq(cl_store_tcp_open(where, 1, cl_now_ms() + INT_MAX, &s, err, sizeof(err)),
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + INT_MAX, &s, err, sizeof(err)),
                      COLL_OK);
     size_t len = 0;
     ck_assert_int_eq(s->ops->set(s, "k", "v", 1), COLL_OK);

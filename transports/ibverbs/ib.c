@@ -13,7 +13,6 @@
 #include "base/util.h"
 #include "collective.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -147,8 +146,9 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
         return COLL_ENOMEM;
     char err[200];
     int rc = cl_ib_dev_open(v, &ctx->dev, err, sizeof(err));
-    if (rc == COLL_OK && cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
-        snprintf(err, sizeof(err), "ibverbs: no interface for the bootstrap socket");
+    char why[150];
+    if (rc == COLL_OK && cl_pick_iface(cfg->device, cfg->family, &ctx->at, why, sizeof(why))) {
+        snprintf(err, sizeof(err), "ibverbs: no interface for the bootstrap socket: %s", why);
         rc = COLL_ENOTSUP;
         cl_ib_dev_close(&ctx->dev);
     }
@@ -281,19 +281,14 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     l->ctx = ctx;
     l->lfd.vet = ctx->vet;
     l->lfd.vet_arg = ctx->vet_arg;
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    socklen_t alen = sizeof(a);
-    inet_pton(AF_INET, ctx->ip, &a.sin_addr);
-    l->lfd.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->lfd.fd < 0 || bind(l->lfd.fd, (struct sockaddr *)&a, sizeof(a)) ||
-        listen(l->lfd.fd, 128) || getsockname(l->lfd.fd, (struct sockaddr *)&a, &alen)) {
-        if (l->lfd.fd >= 0)
-            close(l->lfd.fd);
+    cl_addr a = ctx->at;
+    if ((l->lfd.fd = cl_addr_listen(&a, SOCK_NONBLOCK, 128)) < 0) {
         free(l);
         return COLL_ESYS;
     }
     memset(handle, 0, CL_HANDLE_BYTES);
-    snprintf(handle, CL_HANDLE_BYTES, "ib:%s:%u", ctx->ip, ntohs(a.sin_port));
+    memcpy(handle, "ib:", 3);
+    cl_addr_text(&a, handle + 3, CL_HANDLE_BYTES - 3);
     cl_lock_take(&ctx->pg.mu);
     l->next_all = ctx->listeners;
     ctx->listeners = l;
@@ -410,25 +405,17 @@ static void ib_close_listener(cl_tr_listener *l)
 /* A TCP connection to "ib:IP:PORT" within the timeout, or -1. */
 static int dial(const char *handle, int timeout_ms)
 {
-    char ip[64];
-    unsigned port;
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    if (sscanf(handle, "ib:%63[^:]:%u", ip, &port) != 2 || port > 65535 ||
-        inet_pton(AF_INET, ip, &a.sin_addr) != 1)
+    cl_addr a;
+    if (strncmp(handle, "ib:", 3) != 0 || cl_addr_parse(handle + 3, &a) != 0)
         return -2;
-    a.sin_port = htons((uint16_t)port);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), err = 0, one = 1;
+    int s = cl_addr_dial(&a, SOCK_NONBLOCK), err = 0;
     socklen_t el = sizeof(err);
     if (s < 0)
         return -1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        struct pollfd p = { .fd = s, .events = POLLOUT };
-        if (errno != EINPROGRESS || poll(&p, 1, timeout_ms) != 1 ||
-            getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
-            close(s);
-            return -1;
-        }
+    struct pollfd p = { .fd = s, .events = POLLOUT };
+    if (poll(&p, 1, timeout_ms) != 1 || getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
+        close(s);
+        return -1;
     }
     return s;
 }

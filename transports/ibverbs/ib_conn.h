@@ -4,6 +4,7 @@
 #ifndef CL_IB_CONN_H
 #define CL_IB_CONN_H
 
+#include "base/addr.h"
 #include "transports/ibverbs/ib_dev.h"
 #include "transports/ibverbs/mr_cache.h"
 
@@ -84,7 +85,7 @@ struct cl_tr_ctx {
     cl_tr_vet vet; /* cl_tr_config's, for the listeners */
     void *vet_arg;
     int timeout_ms;
-    char ip[64];
+    cl_addr at; /* where the bootstrap socket listens (port 0) */
     cl_progress pg; /* its mutex guards everything here */
     cl_tr_conn *conns;
     cl_tr_listener *listeners;

@@ -11,7 +11,6 @@
 #include "base/util.h"
 #include "collective.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -431,7 +430,8 @@ static void do_connect(cl_tr_conn *c)
     c->tcp.data = c;
     c->connect_req.data = c;
     int rc = c->ctx->shutdown_status;
-    if (!rc && uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&c->addr, on_connect))
+    if (!rc && uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&c->addr.sa,
+                                on_connect))
         rc = COLL_EPEER;
     if (rc)
         mark_dead(c, rc, "connect failed");
@@ -483,13 +483,11 @@ static void on_connection(uv_stream_t *server, int status)
         discard(c, "accept failed");
         return;
     }
-    struct sockaddr_storage sa;
-    int len = sizeof(sa);
-    uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len);
-    struct sockaddr_in *in = (struct sockaddr_in *)&sa;
-    char ip[INET_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-    snprintf(c->name, sizeof(c->name), "%s:%u", ip, ntohs(in->sin_port));
+    cl_addr peer = {.len = sizeof(peer.sa)};
+    int len = (int)peer.len;
+    uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer.sa, &len);
+    peer.len = (socklen_t)len;
+    cl_addr_text(&peer, c->name, sizeof(c->name));
     tune_socket(&c->tcp, c->ctx->timeout_ms);
     await_hello(l, c);
 }
@@ -612,12 +610,10 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     ctx->timeout_ms = cfg->timeout_ms;
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
-    if (cl_pick_iface(cfg->device, ctx->ip, sizeof(ctx->ip)) != 0) {
-        if (cfg->device)
-            cl_tr_error(cfg, "no network interface matches '%s' (COLL_SOCKET_IFNAME or "
-                        "coll_config.device)", cfg->device);
-        else
-            cl_tr_error(cfg, "no network interface with an IPv4 address is up");
+    char why[400];
+    if (cl_pick_iface(cfg->device, cfg->family, &ctx->at, why, sizeof(why)) != 0) {
+        cl_tr_error(cfg, "%s; the filter is COLL_SOCKET_IFNAME's (or coll_config.device's), the "
+                    "family COLL_SOCKET_FAMILY's, else the rendezvous host's", why);
         free(ctx);
         return COLL_EINVAL;
     }
@@ -669,16 +665,10 @@ static void tcp_ctx_destroy(cl_tr_ctx *ctx)
 
 static int tcp_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    inet_pton(AF_INET, ctx->ip, &a.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1024) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
+    cl_addr a = ctx->at;
+    int fd = cl_addr_listen(&a, 0, 1024);
+    if (fd < 0)
         return COLL_ESYS;
-    }
     cl_tr_listener *l = calloc(1, sizeof(*l));
     if (!l) {
         close(fd);
@@ -691,7 +681,7 @@ static int tcp_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     ctx->listeners = l;
     pthread_mutex_unlock(&ctx->mu);
     memset(handle, 0, CL_HANDLE_BYTES);
-    snprintf(handle, CL_HANDLE_BYTES, "%s:%u", ctx->ip, ntohs(a.sin_port));
+    cl_addr_text(&a, handle, CL_HANDLE_BYTES);
     post(ctx, (struct cmd){.kind = CMD_LISTEN, .listener = l});
     *out = l;
     return COLL_OK;
@@ -720,20 +710,6 @@ static void tcp_close_listener(cl_tr_listener *l)
     post(l->ctx, (struct cmd){.kind = CMD_CLOSE, .listener = l});
 }
 
-static int parse_handle(const char *h, struct sockaddr_in *a)
-{
-    char ip[64];
-    unsigned port;
-    const char *colon = strrchr(h, ':');
-    if (!colon || (size_t)(colon - h) >= sizeof(ip) || sscanf(colon + 1, "%u", &port) != 1)
-        return COLL_EINVAL;
-    memcpy(ip, h, (size_t)(colon - h));
-    ip[colon - h] = 0;
-    a->sin_family = AF_INET;
-    a->sin_port = htons((uint16_t)port);
-    return inet_pton(AF_INET, ip, &a->sin_addr) == 1 ? COLL_OK : COLL_EINVAL;
-}
-
 static int tcp_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                        const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
@@ -741,8 +717,8 @@ static int tcp_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     char h[CL_HANDLE_BYTES + 1];
     memcpy(h, handle, CL_HANDLE_BYTES);
     h[CL_HANDLE_BYTES] = 0;
-    struct sockaddr_in addr;
-    if (parse_handle(h, &addr) != COLL_OK)
+    cl_addr addr;
+    if (cl_addr_parse(h, &addr) != 0)
         return COLL_EINVAL;
     cl_tr_conn *c = conn_new(ctx);
     if (!c)

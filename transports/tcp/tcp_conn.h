@@ -10,6 +10,7 @@
 #ifndef CL_TCP_CONN_H
 #define CL_TCP_CONN_H
 
+#include "base/addr.h"
 #include "transports/transport.h"
 
 #include <netinet/in.h>
@@ -43,7 +44,7 @@ struct cl_tr_conn {
     int gone;                        /* closed for good: freed once its handles are */
     int poll_fd;                     /* closed with the poll handle */
     int used;                        /* a request was made on it (ctx->mu) */
-    struct sockaddr_in addr;
+    cl_addr addr;
     char name[CL_HANDLE_BYTES + 8];
     uint8_t hello[CL_HELLO_BYTES];
     size_t hello_got;
@@ -71,7 +72,7 @@ struct cl_tr_conn {
 struct cl_tr_ctx {
     cl_notifier *notifier;
     int timeout_ms;
-    char ip[64];
+    cl_addr at; /* where listeners bind (port 0): the interface picked */
     uv_loop_t loop;
     uv_async_t async;
     pthread_t thread;
