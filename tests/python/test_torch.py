@@ -680,6 +680,62 @@ def destroy_in_flight(r, n, where):
         assert time.time() - t0 < 5, time.time() - t0
 
 
+def subgroups(r, n, where):
+    """Groups of ours made by new_subgroups and new_subgroups_by_enumeration (new_group on
+    torch 1.13) as Gloo's
+    (all-reduce, all-gather, broadcast from a group rank, a receive from any source in
+    the group answering the sender's global rank, functional collectives by group name)
+    and, on torch 2.x, a 2-D device mesh (its rows and columns are such groups) with
+    DTensor redistributions. torch 2.6's split_group takes NCCL only (it refuses Gloo too)."""
+    g = init(r, n, where)
+    found = {}
+    for backend in ("collective", "gloo"):
+        if TORCH2:
+            half, _ = dist.new_subgroups(n // 2, backend=backend)
+            pair, _ = dist.new_subgroups_by_enumeration(
+                [list(range(p, n, n // 2)) for p in range(n // 2)], backend=backend)
+        else:  # torch 1.13's new_subgroups asks for CUDA: new_group, group by group
+            groups = [dist.new_group(list(range(p, p + n // 2)), backend=backend)
+                      for p in range(0, n, n // 2)]
+            half = groups[r // (n // 2)]
+            groups = [dist.new_group(list(range(p, n, n // 2)), backend=backend)
+                      for p in range(n // 2)]
+            pair = groups[r % (n // 2)]
+        x = torch.full((3,), r + 1.0)
+        dist.all_reduce(x, group=half)
+        gathered = [torch.zeros(2) for _ in range(dist.get_world_size(half))]
+        dist.all_gather(gathered, torch.tensor([r, 10.0 * r]), group=half)
+        gathered = torch.cat(gathered)
+        b = torch.full((2,), float(r))
+        dist.broadcast(b, dist.get_global_rank(half, 1), group=half)
+        partner = [p for p in dist.get_process_group_ranks(pair) if p != r][0]
+        got = torch.zeros(2)
+        if r < partner:
+            dist.send(torch.full((2,), 7.0 * r), partner, group=pair)
+            src = -1
+        else:
+            src = dist.recv(got, group=pair)
+        found[backend] = [x.tolist(), gathered.tolist(), b.tolist(), src, got.tolist()]
+        if TORCH2:
+            import torch.distributed._functional_collectives as fc
+            y = fc.wait_tensor(fc.all_reduce(torch.full((2,), r + 1.0), "max", half.group_name))
+            found[backend].append(y.tolist())
+    assert found["collective"] == found["gloo"], found
+    first = r // (n // 2) * (n // 2)
+    assert found["gloo"][0] == [float(sum(range(first + 1, first + n // 2 + 1)))] * 3, found
+    if TORCH2 and n == 4:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        assert mesh["tp"].get_group().getBackendName() == "collective"
+        full = torch.arange(32.0).reshape(4, 8)
+        d = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
+        assert torch.equal(d.to_local(), full[r // 2 * 2:r // 2 * 2 + 2, r % 2 * 4:r % 2 * 4 + 4])
+        assert torch.equal(d.redistribute(mesh, [Replicate(), Shard(0)]).to_local(),
+                           full[r % 2 * 2:r % 2 * 2 + 2])
+        assert torch.equal(d.full_tensor(), full)
+
+
 def sequence_numbers(r, n, where):
     """Each group counts the operations issued on it as torch 2.x's Gloo does."""
     g = init(r, n, where)
@@ -767,6 +823,7 @@ def main():
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
+    bad += ranks.check(subgroups, 4, "new_subgroups, by enumeration, a 2-D mesh against gloo")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
