@@ -795,7 +795,7 @@ def dead(r, n, where):
 
 def main():
     bad = 0
-    for n in (1, 2, 3):
+    for n in (1, 2, 3, 4):
         bad += ranks.check(ops, n, "torch ops against gloo")
     bad += ranks.check(ddp, 2, "DDP against gloo")
     bad += ranks.check(codecs, 3, "codecs and the error-feedback DDP hook")
@@ -808,11 +808,11 @@ def main():
         # changes too: inside torch 2.6 (no Python frame), not found yet
         print("skip torch's DDP communication hooks on torch 2.x (a hang inside torch 2.6)")
     bad += ranks.check(callback_waits_earlier, 2, "a callback waiting for an earlier future")
-    for n in (1, 2, 3):
+    for n in (1, 2, 3, 4):
         bad += ranks.check(sizes_checked, n, "sizes checked as Gloo does")
     bad += ranks.check(short_scatter, 3, "a short scatter refused by its root")
     bad += ranks.check(no_warning, 1, "registered without a warning")
-    for n in (2, 3):
+    for n in (2, 3, 4):
         bad += ranks.check(reductions, n, "AVG, PREMUL_SUM and the coalesced forms")
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
         bad += ranks.check(any_source, n, "receives from any source against gloo")
