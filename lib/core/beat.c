@@ -5,14 +5,15 @@
  * only slow in the caller's code (evaluating, writing a checkpoint) goes on beating: its
  * library thread runs. So silence, not slowness, is what fails a communicator here.
  *
- * One UDP socket per communicator, at its lifeline's address, and one thread: every
- * period it sends each rank a datagram (sealed under the job's key with COLL_SECRET) and
- * reads what came. While a collective of this communicator is queued or running on this
- * rank, a rank not heard for the silence bound fails the communicator, blamed by name:
- * its farewell carries how long that rank was silent, so every survivor's sentence names
- * it, whichever link the failure reached it by. A rank that destroys its communicator
- * says so and is no longer watched. Point-to-point waits are not judged (a pair of ranks
- * may go on while a third is done) and keep the operation timeout.
+ * One UDP socket per communicator that owns its links, at its lifeline's address, and
+ * one thread: every period it sends each rank a datagram (sealed under the job's key with
+ * COLL_SECRET) and reads what came. The splits that share its links (family.h) are
+ * judged by the same beats: their ranks are its ranks' processes. While a collective of this
+ * communicator is queued or running on this rank, a rank not heard for the silence bound fails the
+ * communicator, blamed by name: its farewell carries how long that rank was silent, so every
+ * survivor's sentence names it, whichever link the failure reached it by. A rank that destroys its
+ * communicator says so and is no longer watched. Point-to-point waits are not judged (a pair of
+ * ranks may go on while a third is done) and keep the operation timeout.
  *
  * The bound is the peer timeout, or half the operation timeout when that is shorter, so
  * that the heartbeat speaks before an operation's own timeout would (that one names the
@@ -28,6 +29,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/comm.h"
+#include "core/family.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -36,7 +38,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,9 +55,8 @@ typedef struct beat_msg {
 } beat_msg;
 
 struct cl_beat {
-    coll_comm *c;
-    int fd;   /* the UDP socket */
-    int wake; /* an eventfd: the thread stops */
+    coll_comm *c; /* whose socket and thread these are: a family's root (family.h) */
+    int fd;       /* the UDP socket */
     int started;
     atomic_int stop;
     pthread_t thread;
@@ -65,6 +65,12 @@ struct cl_beat {
     int64_t *heard;              /* per rank: when a beat of it was last read (ms) */
     uint8_t *unwatched;          /* per rank: it left, or cannot be reached from here */
     beat_msg msg[2];             /* this rank's BEAT and LEAVE, sealed once */
+    /* The communicators judged by these beats: c and the members of its family, whose
+     * ranks are processes of c's (their to_root), so one beat answers for all of them
+     * and a split that shares links costs no descriptor here. */
+    pthread_mutex_t mu;
+    coll_comm **watch;
+    int nwatch, capwatch;
 };
 
 /* The bytes of a socket address of this family; 0 for any other. */
@@ -84,7 +90,8 @@ int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR])
     if (!b)
         return COLL_ENOMEM;
     b->c = c;
-    b->fd = b->wake = -1;
+    b->fd = -1;
+    pthread_mutex_init(&b->mu, NULL);
     c->beat = b;
     /* Where the lifeline listens, on a port of its own: an interface the job reaches. */
     if (getsockname(c->life.fd, (struct sockaddr *)&a, &len) != 0 || !addr_len(&a))
@@ -95,8 +102,7 @@ int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR])
         ((struct sockaddr_in6 *)&a)->sin6_port = 0;
     len = addr_len(&a);
     b->fd = socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    b->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (b->fd < 0 || b->wake < 0 || bind(b->fd, (struct sockaddr *)&a, len) != 0 ||
+    if (b->fd < 0 || bind(b->fd, (struct sockaddr *)&a, len) != 0 ||
         getsockname(b->fd, (struct sockaddr *)&a, &len) != 0)
         return COLL_ESYS;
     memset(addr, 0, CL_BEAT_ADDR);
@@ -150,12 +156,13 @@ static void send_all(const cl_beat *b, const beat_msg *m)
                          (const struct sockaddr *)b->to[r], addr_len(b->to[r]));
 }
 
-/* Everything that waits on the socket: a rank heard is a rank alive now. */
+/* Everything that waits on the socket: a rank heard is a rank alive now. Stops at an
+ * empty read too: what a shut socket returns (cl_beat_close). */
 static void read_all(cl_beat *b, int64_t now)
 {
     beat_msg m;
     ssize_t got;
-    while ((got = recv(b->fd, &m, sizeof(m), MSG_DONTWAIT)) >= 0 || errno == EINTR) {
+    while ((got = recv(b->fd, &m, sizeof(m), MSG_DONTWAIT)) > 0 || (got < 0 && errno == EINTR)) {
         int r = got == (ssize_t)sizeof(m) ? sender(b, &m) : -1;
         if (r < 0)
             continue;
@@ -166,31 +173,45 @@ static void read_all(cl_beat *b, int64_t now)
     }
 }
 
-/* The watched rank silent longest, if it has been for the bound, else -1. */
-static int silent_rank(const cl_beat *b, int64_t now)
+/* Of w's ranks, the one silent longest, if it has been for the bound, else -1. */
+static int silent_rank(const cl_beat *b, const coll_comm *w, int64_t now)
 {
     int worst = -1;
-    for (int r = 0; r < b->c->size; r++)
-        if (r != b->c->rank && !b->unwatched[r] && now - b->heard[r] >= b->bound_ms &&
-            (worst < 0 || b->heard[r] < b->heard[worst]))
+    int64_t since = now;
+    for (int r = 0; r < w->size; r++) {
+        int p = w->to_root ? w->to_root[r] : r; /* the process: b's rank */
+        if (r != w->rank && !b->unwatched[p] && now - b->heard[p] >= b->bound_ms &&
+            b->heard[p] < since) {
             worst = r;
+            since = b->heard[p];
+        }
+    }
     return worst;
 }
 
-/* Silence matters while a collective waits for every rank; an idle rank's peers may be
- * stopped in a debugger as long as they like. */
-static void judge(cl_beat *b, int64_t now)
+/* Silence matters while a collective of w waits for its ranks; an idle rank's peers may
+ * be stopped in a debugger as long as they like. */
+static void judge(cl_beat *b, coll_comm *w, int64_t now)
 {
-    coll_comm *c = b->c;
-    if (cl_engine_idle(c) || cl_comm_state(c) != COLL_OK)
+    if (cl_engine_idle(w) || cl_comm_state(w) != COLL_OK)
         return;
-    int r = silent_rank(b, now);
+    int r = silent_rank(b, w, now);
     if (r < 0)
         return;
-    int ms = (int)CL_MIN(now - b->heard[r], INT32_MAX);
-    cl_comm_blame_silent(c, r, ms);
-    cl_comm_fail(c, COLL_EPEER, "rank %d, collective #%u: " CL_SILENT_FMT, c->rank,
-                 cl_engine_issued(c), r, ms / 1000.0);
+    int p = w->to_root ? w->to_root[r] : r;
+    int ms = (int)CL_MIN(now - b->heard[p], INT32_MAX);
+    cl_comm_blame(w, r, COLL_EPEER, ms);
+    cl_comm_fail(w, COLL_EPEER, "rank %d, collective #%u: " CL_SILENT_FMT, w->rank,
+                 cl_engine_issued(w), r, ms / 1000.0);
+}
+
+/* Under mu: a watcher leaves only between two rounds. */
+static void judge_all(cl_beat *b, int64_t now)
+{
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->nwatch; i++)
+        judge(b, b->watch[i], now);
+    pthread_mutex_unlock(&b->mu);
 }
 
 static void *beat_main(void *arg)
@@ -203,18 +224,53 @@ static void *beat_main(void *arg)
             send_all(b, &b->msg[0]);
             next = now + b->period_ms;
         }
-        struct pollfd p[2] = {{.fd = b->fd, .events = POLLIN}, {.fd = b->wake, .events = POLLIN}};
-        if (poll(p, 2, (int)(next - now)) > 0 && p[1].revents)
+        struct pollfd p = {.fd = b->fd, .events = POLLIN};
+        poll(&p, 1, (int)(next - now));
+        if (atomic_load(&b->stop))
             break;
         now = cl_now_ms();
         read_all(b, now);
-        judge(b, now);
+        judge_all(b, now);
     }
     return NULL;
 }
 
+static int watch(cl_beat *b, coll_comm *c)
+{
+    pthread_mutex_lock(&b->mu);
+    int rc = COLL_OK;
+    if (b->nwatch == b->capwatch) {
+        int cap = b->capwatch ? 2 * b->capwatch : 4;
+        coll_comm **w = realloc(b->watch, (size_t)cap * sizeof(*w));
+        if (w) {
+            b->watch = w;
+            b->capwatch = cap;
+        } else {
+            rc = COLL_ENOMEM;
+        }
+    }
+    if (rc == COLL_OK) {
+        b->watch[b->nwatch++] = c;
+        c->beat = b;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static void unwatch(cl_beat *b, coll_comm *c)
+{
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < b->nwatch; i++)
+        if (b->watch[i] == c)
+            b->watch[i--] = b->watch[--b->nwatch];
+    pthread_mutex_unlock(&b->mu);
+    c->beat = NULL;
+}
+
 int cl_beat_start(coll_comm *c, const struct cl_card *cards)
 {
+    if (c->fam && cl_family_root(c) != c) /* its root's links, its root's beat */
+        return watch(cl_family_root(c)->beat, c);
     cl_beat *b = c->beat;
     int n = c->size;
     b->to = calloc((size_t)n, CL_BEAT_ADDR);
@@ -235,6 +291,8 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards)
     }
     make_msg(c, BEAT, &b->msg[0]);
     make_msg(c, LEAVE, &b->msg[1]);
+    if (watch(b, c) != COLL_OK)
+        return COLL_ENOMEM;
     if (pthread_create(&b->thread, NULL, beat_main, b) != 0)
         return COLL_ESYS;
     b->started = 1;
@@ -246,18 +304,22 @@ void cl_beat_close(coll_comm *c)
     cl_beat *b = c->beat;
     if (!b)
         return;
+    if (b->c != c) { /* a member of b's family: the root closes b, after every member */
+        unwatch(b, c);
+        return;
+    }
     if (b->started) {
-        uint64_t one = 1;
+        send_all(b, &b->msg[1]);
         atomic_store(&b->stop, 1);
-        if (write(b->wake, &one, sizeof(one)) != sizeof(one))
+        /* Wakes the thread's poll, also on a socket that is not connected (Linux). */
+        if (shutdown(b->fd, SHUT_RD) != 0 && errno != ENOTCONN)
             cl_log(COLL_LOG_DEBUG, "beat: cannot wake the thread: %s", strerror(errno));
         pthread_join(b->thread, NULL);
-        send_all(b, &b->msg[1]);
     }
     if (b->fd >= 0)
         close(b->fd);
-    if (b->wake >= 0)
-        close(b->wake);
+    pthread_mutex_destroy(&b->mu);
+    free(b->watch);
     free(b->to);
     free(b->heard);
     free(b->unwatched);

@@ -15,10 +15,12 @@ struct cl_card;
 typedef struct cl_beat cl_beat;
 
 /* Opens c's heartbeat socket at its lifeline's address (c->life open) and writes that
- * address to addr, for c's card. */
+ * address to addr, for c's card. Not for a split that shares its root's links: the
+ * root's heartbeat answers for the same processes. */
 int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR]);
 /* Once c is placed (rank, size, id, job) and every rank's card is known: beats to every
- * rank and watches them, on a thread of its own, until cl_beat_close. */
+ * rank and watches them, on a thread of its own, until cl_beat_close. A split that shares
+ * its root's links (family.h) is watched by its root's instead. */
 int cl_beat_start(coll_comm *c, const struct cl_card *cards);
 /* Stops the thread, tells every rank that this one leaves (no longer to be watched),
  * and frees what cl_beat_open and cl_beat_start made. Nothing when c has no beat. */

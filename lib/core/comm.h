@@ -193,16 +193,14 @@ void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
 /* cl_comm_fail's parts: records c's first failure (1: it was the first; later ones
  * change nothing), reads where it began, and closes c's links with the farewell. */
 int cl_comm_record(coll_comm *c, int status, const char *msg);
-void cl_comm_cause(coll_comm *c, int *rank, int *status);
+void cl_comm_cause(coll_comm *c, int *rank, int *status, int *silent_ms);
 void cl_comm_close_links(coll_comm *c, int status);
 /* A call on c (fn) that cannot get the memory it needs: fails c, so the peers waiting
  * on this rank hear at once. Returns COLL_ENOMEM. */
 int cl_comm_no_memory(coll_comm *c, const char *fn);
-/* Before cl_comm_fail: the failure began at `rank` with `status`, not here. */
-void cl_comm_blame(coll_comm *c, int rank, int status);
-/* Before cl_comm_fail: the failure began at `rank`, which has not answered for silent_ms
- * (the heartbeat, beat.c); the farewell says so. */
-void cl_comm_blame_silent(coll_comm *c, int rank, int silent_ms);
+/* Before cl_comm_fail: the failure began at `rank` with `status`, not here; silent_ms >
+ * 0: the heartbeat found that rank silent this long (beat.c), and the farewell says so. */
+void cl_comm_blame(coll_comm *c, int rank, int status, int silent_ms);
 /* Where the communicator's algorithms report failures: cl_comm_fail and cl_comm_blame. */
 cl_fail_hooks cl_comm_hooks(coll_comm *c);
 /* COLL_OK, or what a new or queued operation must return on a failed communicator. */

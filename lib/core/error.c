@@ -44,11 +44,12 @@ int cl_comm_record(coll_comm *c, int status, const char *msg)
     return first;
 }
 
-void cl_comm_cause(coll_comm *c, int *rank, int *status)
+void cl_comm_cause(coll_comm *c, int *rank, int *status, int *silent_ms)
 {
     pthread_mutex_lock(&c->mu);
     *rank = c->cause_rank;
     *status = c->cause_status;
+    *silent_ms = c->cause_silent_ms;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -100,7 +101,7 @@ int cl_comm_no_memory(coll_comm *c, const char *fn)
     return COLL_ENOMEM;
 }
 
-static void blame(coll_comm *c, int rank, int status, int silent_ms)
+void cl_comm_blame(coll_comm *c, int rank, int status, int silent_ms)
 {
     pthread_mutex_lock(&c->mu);
     if (c->status == COLL_OK && c->cause_status == COLL_OK) {
@@ -109,16 +110,6 @@ static void blame(coll_comm *c, int rank, int status, int silent_ms)
         c->cause_silent_ms = silent_ms;
     }
     pthread_mutex_unlock(&c->mu);
-}
-
-void cl_comm_blame(coll_comm *c, int rank, int status)
-{
-    blame(c, rank, status, 0);
-}
-
-void cl_comm_blame_silent(coll_comm *c, int rank, int silent_ms)
-{
-    blame(c, rank, COLL_EPEER, silent_ms);
 }
 
 int cl_comm_state(coll_comm *c)
@@ -137,7 +128,7 @@ static void hook_fail(void *owner, int status, const char *msg)
 
 static void hook_blame(void *owner, int rank, int status, int silent_ms)
 {
-    blame(owner, rank, status, silent_ms);
+    cl_comm_blame(owner, rank, status, silent_ms);
 }
 
 /* A farewell names its rank in the numbering of the links' owner (family.h). */

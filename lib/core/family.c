@@ -133,17 +133,17 @@ void cl_family_fail(coll_comm *c, int status, const char *msg)
     char other[512];
     snprintf(other, sizeof(other), "a communicator sharing these links failed: %.440s", msg);
     pthread_mutex_lock(&f->mu);
-    int first = cl_comm_record(c, status, msg), cause, cause_status;
+    int first = cl_comm_record(c, status, msg), cause, cause_status, silent;
     if (first)
         cl_log(COLL_LOG_ERROR, "%s", msg);
-    cl_comm_cause(c, &cause, &cause_status);
+    cl_comm_cause(c, &cause, &cause_status, &silent);
     cause = root_rank(c, cause);
     int close = c == f->root && first;
     for (int i = 0; i < f->n; i++) {
         coll_comm *m = f->members[i];
         if (m == c)
             continue;
-        cl_comm_blame(m, cl_family_rank(m, cause), cause_status);
+        cl_comm_blame(m, cl_family_rank(m, cause), cause_status, silent);
         int made = cl_comm_record(m, status, other);
         close |= made && m == f->root;
     }

@@ -4,7 +4,8 @@
  * heartbeat only the rank waiting on it named it; the others named the neighbour they
  * waited on). And silence is judged only while a collective waits: a rank stopped while
  * the others are busy in their own code, and continued before they call, is no failure.
- * Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and on shm. */
+ * A split that shares its root's links is judged by the root's heartbeat, with the same
+ * words. Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and on shm. */
 #include "base/util.h"
 #include "common/harness.h"
 
@@ -44,9 +45,10 @@ static void kill_stopped(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
-static coll_comm *join(const char *url, const char *transport, int rank)
+static coll_comm *join(const char *url, const char *transport, int rank, int share)
 {
     coll_config cfg = COLL_CONFIG_INIT;
+    cfg.split_share = share;
     cfg.transport = transport;
     cfg.timeout_ms = TIMEOUT_MS;
     cfg.op_timeout_ms = TIMEOUT_MS;
@@ -74,19 +76,27 @@ static void reduce_until_failure(coll_comm *c, report *me, float *buf, int limit
     me->nfailed = coll_failed_ranks(c, me->failed, NP);
 }
 
-/* idle: one all-reduce, then wait in the caller's code for the parent's go, then more. */
-static void rank_main(const char *url, const char *transport, int rank, int idle)
+enum { BUSY, IDLE, SHARED };
+
+/* BUSY: all-reduces until one fails. IDLE: one, then wait in the caller's code for the
+ * parent's go, then five more. SHARED: BUSY on a split that shares c's links (family.h). */
+static void rank_main(const char *url, const char *transport, int rank, int mode)
 {
     report *me = &reports[rank];
-    coll_comm *c = join(url, transport, rank);
+    coll_comm *c = join(url, transport, rank, mode == SHARED), *s = NULL;
     float *buf = calloc(COUNT, sizeof(float));
     if (!buf)
         _exit(3);
-    if (idle) {
+    if (mode == IDLE) {
         reduce_until_failure(c, me, buf, 1);
         while (!atomic_load(&me->go))
             cl_sleep_ms(5);
         reduce_until_failure(c, me, buf, 5);
+    } else if (mode == SHARED) {
+        if (coll_split(c, 0, rank, &s) != COLL_OK)
+            _exit(4);
+        reduce_until_failure(s, me, buf, 1 << 30);
+        coll_destroy(s);
     } else {
         reduce_until_failure(c, me, buf, 1 << 30);
     }
@@ -95,14 +105,14 @@ static void rank_main(const char *url, const char *transport, int rank, int idle
     _exit(0);
 }
 
-static void start_ranks(const char *transport, int idle)
+static void start_ranks(const char *transport, int mode)
 {
     char url[64];
     snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
     memset(reports, 0, NP * sizeof(report));
     for (int r = 0; r < NP; r++) {
         if ((pids[r] = fork()) == 0)
-            rank_main(url, transport, r, idle);
+            rank_main(url, transport, r, mode);
         ck_assert_int_gt(pids[r], 0);
     }
 }
@@ -138,9 +148,11 @@ static int reap_by(pid_t pid, int64_t deadline)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-START_TEST(every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout)
+/* Stops VICTIM once every rank did ten all-reduces; each survivor must fail within the
+ * op timeout with COLL_EPEER, naming it in its sentence and in coll_failed_ranks. */
+static void stop_and_judge(const char *transport, int mode)
 {
-    start_ranks(transports[_i], 0);
+    start_ranks(transport, mode);
     await_iters(10);
     int64_t stopped = cl_now_ms();
     kill(pids[VICTIM], SIGSTOP);
@@ -156,19 +168,32 @@ START_TEST(every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout)
             continue;
         const report *p = &reports[r];
         long long took = (long long)(p->failed_ms - stopped);
-        ck_assert_msg(exits[r] == 0, "%s: survivor %d exit %d", transports[_i], r, exits[r]);
-        ck_assert_msg(p->rc == COLL_EPEER, "%s: survivor %d got %s, want %s: '%s'", transports[_i],
-                      r, coll_strerror(p->rc), coll_strerror(COLL_EPEER), p->msg);
-        ck_assert_msg(strstr(p->msg, want), "%s: survivor %d: '%s' does not say '%s'",
-                      transports[_i], r, p->msg, want);
+        ck_assert_msg(exits[r] == 0, "%s: survivor %d exit %d", transport, r, exits[r]);
+        ck_assert_msg(p->rc == COLL_EPEER, "%s: survivor %d got %s, want %s: '%s'", transport, r,
+                      coll_strerror(p->rc), coll_strerror(COLL_EPEER), p->msg);
+        ck_assert_msg(strstr(p->msg, want), "%s: survivor %d: '%s' does not say '%s'", transport, r,
+                      p->msg, want);
         ck_assert_msg(p->nfailed == 1 && p->failed[0] == VICTIM,
                       "%s: survivor %d: coll_failed_ranks gave %d ranks (first %d), want [%d]",
-                      transports[_i], r, p->nfailed, p->failed[0], VICTIM);
+                      transport, r, p->nfailed, p->failed[0], VICTIM);
         ck_assert_msg(took < TIMEOUT_MS,
                       "%s: survivor %d failed %lld ms after the stop, want "
                       "under the op timeout (%d ms)",
-                      transports[_i], r, took, TIMEOUT_MS);
+                      transport, r, took, TIMEOUT_MS);
     }
+}
+
+START_TEST(every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout)
+{
+    stop_and_judge(transports[_i], BUSY);
+}
+END_TEST
+
+/* The split has no heartbeat of its own: its root's judges it, and the farewell the
+ * root's links carry says the silence too. */
+START_TEST(a_split_sharing_links_names_the_stopped_rank_too)
+{
+    stop_and_judge(transports[_i], SHARED);
 }
 END_TEST
 
@@ -176,7 +201,7 @@ END_TEST
  * others wait in their own code, continued before they call: their all-reduces go on. */
 START_TEST(a_rank_stopped_while_the_others_are_idle_is_no_failure)
 {
-    start_ranks(transports[_i], 1);
+    start_ranks(transports[_i], IDLE);
     await_iters(1);
     kill(pids[VICTIM], SIGSTOP);
     cl_sleep_ms(TIMEOUT_MS * 3 / 4);
@@ -204,6 +229,7 @@ int main(void)
     TCase *t = tcase_create("stopped");
     tcase_set_timeout(t, 60);
     tcase_add_loop_test(t, every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout, 0, 2);
+    tcase_add_loop_test(t, a_split_sharing_links_names_the_stopped_rank_too, 0, 2);
     tcase_add_loop_test(t, a_rank_stopped_while_the_others_are_idle_is_no_failure, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
