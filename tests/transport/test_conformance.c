@@ -1,6 +1,7 @@
 /* One conformance suite for every transport (transports/transport.h is the contract):
  * handshake delivery, ordering, zero-length and large messages, many in flight, a
  * message longer than the receive, and a closed peer. Run once per transport. */
+#include "base/addr.h"
 #include "base/util.h"
 #include "transports/transport.h"
 #include "collective.h"
@@ -29,6 +30,8 @@
 #include <unistd.h>
 
 static const char *tname;
+/* The socket transports' family (a second argument AF_INET6): the same suite over IPv6. */
+static int family = AF_UNSPEC;
 
 typedef struct {
     const cl_transport *tr;
@@ -61,12 +64,14 @@ static void pair_open(pair *p)
     ck_assert_ptr_nonnull(p->tr);
     cl_notifier_init(&p->na);
     cl_notifier_init(&p->nb);
-    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
-                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
+    cl_tr_config ca = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->na},
+                 cb = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->nb};
     ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
     ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
     char handle[CL_HANDLE_BYTES];
     ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
+    if (family == AF_INET6 && strcmp(tname, "tcp") == 0) /* its handle is its address */
+        ck_assert_msg(strncmp(handle, "[::1]:", 6) == 0, "listens at %s", handle);
     uint8_t hello[CL_HELLO_BYTES], got[CL_HELLO_BYTES];
     for (int i = 0; i < CL_HELLO_BYTES; i++)
         hello[i] = (uint8_t)(i * 7 + 1);
@@ -542,13 +547,13 @@ static int available(void)
     }
     cl_notifier n;
     cl_notifier_init(&n);
-    cl_tr_config c = {.device = "lo", .timeout_ms = 5000, .notifier = &n};
+    cl_tr_config c = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &n};
     cl_tr_ctx *ctx;
     int rc = tr->ctx_create(&c, &ctx);
     if (rc == COLL_OK)
         tr->ctx_destroy(ctx);
     cl_notifier_destroy(&n);
-    if (rc == COLL_ENOTSUP)
+    if (rc == COLL_ENOTSUP || (rc != COLL_OK && family == AF_INET6))
         printf("transport %s cannot run here (see the error above): skipped\n", tname);
     return rc == COLL_OK;
 }
@@ -560,8 +565,8 @@ static void listen_alone(pair *p, char handle[CL_HANDLE_BYTES], cl_tr_vet vet)
     p->tr = cl_transport_find(tname);
     cl_notifier_init(&p->na);
     cl_notifier_init(&p->nb);
-    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
-                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb, .vet = vet};
+    cl_tr_config ca = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->na},
+                 cb = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->nb, .vet = vet};
     ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
     ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
     ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
@@ -592,7 +597,8 @@ static socklen_t abstract_addr(const char *handle, struct sockaddr_un *a)
 }
 
 /* A socket connected to a listener's handle, as any stranger can: "shm:NAME" (an
- * abstract unix name), "ib:IP:PORT" (ibverbs' bootstrap) or "IP:PORT" (tcp). */
+ * abstract unix name), "ib:ADDRESS" (ibverbs' bootstrap) or "ADDRESS" (tcp), an address as
+ * base/addr.h writes it. */
 static int stranger_dial(const char *handle)
 {
     if (strncmp(handle, "shm:", 4) == 0) {
@@ -602,15 +608,10 @@ static int stranger_dial(const char *handle)
         ck_assert_int_eq(connect(s, (struct sockaddr *)&a, len), 0);
         return s;
     }
-    char ip[64];
-    unsigned port;
-    ck_assert_int_eq(sscanf(handle + (strncmp(handle, "ib:", 3) == 0 ? 3 : 0), "%63[^:]:%u", ip,
-                            &port),
-                     2);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    cl_addr a;
+    ck_assert_int_eq(cl_addr_parse(handle + (strncmp(handle, "ib:", 3) == 0 ? 3 : 0), &a), 0);
+    int s = socket(a.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a.sa, a.len), 0);
     return s;
 }
 
@@ -906,6 +907,7 @@ END_TEST
 int main(int argc, char **argv)
 {
     tname = argc > 1 ? argv[1] : "loop";
+    family = argc > 2 && strcmp(argv[2], "AF_INET6") == 0 ? AF_INET6 : AF_UNSPEC;
     if (!available())
         return 77;
     Suite *s = suite_create(tname);
