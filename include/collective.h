@@ -268,6 +268,37 @@ COLL_API int coll_shrink(coll_comm *comm, coll_comm **out);
  * peer this rank's failure began at (if a peer's loss caused it), or none. */
 COLL_API int coll_failed_ranks(const coll_comm *comm, int *ranks, int max);
 
+/* Growing a communicator (a replacement after coll_shrink, or more ranks): comm's ranks
+ * keep their numbers and newcomers take the ones after them, in the order they claim a
+ * place. Rank 0 of comm makes an id with coll_grow_id and hands it out of band to each
+ * newcomer (a launcher's environment, a file); then every rank of comm calls coll_grow
+ * and every newcomer coll_init_grow with that id. The grown communicator is new in
+ * every way (its own links, topology, algorithm choice and split families) and meets as
+ * coll_init's ranks do: with COLL_SECRET every newcomer proves it, and a newcomer whose
+ * settings that must agree differ (transport, codec, segment bytes, COLL_ALGO, a secret
+ * or none) fails the grow on every rank, naming the setting. comm stays as it was (after
+ * a grow that fails too): destroy it when done with it. */
+#define COLL_GROW_ID_BYTES 160
+/* Rank 0 of comm only: serves the meeting where comm grows to size ranks (more than
+ * comm's), on a fresh port where its transport listens, and writes its id, a
+ * NUL-terminated string, into id (len: COLL_GROW_ID_BYTES or more). A second call
+ * replaces the first id (a grow that failed is retried with a fresh one). */
+COLL_API int coll_grow_id(coll_comm *comm, int size, char *id, size_t len);
+/* Every rank of comm, at the same point of its program (a collective over comm): rank 0
+ * hands its id to the others over comm, then all meet the newcomers; *out is the grown
+ * communicator. Errors: rank 0 made no id (COLL_EINVAL, every rank); a newcomer that did
+ * not come within comm's timeout (COLL_ETIMEDOUT naming the missing ranks) or that died
+ * meanwhile, a rank of comm that did not call coll_grow, a setting that differs: every
+ * rank fails within the timeout with coll_last_error(NULL) saying why. */
+COLL_API int coll_grow(coll_comm *comm, coll_comm **out);
+/* A newcomer: joins the grow id names (made by coll_grow_id, handed out of band), waiting
+ * up to its timeout (cfg's timeout_ms, else COLL_TIMEOUT_MS) for comm's ranks to call
+ * coll_grow; *out is the grown communicator and coll_rank says its place. cfg as
+ * coll_init's (NULL: the environment's). Errors: an id that is no grow's (COLL_EINVAL);
+ * every place taken (COLL_EMISMATCH); an id whose grow is over, or a rendezvous that
+ * does not answer (COLL_ETIMEDOUT, or the error the meeting reported). */
+COLL_API int coll_init_grow(coll_comm **out, const char *id, const coll_config *cfg);
+
 /* Tagged point-to-point. Messages between two ranks match in the order they were posted
  * (FIFO per peer); the tag, count and dtype of a matched pair must agree, or both sides
  * get COLL_EMISMATCH. A send never waits for sends to other peers.

@@ -23,6 +23,7 @@ static void free_all(coll_comm *c, int own_transport)
     cl_beat_close(c); /* its thread may be failing c */
     if (c->rdzv) /* first: its thread may be failing c */
         cl_store_server_stop(c->rdzv);
+    cl_grow_stop(c);
     if (c->listener && own_transport)
         c->tr->close_listener(c->listener);
     cl_life_close(&c->life);

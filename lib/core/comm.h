@@ -106,6 +106,8 @@ struct coll_comm {
     uint8_t nonce[CL_NONCE_BYTES];      /* this rank's */
     cl_store *store;                    /* the job's store, while init runs */
     struct cl_store_server *rdzv;       /* rank 0's tcp rendezvous, served for the job's life */
+    struct cl_store_server *grow;       /* rank 0: the rendezvous of the grow it made an id for */
+    char grow_id[COLL_GROW_ID_BYTES];   /* that id, "" when none */
     cl_life life;                       /* where survivors find this rank after a failure */
     char (*lives)[CL_LIFE_ADDR];        /* every rank's lifeline address */
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */
@@ -183,8 +185,13 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
 void cl_comm_free(coll_comm *c);
 /* The configuration a communicator derived from c (split, shrink) inherits. */
 cl_config cl_comm_config(const coll_comm *c);
-/* Where the last failed init, split or shrink on this thread said why. */
+/* Where the last failed init, split, shrink or grow on this thread said why. */
 void cl_comm_init_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* coll_init's meeting (init.c): cfg's ranks meet at rv through store (the caller's, or
+ * NULL to open the one rv names; the communicator owns it, failed or not). */
+int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store);
+/* Rank 0: stops the grow's rendezvous, if it serves one (grow.c). */
+void cl_grow_stop(coll_comm *c);
 
 /* Records the communicator's first failure with its sentence, closes every link so the
  * peers notice, and wakes every waiter. Later failures only count as errors. */

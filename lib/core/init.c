@@ -329,9 +329,7 @@ static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
            rv->where);
 }
 
-/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
-/* store: the caller's, or NULL to open the one rv names; the communicator owns it. */
-static int init_comm(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
+int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
     meeting m = {.cfg = cfg, .rv = rv};
@@ -402,7 +400,7 @@ int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_c
         rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
     if (rc == COLL_OK) {
         warn_unkeyed(&conf, &rv);
-        rc = init_comm(out, &conf, &rv, NULL);
+        rc = cl_init_meet(out, &conf, &rv, NULL);
     }
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
@@ -429,7 +427,7 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
     if (rc == COLL_OK)
         rc = cl_store_caller_open(ops, ctx, &s);
     if (rc == COLL_OK) {
-        rc = init_comm(out, &conf, &rv, s);
+        rc = cl_init_meet(out, &conf, &rv, s);
     }
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);

@@ -96,6 +96,7 @@ def _ptr(a):
 INT_RANGE = (-2**31, 2**31 - 1)           # a C int: root, peer, color, key, rank
 TAG_RANGE = (0, 2**32 - 1)                # uint32_t
 SIZE_RANGE = (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1)
+GROW_ID_BYTES = 160                       # COLL_GROW_ID_BYTES
 
 
 def _int(value, what, bounds=INT_RANGE):
@@ -239,7 +240,7 @@ class Communicator:
 
     def __init__(self, url_or_store="env://", rank=-1, size=-1, *, transport=None, device=None,
                  timeout_ms=0, codec="none", segment_bytes=0, op_timeout_ms=0,
-                 split_share=False, _handle=None):
+                 split_share=False, grow=None, _handle=None):
         self._h = None
         self._mu = threading.Lock()  # close() against the calls that hold the handle
         self._idle = threading.Condition(self._mu)  # the last call holding it returned
@@ -254,7 +255,9 @@ class Communicator:
                           codec_code(codec), _int(segment_bytes, "segment_bytes", SIZE_RANGE),
                           _int(op_timeout_ms, "op_timeout_ms"), int(bool(split_share)))
         h = _lib.comm_p()
-        if isinstance(url_or_store, str):
+        if grow is not None:  # a newcomer: rank and size come from the grow
+            rc = lib.coll_init_grow(ctypes.byref(h), str(grow).encode(), ctypes.byref(cfg))
+        elif isinstance(url_or_store, str):
             rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,
                                ctypes.byref(cfg))
         else:
@@ -354,6 +357,20 @@ class Communicator:
         """After a failure: a communicator of the survivors (every survivor calls it)."""
         out = _lib.comm_p()
         _check(self._call(lib.coll_shrink, ctypes.byref(out)), None, "shrink: ")
+        return Communicator(_handle=out.value)
+
+    def grow_id(self, size):
+        """Rank 0: the id of a grow of this communicator to size ranks, to hand to each
+        newcomer, which joins with Communicator(grow=id, ...) while every rank here calls
+        grow()."""
+        buf = ctypes.create_string_buffer(GROW_ID_BYTES)
+        self._check(self._call(lib.coll_grow_id, _int(size, "size"), buf, len(buf)), "grow_id: ")
+        return buf.value.decode()
+
+    def grow(self):
+        """Every rank: the grown communicator (this one stays as it was)."""
+        out = _lib.comm_p()
+        _check(self._call(lib.coll_grow, ctypes.byref(out)), None, "grow: ")
         return Communicator(_handle=out.value)
 
     def failed_ranks(self):

@@ -469,6 +469,50 @@ def widths(r, n, where):
     c.close()
 
 
+def grow_back(r, n, where):
+    """Ranks 0..n-2 meet, then grow to n with rank n-1 as the newcomer, which reads the id
+    rank 0 wrote to a file (the out-of-band hand-over)."""
+    idfile = os.path.join(where, "grow-id")
+    if r == n - 1:
+        deadline = time.time() + 20
+        while not os.path.exists(idfile):
+            assert time.time() < deadline, "no id came"
+            time.sleep(0.02)
+        with open(idfile) as f:
+            g = collective.Communicator(grow=f.read(), timeout_ms=5000)
+    else:
+        c = collective.Communicator(url(where), r, n - 1, timeout_ms=5000)
+        if r == 0:
+            with whole_file(idfile) as f:
+                f.write(c.grow_id(n))
+        g = c.grow()
+        assert g.rank == r
+        c.barrier()  # the old communicator stays as it was
+    x = np.full(3, float(g.rank + 1), np.float32)
+    g.allreduce(x)
+    assert g.size == n and np.array_equal(x, np.full(3, n * (n + 1) / 2)), (g.size, x)
+    try:
+        collective.Communicator(grow="grow1/nothing")
+        raise AssertionError("a malformed id was taken")
+    except collective.CollectiveError as e:
+        assert e.name == "COLL_EINVAL", e
+
+
+class whole_file:
+    """Writes a file whole: another process never reads half of it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = open(self.path + ".tmp", "w")
+        return self.f
+
+    def __exit__(self, *exc):
+        self.f.close()
+        os.rename(self.path + ".tmp", self.path)
+
+
 def main():
     bad = 0
     for n in (1, 2, 4):
@@ -479,6 +523,7 @@ def main():
     bad += ranks.check(shared_split, 4, "splits sharing their links")
     bad += ranks.check(store_init, 3, "store init")
     bad += ranks.check(dead_rank, 3, "dead rank and shrink", {2: 9})
+    bad += ranks.check(grow_back, 3, "a newcomer grows a communicator")
     bad += ranks.check(close_in_flight, 2, "close with 64 MiB in flight")
     bad += ranks.check(close_races_calls, 2, "close against a call in another thread")
     for n in (1, 3):
