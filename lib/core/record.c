@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,14 +181,15 @@ static int rooted(int kind)
     return kind == CL_BROADCAST || kind == CL_REDUCE || kind == CL_GATHER || kind == CL_SCATTER;
 }
 
-/* When the running collective last moved a byte: where its last wait began, if nothing
- * moved since; else now (it is moving, or polling for less than a spin). */
+/* When the running collective last moved a byte: where its last wait began, if that was
+ * its own (the wait's millisecond ends after it started) and nothing moved since; else
+ * now (it is moving, or polling for less than a spin). */
 static int64_t last_progress_us(const cl_rec *r, uint64_t moved_to, int64_t started_us)
 {
     int64_t since_ms = atomic_load_explicit(&r->stall.since_ms, memory_order_acquire);
     uint64_t at = atomic_load_explicit(&r->stall.bytes, memory_order_relaxed);
-    if (since_ms * 1000 >= started_us && at == moved_to)
-        return since_ms * 1000;
+    if ((since_ms + 1) * 1000 > started_us && at == moved_to)
+        return since_ms * 1000 > started_us ? since_ms * 1000 : started_us;
     return cl_now_us();
 }
 
@@ -321,8 +323,10 @@ static int write_file(const cl_rec *r, const char *path, const char *reason)
     if (!xs)
         return COLL_ENOMEM;
     int n = read_records(r, xs, (int)kept);
+    /* the failure's dump and the signal's may write one path at once: a name each */
+    static atomic_uint writes;
     char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    snprintf(tmp, sizeof(tmp), "%s.%d.%u.tmp", path, (int)getpid(), atomic_fetch_add(&writes, 1));
     FILE *f = fopen(tmp, "w");
     int rc = COLL_ESYS, err = 0;
     if (f) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef ANALYZE
@@ -276,6 +277,61 @@ START_TEST(coll_analyze_names_the_rank_that_never_issued)
 }
 END_TEST
 
+/* Rank 2 comes 2 s late to an all-reduce: meanwhile the others' record says it runs and
+ * has moved nothing since it began to wait (its last progress stays put), their files
+ * and rank 2's say so to coll_analyze, and the all-reduce then completes. */
+static int late_rank(coll_comm *c, void *dir)
+{
+    float f[256] = {0};
+    EXPECT_RC(coll_allreduce(c, f, f, 256, COLL_F32, COLL_SUM), COLL_OK);
+    if (coll_rank(c) == 2) {
+        usleep(2000 * 1000);
+        EXPECT_RC(coll_recorder_dump(c, NULL), COLL_OK);
+        EXPECT_RC(coll_allreduce(c, f, f, 256, COLL_F32, COLL_SUM), COLL_OK);
+        return 0;
+    }
+    coll_req *q;
+    EXPECT_RC(coll_iallreduce(c, f, f, 256, COLL_F32, COLL_SUM, &q), COLL_OK);
+    usleep(1200 * 1000);
+    coll_record x[MAXREC];
+    int n = coll_recorder_read(c, x, MAXREC);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    int64_t now = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+    const coll_record *last = &x[n - 1];
+    FAIL_IF(n < 2 || last->state != COLL_REC_RUNNING || strcmp(last->kind, "allreduce") != 0,
+            "expected a running allreduce, got %s #%u in state %d", last->kind, last->seq,
+            last->state);
+    FAIL_IF(last->progress_us < last->started_us || now - last->progress_us < 1000000,
+            "started %lld, last progress %lld, now %lld: not 1 s without progress",
+            (long long)last->started_us, (long long)last->progress_us, (long long)now);
+    EXPECT_RC(coll_recorder_dump(c, NULL), COLL_OK);
+    EXPECT_RC(coll_wait(q), COLL_OK);
+    (void)dir;
+    return 0;
+}
+
+START_TEST(a_waiting_collective_shows_when_it_last_moved)
+{
+    char dir[64], url[256];
+    ck_assert_int_eq(dir_url(dir, "coll_rec", url, sizeof(url)), 0);
+    set_dir(dir);
+    ck_assert_int_eq(run(3, late_rank, dir, 10000), 0);
+    char cmd[512], line[512], all[4096] = "";
+    snprintf(cmd, sizeof(cmd), "python3 %s --stall 1 %s", ANALYZE, dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    while (fgets(line, sizeof(line), p))
+        strncat(all, line, sizeof(all) - strlen(all) - 1);
+    pclose(p);
+    ck_assert_msg(strstr(all, "rank 2 never issued allreduce #") != NULL &&
+                      strstr(all, "rank 0 is in allreduce #") != NULL &&
+                      strstr(all, "but has moved no byte for 1 s") != NULL,
+                  "coll_analyze: %s", all);
+    remove_dir(dir);
+}
+END_TEST
+
 /* A warning that the recorder could not write, from any thread. */
 static atomic_int warned;
 
@@ -430,6 +486,7 @@ int main(void)
     tcase_add_test(t, a_dump_is_json_with_every_record);
     tcase_add_test(t, a_failed_collective_writes_the_file);
     tcase_add_test(t, coll_analyze_names_the_rank_that_never_issued);
+    tcase_add_test(t, a_waiting_collective_shows_when_it_last_moved);
     tcase_add_test(t, an_unwritable_directory_is_a_warning_not_a_failure);
     tcase_add_test(t, the_signal_writes_every_ranks_file);
     tcase_add_test(t, coll_config_sets_what_the_recorder_keeps);
