@@ -12,7 +12,9 @@ contiguous copy. On torch 2.x, its C++ side (the functional collectives, DTensor
 the group through torch's Python trampoline: the group keeps the name torch gives it, and
 implements the coalesced forms those call. Each operation checks what Gloo checks (roots,
 list lengths, each tensor's size and dtype) on the calling rank before anything is sent;
-a work's get_future() returns at once. COLL_CODEC (or COLL_* variables in general) reach
+a work's get_future() returns at once. Each send carries a header (tag, size) ahead of
+its tensor, so that a receive from any source learns its sender: the library matches
+messages in order per peer (see _Inbox). COLL_CODEC (or COLL_* variables in general) reach
 the library as for C programs; set_codec(codec, group) switches a group's wire codec, and
 ef_hook is a DDP communication hook that averages gradients through a codec with error
 feedback.
