@@ -92,6 +92,17 @@ expect("two communicators apart",
        ["communicator 00000000000000aa", "communicator 00000000000000bb",
         "rank 0 never issued allreduce #88"], 1)
 
+rc, out = run([rank_file(r, done if r != 3 else done[:-1]) for r in range(4)], "--json")
+try:
+    report = json.loads(out)
+    assert rc == 1 and report[0]["findings"] == [
+        "rank 3 never issued allreduce #88 (its last: allreduce #87, done)"], report
+    assert report[0]["ranks"] == [0, 1, 2, 3] and report[0]["issued"] == 88, report
+    print("ok   --json")
+except (ValueError, AssertionError) as e:
+    failed += 1
+    print("FAIL --json: exit %d, %s:\n%s" % (rc, e, out))
+
 rc, out = run([])
 if rc != 2 or "no flight recorder file read" not in out:
     failed += 1
