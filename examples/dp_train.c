@@ -15,8 +15,14 @@
  * --elastic: when a rank is lost, the survivors shrink the communicator, split the same
  * global batch over the ranks left (unevenly when it does not divide: each rank's
  * gradient is then of its samples' summed loss over B, all-reduced with a sum), keep their
- * replicas (identical) and redo the step; the run goes on to the end. */
+ * replicas (identical) and redo the step; the run goes on to the end.
+ * --heal (under a launcher that restarts a dead rank: coll_run --max-restarts): the
+ * survivors shrink, then grow back to full size as the replacement joins, hand it the
+ * weights, optimizer state and position, and redo the step at full size: the run ends
+ * with the weights of a run that lost nothing. Every run ends with a line "weights H",
+ * H the final weights' hash (rank 0). */
 #include "common/batch.h"
+#include "common/heal.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
@@ -32,6 +38,7 @@
 
 typedef struct {
     coll_comm *c, *first; /* the communicator in use, and the one the trainer was given */
+    int size0;            /* the job's size: --heal grows back to it */
     int serial_owner;     /* this process began as rank 0: it runs --check-serial */
     const ex_opts *o;
     const dataset *train, *test;
@@ -147,10 +154,37 @@ static int recover(trainer *t, size_t k, size_t *from, size_t *last)
                coll_size(next), *from, (ex_now_s() - t0) * 1e3);
         fflush(stdout);
     }
+    if (!t->o->heal)
+        return COLL_OK;
+    coll_comm *grown = NULL;
+    if ((rc = ex_heal_offer(next, t->size0, &grown)) != COLL_OK)
+        return rc;
+    coll_destroy(next);
+    t->c = grown;
+    if (coll_rank(grown) == 0) {
+        printf("heal: back at %d ranks %.0f ms after the loss was seen\n", coll_size(grown),
+               (ex_now_s() - t0) * 1e3);
+        fflush(stdout);
+    }
     return COLL_OK;
 }
 
-static int run_epoch(trainer *t, int epoch, double *test_acc)
+/* --heal, on the grown communicator: rank 0's position (the epoch and step the run goes
+ * on from) and its weights and optimizer state reach every rank (the replacement's
+ * first). */
+static int hand_over(trainer *t, int *epoch, size_t *step)
+{
+    int64_t pos[2] = {*epoch, (int64_t)*step};
+    float *bufs[2] = {t->net.params, t->net.velocity};
+    size_t lens[2] = {t->net.nparams, t->net.nparams};
+    int rc = ex_heal_state(t->c, pos, 2, bufs, lens, 2);
+    *epoch = (int)pos[0];
+    *step = (size_t)pos[1];
+    return rc;
+}
+
+/* Epoch `epoch` from step `first` (a replacement's first epoch: where it joined). */
+static int run_epoch(trainer *t, int epoch, size_t first, double *test_acc)
 {
     int n = coll_size(t->c), me = coll_rank(t->c), B = t->o->batch;
     size_t steps = t->train->n / (size_t)B;
@@ -158,7 +192,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
         steps = (size_t)t->o->steps;
     ex_shuffle(t->perm, t->train->n, t->o->seed * 1000003ULL + (unsigned long long)epoch);
     t->lr = ex_lr(t->o, epoch);
-    if (epoch == 0 && me == 0)
+    if (epoch == 0 && me == 0 && first == 0)
         t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, B, t->o->lr, t->o->momentum);
     coll_stats st0, st1;
     coll_get_stats(t->c, &st0);
@@ -166,7 +200,7 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
     int correct = 0;
     /* wire bytes count from wire_from (the last shrink); steps are numbered from `base`
      * across epochs for --elastic, this epoch's close being base + steps. */
-    size_t wire_from = 0, s = 0, from, last, base = (size_t)epoch * (steps + 1);
+    size_t wire_from = first, s = first, from, last, base = (size_t)epoch * (steps + 1);
     double wall, stats[3], sum[3], times[2], *per = malloc(sizeof(double) * 2 * (size_t)n);
     int same = 1, rc;
     if (!per)
@@ -209,19 +243,25 @@ static int run_epoch(trainer *t, int epoch, double *test_acc)
             free(per);
             return 1;
         }
-        n = coll_size(t->c), me = coll_rank(t->c); /* a smaller world: per still fits */
+        n = coll_size(t->c), me = coll_rank(t->c); /* as large at most: per still fits */
         coll_get_stats(t->c, &st0);
         /* A collective can end on some ranks and fail on others: those that finished the
          * last epoch's close went on to this epoch's first step, and those still in this
          * close when others finished it leave it unreported (the weights are the same). */
-        if (s == steps && last > base + s) {
+        int next = s == steps && last > base + s, e = epoch + next;
+        size_t resume = next || from < base ? 0 : from - base;
+        if (t->o->heal && hand_over(t, &e, &resume) != COLL_OK) {
+            free(per);
+            return 1;
+        }
+        if (next) {
             fprintf(stderr, "rank %d: epoch %d's close ended on other ranks: not reported\n",
                     me, epoch);
             free(per);
             *test_acc = mlp_accuracy(&t->net, &t->work, t->test->x, t->test->y, t->test->n);
             return 0;
         }
-        s = wire_from = from < base ? 0 : from - base;
+        s = wire_from = resume;
     }
     if (!same) {
         fprintf(stderr, "rank %d: replicas differ after epoch %d\n", me, epoch);
@@ -275,8 +315,8 @@ static int train(coll_comm *c, const ex_opts *o)
     dataset train_set, test_set;
     if (ex_load_data(o, "dp_train", &train_set, &test_set) != 0)
         return 2;
-    trainer t = {.c = c, .first = c, .serial_owner = me == 0, .o = o, .train = &train_set,
-                 .test = &test_set};
+    trainer t = {.c = c, .first = c, .size0 = n, .serial_owner = me == 0 && !o->joined, .o = o,
+                 .train = &train_set, .test = &test_set};
     int rc = tl_init(&t.tl, 3) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) ||
              mlp_work_init(&t.work, &t.net, o->batch) ||
@@ -296,14 +336,19 @@ static int train(coll_comm *c, const ex_opts *o)
         printf("# dp_train: %d ranks, global batch %d (%d per rank), %zu parameters, codec %d\n",
                n, o->batch, o->batch / n, t.net.nparams, (int)o->codec);
     double acc = 0;
-    for (int e = 0; !rc && e < o->epochs; e++)
-        rc = run_epoch(&t, e, &acc);
+    int e0 = 0;
+    size_t s0 = 0;
+    if (!rc && o->joined && (rc = hand_over(&t, &e0, &s0)) == COLL_OK)
+        printf("heal: rank %d joined at epoch %d, step %zu\n", me, e0, s0);
+    for (int e = e0; !rc && e < o->epochs; e++)
+        rc = run_epoch(&t, e, e == e0 ? s0 : 0, &acc);
     if (t.json) {
         fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
         fclose(t.json);
     }
     if (coll_rank(t.c) == 0 && !rc)
-        printf("test_accuracy %.4f\n", acc);
+        printf("weights %016llx\ntest_accuracy %.4f\n",
+               (unsigned long long)mlp_hash(&t.net, 0, t.net.nparams), acc);
     if (t.c != c)
         coll_destroy(t.c);
     mlp_free(&t.net), mlp_free(&t.serial), mlp_work_free(&t.work), mlp_work_free(&t.serial_work);
@@ -320,6 +365,6 @@ int main(int argc, char **argv)
                    "dp_train [--np N] [--epochs E] [--batch B (multiple of N)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
                    "[--json FILE] [--trace FILE] [--seed S] [--lr-schedule cosine|const] "
-                   "[--elastic]",
+                   "[--elastic] [--heal]",
                    NULL, train);
 }

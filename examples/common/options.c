@@ -1,6 +1,8 @@
 /* Trainer flags and start-up: see options.h. */
 #include "options.h"
 
+#include "heal.h"
+
 #include "perf/spawn.h"
 
 #include <getopt.h>
@@ -59,7 +61,7 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         { "data", 1, 0, 'd' },    { "json", 1, 0, 'j' },         { "trace", 1, 0, 't' },
         { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { "lr-schedule", 1, 0, 'L' },
         { "sweep", 1, 0, 'w' },   { "prefetch", 1, 0, 'p' },     { "elastic", 0, 0, 'E' },
-        { 0, 0, 0, 0 } };
+        { "heal", 0, 0, 'H' },    { 0, 0, 0, 0 } };
     *o = (ex_opts){ .np = 2, .stages = 2, .epochs = 10, .batch = 64, .micro = 4, .onef1b = 1,
                     .cosine = 1, .prefetch = 1, .lr = 0.05f, .momentum = 0.9f, .seed = 1,
                     .codec = COLL_CODEC_NONE };
@@ -76,6 +78,7 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         case 'c': o->check_serial = atoi(optarg); break;
         case 'p': o->prefetch = atoi(optarg) != 0; break;
         case 'E': o->elastic = 1; break;
+        case 'H': o->elastic = o->heal = 1; break;
         case 'l': o->lr = (float)atof(optarg); break;
         case 'S': o->seed = strtoull(optarg, NULL, 10); break;
         case 'd': o->data = optarg; break;
@@ -134,8 +137,12 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.codec = o.codec;
     coll_comm *c;
-    if (coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
-        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
+    const char *to = getenv("COLL_TIMEOUT_MS");
+    o.joined = o.heal && ex_heal_is_replacement();
+    if (o.joined ? ex_heal_join(&cfg, 3 * (to ? atoi(to) : 30000), &c) != COLL_OK
+                 : coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, o.joined ? "joining" : "coll_init",
+                coll_last_error(NULL));
         return 2;
     }
     int rc = train(c, &o);

@@ -9,6 +9,8 @@
 typedef struct {
     int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine, prefetch;
     int elastic; /* dp_train: survive a lost rank (shrink and go on) */
+    int heal;    /* dp_train: and take its replacement back (grow), see heal.h */
+    int joined;  /* this process is such a replacement: it joined a grow */
     int sweep[8], nsweep; /* micro-batch counts to sweep */
     float lr, momentum;
     unsigned long long seed;
@@ -18,7 +20,7 @@ typedef struct {
 
 /* Flags: --np --stages --epochs --batch --microbatches --steps --check-serial
  * --schedule gpipe|1f1b --lr --lr-schedule cosine|const --seed --codec none|fp16|bf16|int8
- * --data --json --trace --sweep M1,M2,... --prefetch 0|1 --elastic. Returns 0, or -1 for an
+ * --data --json --trace --sweep M1,M2,... --prefetch 0|1 --elastic --heal. Returns 0, or -1 for an
  * unknown flag or value. */
 int ex_parse(int argc, char **argv, ex_opts *o);
 
@@ -36,7 +38,8 @@ int ex_load_data(const ex_opts *o, const char *prog, dataset *train, dataset *te
 
 /* Parses argv; if valid() (NULL: any) accepts the options, spawns --np local ranks (or joins the
  * launcher's), creates the communicator with the codec and returns train()'s status;
- * otherwise prints usage and returns 2. */
+ * otherwise prints usage and returns 2. With --heal, a process its launcher started
+ * again joins the running job through a grow (o->joined set for train). */
 int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts *o),
             int (*train)(coll_comm *c, const ex_opts *o));
 

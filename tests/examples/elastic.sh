@@ -5,19 +5,28 @@
 # the replica that lost a rank leaves, the other takes the whole batch). The last line
 # is still "test_accuracy A", within 0.01 of the same run undisturbed, and the run says
 # whom it lost.
-# Usage: elastic.sh TRAINER [ARGS...]. Skips (77) without the Fashion-MNIST files.
+# With COLL_RUN (the launcher's path), --heal instead: coll_run starts the 4 ranks and
+# restarts the one killed; the survivors grow back to 4 with it and redo the step at
+# full size, and the run ends with the undisturbed run's "weights H" line, bit for bit.
+# Usage: [COLL_RUN=coll_run] elastic.sh TRAINER [ARGS...]. Skips (77) without the
+# Fashion-MNIST files.
 set -u
 dp=$1
 shift
 tmp=${TMPDIR:-/tmp}/elastic.$$
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     { echo "dataset-fashion-mnist not installed: skipped"; exit 77; }
-args="--np 4 --epochs 2 --steps 120 --lr-schedule const $*"
+args="--epochs 2 --steps 120 --lr-schedule const $*"
+if [ -n "${COLL_RUN:-}" ]; then
+    launch="$COLL_RUN --np 4 --max-restarts 1 $dp" mode=--heal
+else
+    launch="$dp --np 4" mode=--elastic
+fi
 export COLL_TIMEOUT_MS=10000 # ranks load the data at their own pace before the first collective
 # Starts the trainer in the background (pid in $parent) and returns once its training has
 # begun: the timeline of its second step is out.
 start() {
-    "$dp" $args "$@" > "$out" 2>&1 &
+    $launch $args "$@" > "$out" 2>&1 &
     parent=$!
     for i in $(seq 600); do
         grep -q "^timeline of one step" "$out" && return
@@ -34,7 +43,7 @@ base=$(tail -n 1 "$tmp.base" | sed -n 's/^test_accuracy //p')
 # The kill: once training has begun, within the first half of what was left of the
 # undisturbed run then (well before the end).
 out=$tmp.out
-start --elastic
+start $mode
 at_ms=$(( $(od -An -N2 -tu2 /dev/urandom) % (took_ms / 2 + 1) ))
 sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
 ranks=$(pgrep -P "$parent" | sort -n)
@@ -50,5 +59,11 @@ got=$(sed -n "s/^test_accuracy //p" "$tmp.out" | tail -n 1)
 [ -n "$got" ] || { echo "FAIL: no test_accuracy after the loss"; exit 1; }
 awk -v a="$got" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
     { echo "FAIL: test_accuracy $got, undisturbed $base"; exit 1; }
+if [ $mode = --heal ]; then
+    grep -q "^heal: back at 4 ranks" "$tmp.out" || { echo "FAIL: the job did not grow back"; exit 1; }
+    want=$(grep "^weights " "$tmp.base") got_w=$(grep "^weights " "$tmp.out")
+    [ -n "$want" ] && [ "$got_w" = "$want" ] ||
+        { echo "FAIL: '$got_w' after the heal, '$want' undisturbed"; exit 1; }
+fi
 rm -f "$tmp.base" "$tmp.out"
-echo "$(basename "$dp") --elastic: lost rank $((pick - 1)) $at_ms ms after the second step (the undisturbed run took $took_ms more), test_accuracy $got (undisturbed $base)"
+echo "$(basename "$dp") $mode: lost rank $((pick - 1)) $at_ms ms after the second step (the undisturbed run took $took_ms more), test_accuracy $got (undisturbed $base)"
