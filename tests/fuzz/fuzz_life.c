@@ -36,7 +36,8 @@ static void start(void)
 {
     if (life.fd >= 0)
         return;
-    REQUIRE(cl_life_open("lo", &life) == 0);
+    char err[200];
+    REQUIRE(cl_life_open("lo", AF_INET, &life, err, sizeof(err)) == 0);
     socklen_t len = sizeof(where);
     REQUIRE(getsockname(life.fd, (struct sockaddr *)&where, &len) == 0);
     REQUIRE(where.sin_addr.s_addr == htonl(INADDR_LOOPBACK));

@@ -18,7 +18,7 @@ shm) t=$top/transports
            $top/lib/base/log.c $top/lib/base/notifier.c $top/lib/base/lock.c"
      opts="-max_len=4096" ;;
 life) srcs="$top/lib/core/life.c $top/lib/base/auth.c $top/lib/base/util.c $top/lib/base/log.c
-      $top/transports/iface.c -lcrypto"
+      $top/lib/base/addr.c $top/transports/iface.c -lcrypto"
       opts="-max_len=4096" ;;
 *) echo "unknown fuzz target '$target'"; exit 1 ;;
 esac
