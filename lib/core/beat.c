@@ -269,8 +269,9 @@ static void unwatch(cl_beat *b, coll_comm *c)
 
 int cl_beat_start(coll_comm *c, const struct cl_card *cards)
 {
-    if (c->fam && cl_family_root(c) != c) /* its root's links, its root's beat */
-        return watch(cl_family_root(c)->beat, c);
+    coll_comm *root = c->fam ? cl_family_root(c) : c;
+    if (root != c) /* its root's links, its root's beat */
+        return root->beat ? watch(root->beat, c) : COLL_OK;
     cl_beat *b = c->beat;
     int n = c->size;
     b->to = calloc((size_t)n, CL_BEAT_ADDR);
