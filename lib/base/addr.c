@@ -78,16 +78,6 @@ void cl_addr_text(const cl_addr *a, char *out, size_t len)
     cl_addr_join(host, port, out, len);
 }
 
-int cl_addr_literal_family(const char *host)
-{
-    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM}, *res;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0)
-        return AF_UNSPEC;
-    int family = res->ai_family;
-    freeaddrinfo(res);
-    return family;
-}
-
 int cl_addr_is_loopback(const cl_addr *a)
 {
     if (a->sa.ss_family == AF_INET6)

@@ -27,8 +27,6 @@ void cl_addr_join(const char *host, const char *port, char *out, size_t len);
 int cl_addr_parse(const char *text, cl_addr *a);
 /* *a as text (CL_ADDR_TEXT), the way cl_addr_parse reads it. */
 void cl_addr_text(const cl_addr *a, char *out, size_t len);
-/* AF_INET or AF_INET6 when host is a numeric address of that family, else AF_UNSPEC. */
-int cl_addr_literal_family(const char *host);
 /* 1 when *a is a loopback address (127.0.0.0/8, ::1). */
 int cl_addr_is_loopback(const cl_addr *a);
 

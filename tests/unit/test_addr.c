@@ -56,9 +56,6 @@ START_TEST(a_host_with_a_colon_needs_brackets)
     ck_assert_str_eq(joined, "[::1]:80");
     cl_addr_join("10.0.0.1", "80", joined, sizeof(joined));
     ck_assert_str_eq(joined, "10.0.0.1:80");
-    ck_assert_int_eq(cl_addr_literal_family("::1"), AF_INET6);
-    ck_assert_int_eq(cl_addr_literal_family("10.0.0.1"), AF_INET);
-    ck_assert_int_eq(cl_addr_literal_family("localhost"), AF_UNSPEC);
 }
 END_TEST
 
