@@ -25,6 +25,7 @@
  * thread's wake-ups, a few per bound. */
 #include "core/beat.h"
 
+#include "base/addr.h"
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -45,8 +46,6 @@
 enum { BEAT = 1, LEAVE = 2 };
 enum { BEAT_MIN_MS = 500, BEATS_PER_BOUND = 4 };
 
-_Static_assert(sizeof(struct sockaddr_in6) <= CL_BEAT_ADDR, "a card holds a beat address");
-
 typedef struct beat_msg {
     uint32_t magic, kind;
     int32_t from, size;
@@ -61,10 +60,11 @@ struct cl_beat {
     atomic_int stop;
     pthread_t thread;
     int bound_ms, period_ms;
-    uint8_t (*to)[CL_BEAT_ADDR]; /* every rank's address, from its card */
-    int64_t *heard;              /* per rank: when a beat of it was last read (ms) */
-    uint8_t *unwatched;          /* per rank: it left, or cannot be reached from here */
-    beat_msg msg[2];             /* this rank's BEAT and LEAVE, sealed once */
+    int family;         /* this rank's address's */
+    cl_addr *to;        /* every rank's: its lifeline's, with its card's port */
+    int64_t *heard;     /* per rank: when a beat of it was last read (ms) */
+    uint8_t *unwatched; /* per rank: it left, or cannot be reached from here */
+    beat_msg msg[2];    /* this rank's BEAT and LEAVE, sealed once */
     /* The communicators judged by these beats: c and the members of its family, whose
      * ranks are processes of c's (their to_root), so one beat answers for all of them
      * and a split that shares links costs no descriptor here. */
@@ -73,19 +73,15 @@ struct cl_beat {
     int nwatch, capwatch;
 };
 
-/* The bytes of a socket address of this family; 0 for any other. */
-static socklen_t addr_len(const void *a)
+static in_port_t *port_of(cl_addr *a)
 {
-    sa_family_t f = ((const struct sockaddr *)a)->sa_family;
-    return f == AF_INET    ? sizeof(struct sockaddr_in)
-           : f == AF_INET6 ? sizeof(struct sockaddr_in6)
-                           : 0;
+    return a->sa.ss_family == AF_INET ? &((struct sockaddr_in *)&a->sa)->sin_port
+                                      : &((struct sockaddr_in6 *)&a->sa)->sin6_port;
 }
 
-int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR])
+int cl_beat_open(coll_comm *c, uint16_t *port)
 {
-    struct sockaddr_storage a;
-    socklen_t len = sizeof(a);
+    cl_addr a = {.len = sizeof(a.sa)};
     cl_beat *b = calloc(1, sizeof(*b));
     if (!b)
         return COLL_ENOMEM;
@@ -94,19 +90,16 @@ int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR])
     pthread_mutex_init(&b->mu, NULL);
     c->beat = b;
     /* Where the lifeline listens, on a port of its own: an interface the job reaches. */
-    if (getsockname(c->life.fd, (struct sockaddr *)&a, &len) != 0 || !addr_len(&a))
+    if (getsockname(c->life.fd, (struct sockaddr *)&a.sa, &a.len) != 0 ||
+        (a.sa.ss_family != AF_INET && a.sa.ss_family != AF_INET6))
         return COLL_ESYS;
-    if (a.ss_family == AF_INET)
-        ((struct sockaddr_in *)&a)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
-    len = addr_len(&a);
-    b->fd = socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (b->fd < 0 || bind(b->fd, (struct sockaddr *)&a, len) != 0 ||
-        getsockname(b->fd, (struct sockaddr *)&a, &len) != 0)
+    b->family = a.sa.ss_family;
+    *port_of(&a) = 0;
+    b->fd = socket(b->family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (b->fd < 0 || bind(b->fd, (struct sockaddr *)&a.sa, a.len) != 0 ||
+        getsockname(b->fd, (struct sockaddr *)&a.sa, &a.len) != 0)
         return COLL_ESYS;
-    memset(addr, 0, CL_BEAT_ADDR);
-    memcpy(addr, &a, len);
+    *port = ntohs(*port_of(&a));
     return COLL_OK;
 }
 
@@ -151,9 +144,9 @@ static int sender(const cl_beat *b, const beat_msg *m)
 static void send_all(const cl_beat *b, const beat_msg *m)
 {
     for (int r = 0; r < b->c->size; r++)
-        if (r != b->c->rank && addr_len(b->to[r]))
+        if (r != b->c->rank && b->to[r].len)
             (void)sendto(b->fd, m, sizeof(*m), MSG_DONTWAIT | MSG_NOSIGNAL,
-                         (const struct sockaddr *)b->to[r], addr_len(b->to[r]));
+                         (const struct sockaddr *)&b->to[r].sa, b->to[r].len);
 }
 
 /* Everything that waits on the socket: a rank heard is a rank alive now. Stops at an
@@ -274,7 +267,7 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards)
         return root->beat ? watch(root->beat, c) : COLL_OK;
     cl_beat *b = c->beat;
     int n = c->size;
-    b->to = calloc((size_t)n, CL_BEAT_ADDR);
+    b->to = calloc((size_t)n, sizeof(cl_addr));
     b->heard = calloc((size_t)n, sizeof(int64_t));
     b->unwatched = calloc((size_t)n, 1);
     if (!b->to || !b->heard || !b->unwatched)
@@ -282,13 +275,16 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards)
     b->bound_ms = CL_MAX(BEAT_MIN_MS, CL_MIN(c->timeout_ms, c->op_timeout_ms / 2));
     b->period_ms = b->bound_ms / BEATS_PER_BOUND;
     int64_t now = cl_now_ms();
-    sa_family_t mine = ((const struct sockaddr *)cards[c->rank].beat)->sa_family;
     for (int r = 0; r < n; r++) {
-        memcpy(b->to[r], cards[r].beat, CL_BEAT_ADDR);
         b->heard[r] = now;
         /* A rank of another address family has no beat this socket could reach. */
-        if (((const struct sockaddr *)b->to[r])->sa_family != mine || !addr_len(b->to[r]))
+        if (cl_addr_parse(c->lives[r], &b->to[r]) != 0 || b->to[r].sa.ss_family != b->family ||
+            !cards[r].beat) {
+            b->to[r].len = 0;
             b->unwatched[r] = 1;
+            continue;
+        }
+        *port_of(&b->to[r]) = htons(cards[r].beat);
     }
     make_msg(c, BEAT, &b->msg[0]);
     make_msg(c, LEAVE, &b->msg[1]);

@@ -8,16 +8,13 @@
 
 #include <stdint.h>
 
-/* Room in a card for the heartbeat's address (a struct sockaddr_in or sockaddr_in6). */
-#define CL_BEAT_ADDR 32
-
 struct cl_card;
 typedef struct cl_beat cl_beat;
 
-/* Opens c's heartbeat socket at its lifeline's address (c->life open) and writes that
- * address to addr, for c's card. Not for a split that shares its root's links: the
- * root's heartbeat answers for the same processes. */
-int cl_beat_open(coll_comm *c, uint8_t addr[CL_BEAT_ADDR]);
+/* Opens c's heartbeat socket at its lifeline's address (c->life open) and writes its
+ * port to *port, for c's card (the address is the lifeline's). Not for a split that shares its
+ * root's links: the root's heartbeat answers for the same processes. */
+int cl_beat_open(coll_comm *c, uint16_t *port);
 /* Once c is placed (rank, size, id, job) and every rank's card is known: beats to every
  * rank and watches them, on a thread of its own, until cl_beat_close. A split that shares
  * its root's links (family.h) is watched by its root's instead. */

@@ -170,7 +170,7 @@ typedef struct cl_card {
     uint64_t host;    /* cl_host_id: whose memory and network link */
     char life[CL_LIFE_ADDR];
     uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
-    uint8_t beat[CL_BEAT_ADDR];    /* where its heartbeats come from (beat.h) */
+    uint16_t beat;                 /* its heartbeat's UDP port, at its life address (beat.h) */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet
