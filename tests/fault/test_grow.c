@@ -27,6 +27,7 @@ typedef struct {
     int want;             /* what coll_grow returns on comm's ranks; -1: any error */
     const char *says;     /* words of its error */
     const char *new_env;  /* "NAME=value" a newcomer sets, or NULL */
+    const char *env;      /* and comm's ranks, before their init */
     int shrink_first;     /* the last rank leaves; the others shrink, then grow back */
     int idle_rank;        /* this rank of comm does not call coll_grow (-1: all do) */
     int late;             /* newcomers that read the id again once the grow is over */
@@ -101,6 +102,14 @@ static int grow_once(coll_comm *c, const plan *p, int want, const char *says, in
     return 0;
 }
 
+static void setup(int rank, void *arg)
+{
+    const plan *p = arg;
+    (void)rank;
+    if (p->env)
+        putenv((char *)p->env);
+}
+
 static int member(coll_comm *c, void *arg)
 {
     const plan *p = arg;
@@ -146,7 +155,8 @@ static void run_grow(int n, plan p, const char *newcomer_says, int ended[3])
             _exit(write(told[1], &code, 1) == 1 ? 0 : 1);
         }
     close(told[1]);
-    run_opts o = {.nranks = n, .rdzv = RDZV_TCP, .timeout_ms = TIMEOUT_MS, .deadline_s = 30};
+    run_opts o = {.nranks = n, .rdzv = RDZV_TCP, .timeout_ms = TIMEOUT_MS, .deadline_s = 30,
+                  .setup = setup};
     int failed = run_ranks(&o, member, &p);
     close(p.fds[0]);
     close(p.fds[1]);
@@ -203,6 +213,18 @@ START_TEST(a_newcomer_with_another_codec_fails_the_grow_naming_it)
 }
 END_TEST
 
+/* Its values do not check under the job's key: nobody reads its card, nor it theirs. */
+START_TEST(a_newcomer_with_another_secret_never_joins)
+{
+    int ended[3];
+    run_grow(2, (plan){.to = 3, .newcomers = 1, .want = COLL_ETIMEDOUT, .says = "missing rank",
+                       .env = "COLL_SECRET=the-job's", .new_env = "COLL_SECRET=a-guess",
+                       .idle_rank = -1},
+             NULL, ended);
+    ck_assert_msg(ended[0] == 0 && ended[1] == 1, "the newcomer with another secret joined");
+}
+END_TEST
+
 START_TEST(a_rank_that_does_not_grow_fails_the_others_in_time)
 {
     int ended[3];
@@ -232,6 +254,7 @@ int main(void)
     tcase_add_test(t, a_newcomer_too_many_is_told_every_place_is_taken);
     tcase_add_test(t, a_grow_nobody_comes_to_fails_and_a_retry_works);
     tcase_add_test(t, a_newcomer_with_another_codec_fails_the_grow_naming_it);
+    tcase_add_test(t, a_newcomer_with_another_secret_never_joins);
     tcase_add_test(t, a_rank_that_does_not_grow_fails_the_others_in_time);
     tcase_add_test(t, shrink_then_grow_brings_the_job_back);
     suite_add_tcase(s, t);
