@@ -406,16 +406,21 @@ COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, c
  * (USR1, USR2 or a number: the one case where the library installs a signal handler;
  * the handler only wakes a library thread, which writes every communicator's file).
  * A file that cannot be written is a warning in the log, never a failed collective.
- * tools/coll_analyze.py merges the ranks' files and names the rank that differs. */
+ * tools/coll_analyze.py merges the ranks' files and names the rank that differs.
+ * Sends and receives are recorded too, in a ring of their own of the same size. */
 typedef enum { COLL_REC_QUEUED, COLL_REC_RUNNING, COLL_REC_DONE,
                COLL_REC_FAILED } coll_rec_state;
 typedef struct coll_record {
-    uint32_t seq;          /* the collective's number on comm, 1, 2 ... in issue order */
-    const char *kind;      /* "allreduce", "broadcast", ... (the library's own strings) */
+    uint32_t seq;          /* the collective's number on comm, 1, 2 ... in issue order; a
+                            * send's or receive's number with its peer */
+    const char *kind;      /* "allreduce", "broadcast", "send", "recv" ... (the library's
+                            * own strings) */
     size_t count;          /* elements as the call gave them (0 for the uneven forms) */
     coll_dtype dtype;
     coll_op op;            /* the reduction (COLL_SUM where the collective has none) */
-    int root;              /* broadcast, reduce, gather, scatter; -1 for the others */
+    int root;              /* broadcast, reduce, gather, scatter; send, recv: the peer;
+                            * -1 for the others */
+    uint32_t tag;          /* send, recv */
     coll_codec codec;      /* on the wire */
     const char *algo;      /* the algorithm that ran it ("ring", "tree" ...); "" until then */
     coll_rec_state state;
@@ -425,10 +430,12 @@ typedef struct coll_record {
     uint64_t bytes;        /* this rank's bytes on the wire for it so far, both ways, headers
                             * included */
     int64_t progress_us;   /* when it last moved a byte, to within the library's spin
-                            * (about 100 us): its end once done; 0: not started */
+                            * (about 100 us): its end once done; 0: not started, or a
+                            * send or receive still running */
 } coll_record;
-/* Copies the newest min(max, kept) records of comm into out, oldest first; returns how
- * many (0 when the recorder is off), or COLL_EINVAL. Any thread, while operations run. */
+/* Copies the newest min(max, kept) records of comm into out, collectives and sends and
+ * receives by the time they were issued, oldest first; returns how many (0 when the
+ * recorder is off), or COLL_EINVAL (or COLL_ENOMEM). Any thread, while operations run. */
 COLL_API int coll_recorder_read(const coll_comm *comm, coll_record *out, int max);
 /* Writes comm's records as JSON to path (NULL: its file in $COLL_RECORDER_DIR, else in
  * the current directory). COLL_ENOTSUP when the recorder is off, COLL_ESYS (and a

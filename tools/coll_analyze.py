@@ -5,6 +5,7 @@ coll_recorder_dump) and says where a job went wrong, as a sentence per finding:
     rank 3 never issued allreduce #88 (its last: allreduce #87, done)
     rank 1 issued broadcast #88 where the others issued allreduce #88
     rank 2 is in allreduce #12 but has moved no byte for 30 s (stopped?)
+    rank 3 has been in recv from rank 2 #41 for 31 s
 
 usage: coll_analyze [--stall SECONDS] [--json] FILE_OR_DIR...
 
@@ -39,12 +40,23 @@ def load(paths):
     return files, bad
 
 
+P2P = ("send", "recv")
+
+
+def collectives(d):
+    """A rank's records of collectives (its sends and receives aside)."""
+    return [o for o in d["ops"] if o["kind"] not in P2P]
+
+
 def shape(op):
     """What every rank must agree on for one collective."""
     return (op["kind"], op["count"], op["dtype"], op["op"], op["root"])
 
 
 def describe(op):
+    if op["kind"] in P2P:
+        return "%s %s rank %d #%d" % (op["kind"], "to" if op["kind"] == "send" else "from",
+                                      op["root"], op["seq"])
     return "%s #%d" % (op["kind"], op["seq"])
 
 
@@ -59,7 +71,7 @@ def mismatches(ranks):
     majority's: one sentence per rank that differs."""
     by_seq = {}
     for r, d in ranks.items():
-        for op in d["ops"]:
+        for op in collectives(d):
             by_seq.setdefault(op["seq"], {})[r] = op
     for seq in sorted(by_seq):
         ops = by_seq[seq]
@@ -83,6 +95,7 @@ def mismatches(ranks):
 
 
 def last_op(d):
+    """Its last record of any kind: the files list them in issue order."""
     return d["ops"][-1] if d["ops"] else None
 
 
@@ -93,14 +106,18 @@ def laggards(ranks):
         return []
     model = None
     for d in ranks.values():
-        model = next((o for o in d["ops"] if o["seq"] == head), model)
+        model = next((o for o in collectives(d) if o["seq"] == head), model)
     out = []
     for r in sorted(ranks):
         d = ranks[r]
         if d["issued"] >= head:
             continue
         last = last_op(d)
-        its = "its last: %s, %s" % (describe(last), last["state"]) if last else "it issued none"
+        its = "it issued none"
+        if last:
+            its = "its last: %s, %s" % (describe(last), last["state"])
+            if last["state"] == "running":
+                its += " for %.0f s" % ((d["now_us"] - last["issued_us"]) / 1e6)
         what = describe(model) if model else "#%d" % head
         out.append("rank %d never issued %s (%s)" % (r, what, its))
     return out
@@ -112,7 +129,11 @@ def stalls(ranks, stall_s):
     for r in sorted(ranks):
         d = ranks[r]
         for op in d["ops"]:
-            if op["state"] == "running" and op["progress_us"]:
+            if op["state"] == "running" and op["kind"] in P2P:
+                quiet = (d["now_us"] - op["issued_us"]) / 1e6
+                if quiet >= stall_s:
+                    out.append("rank %d has been in %s for %.0f s" % (r, describe(op), quiet))
+            elif op["state"] == "running" and op["progress_us"]:
                 quiet = (d["now_us"] - op["progress_us"]) / 1e6
                 if quiet >= stall_s:
                     out.append("rank %d is in %s but has moved no byte for %.0f s (stopped?)"

@@ -80,6 +80,7 @@ static void req_init(coll_req *q, coll_comm *c)
     q->next = q->out_prev = q->out_next = NULL;
     q->held = q->status = q->done = q->handed = 0;
     q->ticket = 0;
+    q->rec = 0;
     q->treq = NULL;
     q->hdr = (cl_msg_hdr){0};
 }

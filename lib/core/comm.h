@@ -34,6 +34,7 @@ struct coll_req {
     struct coll_req *out_prev, *out_next;
     int handed;
     uint64_t ticket; /* its turn among its family's collectives (family.h); 0: none */
+    uint32_t rec;    /* p2p: its entry in the flight recorder (record.h); 0: none */
     cl_tr_req *treq; /* p2p only */
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */
 };

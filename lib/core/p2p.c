@@ -7,6 +7,7 @@
  * The members of a family that shares links (family.h) share its root's posting order
  * and held list (the hub), since their messages to a peer share one link. */
 #include "core/comm.h"
+#include "core/record.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -82,6 +83,7 @@ static int flush(coll_comm *h)
             cl_comm_fail(c, rc, "rank %d %s #%u: cannot connect to peer %d: %s", c->rank,
                          cl_kind_name(q->op.kind), q->op.seq, q->op.root, coll_strerror(rc));
         q->status = rc;
+        cl_rec_p2p_end(c, q->rec, rc, 0);
         __atomic_store_n(&q->held, 0, __ATOMIC_RELEASE);
         __atomic_store_n(at, q->next, __ATOMIC_RELEASE);
         if (h->held_tail == q)
@@ -126,6 +128,7 @@ int cl_p2p_post(coll_comm *c, coll_req *q)
     coll_comm *h = hub(c);
     cl_lock_take(&h->p2p_mu); /* sequence numbers and posting order agree */
     r->seq = ++c->p2p_seq[r->kind == CL_SEND ? 0 : 1][r->root];
+    q->rec = cl_rec_p2p(c, r, COLL_OK, 0, 0);
     tell(c, r, "");
     q->held = 1;
     q->next = NULL;
@@ -209,6 +212,7 @@ int cl_p2p_test(coll_req *r, int *done)
     if (rc == COLL_OK)
         atomic_fetch_add(&c->ops, 1);
     r->status = rc;
+    cl_rec_p2p_end(c, r->rec, rc, sizeof(r->hdr) + (r->op.kind == CL_RECV ? nbytes : r->hdr.len));
     return rc;
 }
 
@@ -235,6 +239,7 @@ static int send_now(coll_comm *c, coll_req *q, size_t len)
     int rc = link ? c->tr->send_now(link, &q->hdr, r->sbuf) : COLL_INPROGRESS;
     if (rc == COLL_OK) {
         r->seq = ++c->p2p_seq[0][r->root];
+        cl_rec_p2p(c, r, COLL_OK, sizeof(q->hdr) + len, 1);
         cl_tally(&c->now.ops, 1);
         cl_tally(&c->now.bytes_in, len);
         cl_tally(&c->now.wire_tx, sizeof(q->hdr) + len);
@@ -251,7 +256,9 @@ static void took_now(coll_comm *c, coll_req *q, int rc, size_t len, size_t nbyte
 {
     q->op.seq = ++c->p2p_seq[1][q->op.root];
     cl_tally(&c->now.bytes_in, len);
-    if (rc != COLL_OK || !as_expected(c, q))
+    int status = rc != COLL_OK ? rc : as_expected(c, q) ? COLL_OK : COLL_EMISMATCH;
+    cl_rec_p2p(c, &q->op, status, sizeof(q->hdr) + nbytes, 1);
+    if (status != COLL_OK)
         return;
     cl_tally(&c->now.ops, 1);
     cl_tally(&c->now.wire_rx, sizeof(q->hdr) + nbytes);

@@ -124,7 +124,9 @@ int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
     while (n < (uint32_t)cfg->ops)
         n <<= 1;
     cl_rec *r = calloc(1, sizeof(*r));
-    if (!r || !(r->e = calloc(n, sizeof(*r->e)))) {
+    if (!r || !(r->e = calloc(n, sizeof(*r->e))) || !(r->p2p = calloc(n, sizeof(*r->p2p)))) {
+        if (r)
+            free(r->e);
         free(r);
         return COLL_ENOMEM;
     }
@@ -171,6 +173,7 @@ void cl_rec_close(coll_comm *c)
     pthread_mutex_unlock(&live_mu);
     c->rec = NULL;
     free(r->e);
+    free(r->p2p);
     free(r);
 }
 
@@ -193,52 +196,86 @@ static int64_t last_progress_us(const cl_rec *r, uint64_t moved_to, int64_t star
     return cl_now_us();
 }
 
-/* Entry e as a coll_record: 0, or -1 when it is not collective seq (empty, or taken by a
- * newer one meanwhile). */
-static int snapshot(const cl_rec *r, const struct cl_rec_entry *e, uint32_t seq,
+static int is_p2p(int kind)
+{
+    return kind == CL_SEND || kind == CL_RECV;
+}
+
+/* A running collective's bytes so far and last progress, from the wire counters. */
+static void running(const cl_rec *r, uint64_t bytes0, coll_record *out)
+{
+    uint64_t now = cl_rec_bytes(r->comm);
+    out->bytes = now > bytes0 ? now - bytes0 : 0; /* coll_reset_stats may go below */
+    out->progress_us = last_progress_us(r, now, out->started_us);
+}
+
+/* Entry e as a coll_record: 0, or -1 when it is not entry `id` (empty, or taken by a
+ * newer one meanwhile). A send's or receive's bytes are known once it ended; while it
+ * runs, its last progress is not (0). */
+static int snapshot(const cl_rec *r, const struct cl_rec_entry *e, uint32_t id,
                     coll_record *out)
 {
-    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != seq)
+    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != id)
         return -1;
     int state = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
-    int kind = __atomic_load_n(&e->kind, __ATOMIC_RELAXED);
+    int kind = __atomic_load_n(&e->kind, __ATOMIC_RELAXED), p2p = is_p2p(kind);
     uint64_t bytes0 = __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED);
-    *out = (coll_record){.seq = seq,
+    *out = (coll_record){.seq = p2p ? __atomic_load_n(&e->msg, __ATOMIC_RELAXED) : id,
                          .kind = cl_kind_name(kind),
                          .count = __atomic_load_n(&e->count, __ATOMIC_RELAXED),
                          .dtype = __atomic_load_n(&e->dtype, __ATOMIC_RELAXED),
-                         .op = __atomic_load_n(&e->op, __ATOMIC_RELAXED),
-                         .root = rooted(kind) ? __atomic_load_n(&e->root, __ATOMIC_RELAXED) : -1,
-                         .codec = __atomic_load_n(&e->codec, __ATOMIC_RELAXED),
-                         .algo = __atomic_load_n(&e->algo, __ATOMIC_RELAXED),
+                         .op = p2p ? COLL_SUM : __atomic_load_n(&e->op, __ATOMIC_RELAXED),
+                         .root = rooted(kind) || p2p ? __atomic_load_n(&e->root, __ATOMIC_RELAXED)
+                                                     : -1,
+                         .tag = p2p ? __atomic_load_n(&e->tag, __ATOMIC_RELAXED) : 0,
+                         .codec = p2p ? COLL_CODEC_NONE : __atomic_load_n(&e->codec, __ATOMIC_RELAXED),
+                         .algo = p2p ? "" : __atomic_load_n(&e->algo, __ATOMIC_RELAXED),
                          .state = (coll_rec_state)state,
                          .status = __atomic_load_n(&e->status, __ATOMIC_RELAXED),
                          .issued_us = to_us(__atomic_load_n(&e->issued, __ATOMIC_RELAXED)),
                          .started_us = to_us(__atomic_load_n(&e->started, __ATOMIC_RELAXED)),
                          .ended_us = to_us(__atomic_load_n(&e->ended, __ATOMIC_RELAXED)),
                          .bytes = __atomic_load_n(&e->bytes, __ATOMIC_RELAXED),
-                         .progress_us = __atomic_load_n(&e->progress_us, __ATOMIC_RELAXED)};
-    if (state == COLL_REC_RUNNING) {
-        uint64_t now = cl_rec_bytes(r->comm);
-        out->bytes = now > bytes0 ? now - bytes0 : 0; /* coll_reset_stats may go below */
-        out->progress_us = last_progress_us(r, now, out->started_us);
-    } else if (state == COLL_REC_DONE) {
+                         .progress_us = p2p ? 0 : __atomic_load_n(&e->progress_us, __ATOMIC_RELAXED)};
+    if (state == COLL_REC_RUNNING && !p2p)
+        running(r, bytes0, out);
+    else if (state == COLL_REC_DONE || (state == COLL_REC_FAILED && p2p))
         out->progress_us = out->ended_us;
-    }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq ? 0 : -1;
+    return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == id ? 0 : -1;
 }
 
-/* The newest min(max, kept) records, oldest first (the ring is a power of two; the
- * recorder keeps what it was asked to). */
+/* The last `kept` entries of ring e (entries numbered up to last) that are whole. */
+static int read_ring(const cl_rec *r, const struct cl_rec_entry *e, uint32_t last,
+                     coll_record *out)
+{
+    uint32_t want = CL_MIN((uint32_t)r->cfg.ops, last);
+    int n = 0;
+    for (uint32_t id = last - want + 1; want && id <= last; id++)
+        if (snapshot(r, &e[id & r->mask], id, &out[n]) == 0)
+            n++;
+    return n;
+}
+
+/* The newest min(max, kept) records of both rings, oldest first: each ring's in issue
+ * order already, merged by the time they were issued (each ring is a power of two; the
+ * recorder keeps what it was asked to of each). */
 static int read_records(const cl_rec *r, coll_record *out, int max)
 {
-    uint32_t last = cl_engine_issued(r->comm), kept = (uint32_t)r->cfg.ops;
-    uint32_t want = CL_MIN((uint32_t)max, CL_MIN(kept, last));
-    int n = 0;
-    for (uint32_t seq = last - want + 1; want && seq <= last; seq++)
-        if (snapshot(r, &r->e[seq & r->mask], seq, &out[n]) == 0)
-            n++;
+    coll_record *all = malloc(2 * (size_t)r->cfg.ops * sizeof(*all));
+    if (!all)
+        return COLL_ENOMEM;
+    int nc = read_ring(r, r->e, cl_engine_issued(r->comm), all);
+    int np = read_ring(r, r->p2p, __atomic_load_n(&r->p2p_n, __ATOMIC_RELAXED), all + nc);
+    int total = nc + np, skip = total > max ? total - max : 0, n = 0;
+    const coll_record *a = all, *b = all + nc;
+    for (int i = 0; i < total; i++) {
+        int take_a = b == all + total || (a < all + nc && a->issued_us <= b->issued_us);
+        const coll_record *x = take_a ? a++ : b++;
+        if (i >= skip)
+            out[n++] = *x;
+    }
+    free(all);
     return n;
 }
 
@@ -276,12 +313,12 @@ static void put_string(FILE *f, const char *s)
 static void put_record(FILE *f, const coll_record *x)
 {
     fprintf(f, "    {\"seq\": %u, \"kind\": \"%s\", \"count\": %zu, \"dtype\": \"%s\", "
-               "\"op\": \"%s\", \"root\": %d, \"algo\": \"%s\", \"codec\": \"%s\", "
+               "\"op\": \"%s\", \"root\": %d, \"tag\": %u, \"algo\": \"%s\", \"codec\": \"%s\", "
                "\"state\": \"%s\", \"status\": \"%s\", \"issued_us\": %lld, "
                "\"started_us\": %lld, \"ended_us\": %lld, \"bytes\": %llu, "
                "\"progress_us\": %lld}",
             x->seq, x->kind, x->count, cl_dtype_name(x->dtype), cl_op_name(x->op), x->root,
-            x->algo, cl_codec_name(x->codec), state_name(x->state),
+            x->tag, x->algo, cl_codec_name(x->codec), state_name(x->state),
             x->status == COLL_OK ? "ok" : coll_strerror(x->status), (long long)x->issued_us,
             (long long)x->started_us, (long long)x->ended_us, (unsigned long long)x->bytes,
             (long long)x->progress_us);
@@ -318,7 +355,7 @@ static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_re
 /* Written beside path and renamed over it: a reader never sees half a file. */
 static int write_file(const cl_rec *r, const char *path, const char *reason)
 {
-    uint32_t kept = (uint32_t)r->cfg.ops;
+    uint32_t kept = 2 * (uint32_t)r->cfg.ops; /* collectives, sends and receives */
     coll_record *xs = malloc(kept * sizeof(*xs));
     if (!xs)
         return COLL_ENOMEM;
@@ -380,6 +417,16 @@ int coll_recorder_dump(coll_comm *comm, const char *path)
 }
 
 /* Only the first failure writes: what follows on a failed communicator is its echo. */
+static void failure_file(cl_rec *r, int kind, uint32_t seq, int status)
+{
+    if (!r->cfg.dir || atomic_exchange(&r->dumped, 1))
+        return;
+    char reason[160];
+    snprintf(reason, sizeof(reason), "%s #%u failed: %s", cl_kind_name(kind), seq,
+             coll_strerror(status));
+    write_in(r, r->cfg.dir, reason);
+}
+
 void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
 {
     cl_rec *r = c->rec;
@@ -393,12 +440,23 @@ void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
         CL_REC_PUT(e->status, status);
         __atomic_store_n(&e->state, COLL_REC_FAILED, __ATOMIC_RELEASE);
     }
-    if (r->cfg.dir && !atomic_exchange(&r->dumped, 1)) {
-        char reason[160];
-        snprintf(reason, sizeof(reason), "%s #%u failed: %s", cl_kind_name(op->kind), op->seq,
-                 coll_strerror(status));
-        write_in(r, r->cfg.dir, reason);
-    }
+    failure_file(r, op->kind, op->seq, status);
+}
+
+void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes)
+{
+    cl_rec *r = c->rec;
+    struct cl_rec_entry *e = r && n ? &r->p2p[n & r->mask] : NULL;
+    if (!e || __atomic_load_n(&e->seq, __ATOMIC_RELAXED) != n)
+        return; /* off, or taken by a newer one */
+    CL_REC_PUT(e->ended, cl_rec_clock());
+    CL_REC_PUT(e->bytes, bytes);
+    CL_REC_PUT(e->status, status);
+    __atomic_store_n(&e->state, status == COLL_OK ? COLL_REC_DONE : COLL_REC_FAILED,
+                     __ATOMIC_RELEASE);
+    if (status != COLL_OK)
+        failure_file(r, __atomic_load_n(&e->kind, __ATOMIC_RELAXED),
+                     __atomic_load_n(&e->msg, __ATOMIC_RELAXED), status);
 }
 
 /* ---- the signal --------------------------------------------------------------------- */

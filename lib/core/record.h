@@ -14,13 +14,15 @@
 #define CL_REC_DEFAULT_OPS 64
 #define CL_REC_MAX_OPS (1 << 20)
 
-/* One collective. `state` is stored last with release: a reader that loads it first sees
- * the fields its writer stored before. */
+/* One collective, send or receive. `state` is stored last with release: a reader that
+ * loads it first sees the fields its writer stored before. */
 struct cl_rec_entry {
-    uint32_t seq; /* 0: empty, or being rewritten for a newer collective */
+    uint32_t seq; /* 0: empty, or being rewritten for a newer one; a send's or receive's
+                   * number among them (`p2p_n`), its message number in `msg` */
     int32_t state, status;
     uint8_t kind, dtype, op, codec;
-    int32_t root;
+    int32_t root; /* p2p: the peer */
+    uint32_t tag, msg;
     uint64_t count;
     const char *algo;
     uint64_t issued, started, ended; /* cl_rec_clock ticks; 0: not yet */
@@ -30,8 +32,9 @@ struct cl_rec_entry {
 
 typedef struct cl_rec {
     coll_comm *comm;
-    struct cl_rec_entry *e;
-    uint32_t mask; /* entries - 1, a power of two */
+    struct cl_rec_entry *e, *p2p; /* collectives by sequence number; sends and receives */
+    uint32_t mask;  /* entries - 1 (each ring), a power of two */
+    uint32_t p2p_n; /* sends and receives recorded: under the hub's p2p_mu (p2p.c) */
     cl_stall stall;
     atomic_int dumped; /* the failure dump was written (once per communicator) */
     cl_rec_config cfg;
@@ -131,6 +134,39 @@ static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
     CL_REC_PUT(e->bytes, cl_rec_bytes(c) - __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED));
     __atomic_store_n(&e->state, COLL_REC_DONE, __ATOMIC_RELEASE);
 }
+
+/* Sends and receives (p2p.c, under the hub's p2p_mu): one posted (running), or one done
+ * at once on the fast path with status and bytes; returns its entry's number for
+ * cl_rec_p2p_end (0: the recorder is off). */
+static inline uint32_t cl_rec_p2p(coll_comm *c, const cl_op *op, int status, uint64_t bytes,
+                                  int done)
+{
+    cl_rec *r = c->rec;
+    if (!r)
+        return 0;
+    uint32_t n = ++r->p2p_n;
+    struct cl_rec_entry *e = &r->p2p[n & r->mask];
+    uint64_t now = cl_rec_clock();
+    __atomic_store_n(&e->seq, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    CL_REC_PUT(e->kind, (uint8_t)op->kind);
+    CL_REC_PUT(e->dtype, (uint8_t)op->dtype);
+    CL_REC_PUT(e->root, op->root);
+    CL_REC_PUT(e->tag, op->tag);
+    CL_REC_PUT(e->msg, op->seq);
+    CL_REC_PUT(e->count, (uint64_t)op->count);
+    CL_REC_PUT(e->status, status);
+    CL_REC_PUT(e->issued, now);
+    CL_REC_PUT(e->started, now);
+    CL_REC_PUT(e->ended, done ? now : 0);
+    CL_REC_PUT(e->bytes, bytes);
+    CL_REC_PUT(e->state, !done ? COLL_REC_RUNNING : status ? COLL_REC_FAILED : COLL_REC_DONE);
+    __atomic_store_n(&e->seq, n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* A posted send or receive (entry n) ended; its failure writes the file. */
+void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes);
 
 /* Reads the COLL_RECORDER_* variables and coll_config.recorder_ops into out. */
 int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen);

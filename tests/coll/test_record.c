@@ -104,6 +104,55 @@ START_TEST(records_name_each_collective_in_issue_order)
 }
 END_TEST
 
+/* Sends and receives, blocking and not, have records of their own among the
+ * collectives': kind, peer, tag, count, message number, state, bytes. */
+static int p2p_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int32_t v[5] = {1, 2, 3, 4, 5};
+    coll_req *q;
+    int me = coll_rank(c), peer = 1 - me;
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    if (me == 0) {
+        EXPECT_RC(coll_send(c, v, 5, COLL_I32, peer, 7), COLL_OK);
+        EXPECT_RC(coll_isend(c, v, 3, COLL_I32, peer, 8, &q), COLL_OK);
+    } else {
+        EXPECT_RC(coll_recv(c, v, 5, COLL_I32, peer, 7), COLL_OK);
+        EXPECT_RC(coll_irecv(c, v, 3, COLL_I32, peer, 8, &q), COLL_OK);
+    }
+    EXPECT_RC(coll_wait(q), COLL_OK);
+    coll_record x[MAXREC];
+    int n = coll_recorder_read(c, x, MAXREC);
+    FAIL_IF(n < 3 || strcmp(x[n - 3].kind, "barrier") != 0, "%d records, the third last %s", n,
+            n >= 3 ? x[n - 3].kind : "none");
+    const char *kind = me == 0 ? "send" : "recv";
+    for (int i = 0; i < 2; i++) {
+        const coll_record *y = &x[n - 2 + i];
+        FAIL_IF(strcmp(y->kind, kind) != 0 || y->root != peer || y->tag != 7u + (unsigned)i ||
+                    y->count != (i ? 3u : 5u) || y->seq != 1u + (unsigned)i ||
+                    y->dtype != COLL_I32,
+                "record %d: %s peer %d tag %u count %zu #%u, expected %s peer %d tag %d", i,
+                y->kind, y->root, y->tag, y->count, y->seq, kind, peer, 7 + i);
+        FAIL_IF(y->state != COLL_REC_DONE || y->status != COLL_OK || y->ended_us < y->issued_us,
+                "%s #%u: state %d status %d", y->kind, y->seq, y->state, y->status);
+        FAIL_IF(y->bytes < (i ? 12u : 20u), "%s #%u moved %llu bytes", y->kind, y->seq,
+                (unsigned long long)y->bytes);
+    }
+    return 0;
+}
+
+/* On tcp, and on shm, whose small blocking messages take the fast path. */
+START_TEST(sends_and_receives_are_recorded_with_their_peer_and_tag)
+{
+    const char *transports[] = {"tcp", "shm"};
+    for (int i = 0; i < 2; i++) {
+        run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = transports[i],
+                      .timeout_ms = 5000, .deadline_s = 60};
+        ck_assert_msg(run_ranks(&o, p2p_rank, NULL) == 0, "on %s", transports[i]);
+    }
+}
+END_TEST
+
 /* COLL_RECORDER_OPS=5: after 12 barriers, the last five. */
 static int keep_rank(coll_comm *c, void *arg)
 {
@@ -481,6 +530,7 @@ int main(void)
     TCase *t = tcase_create("record");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, records_name_each_collective_in_issue_order);
+    tcase_add_test(t, sends_and_receives_are_recorded_with_their_peer_and_tag);
     tcase_add_test(t, the_recorder_keeps_the_last_n);
     tcase_add_test(t, zero_turns_the_recorder_off);
     tcase_add_test(t, a_dump_is_json_with_every_record);

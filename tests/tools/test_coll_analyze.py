@@ -61,6 +61,12 @@ expect("a rank that never issued",
        [rank_file(r, done if r != 3 else done[:-1]) for r in range(4)],
        ["rank 3 never issued allreduce #88 (its last: allreduce #87, done)"], 1)
 
+recv = dict(op(41, kind="recv", root=2, state="running"), issued_us=NOW - 31_000_000)
+expect("a rank waiting in a receive",
+       [rank_file(r, done if r != 3 else done[:-1] + [recv]) for r in range(4)],
+       ["rank 3 never issued allreduce #88 (its last: recv from rank 2 #41, running for 31 s)",
+        "rank 3 has been in recv from rank 2 #41 for 31 s"], 1)
+
 odd = done[:-1] + [op(88, kind="broadcast", root=0)]
 expect("a rank that issued another collective",
        [rank_file(r, done if r != 1 else odd) for r in range(4)],
