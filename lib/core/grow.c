@@ -31,9 +31,10 @@ typedef struct {
 static int parse_id(const char *id, grow_id *g)
 {
     int end = 0;
+    char form[64]; /* the address's width follows CL_LIFE_ADDR */
+    snprintf(form, sizeof(form), "grow1/%%%d[^/]/%%d/%%d/%%32[0-9a-f]%%n", CL_LIFE_ADDR - 1);
     if (!id || strnlen(id, COLL_GROW_ID_BYTES) == COLL_GROW_ID_BYTES ||
-        sscanf(id, "grow1/%63[^/]/%d/%d/%32[0-9a-f]%n", g->where, &g->from, &g->size, g->nonce,
-               &end) != 4 ||
+        sscanf(id, form, g->where, &g->from, &g->size, g->nonce, &end) != 4 ||
         id[end] || strlen(g->nonce) != 32 || g->from < 1 || g->size <= g->from)
         return COLL_EINVAL;
     return COLL_OK;
