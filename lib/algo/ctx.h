@@ -60,7 +60,7 @@ typedef struct cl_fail_hooks {
 } cl_fail_hooks;
 
 /* How every rank words a rank the heartbeat found silent: its rank, then seconds. */
-#define CL_SILENT_FMT "rank %d has not answered for %.1f s (stopped or wedged?)"
+#define CL_SILENT_FMT "rank %d has not answered for %.1f s (stopped, wedged or cut off?)"
 
 /* Where an algorithm finds its links: opened on first use, not all at init. */
 typedef struct cl_link_hooks {
