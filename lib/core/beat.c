@@ -8,12 +8,13 @@
  * One UDP socket per communicator that owns its links, at its lifeline's address, and
  * one thread: every period it sends each rank a datagram (sealed under the job's key with
  * COLL_SECRET) and reads what came. The splits that share its links (family.h) are
- * judged by the same beats: their ranks are its ranks' processes. While a collective of this
- * communicator is queued or running on this rank, a rank not heard for the silence bound fails the
- * communicator, blamed by name: its farewell carries how long that rank was silent, so every
- * survivor's sentence names it, whichever link the failure reached it by. A rank that destroys its
- * communicator says so and is no longer watched. Point-to-point waits are not judged (a pair of
- * ranks may go on while a third is done) and keep the operation timeout.
+ * judged by the same beats: their ranks are its ranks' processes. While a collective of
+ * a communicator is queued or running on this rank, a rank of it not heard for the
+ * silence bound fails it, blamed by name: its farewell carries how long that rank was
+ * silent, so every survivor's sentence names it, whichever link the failure reached it
+ * by. A rank that destroys its communicator says so and is no longer watched.
+ * Point-to-point waits are not judged (a pair of ranks may go on while a third is done)
+ * and keep the operation timeout.
  *
  * The bound is the peer timeout, or half the operation timeout when that is shorter, so
  * that the heartbeat speaks before an operation's own timeout would (that one names the
