@@ -401,8 +401,8 @@ COLL_API size_t coll_allreduce_wire_bytes(const coll_comm *comm, size_t count, c
 /* The flight recorder: each communicator keeps its last few collectives (coll_config.
  * recorder_ops, $COLL_RECORDER_OPS; default 64, 0 turns it off), cheap enough to leave
  * on. Where $COLL_RECORDER_DIR names a directory (made if missing), each rank writes them
- * there as JSON, coll-recorder-<job>-<communicator>-<rank>.json, when a collective fails
- * or times out (once per communicator), and on the signal $COLL_RECORDER_SIGNAL names
+ * there as JSON, coll-recorder-<job>-<communicator>-<rank>.json, when a collective, send
+ * or receive fails or times out (once per communicator), and on the signal $COLL_RECORDER_SIGNAL names
  * (USR1, USR2 or a number: the one case where the library installs a signal handler;
  * the handler only wakes a library thread, which writes every communicator's file).
  * A file that cannot be written is a warning in the log, never a failed collective.

@@ -290,6 +290,41 @@ START_TEST(a_failed_collective_writes_the_file)
 }
 END_TEST
 
+/* Rank 1 never sends what rank 0 waits to receive: rank 0's receive times out and
+ * writes its file with the receive failed last. */
+static int silent_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int32_t v[4] = {0};
+    EXPECT_RC(coll_barrier(c), COLL_OK);
+    if (coll_rank(c) == 1) {
+        usleep(2500 * 1000);
+        return 0;
+    }
+    FAIL_IF(coll_recv(c, v, 4, COLL_I32, 1, 9) == COLL_OK, "the receive succeeded");
+    return 0;
+}
+
+START_TEST(a_receive_that_times_out_writes_the_file)
+{
+    char dir[64], url[256];
+    ck_assert_int_eq(dir_url(dir, "coll_rec", url, sizeof(url)), 0);
+    set_dir(dir);
+    ck_assert_int_eq(run(2, silent_rank, NULL, 1000), 0);
+    char files[256];
+    snprintf(files, sizeof(files), "%s/coll-recorder-*-0.json", dir);
+    ck_assert_msg(python_holds("import json, sys\n"
+                               "d = json.load(open(sys.argv[1]))\n"
+                               "last = d[\"ops\"][-1]\n"
+                               "assert last[\"kind\"] == \"recv\" and last[\"state\"] == \"failed\", last\n"
+                               "assert last[\"root\"] == 1 and last[\"tag\"] == 9, last\n"
+                               "assert \"recv #1 failed\" in d[\"reason\"], d\n",
+                               files),
+                  "rank 0's file in %s is missing or says otherwise", dir);
+    remove_dir(dir);
+}
+END_TEST
+
 /* Rank 2 never issues the third all-reduce: the others time out and write their files,
  * rank 2 writes its own on request; coll_analyze names rank 2 and the collective. */
 static int absent_rank(coll_comm *c, void *arg)
@@ -536,6 +571,7 @@ int main(void)
     tcase_add_test(t, a_dump_is_json_with_every_record);
     tcase_add_test(t, a_failed_collective_writes_the_file);
     tcase_add_test(t, coll_analyze_names_the_rank_that_never_issued);
+    tcase_add_test(t, a_receive_that_times_out_writes_the_file);
     tcase_add_test(t, a_waiting_collective_shows_when_it_last_moved);
     tcase_add_test(t, an_unwritable_directory_is_a_warning_not_a_failure);
     tcase_add_test(t, the_signal_writes_every_ranks_file);
