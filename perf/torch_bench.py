@@ -1,14 +1,28 @@
 #!/usr/bin/python3
-"""torch.distributed all_reduce (float32) with backend "collective" against "gloo" in the
-same processes, interleaved rounds, median time per call; and the same sizes through the
-plain Python API (collective.Communicator) to show the layers' cost.
+"""torch.distributed with backend "collective" against "gloo" in the same processes: the
+two groups take turns (which one goes first alternates each round), and the table gives
+each one's median time per call over the rounds, and Gloo's time over ours.
 
-    /usr/bin/python3 perf/torch_bench.py --np 2 [--sizes 8,65536,1048576,16777216]
-(PYTHONPATH=python COLL_LIBRARY=build/libcollective.so.0 from a build tree.)"""
+    /usr/bin/python3 perf/torch_bench.py --np 2 [--rounds 5] [--coll-perf build/perf/coll_perf]
+(PYTHONPATH=python COLL_LIBRARY=build/libcollective.so.0 from a build tree.)
+
+Rows: all_reduce (float32) at 64 KiB, 1 MiB and 16 MiB; reduce_scatter_tensor and
+all_gather_into_tensor at 1, 4 and 16 MiB (bytes of the larger buffer, the reduce-scatter
+input and the all-gather output, as coll_perf counts them). Where Gloo has no such call
+(torch 1.13's Gloo has neither, torch 2.6's no reduce-scatter) its column times what a Gloo
+user writes instead, named in the gloo-form column: an all_reduce of the whole input then
+a copy of this rank's block, or all_gather into a list then torch.cat.
+
+With --coll-perf, the overhead rows: all_reduce at 8 B and 64 KiB through torch
+(async_op=False), through the package's own API (collective.Communicator) and in C
+(coll_perf, the same rank count, run after the torch rounds), and torch's cost per call
+over C."""
 import argparse
 import datetime
 import multiprocessing as mp
+import re
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -19,6 +33,18 @@ import torch.distributed as dist
 import collective
 import collective.torch  # noqa: F401
 
+MiB = 1 << 20
+SIZES = {"all_reduce": [64 << 10, MiB, 16 * MiB],
+         "reduce_scatter_tensor": [MiB, 4 * MiB, 16 * MiB],
+         "all_gather_into_tensor": [MiB, 4 * MiB, 16 * MiB]}
+OVERHEAD_SIZES = [8, 64 << 10]
+
+
+def iters_for(size):
+    """About 32 MiB of buffer per timed batch: long enough to swamp the clock, short
+    enough that 5 rounds of every row take seconds. The same on every rank."""
+    return max(4, min(1000, (32 * MiB) // size))
+
 
 def timed(fn, iters):
     fn()
@@ -28,54 +54,139 @@ def timed(fn, iters):
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-def rank_main(r, n, where, sizes, rounds, out):
-    dist.init_process_group("collective", init_method="file://" + where + "/s", rank=r,
-                            world_size=n, timeout=datetime.timedelta(seconds=60))
-    gloo = dist.new_group(backend="gloo")
-    plain = collective.Communicator("file://" + where + "/plain", r, n)
-    res = {}
-    for size in sizes:
-        count = max(size // 4, 1)
+def gloo_has(call):
+    """Whether Gloo runs call itself (it raises at once where it has no such operation)."""
+    try:
+        call()
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def calls(op, size, n, ours, gloo):
+    """(ours, gloo, the form Gloo ran) for one row: zero-argument callables."""
+    count = max(size // 4, 1)
+    if op == "all_reduce":
         t = torch.ones(count)
-        a = np.ones(count, np.float32)
-        iters = max(10, min(2000, (64 << 20) // max(size, 1) // 4))
-        runs = {"collective": [], "gloo": [], "python": []}
-        for _ in range(rounds):
-            dist.barrier()
-            runs["collective"].append(timed(lambda: dist.all_reduce(t), iters))
-            dist.barrier()
-            runs["gloo"].append(timed(lambda: dist.all_reduce(t, group=gloo), iters))
-            dist.barrier()
-            runs["python"].append(timed(lambda: plain.allreduce(a), iters))
-        res[size] = {k: statistics.median(v) for k, v in runs.items()}
+        return (lambda: dist.all_reduce(t, group=ours),
+                lambda: dist.all_reduce(t, group=gloo), "all_reduce")
+    big, small = torch.ones(count), torch.ones(count // n)
+    if op == "reduce_scatter_tensor":
+        native = lambda g: lambda: dist.reduce_scatter_tensor(small, big, group=g)  # noqa: E731
+        r = dist.get_rank()
+
+        def instead():
+            work = big.clone()
+            dist.all_reduce(work, group=gloo)
+            small.copy_(work[r * small.numel():(r + 1) * small.numel()])
+        form = "all_reduce+copy"
+    else:
+        native = lambda g: lambda: dist.all_gather_into_tensor(big, small, group=g)  # noqa: E731
+        parts = [torch.empty_like(small) for _ in range(n)]
+
+        def instead():
+            dist.all_gather(parts, small, group=gloo)
+            torch.cat(parts, out=big)
+        form = "all_gather+cat"
+    if gloo_has(native(gloo)):
+        return native(ours), native(gloo), op
+    return native(ours), instead, form
+
+
+def rank_main(r, n, where, rounds, overhead, out):
+    dist.init_process_group("collective", init_method="file://" + where + "/s", rank=r,
+                            world_size=n, timeout=datetime.timedelta(seconds=120))
+    ours = dist.group.WORLD
+    gloo = dist.new_group(backend="gloo")
+    rows = []
+    for op, sizes in SIZES.items():
+        for size in sizes:
+            mine, theirs, form = calls(op, size, n, ours, gloo)
+            iters = iters_for(size)
+            runs = {"ours": [], "gloo": []}
+            for k in range(rounds):
+                order = [("ours", mine), ("gloo", theirs)]
+                for name, fn in order if k % 2 == 0 else order[::-1]:
+                    dist.barrier(group=gloo)
+                    runs[name].append(timed(fn, iters))
+            rows.append((op, size, form, statistics.median(runs["ours"]),
+                         statistics.median(runs["gloo"])))
+    over = []
+    if overhead:
+        plain = collective.Communicator("file://" + where + "/plain", r, n)
+        for size in OVERHEAD_SIZES:
+            count = max(size // 4, 1)
+            t, a = torch.ones(count), np.ones(count, np.float32)
+            iters = iters_for(size)
+            runs = {"torch": [], "python": []}
+            for k in range(rounds):
+                dist.barrier(group=gloo)
+                runs["torch"].append(timed(lambda: dist.all_reduce(t, group=ours), iters))
+                dist.barrier(group=gloo)
+                runs["python"].append(timed(lambda: plain.allreduce(a), iters))
+            over.append((size, statistics.median(runs["torch"]),
+                         statistics.median(runs["python"])))
+        plain.close()
     if r == 0:
-        out.put(res)
-    plain.close()
+        out.put((rows, over))
     dist.destroy_process_group()
+
+
+def coll_perf_times(path, n, rounds):
+    """coll_perf's out-of-place all_reduce time (us) at each of OVERHEAD_SIZES, the median
+    of rounds runs."""
+    times = {s: [] for s in OVERHEAD_SIZES}
+    for _ in range(rounds):
+        for s in OVERHEAD_SIZES:
+            text = subprocess.run([path, "--np", str(n), "-C", "all_reduce", "-b", str(s),
+                                   "-e", str(s), "-n", str(iters_for(s)), "-w", "20",
+                                   "-c", "0"], check=True, capture_output=True,
+                                  text=True).stdout
+            for line in text.splitlines():
+                f = line.split()
+                if f and not line.startswith("#") and re.fullmatch(r"\d+", f[0]) \
+                        and int(f[0]) == s:
+                    times[s].append(float(f[5]))
+    return {s: statistics.median(v) for s, v in times.items() if v}
+
+
+def human(size):
+    return f"{size >> 20} MiB" if size >= MiB else f"{size >> 10} KiB" if size >= 1024 \
+        else f"{size} B"
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--sizes", default="8,65536,1048576,16777216")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--coll-perf", help="coll_perf binary for the overhead rows")
     a = ap.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
     where = tempfile.mkdtemp(prefix="coll_tb.")
-    q = mp.get_context("fork").Queue()
-    ps = [mp.get_context("fork").Process(target=rank_main,
-                                         args=(r, a.np, where, sizes, a.rounds, q))
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=rank_main, args=(r, a.np, where, a.rounds,
+                                              a.coll_perf is not None, q))
           for r in range(a.np)]
     for p in ps:
         p.start()
-    res = q.get()
+    rows, over = q.get()
     for p in ps:
         p.join()
-    print(f"# all_reduce float32, {a.np} ranks, median of {a.rounds} interleaved rounds (us/call)")
-    print(f"{'bytes':>10} {'collective':>11} {'gloo':>11} {'gloo/coll':>10} {'python API':>11}")
-    for size in sizes:
-        c, g, p = res[size]["collective"], res[size]["gloo"], res[size]["python"]
-        print(f"{size:>10} {c:>11.1f} {g:>11.1f} {g / c:>9.1f}x {p:>11.1f}")
+    print(f"# torch {torch.__version__}, {a.np} ranks, float32, median of {a.rounds} "
+          "interleaved rounds (us/call)")
+    print(f"{'op':<24} {'size':>7} {'ranks':>5} {'ours us':>10} {'gloo us':>10} "
+          f"{'gloo/ours':>9}  gloo-form")
+    for op, size, form, c, g in rows:
+        print(f"{op:<24} {human(size):>7} {a.np:>5} {c:>10.1f} {g:>10.1f} {g / c:>8.2f}x  {form}")
+    if over:
+        cp = coll_perf_times(a.coll_perf, a.np, a.rounds)
+        print(f"# all_reduce overhead: torch (async_op=False) and collective.Communicator "
+              f"against coll_perf (C), {a.np} ranks")
+        print(f"{'size':>7} {'ranks':>5} {'torch us':>10} {'python us':>10} "
+              f"{'C us':>10} {'torch-C us':>10}")
+        for size, t, p in over:
+            c = cp.get(size, float("nan"))
+            print(f"{human(size):>7} {a.np:>5} {t:>10.1f} {p:>10.1f} {c:>10.1f} {t - c:>10.1f}")
 
 
 if __name__ == "__main__":
