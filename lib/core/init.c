@@ -229,6 +229,22 @@ static int enroll(coll_comm *c, const meeting *m, const cl_card *mine)
     return clash(m, what);
 }
 
+/* This rank 0 found its port held. Where it is another unnamed job's rendezvous, ranks of
+ * both jobs may be meeting there (this job's other ranks with that job's rank 0): it says
+ * so as a late rank does, which fails that job's init, or stops it once formed, within
+ * milliseconds rather than when that job's own last rank comes. A named or keyed job is
+ * told apart by its name or key, and needs no word from it. */
+static void tell_holder(const cl_config *cfg, const cl_rdzv *rv)
+{
+    cl_store *s;
+    char err[256];
+    if (cfg->job[0] || cfg->keyed ||
+        cl_store_tcp_open(rv->where, rv->family, 0, cl_now_ms() + 1000, &s, err, sizeof(err)))
+        return;
+    s->ops->set(s, "clash", "rank 0", 7);
+    s->ops->close(s);
+}
+
 /* The job is done with the store: the writer of its record removes what the job wrote
  * (stores whose records outlive it: a file directory, a process's table). */
 /* A late rank's note on rank 0's server ("rank N", nothing else is taken): ranks of two
@@ -350,8 +366,12 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         return rc;
     }
     c->store = store;
-    if ((!store &&
-         (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err, sizeof(init_err)))) ||
+    if (!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err,
+                                      sizeof(init_err))) == CL_STORE_HELD) {
+        tell_holder(cfg, rv);
+        rc = COLL_ESYS;
+    }
+    if (rc != COLL_OK ||
         (m.plain = c->store, rc = agree_terms(c, &m, deadline)) ||
         (cfg->keyed && (rc = seal_store(c))) || (rc = agree_job(c, &m, deadline)) ||
         (rc = enroll(c, &m, &mine)))

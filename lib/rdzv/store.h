@@ -13,6 +13,9 @@
 #define CL_STORE_MAX_VALUE 65536
 /* cl_store_create's answer when the key already holds a value. */
 #define CL_STORE_TAKEN 1
+/* cl_store_tcp_open's (and cl_store_open's) when rank 0 cannot bind the port because
+ * another socket holds it; err says so. */
+#define CL_STORE_HELD 2
 
 typedef struct cl_store cl_store;
 

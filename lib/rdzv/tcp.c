@@ -88,7 +88,7 @@ static int bind_server(tcp_store *t, const char *host, const char *port, int fam
                  e == EADDRINUSE ? " (another job, or one still closing, holds it: use another "
                                    "port)"
                                  : "");
-        return COLL_ESYS;
+        return e == EADDRINUSE ? CL_STORE_HELD : COLL_ESYS;
     }
     return cl_store_server_start(lfd, idle_ms, &t->server);
 }

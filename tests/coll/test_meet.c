@@ -230,6 +230,25 @@ static void late_rank_case(const char *env, int job_fails)
     }
 }
 
+/* Rank 0 of job A and rank 1 of job B meet and form a job (nothing tells them apart).
+ * B's rank 0, which cannot bind the port, says so at A's rank 0's rendezvous: the mixed
+ * job stops at once, though A's own rank 1 never comes to stop it. */
+START_TEST(a_second_rank_0_at_the_port_stops_the_job_its_ranks_met)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    pid_t pids[3];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(formed_rank(url, r, 1));
+    if ((pids[2] = fork()) == 0) {
+        who second = {0, 2, 700, NULL, COLL_ESYS, "cannot bind", 0};
+        _exit(rank_main(url, &second));
+    }
+    ck_assert_int_eq(reap_all(pids, 3), 0);
+}
+END_TEST
+
 START_TEST(a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops)
 {
     late_rank_case(NULL, 1);
@@ -408,6 +427,7 @@ int main(void)
     tcase_add_test(t, settings_that_differ_are_named_on_every_rank);
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
+    tcase_add_test(t, a_second_rank_0_at_the_port_stops_the_job_its_ranks_met);
     tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);
     tcase_add_test(t, a_child_forked_after_init_leaves_the_port);
     tcase_add_test(t, a_stranger_cannot_word_the_notes);
