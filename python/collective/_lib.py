@@ -8,6 +8,8 @@ try:
     _INSTALLED = _config.LIBDIR
 except ImportError:
     _INSTALLED = None
+# Where `pip install` put it: inside the package (meson.build's wheel option).
+_WHEEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcollective.so")
 
 
 def _load():
@@ -15,6 +17,8 @@ def _load():
     names = []
     if os.environ.get("COLL_LIBRARY"):
         names.append(os.environ["COLL_LIBRARY"])
+    if os.path.exists(_WHEEL):
+        names.append(_WHEEL)
     if _INSTALLED:
         names.append(os.path.join(_INSTALLED, "libcollective.so.0"))
     names += ["libcollective.so.0", ctypes.util.find_library("collective")]
