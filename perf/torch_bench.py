@@ -9,8 +9,8 @@ each one's median time per call over the rounds, and Gloo's time over ours.
 Rows: all_reduce (float32) at 64 KiB, 1 MiB and 16 MiB; reduce_scatter_tensor and
 all_gather_into_tensor at 1, 4 and 16 MiB (bytes of the larger buffer, the reduce-scatter
 input and the all-gather output, as coll_perf counts them). Where Gloo has no such call
-(torch 1.13's Gloo has neither, torch 2.6's no reduce-scatter) its column times what a Gloo
-user writes instead, named in the gloo-form column: an all_reduce of the whole input then
+(torch 1.13's Gloo has neither; torch 2.6's has both) its column times what a Gloo user
+writes instead, named in the gloo-form column: an all_reduce of the whole input then
 a copy of this rank's block, or all_gather into a list then torch.cat.
 
 With --coll-perf, the overhead rows: all_reduce at 8 B and 64 KiB through torch
