@@ -342,19 +342,27 @@ static int absent_rank(coll_comm *c, void *arg)
     return 0;
 }
 
+/* coll_analyze's output on dir (with its options args) into all; its wait status. */
+static int analyze(const char *args, const char *dir, char *all, size_t len)
+{
+    char cmd[512], line[512];
+    snprintf(cmd, sizeof(cmd), "python3 %s %s %s", ANALYZE, args, dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    all[0] = 0;
+    while (fgets(line, sizeof(line), p))
+        strncat(all, line, len - strlen(all) - 1);
+    return pclose(p);
+}
+
 START_TEST(coll_analyze_names_the_rank_that_never_issued)
 {
     char dir[64], url[256];
     ck_assert_int_eq(dir_url(dir, "coll_rec", url, sizeof(url)), 0);
     set_dir(dir);
     ck_assert_int_eq(run(3, absent_rank, NULL, 1000), 0);
-    char cmd[512], line[512], all[4096] = "";
-    snprintf(cmd, sizeof(cmd), "python3 %s %s", ANALYZE, dir);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    while (fgets(line, sizeof(line), p))
-        strncat(all, line, sizeof(all) - strlen(all) - 1);
-    int st = pclose(p);
+    char all[4096];
+    int st = analyze("", dir, all, sizeof(all));
     ck_assert_msg(strstr(all, "rank 2 never issued allreduce #") != NULL, "coll_analyze: %s", all);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d: %s", st, all);
     remove_dir(dir);
@@ -401,13 +409,8 @@ START_TEST(a_waiting_collective_shows_when_it_last_moved)
     ck_assert_int_eq(dir_url(dir, "coll_rec", url, sizeof(url)), 0);
     set_dir(dir);
     ck_assert_int_eq(run(3, late_rank, dir, 10000), 0);
-    char cmd[512], line[512], all[4096] = "";
-    snprintf(cmd, sizeof(cmd), "python3 %s --stall 1 %s", ANALYZE, dir);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    while (fgets(line, sizeof(line), p))
-        strncat(all, line, sizeof(all) - strlen(all) - 1);
-    pclose(p);
+    char all[4096];
+    analyze("--stall 1", dir, all, sizeof(all));
     ck_assert_msg(strstr(all, "rank 2 never issued allreduce #") != NULL &&
                       strstr(all, "rank 0 is in allreduce #") != NULL &&
                       strstr(all, "but has moved no byte for 1 s") != NULL,
