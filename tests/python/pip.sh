@@ -21,7 +21,7 @@ echo "pip install: $(($(date +%s) - start)) s"
 rm -rf "$tmp/src"  # the package must not lean on the tree it was built from
 cd "$tmp/run"
 env -u COLL_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH "$tmp/venv/bin/python" - "$tmp/run" <<'PY'
-import multiprocessing as mp, os, sys
+import importlib.metadata, multiprocessing as mp, os, sys
 import numpy as np
 import collective, collective._lib as L
 
@@ -29,6 +29,9 @@ where = sys.argv[1]
 pkg = os.path.dirname(collective.__file__)
 assert pkg.startswith(os.path.dirname(os.path.dirname(sys.executable))), pkg
 assert L.lib._name == os.path.join(pkg, "libcollective.so"), L.lib._name
+# A wheel that carries a native library is tagged for its platform, not py3-none-any.
+wheel = importlib.metadata.distribution("libcollective").read_text("WHEEL")
+assert "Root-Is-Purelib: false" in wheel and "-none-any" not in wheel, wheel
 
 
 def rank(r):
