@@ -216,6 +216,7 @@ START_TEST(a_busy_rank_is_not_a_dead_one)
 }
 END_TEST
 
+#ifdef CL_HAVE_IBVERBS /* the fake verbs are built with the ibverbs transport */
 /* A queue pair error (retry count exceeded, injected into the fake verbs after a
  * random number of writes after start-up) on one link: every rank fails within twice the
  * timeout. */
@@ -256,6 +257,7 @@ START_TEST(rdma_queue_pair_error_fails_every_rank)
     ck_assert_msg(failed == 0, "%s: %d ranks did not fail cleanly", v, failed);
 }
 END_TEST
+#endif
 
 /* Ranks that disagree on the broadcast root, or call different collectives: every rank
  * gets COLL_EMISMATCH, none hangs. A rank whose part of a pipelined broadcast was already
