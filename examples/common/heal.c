@@ -3,11 +3,12 @@
  * grow that failed, or is over, fails to join it and looks again. */
 #include "heal.h"
 
+#include "batch.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static void id_path(char *path, size_t len)
@@ -59,19 +60,12 @@ int ex_heal_offer(coll_comm *c, int size, coll_comm **out)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int ex_heal_join(const coll_config *cfg, int wait_ms, coll_comm **out)
 {
     char path[512], id[COLL_GROW_ID_BYTES], tried[COLL_GROW_ID_BYTES] = "";
     id_path(path, sizeof(path));
-    double end = now_s() + wait_ms / 1e3;
-    while (now_s() < end) {
+    double end = ex_now_s() + wait_ms / 1e3;
+    while (ex_now_s() < end) {
         FILE *f = fopen(path, "r");
         size_t n = f ? fread(id, 1, sizeof(id) - 1, f) : 0;
         if (f)

@@ -358,8 +358,10 @@ static void *serve(void *arg)
 int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
 {
     cl_store_server *s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!s) {
+        close(lfd);
         return COLL_ENOMEM;
+    }
     s->lfd = lfd;
     s->idle_ms = idle_ms;
     s->wake[0] = s->wake[1] = -1;
