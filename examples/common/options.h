@@ -32,8 +32,9 @@ float ex_lr(const ex_opts *o, int epoch);
  * block of 256 for int8. */
 double ex_wire_bytes(coll_codec codec);
 
-/* Both halves of Fashion-MNIST from o->data (or the Debian package's directory); on
- * failure says why on stderr, prefixed with prog, and returns -1. */
+/* Both halves of Fashion-MNIST from o->data (or the Debian package's directory), the test
+ * half cut to its first $EX_TEST_SAMPLES images where that is set; on failure says why on
+ * stderr, prefixed with prog, and returns -1. */
 int ex_load_data(const ex_opts *o, const char *prog, dataset *train, dataset *test);
 
 /* Parses argv; if valid() (NULL: any) accepts the options, spawns --np local ranks (or joins the
