@@ -1,6 +1,7 @@
 /* The static table of transports, picked by name. Registration checks every operation
  * is filled in so a half-written transport fails at lookup, not at its first call. */
 #include "transports/transport.h"
+#include "transports/plugin/plugin.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,16 +26,23 @@ const cl_transport *cl_transport_find(const char *name)
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
         if (strcmp(table[i]->name, name) == 0)
             return complete(table[i]) ? table[i] : NULL;
-    return NULL;
+    return cl_net_find(name); /* a plugin's (COLL_NET_PLUGIN) */
 }
 
 const char *cl_transport_names(void)
 {
+    static _Thread_local char names[512];
 #ifdef CL_HAVE_IBVERBS
-    return "auto, tcp, shm, loop, ibverbs, ibverbs-fake";
+    snprintf(names, sizeof(names), "auto, tcp, shm, loop, ibverbs, ibverbs-fake");
 #else
-    return "auto, tcp, shm, loop (built without ibverbs: no infiniband/verbs.h)";
+    snprintf(names, sizeof(names), "auto, tcp, shm, loop");
 #endif
+    cl_net_names(names, sizeof(names));
+#ifndef CL_HAVE_IBVERBS
+    size_t at = strlen(names);
+    snprintf(names + at, sizeof(names) - at, " (built without ibverbs: no infiniband/verbs.h)");
+#endif
+    return names;
 }
 
 void cl_tr_error(const cl_tr_config *cfg, const char *fmt, ...)

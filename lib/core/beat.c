@@ -32,6 +32,7 @@
 #include "base/util.h"
 #include "core/comm.h"
 #include "core/family.h"
+#include "core/status.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -46,6 +47,9 @@
 #define BEAT_MAGIC 0x54414542u /* "BEAT" */
 enum { BEAT = 1, LEAVE = 2 };
 enum { BEAT_MIN_MS = 500, BEATS_PER_BOUND = 4 };
+/* Datagrams read per wake-up: a flood of them on this socket must not keep the thread
+ * from sending its own beats and judging (it reads on at the next wake-up). */
+enum { READ_BATCH = 256 };
 
 typedef struct beat_msg {
     uint32_t magic, kind;
@@ -66,6 +70,7 @@ struct cl_beat {
     int64_t *heard;     /* per rank: when a beat of it was last read (ms) */
     uint8_t *unwatched; /* per rank: it left, or cannot be reached from here */
     beat_msg msg[2];    /* this rank's BEAT and LEAVE, sealed once */
+    cl_status *status;  /* the status endpoint this thread answers (status.h) */
     /* The communicators judged by these beats: c and the members of its family, whose
      * ranks are processes of c's (their to_root), so one beat answers for all of them
      * and a split that shares links costs no descriptor here. */
@@ -80,7 +85,7 @@ static in_port_t *port_of(cl_addr *a)
                                       : &((struct sockaddr_in6 *)&a->sa)->sin6_port;
 }
 
-int cl_beat_open(coll_comm *c, uint16_t *port)
+int cl_beat_open(coll_comm *c, uint16_t *port, uint16_t *status_port)
 {
     cl_addr a = {.len = sizeof(a.sa)};
     cl_beat *b = calloc(1, sizeof(*b));
@@ -101,7 +106,13 @@ int cl_beat_open(coll_comm *c, uint16_t *port)
         getsockname(b->fd, (struct sockaddr *)&a.sa, &a.len) != 0)
         return COLL_ESYS;
     *port = ntohs(*port_of(&a));
-    return COLL_OK;
+    return cl_status_open(b->fd, &b->status, status_port);
+}
+
+void cl_beat_public(coll_comm *c, const cl_rdzv *rv)
+{
+    if (c->beat && c->beat->c == c)
+        cl_status_public(c->beat->status, rv);
 }
 
 static void seal(const coll_comm *c, beat_msg *m)
@@ -156,7 +167,9 @@ static void read_all(cl_beat *b, int64_t now)
 {
     beat_msg m;
     ssize_t got;
-    while ((got = recv(b->fd, &m, sizeof(m), MSG_DONTWAIT)) > 0 || (got < 0 && errno == EINTR)) {
+    int n = 0;
+    while (n++ < READ_BATCH &&
+           ((got = recv(b->fd, &m, sizeof(m), MSG_DONTWAIT)) > 0 || (got < 0 && errno == EINTR))) {
         int r = got == (ssize_t)sizeof(m) ? sender(b, &m) : -1;
         if (r < 0)
             continue;
@@ -218,12 +231,15 @@ static void *beat_main(void *arg)
             send_all(b, &b->msg[0]);
             next = now + b->period_ms;
         }
-        struct pollfd p = {.fd = b->fd, .events = POLLIN};
-        poll(&p, 1, (int)(next - now));
+        struct pollfd p[3] = {{.fd = b->fd, .events = POLLIN}};
+        int wait_ms = (int)(next - now);
+        cl_status_poll(b->status, p + 1, now, &wait_ms);
+        poll(p, 3, wait_ms);
         if (atomic_load(&b->stop))
             break;
         now = cl_now_ms();
         read_all(b, now);
+        cl_status_serve(b->status, b->c, p + 1);
         judge_all(b, now);
     }
     return NULL;
@@ -287,6 +303,8 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards)
         }
         *port_of(&b->to[r]) = htons(cards[r].beat);
     }
+    if (cl_status_start(b->status, c, cards) != COLL_OK)
+        return COLL_ENOMEM;
     make_msg(c, BEAT, &b->msg[0]);
     make_msg(c, LEAVE, &b->msg[1]);
     if (watch(b, c) != COLL_OK)
@@ -316,6 +334,7 @@ void cl_beat_close(coll_comm *c)
     }
     if (b->fd >= 0)
         close(b->fd);
+    cl_status_close(b->status);
     pthread_mutex_destroy(&b->mu);
     free(b->watch);
     free(b->to);

@@ -9,12 +9,17 @@
 #include <stdint.h>
 
 struct cl_card;
+struct cl_rdzv;
 typedef struct cl_beat cl_beat;
 
 /* Opens c's heartbeat socket at its lifeline's address (c->life open) and writes its
- * port to *port, for c's card (the address is the lifeline's). Not for a split that shares its
- * root's links: the root's heartbeat answers for the same processes. */
-int cl_beat_open(coll_comm *c, uint16_t *port);
+ * port to *port, and its status endpoint's (status.h, answered by the same thread) to
+ * *status_port, for c's card (the address is the lifeline's). Not for a split that shares
+ * its root's links: the root's heartbeat answers for the same processes. */
+int cl_beat_open(coll_comm *c, uint16_t *port, uint16_t *status_port);
+/* Rank 0 of a tcp:// rendezvous, before cl_beat_start: its status endpoint answers at
+ * the rendezvous's address too. */
+void cl_beat_public(coll_comm *c, const struct cl_rdzv *rv);
 /* Once c is placed (rank, size, id, job) and every rank's card is known: beats to every
  * rank and watches them, on a thread of its own, until cl_beat_close. A split that shares
  * its root's links (family.h) is watched by its root's instead. */

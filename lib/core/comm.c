@@ -179,7 +179,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
         goto fail;
     }
     snprintf(mine->life, sizeof(mine->life), "%s", c->life.addr);
-    if (l && (rc = cl_beat_open(c, &mine->beat)) != COLL_OK)
+    if (l && (rc = cl_beat_open(c, &mine->beat, &mine->status)) != COLL_OK)
         goto fail;
     if (l && (rc = open_transport(c, cfg, l, mine)) != COLL_OK)
         goto fail;

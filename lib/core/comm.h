@@ -172,6 +172,7 @@ typedef struct cl_card {
     char life[CL_LIFE_ADDR];
     uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
     uint16_t beat;                 /* its heartbeat's UDP port, at its life address (beat.h) */
+    uint16_t status;               /* its status endpoint's UDP port, there too (status.h) */
 } cl_card;
 
 /* A communicator of `size` with its transport context, listener and lifeline, not yet

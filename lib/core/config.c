@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "kernels/codec.h"
+#include "transports/plugin/plugin.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -92,6 +93,9 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         }
         memcpy(&u, user, CL_MIN(user->size, sizeof(u)));
     }
+    int loaded = cl_net_load_env(err, errlen); /* COLL_NET_PLUGIN, once per process */
+    if (loaded != COLL_OK)
+        return loaded;
     const char *tname = u.transport ? u.transport : env_or("COLL_TRANSPORT", "auto");
     out->transport = cl_transport_find(tname);
     if (!out->transport) {

@@ -382,6 +382,8 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     }
     if ((rc = gather_cards(c, &m, &mine, cards, deadline)) != COLL_OK)
         goto fail;
+    if (c->rank == 0) /* coll_status asks the job where its ranks met */
+        cl_beat_public(c, rv);
     if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "%.500s", c->err);
         goto fail;

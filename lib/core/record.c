@@ -286,6 +286,30 @@ int coll_recorder_read(const coll_comm *comm, coll_record *out, int max)
     return comm->rec ? read_records(comm->rec, out, max) : 0;
 }
 
+/* Entry `last` of ring e when it is whole; a writer that is rewriting it meanwhile
+ * makes the caller look again (at the newer one). */
+static int newest(const cl_rec *r, const struct cl_rec_entry *e, uint32_t last,
+                  coll_record *out)
+{
+    return last && snapshot(r, &e[last & r->mask], last, out) == 0;
+}
+
+void cl_rec_head(const coll_comm *c, coll_record *coll, coll_record *p2p)
+{
+    const cl_rec *r = c->rec;
+    const coll_record none = {.kind = "", .algo = ""};
+    int got = 0;
+    for (int i = 0; r && !got && i < 4; i++)
+        got = newest(r, r->e, cl_engine_issued(c), coll);
+    if (!got)
+        *coll = none;
+    got = 0;
+    for (int i = 0; r && !got && i < 4; i++)
+        got = newest(r, r->p2p, __atomic_load_n(&r->p2p_n, __ATOMIC_RELAXED), p2p);
+    if (!got)
+        *p2p = none;
+}
+
 /* ---- the JSON file ------------------------------------------------------------------ */
 
 static const char *state_name(int state)

@@ -168,6 +168,11 @@ static inline uint32_t cl_rec_p2p(coll_comm *c, const cl_op *op, int status, uin
 /* A posted send or receive (entry n) ended; its failure writes the file. */
 void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes);
 
+/* The newest collective and the newest send or receive of c, as coll_recorder_read
+ * gives them (seq 0, kind "", where there is none or the recorder is off): what the
+ * status endpoint answers (status.c). Any thread. */
+void cl_rec_head(const coll_comm *c, coll_record *coll, coll_record *p2p);
+
 /* Reads the COLL_RECORDER_* variables and coll_config.recorder_ops into out. */
 int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen);
 /* The recorder of a new communicator c (none when cfg->ops is 0): COLL_OK or

@@ -7,6 +7,7 @@
 #include "collective.h"
 
 #include "common/suite.h"
+#include "transport/conformance.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -904,12 +905,13 @@ START_TEST(ib_a_sender_asking_for_odd_slots_is_dropped)
 END_TEST
 #endif
 
-int main(int argc, char **argv)
+/* coll_net_check runs it on a plugin (CL_CONFORMANCE_NO_MAIN). */
+Suite *cl_conformance_suite(const char *name, int fam)
 {
-    tname = argc > 1 ? argv[1] : "loop";
-    family = argc > 2 && strcmp(argv[2], "AF_INET6") == 0 ? AF_INET6 : AF_UNSPEC;
+    tname = name;
+    family = fam;
     if (!available())
-        return 77;
+        return NULL;
     Suite *s = suite_create(tname);
     TCase *t = tcase_create("conformance");
     tcase_set_timeout(t, 30);
@@ -946,5 +948,15 @@ int main(int argc, char **argv)
     }
 #endif
     suite_add_tcase(s, t);
-    return run_suite(s);
+    return s;
 }
+
+#ifndef CL_CONFORMANCE_NO_MAIN
+int main(int argc, char **argv)
+{
+    Suite *s = cl_conformance_suite(argc > 1 ? argv[1] : "loop",
+                                    argc > 2 && strcmp(argv[2], "AF_INET6") == 0 ? AF_INET6
+                                                                                : AF_UNSPEC);
+    return s ? run_suite(s) : 77;
+}
+#endif

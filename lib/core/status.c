@@ -1,0 +1,263 @@
+/* The status endpoint (status.h): answers coll_status's asks for this rank's current
+ * operations (the flight recorder's newest entries) and for every rank's endpoint, on
+ * the heartbeat's thread. What it must never do: slow a collective or the heartbeat. So
+ * it has sockets of its own (a flood here leaves the beats' queue alone), reads at most
+ * BUDGET datagrams per WINDOW_MS (the rest wait in, or drop from, the kernel's queue),
+ * and touches the communicator only through the recorder's lock-free reads. */
+#include "core/status.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "core/comm.h"
+#include "core/record.h"
+#include "kernels/reduce.h"
+#include "rdzv/store.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* 640 datagrams a second: a tool's ask of a few thousand ranks' endpoints in seconds,
+ * a few milliseconds of one core at most under a flood. */
+enum { WINDOW_MS = 100, BUDGET = 64 };
+
+struct cl_status {
+    int fd[2];  /* this rank's endpoint; rank 0's at the rendezvous's address, or -1 */
+    int budget; /* datagrams still to be read in this window */
+    int64_t window_end;
+    int size;
+    char (*addr)[CL_ADDR_TEXT]; /* every rank's endpoint */
+};
+
+static in_port_t *port_of(struct sockaddr_storage *a)
+{
+    return a->ss_family == AF_INET ? &((struct sockaddr_in *)a)->sin_port
+                                   : &((struct sockaddr_in6 *)a)->sin6_port;
+}
+
+static int udp_at(const cl_addr *a)
+{
+    int fd = socket(a->sa.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0 && bind(fd, (const struct sockaddr *)&a->sa, a->len) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+int cl_status_open(int near, cl_status **out, uint16_t *port)
+{
+    cl_status *s = calloc(1, sizeof(*s));
+    if (!s)
+        return COLL_ENOMEM;
+    s->fd[0] = s->fd[1] = -1;
+    *out = s;
+    cl_addr a = {.len = sizeof(a.sa)};
+    if (getsockname(near, (struct sockaddr *)&a.sa, &a.len) != 0)
+        return COLL_ESYS;
+    *port_of(&a.sa) = 0;
+    if ((s->fd[0] = udp_at(&a)) < 0 || getsockname(s->fd[0], (struct sockaddr *)&a.sa, &a.len))
+        return COLL_ESYS;
+    *port = ntohs(*port_of(&a.sa));
+    return COLL_OK;
+}
+
+/* The address the rendezvous's store serves at (rdzv/tcp.c's rule): a loopback one as
+ * it is, any other as every address of its family, since this machine may not be able to
+ * bind the one the others reach it by (a container's, a NAT's). */
+static int public_addr(const cl_rdzv *rv, cl_addr *a, char *why, size_t len)
+{
+    char host[512], port[16];
+    struct addrinfo *res;
+    if (cl_addr_split(rv->where, host, sizeof(host), port, sizeof(port)) != 0 ||
+        cl_addr_resolve(host, port, rv->family, &res, why, len) != 0)
+        return -1;
+    memcpy(&a->sa, res->ai_addr, res->ai_addrlen);
+    a->len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (cl_addr_is_loopback(a))
+        return 0;
+    int family = a->sa.ss_family;
+    in_port_t port_n = *port_of(&a->sa);
+    memset(&a->sa, 0, sizeof(a->sa)); /* INADDR_ANY, in6addr_any */
+    a->sa.ss_family = (sa_family_t)family;
+    *port_of(&a->sa) = port_n;
+    return 0;
+}
+
+void cl_status_public(cl_status *s, const cl_rdzv *rv)
+{
+    cl_addr a = {0};
+    char why[300] = "";
+    if (!s || strcmp(rv->scheme, "tcp") != 0)
+        return;
+    if (public_addr(rv, &a, why, sizeof(why)) != 0 || (s->fd[1] = udp_at(&a)) < 0)
+        cl_log(COLL_LOG_INFO,
+               "status: rank 0 cannot answer at udp %s (%s): coll_status reaches this "
+               "job through another rank's endpoint (--rank-addr)",
+               rv->where, why[0] ? why : strerror(errno));
+}
+
+int cl_status_start(cl_status *s, const coll_comm *c, const cl_card *cards)
+{
+    s->size = c->size;
+    s->addr = calloc((size_t)c->size, sizeof(*s->addr));
+    if (!s->addr)
+        return COLL_ENOMEM;
+    for (int r = 0; r < c->size; r++) {
+        cl_addr a;
+        if (!cards[r].status || cl_addr_parse(c->lives[r], &a) != 0)
+            continue;
+        *port_of(&a.sa) = htons(cards[r].status);
+        cl_addr_text(&a, s->addr[r], sizeof(s->addr[r]));
+    }
+    cl_log(COLL_LOG_INFO, "rank %d: status endpoint at udp %s (coll_status --rank-addr)", c->rank,
+           s->addr[c->rank]);
+    return COLL_OK;
+}
+
+void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms)
+{
+    if (now >= s->window_end) {
+        s->budget = BUDGET;
+        s->window_end = now + WINDOW_MS;
+    }
+    for (int i = 0; i < 2; i++)
+        p[i] = (struct pollfd){.fd = s->budget ? s->fd[i] : -1, .events = POLLIN};
+    if (!s->budget && s->window_end - now < *wait_ms)
+        *wait_ms = (int)(s->window_end - now);
+}
+
+/* ---- answers ------------------------------------------------------------------------ */
+
+static int64_t ago(int64_t now_us, int64_t t_us)
+{
+    return t_us ? now_us - t_us : -1;
+}
+
+static void put_op(const coll_record *x, int64_t now_us, cl_status_op *o)
+{
+    o->seq = x->seq;
+    o->state = x->state;
+    o->status = x->status;
+    o->root = x->root;
+    o->count = x->count;
+    o->bytes = x->bytes;
+    o->issued_ago_us = ago(now_us, x->issued_us);
+    o->started_ago_us = ago(now_us, x->started_us);
+    o->progress_ago_us = ago(now_us, x->progress_us);
+    if (!x->seq)
+        return;
+    snprintf(o->kind, sizeof(o->kind), "%s", x->kind);
+    snprintf(o->dtype, sizeof(o->dtype), "%s", cl_dtype_name(x->dtype));
+    snprintf(o->op, sizeof(o->op), "%s", cl_op_name(x->op));
+    snprintf(o->algo, sizeof(o->algo), "%s", x->algo);
+}
+
+static void put_head(coll_comm *c, cl_status_head *h)
+{
+    coll_record coll, p2p;
+    cl_rec_head(c, &coll, &p2p);
+    int64_t now_us = cl_now_us();
+    h->pid = (int32_t)getpid();
+    h->failed = cl_comm_state(c);
+    h->issued = cl_engine_issued(c);
+    h->recorder = c->rec != NULL;
+    snprintf(h->job, sizeof(h->job), "%s", c->rec ? c->rec->job : "");
+    gethostname(h->host, sizeof(h->host) - 1);
+    if (h->failed != COLL_OK) /* the sentence is written before the state is */
+        snprintf(h->err, sizeof(h->err), "%.199s", c->err);
+    put_op(&coll, now_us, &h->coll);
+    put_op(&p2p, now_us, &h->p2p);
+}
+
+static void put_peers(const cl_status *s, uint32_t first, cl_status_peers *p)
+{
+    p->first = first;
+    p->n = (uint32_t)CL_MIN(CL_STATUS_PAGE, s->size - (int)first);
+    for (uint32_t i = 0; i < p->n; i++)
+        memcpy(p->addr[i], s->addr[first + i], CL_ADDR_TEXT);
+}
+
+/* What ask deserves: an answer, a refusal (the tag does not check), or nothing (-1:
+ * malformed, or a page beyond the last rank). */
+static int answer(const cl_status *s, coll_comm *c, const cl_status_ask *ask, cl_status_answer *a,
+                  size_t *len)
+{
+    if (ask->magic != CL_STATUS_MAGIC || ask->version != CL_STATUS_VERSION ||
+        (ask->kind != CL_STATUS_HEAD && ask->kind != CL_STATUS_PEERS) ||
+        (ask->kind == CL_STATUS_PEERS && ask->first >= (uint32_t)s->size))
+        return -1;
+    memset(a, 0, sizeof(*a)); /* every byte goes on the wire */
+    *a = (cl_status_answer){.magic = CL_STATUS_MAGIC,
+                            .version = CL_STATUS_VERSION,
+                            .kind = ask->kind,
+                            .keyed = c->keyed};
+    memcpy(a->nonce, ask->nonce, sizeof(a->nonce));
+    if (c->keyed) {
+        uint8_t want[CL_TAG_BYTES];
+        cl_status_tag(c->key, ask, sizeof(*ask), want);
+        if (!cl_auth_equal(want, ask->tag, CL_TAG_BYTES)) {
+            a->kind = CL_STATUS_REFUSED;
+            *len = CL_STATUS_REFUSED_BYTES;
+            return 0;
+        }
+    }
+    a->rank = c->rank;
+    a->size = c->size;
+    a->job = c->job;
+    a->comm = c->id;
+    if (ask->kind == CL_STATUS_HEAD)
+        put_head(c, &a->u.head);
+    else
+        put_peers(s, ask->first, &a->u.peers);
+    if (c->keyed)
+        cl_status_tag(c->key, a, sizeof(*a), a->tag);
+    *len = sizeof(*a);
+    return 0;
+}
+
+/* Up to the budget's datagrams from fd; each costs one, whatever it holds. */
+static void serve_fd(cl_status *s, coll_comm *c, int fd)
+{
+    while (s->budget > 0) {
+        cl_status_ask ask;
+        struct sockaddr_storage from;
+        socklen_t flen = sizeof(from);
+        ssize_t got = recvfrom(fd, &ask, sizeof(ask), MSG_DONTWAIT | MSG_TRUNC,
+                               (struct sockaddr *)&from, &flen);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return;
+        s->budget--;
+        cl_status_answer a;
+        size_t len;
+        if (got == (ssize_t)sizeof(ask) && answer(s, c, &ask, &a, &len) == 0)
+            (void)sendto(fd, &a, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&from, flen);
+    }
+}
+
+void cl_status_serve(cl_status *s, coll_comm *c, const struct pollfd *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p[i].fd >= 0 && (p[i].revents & (POLLIN | POLLERR)))
+            serve_fd(s, c, p[i].fd);
+}
+
+void cl_status_close(cl_status *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (s->fd[i] >= 0)
+            close(s->fd[i]);
+    free(s->addr);
+    free(s);
+}

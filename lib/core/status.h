@@ -1,0 +1,110 @@
+/* The status endpoint (status.c): what coll_status (tools/coll_status.c) asks a running
+ * job, and how it is answered. Each rank of a communicator that owns its links answers
+ * on a UDP socket of its own, at its lifeline's address, from the heartbeat's thread
+ * (beat.c): that thread runs while the caller's is busy or wedged in a collective, and a
+ * rank that is stopped answers nothing, which is the answer. Rank 0 of a job that met at
+ * a tcp:// rendezvous answers at the rendezvous's own address too (UDP, the same port),
+ * so the tool needs only what the ranks were given (MASTER_ADDR and MASTER_PORT, or the
+ * URL); any rank tells every rank's endpoint, so with rank 0 stopped another is asked.
+ *
+ * The wire is this header's structs in the host's byte order (a job and the tool that
+ * asks it run on one architecture). With COLL_SECRET, asks and answers carry an HMAC
+ * under the job's key over every byte before it; an ask without the right one is refused
+ * in a datagram smaller than the ask (nothing to amplify), a malformed one is dropped,
+ * and a flood is read at a bounded rate (status.c), so it takes no more than that rate's
+ * CPU from the job and never touches the heartbeat's own socket. */
+#ifndef CL_STATUS_H
+#define CL_STATUS_H
+
+#include "base/addr.h"
+#include "base/auth.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CL_STATUS_MAGIC 0x54415453u /* "STAT" */
+#define CL_STATUS_VERSION 1u
+/* An ask's kind, and its answer's. */
+enum { CL_STATUS_HEAD = 1, CL_STATUS_PEERS = 2, CL_STATUS_REFUSED = 3 };
+/* Endpoints per PEERS answer: a page of ranks, under 1500 bytes. */
+enum { CL_STATUS_PAGE = 16 };
+
+typedef struct cl_status_ask {
+    uint32_t magic, version, kind;
+    uint32_t first;                /* PEERS: the page's first rank */
+    uint8_t nonce[CL_NONCE_BYTES]; /* the tool's: its answer carries it back */
+    uint8_t tag[CL_TAG_BYTES];     /* with COLL_SECRET: over every byte before it */
+} cl_status_ask;
+
+/* One operation of the flight recorder, as the rank that answers sees it now. */
+typedef struct cl_status_op {
+    uint32_t seq;                /* 0: none */
+    int32_t state, status, root; /* coll_rec_state; COLL_OK or its error; root or peer */
+    uint64_t count, bytes;
+    int64_t issued_ago_us, started_ago_us, progress_ago_us; /* -1: not yet */
+    char kind[16], dtype[12], op[12], algo[24];
+} cl_status_op;
+
+typedef struct cl_status_head {
+    int32_t pid;
+    int32_t failed;   /* the communicator's first failure (COLL_OK: none) */
+    uint32_t issued;  /* collectives issued on it */
+    int32_t recorder; /* the recorder is on: coll and p2p mean something */
+    char job[64], host[64];
+    char err[200];     /* the communicator's error sentence, cut */
+    cl_status_op coll; /* the newest collective */
+    cl_status_op p2p;  /* the newest send or receive */
+} cl_status_head;
+
+typedef struct cl_status_peers {
+    uint32_t first, n;
+    char addr[CL_STATUS_PAGE][CL_ADDR_TEXT]; /* ranks first..first+n-1; "": none */
+} cl_status_peers;
+
+typedef struct cl_status_answer {
+    uint32_t magic, version, kind;
+    int32_t keyed;                 /* the job has COLL_SECRET: the tag is checked */
+    uint8_t nonce[CL_NONCE_BYTES]; /* the ask's */
+    /* A REFUSED answer ends here. */
+    int32_t rank, size;
+    uint64_t job, comm;
+    union {
+        cl_status_head head;
+        cl_status_peers peers;
+    } u;
+    uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: over every byte before it */
+} cl_status_answer;
+
+#define CL_STATUS_REFUSED_BYTES offsetof(cl_status_answer, rank)
+
+/* The tag of an ask or answer (msg, the tag its last CL_TAG_BYTES of len). */
+static inline void cl_status_tag(const uint8_t key[CL_KEY_BYTES], const void *msg, size_t len,
+                                 uint8_t out[CL_TAG_BYTES])
+{
+    cl_auth_tag(key, out, 2, "coll status v1", (size_t)14, msg, len - CL_TAG_BYTES);
+}
+
+/* ---- the library's side (status.c) ---- */
+
+struct coll_comm;
+struct cl_card;
+struct cl_rdzv;
+struct pollfd;
+typedef struct cl_status cl_status;
+
+/* This rank's endpoint: a UDP socket at the address `near` is bound to (the heartbeat's),
+ * its port to *port, for the rank's card. COLL_OK, COLL_ENOMEM or COLL_ESYS. */
+int cl_status_open(int near, cl_status **out, uint16_t *port);
+/* Rank 0 of a tcp:// rendezvous: answers at its address too (a port held by another
+ * process is a note in the log: the job is then asked through another rank). */
+void cl_status_public(cl_status *s, const struct cl_rdzv *rv);
+/* Every rank's endpoint, from its card and lifeline address, once c is placed. */
+int cl_status_start(cl_status *s, const struct coll_comm *c, const struct cl_card *cards);
+/* Puts its sockets into p[0..1] (an fd of -1 where there is none, or while a flood has
+ * spent the budget) and lowers *wait_ms to when the budget comes back. */
+void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms);
+/* Reads what came on p[0..1] (within the budget) and answers for c. */
+void cl_status_serve(cl_status *s, struct coll_comm *c, const struct pollfd *p);
+void cl_status_close(cl_status *s);
+
+#endif

@@ -1,0 +1,272 @@
+/* coll_status against a running job of 4 forked ranks in a loop of all-reduces, the way
+ * an operator uses it: one rank stopped with SIGSTOP is named ("no answer (stopped?)")
+ * with the others' current all-reduce and whom they wait on, within 5 s, in text and in
+ * JSON (checked by Python's json); with rank 0 itself stopped, the tool says so within its
+ * bound and another rank's endpoint (--rank-addr) answers for the job; with COLL_SECRET,
+ * an ask without it or with another is refused, and garbage and a flood of asks at the
+ * rendezvous's port neither stop the all-reduces nor the tool's next answer. The
+ * timeouts are long (60 s): the survivors are still waiting when the tool asks. */
+#include "base/util.h"
+#include "common/harness.h"
+
+#include "common/suite.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { NP = 4, TIMEOUT_MS = 60000, COUNT = 1 << 14, ANSWER_MS = 5000 };
+
+static atomic_int *iters; /* per rank, in memory shared with the parent */
+static pid_t pids[NP];
+static char url[64];
+static int port;
+
+static void rank_main(int rank, const char *secret)
+{
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.transport = "shm";
+    cfg.timeout_ms = TIMEOUT_MS;
+    cfg.op_timeout_ms = TIMEOUT_MS;
+    if (secret)
+        setenv("COLL_SECRET", secret, 1);
+    coll_comm *c = NULL;
+    if (coll_init(&c, url, rank, NP, &cfg) != COLL_OK) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, coll_last_error(NULL));
+        _exit(2);
+    }
+    float *buf = calloc(COUNT, sizeof(float));
+    while (buf && coll_allreduce(c, buf, buf, COUNT, COLL_F32, COLL_SUM) == COLL_OK)
+        atomic_fetch_add(&iters[rank], 1);
+    _exit(3); /* the parent kills the ranks: ending on its own is a failure */
+}
+
+static void start_ranks(const char *secret)
+{
+    port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    for (int r = 0; r < NP; r++) {
+        atomic_store(&iters[r], 0);
+        if ((pids[r] = fork()) == 0)
+            rank_main(r, secret);
+        ck_assert_int_gt(pids[r], 0);
+    }
+}
+
+static void end_ranks(void)
+{
+    for (int r = 0; r < NP; r++) {
+        kill(pids[r], SIGKILL);
+        kill(pids[r], SIGCONT);
+        waitpid(pids[r], NULL, 0);
+    }
+}
+
+/* Every rank did at least n more all-reduces than `from` (NULL: 0) within 30 s. */
+static int progress(const int *from, int n)
+{
+    int64_t deadline = cl_now_ms() + 30000;
+    for (int r = 0; r < NP; r++)
+        while (atomic_load(&iters[r]) < (from ? from[r] : 0) + n)
+            if (cl_now_ms() >= deadline)
+                return 0;
+            else
+                cl_sleep_ms(5);
+    return 1;
+}
+
+typedef struct run {
+    int status;   /* the tool's exit status, -1 when it did not exit */
+    int64_t took; /* ms */
+    char out[16384];
+} run;
+
+/* Runs the tool with args (and COLL_SECRET=secret, or none), output and errors into r. */
+static void status_tool(const char *args, const char *secret, run *r)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s%s %s %s 2>&1", secret ? "COLL_SECRET=" : "env -u COLL_SECRET",
+             secret ? secret : "", COLL_STATUS, args);
+    int64_t t0 = cl_now_ms();
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "cannot run %s", cmd);
+    size_t n = fread(r->out, 1, sizeof(r->out) - 1, p);
+    r->out[n] = 0;
+    int st = pclose(p);
+    r->took = cl_now_ms() - t0;
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Python's verdict on the tool's JSON output: `check` is an expression over d (the
+ * object); 1 when it parses and holds. */
+static int json_holds(const char *json, const char *check)
+{
+    char path[] = "/tmp/coll-status-XXXXXX", cmd[1024];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    snprintf(cmd, sizeof(cmd),
+             "python3 -c 'import json,os,sys; d=json.load(open(sys.argv[1])); "
+             "sys.exit(0 if eval(os.environ[\"CHECK\"]) else 1)' %s",
+             path);
+    setenv("CHECK", check, 1); /* no quoting to get wrong */
+    int st = system(cmd);
+    unlink(path);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Rank `victim` stopped: named as silent, the others' all-reduce and their wait on it. */
+static void judge_stopped(const run *r, int victim)
+{
+    char check[700];
+    ck_assert_msg(r->status == 1 && r->took < ANSWER_MS,
+                  "exit %d after %lld ms, want 1 within %d ms:\n%s", r->status, (long long)r->took,
+                  ANSWER_MS, r->out);
+    snprintf(check, sizeof(check),
+             "d['size'] == %d and d['stragglers'] == [%d] and "
+             "d['ranks'][%d]['answered'] is False and "
+             "d['ranks'][%d]['straggler'] == 'no answer (stopped?)' and "
+             "all(x['answered'] and x['op']['kind'] == 'allreduce' and "
+             "x['op']['state'] == 'running' and x['op']['count'] == %d and "
+             "%d in x['waiting_on'] for x in d['ranks'] if x['rank'] != %d)",
+             NP, victim, victim, victim, COUNT, victim, victim);
+    ck_assert_msg(json_holds(r->out, check), "the JSON does not hold %s:\n%s", check, r->out);
+}
+
+START_TEST(a_stopped_rank_is_named_with_the_others_operations_within_5_s)
+{
+    run r;
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    kill(pids[2], SIGSTOP);
+    cl_sleep_ms(200); /* the others reach the all-reduce rank 2 is not in */
+    char args[128];
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, NULL, &r);
+    end_ranks();
+    judge_stopped(&r, 2);
+}
+END_TEST
+
+START_TEST(the_text_names_the_stopped_rank_and_the_others_all_reduce)
+{
+    run r;
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    kill(pids[1], SIGSTOP);
+    cl_sleep_ms(200);
+    status_tool(url, NULL, &r);
+    end_ranks();
+    ck_assert_msg(r.status == 1 && r.took < ANSWER_MS, "exit %d after %lld ms:\n%s", r.status,
+                  (long long)r.took, r.out);
+    ck_assert_msg(strstr(r.out, "rank 1: no answer (stopped?)") &&
+                      strstr(r.out, "straggler: rank 1: no answer (stopped?)"),
+                  "rank 1 is not named:\n%s", r.out);
+    for (int k = 0; k < NP; k++) {
+        char want[64];
+        snprintf(want, sizeof(want), "rank %d (pid %d", k, (int)pids[k]);
+        ck_assert_msg(k == 1 || strstr(r.out, want), "no '%s' in:\n%s", want, r.out);
+    }
+    ck_assert_msg(strstr(r.out, "allreduce #") && strstr(r.out, "waiting on rank 1"),
+                  "no all-reduce waiting on rank 1 in:\n%s", r.out);
+}
+END_TEST
+
+/* Rank 0 holds the address the ranks met at: stopped, it answers nothing, and the tool
+ * says so within its bound (never a hang); any other rank tells the job's endpoints. */
+START_TEST(with_rank_0_stopped_another_rank_answers_for_the_job)
+{
+    run r;
+    char args[160], ep[80];
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, NULL, &r);
+    const char *at = strstr(r.out, "\"rank\": 1, \"endpoint\": \"");
+    ck_assert_msg(at && sscanf(at + strlen("\"rank\": 1, \"endpoint\": \""), "%71[^\"]", ep) == 1,
+                  "no endpoint of rank 1 in:\n%s", r.out);
+    kill(pids[0], SIGSTOP);
+    cl_sleep_ms(200);
+    status_tool(url, NULL, &r);
+    ck_assert_msg(r.status == 2 && r.took < 2000 + 1000 && strstr(r.out, "no answer from") &&
+                      strstr(r.out, "--rank-addr"),
+                  "exit %d after %lld ms, want 2 within 3 s saying so:\n%s", r.status,
+                  (long long)r.took, r.out);
+    snprintf(args, sizeof(args), "--json --rank-addr %s", ep);
+    status_tool(args, NULL, &r);
+    end_ranks();
+    judge_stopped(&r, 0);
+}
+END_TEST
+
+/* Datagrams at the rendezvous's port: garbage of every length, then a flood of asks. */
+static void pelt(int count)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    char junk[2048];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (char)(i * 131 + 7);
+    for (int i = 0; i < count; i++)
+        (void)sendto(fd, junk, (size_t)(i % 200), 0, (struct sockaddr *)&to, sizeof(to));
+    /* A well-formed ask without the tag: the length and magic of the real thing. */
+    uint32_t ask[2 + 2 + 4 + 8] = {0x54415453u, 1, 1, 0};
+    for (int i = 0; i < count; i++)
+        (void)sendto(fd, ask, sizeof(ask), 0, (struct sockaddr *)&to, sizeof(to));
+    close(fd);
+}
+
+START_TEST(with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing)
+{
+    run r;
+    int before[NP];
+    start_ranks("status-secret");
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    status_tool(url, NULL, &r);
+    ck_assert_msg(r.status == 2 && strstr(r.out, "refused") && strstr(r.out, "has none"),
+                  "without the secret: exit %d:\n%s", r.status, r.out);
+    status_tool(url, "another-secret", &r);
+    ck_assert_msg(r.status == 2 && strstr(r.out, "refused") && strstr(r.out, "not the job's"),
+                  "with another secret: exit %d:\n%s", r.status, r.out);
+    for (int k = 0; k < NP; k++)
+        before[k] = atomic_load(&iters[k]);
+    pelt(20000);
+    ck_assert_msg(progress(before, 10), "the all-reduces stopped under the flood");
+    char args[128];
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, "status-secret", &r);
+    end_ranks();
+    ck_assert_msg(r.status == 0 || r.status == 1, "with the secret: exit %d:\n%s", r.status, r.out);
+    ck_assert_msg(json_holds(r.out, "d['size'] == 4 and all(x['answered'] for x in d['ranks'])"),
+                  "with the secret, not every rank answered:\n%s", r.out);
+}
+END_TEST
+
+int main(void)
+{
+    iters =
+        mmap(NULL, NP * sizeof(*iters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (iters == MAP_FAILED)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("status");
+    TCase *t = tcase_create("status");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, a_stopped_rank_is_named_with_the_others_operations_within_5_s);
+    tcase_add_test(t, the_text_names_the_stopped_rank_and_the_others_all_reduce);
+    tcase_add_test(t, with_rank_0_stopped_another_rank_answers_for_the_job);
+    tcase_add_test(t, with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}

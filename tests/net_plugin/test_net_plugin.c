@@ -1,0 +1,169 @@
+/* Transport plugins (include/collective_net.h, issue 52): collectives over the example
+ * plugin (examples/net_plugin/) on real processes, and the plugins init refuses, each
+ * with its sentence. NET_DIR is the folder of the example's builds. */
+#include "collective.h"
+
+#include "common/harness.h"
+#include "common/suite.h"
+
+#include <check.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *plugin_env; /* COLL_NET_PLUGIN for the ranks */
+static const char *delay_env;  /* COLL_NET_EXAMPLE_DELAY_US, or NULL */
+
+static void setup(int rank, void *arg)
+{
+    (void)rank, (void)arg;
+    setenv("COLL_NET_PLUGIN", plugin_env, 1);
+    if (delay_env)
+        setenv("COLL_NET_EXAMPLE_DELAY_US", delay_env, 1);
+}
+
+/* Sums of every size the adapter frames apart: a header alone, a payload inline with
+ * its header, and one that follows in a message of its own (over 4064 bytes), also in
+ * pieces. Then an all-to-all and a broadcast: every link, both directions. */
+static int collectives(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c);
+    static const size_t counts[] = {1, 1000, 1016, 1017, 300000};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        size_t count = counts[k];
+        float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+        for (size_t i = 0; i < count; i++)
+            in[i] = (float)((me + 1) * (int)(i % 97));
+        EXPECT_RC(coll_allreduce(c, in, out, count, COLL_F32, COLL_SUM), COLL_OK);
+        for (size_t i = 0; i < count; i++)
+            FAIL_IF(out[i] != (float)(n * (n + 1) / 2 * (int)(i % 97)),
+                    "count %zu: [%zu] = %g", count, i, out[i]);
+        free(in), free(out);
+    }
+    int32_t to[64], from[64];
+    for (int p = 0; p < n; p++)
+        to[p] = me * 100 + p;
+    EXPECT_RC(coll_alltoall(c, to, from, 1, COLL_I32), COLL_OK);
+    for (int p = 0; p < n; p++)
+        FAIL_IF(from[p] != p * 100 + me, "alltoall from %d: %d", p, from[p]);
+    return 0;
+}
+
+static void run_over_plugin(int nranks, const char *delay)
+{
+    plugin_env = NET_DIR "/libcollective-net-example.so";
+    delay_env = delay;
+    run_opts o = {.nranks = nranks, .rdzv = RDZV_FILE, .transport = "example",
+                  .timeout_ms = 20000, .deadline_s = 100, .setup = setup};
+    ck_assert_int_eq(run_ranks(&o, collectives, NULL), 0);
+}
+
+START_TEST(collectives_over_the_plugin_on_2_ranks)
+{
+    run_over_plugin(2, NULL);
+}
+END_TEST
+
+START_TEST(collectives_over_the_plugin_on_4_ranks)
+{
+    run_over_plugin(4, NULL);
+}
+END_TEST
+
+/* A delay of 2 ms on every message: slow, still right. */
+START_TEST(collectives_over_a_slow_plugin_on_3_ranks)
+{
+    run_over_plugin(3, "2000");
+}
+END_TEST
+
+/* coll_init with COLL_NET_PLUGIN=spec (this process, forked by Check) fails with code
+ * and a message holding every one of the NULL-ended parts. */
+static void refused(const char *spec, int code, ...)
+{
+    setenv("COLL_NET_PLUGIN", spec, 1);
+    coll_comm *c = NULL;
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.transport = "tcp";
+    int rc = coll_init(&c, "mem://net-plugin-refused", 0, 1, &cfg);
+    const char *msg = coll_last_error(NULL);
+    ck_assert_msg(rc == code, "coll_init: %s (%s), not %s", coll_strerror(rc), msg,
+                  coll_strerror(code));
+    va_list ap;
+    va_start(ap, code);
+    for (const char *part; (part = va_arg(ap, const char *));)
+        ck_assert_msg(strstr(msg, part), "'%s' is not in: %s", part, msg);
+    va_end(ap);
+}
+
+START_TEST(a_plugin_of_another_version_is_refused_naming_both)
+{
+    refused(NET_DIR "/libcollective-net-example-v99.so", COLL_ENOTSUP,
+            "libcollective-net-example-v99.so", "ABI version 99", "versions 1 to 1", NULL);
+}
+END_TEST
+
+START_TEST(a_plugin_missing_an_operation_is_refused_naming_it)
+{
+    refused(NET_DIR "/libcollective-net-example-notest.so", COLL_ENOTSUP, "'example'",
+            "lacks the required operation test", NULL);
+}
+END_TEST
+
+START_TEST(a_path_that_does_not_load_is_refused_with_dlerror)
+{
+    refused("/nonexistent/libcollective-net-x.so", COLL_ENOTSUP,
+            "cannot load plugin /nonexistent/libcollective-net-x.so",
+            "cannot open shared object file", NULL);
+}
+END_TEST
+
+/* NAME is looked for as libcollective-net-NAME.so on the library path. */
+START_TEST(a_name_not_on_the_library_path_is_refused)
+{
+    refused("nosuch", COLL_ENOTSUP, "libcollective-net-nosuch.so",
+            "cannot open shared object file", NULL);
+}
+END_TEST
+
+/* Loaded once, the name is taken: the second load of a list is refused. */
+START_TEST(two_plugins_of_one_name_are_refused)
+{
+    refused(NET_DIR "/libcollective-net-example.so," NET_DIR "/libcollective-net-example.so",
+            COLL_ENOTSUP, "called 'example'", "already there", NULL);
+}
+END_TEST
+
+/* COLL_TRANSPORT names a plugin's transport only once it is loaded; an unknown name
+ * lists the loaded plugins among the transports. */
+START_TEST(an_unknown_transport_lists_the_plugins)
+{
+    setenv("COLL_NET_PLUGIN", NET_DIR "/libcollective-net-example.so", 1);
+    coll_comm *c = NULL;
+    coll_config cfg = COLL_CONFIG_INIT;
+    cfg.transport = "nosuch";
+    ck_assert_int_eq(coll_init(&c, "mem://net-plugin-names", 0, 1, &cfg), COLL_ENOTSUP);
+    ck_assert_msg(strstr(coll_last_error(NULL), "example (plugin)"), "%s",
+                  coll_last_error(NULL));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("net-plugin");
+    TCase *t = tcase_create("net-plugin");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, collectives_over_the_plugin_on_2_ranks);
+    tcase_add_test(t, collectives_over_the_plugin_on_4_ranks);
+    tcase_add_test(t, collectives_over_a_slow_plugin_on_3_ranks);
+    tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
+    tcase_add_test(t, a_plugin_missing_an_operation_is_refused_naming_it);
+    tcase_add_test(t, a_path_that_does_not_load_is_refused_with_dlerror);
+    tcase_add_test(t, a_name_not_on_the_library_path_is_refused);
+    tcase_add_test(t, two_plugins_of_one_name_are_refused);
+    tcase_add_test(t, an_unknown_transport_lists_the_plugins);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}
