@@ -53,6 +53,7 @@ typedef struct {
     FILE *json;
     int reported; /* epochs in the JSON file */
     ex_undo undo; /* --elastic: the weights and velocity as the last two steps began */
+    ex_heal_clock heal; /* --heal: the last heal's phases */
 } trainer;
 
 static double rel_diff(const mlp *a, const mlp *b)
@@ -130,6 +131,7 @@ static int recover(trainer *t, size_t k, size_t *from, size_t *last)
 {
     int was = coll_rank(t->c), lost[64];
     double t0 = ex_now_s();
+    t->heal.seen = ex_wall_s();
     coll_comm *next = NULL;
     int rc = coll_shrink(t->c, &next);
     if (rc != COLL_OK) {
@@ -157,15 +159,12 @@ static int recover(trainer *t, size_t k, size_t *from, size_t *last)
     if (!t->o->heal)
         return COLL_OK;
     coll_comm *grown = NULL;
+    t->heal.shrunk = ex_wall_s();
     if ((rc = ex_heal_offer(next, t->size0, &grown)) != COLL_OK)
         return rc;
+    t->heal.grown = ex_wall_s();
     coll_destroy(next);
     t->c = grown;
-    if (coll_rank(grown) == 0) {
-        printf("heal: back at %d ranks %.0f ms after the loss was seen\n", coll_size(grown),
-               (ex_now_s() - t0) * 1e3);
-        fflush(stdout);
-    }
     return COLL_OK;
 }
 
@@ -180,6 +179,10 @@ static int hand_over(trainer *t, int *epoch, size_t *step)
     int rc = ex_heal_state(t->c, pos, 2, bufs, lens, 2);
     *epoch = (int)pos[0];
     *step = (size_t)pos[1];
+    t->heal.done = ex_wall_s();
+    t->heal.bytes = sizeof(pos) + sizeof(float) * 2 * t->net.nparams;
+    if (rc == COLL_OK && coll_rank(t->c) == 0) /* a newcomer is never rank 0 */
+        ex_heal_report(&t->heal, coll_size(t->c));
     return rc;
 }
 
@@ -339,7 +342,7 @@ static int train(coll_comm *c, const ex_opts *o)
     int e0 = 0;
     size_t s0 = 0;
     if (!rc && o->joined && (rc = hand_over(&t, &e0, &s0)) == COLL_OK)
-        printf("heal: rank %d joined at epoch %d, step %zu\n", me, e0, s0);
+        ex_heal_joined(me, e0, s0, o->started, o->joined_at, t.heal.done);
     for (int e = e0; !rc && e < o->epochs; e++)
         rc = run_epoch(&t, e, e == e0 ? s0 : 0, &acc);
     if (t.json) {

@@ -12,6 +12,13 @@ double ex_now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double ex_wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void ex_shuffle(size_t *perm, size_t n, unsigned long long seed)
 {
     for (size_t i = 0; i < n; i++)

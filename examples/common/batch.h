@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 double ex_now_s(void);
+/* Wall-clock seconds since the epoch: times that processes compare (a heal's phases). */
+double ex_wall_s(void);
 /* perm = a permutation of 0..n-1, the same on every rank for the same seed. */
 void ex_shuffle(size_t *perm, size_t n, unsigned long long seed);
 /* x, y = samples idx[0..n) of d. */

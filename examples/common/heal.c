@@ -92,3 +92,20 @@ int ex_heal_state(coll_comm *c, int64_t *pos, int n, float *const *bufs, const s
         rc = coll_broadcast(c, bufs[i], lens[i], COLL_F32, 0);
     return rc;
 }
+
+void ex_heal_report(const ex_heal_clock *k, int size)
+{
+    printf("heal: back at %d ranks %.0f ms after the loss was seen (shrink %.0f ms, grow %.0f "
+           "ms, state %.0f ms for %zu bytes; seen at %.6f, full size at %.6f)\n", size,
+           (k->done - k->seen) * 1e3, (k->shrunk - k->seen) * 1e3, (k->grown - k->shrunk) * 1e3,
+           (k->done - k->grown) * 1e3, k->bytes, k->seen, k->done);
+    fflush(stdout);
+}
+
+void ex_heal_joined(int rank, int epoch, size_t step, double started, double joined,
+                    double done)
+{
+    printf("heal: rank %d joined at epoch %d, step %zu (process started at %.6f, in the grow "
+           "at %.6f, state at %.6f)\n", rank, epoch, step, started, joined, done);
+    fflush(stdout);
+}

@@ -25,4 +25,20 @@ int ex_heal_join(const coll_config *cfg, int wait_ms, coll_comm **out);
 int ex_heal_state(coll_comm *c, int64_t *pos, int n, float *const *bufs, const size_t *lens,
                   int nbufs);
 
+/* A heal's phases on a survivor in wall-clock seconds (ex_wall_s, comparable across the
+ * host's processes): the loss seen (a collective failed), the shrink, the grow and the
+ * state hand-over (bytes of it) done. */
+typedef struct {
+    double seen, shrunk, grown, done;
+    size_t bytes;
+} ex_heal_clock;
+
+/* Rank 0's line "heal: back at N ranks T ms after the loss was seen (...)": the phases,
+ * then the absolute times, which a script lines up with its kill (perf/heal_time.sh). */
+void ex_heal_report(const ex_heal_clock *k, int size);
+/* The replacement's line "heal: rank R joined at epoch E, step S (...)": when its process
+ * started, joined the grow and had the state (wall-clock seconds). */
+void ex_heal_joined(int rank, int epoch, size_t step, double started, double joined,
+                    double done);
+
 #endif

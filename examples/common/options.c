@@ -1,6 +1,7 @@
 /* Trainer flags and start-up: see options.h. */
 #include "options.h"
 
+#include "batch.h"
 #include "heal.h"
 
 #include "perf/spawn.h"
@@ -131,6 +132,7 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
             int (*train)(coll_comm *c, const ex_opts *o))
 {
     ex_opts o;
+    double started = ex_wall_s();
     if (ex_parse(argc, argv, &o) != 0 || (valid && !valid(&o))) {
         fprintf(stderr, "usage: %s\n", usage);
         return 2;
@@ -151,6 +153,7 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
                 coll_last_error(NULL));
         return 2;
     }
+    o.started = started, o.joined_at = ex_wall_s();
     int rc = train(c, &o);
     coll_destroy(c);
     return rc;
