@@ -47,7 +47,8 @@ typedef struct ex_comm {
     int send;        /* 1: a send comm (connect's) */
     int err;         /* COLL_NET_OK, or the failure every request of the comm gets */
     int64_t delay_us;
-    ex_req *head, *tail;
+    ex_req *head, *tail; /* every request not yet ended by test(), in posting order */
+    ex_req *io;          /* the first not done: where reading or writing goes on */
     uint64_t frame;  /* a receive: the length of the message being read */
     size_t frame_at; /* its bytes read so far */
 } ex_comm;
@@ -240,6 +241,8 @@ static int post(ex_comm *c, void *data, size_t size, void *mhandle, void **reque
     else
         c->head = r;
     c->tail = r;
+    if (!c->io)
+        c->io = r;
     *request = r;
     return COLL_NET_OK;
 }
@@ -247,7 +250,7 @@ static int post(ex_comm *c, void *data, size_t size, void *mhandle, void **reque
 /* Writes the queue's head messages whose time came, as far as the socket takes them. */
 static void send_progress(ex_comm *c)
 {
-    for (ex_req *r; (r = c->head) && !c->err && r->due_us <= now_us();) {
+    for (ex_req *r; (r = c->io) && !c->err && r->due_us <= now_us();) {
         struct iovec v[2];
         int n = 0;
         if (r->at < 8)
@@ -266,16 +269,14 @@ static void send_progress(ex_comm *c)
         if (r->at < 8 + r->size)
             return;
         r->done = 1;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
+        c->io = r->next;
     }
 }
 
 /* Reads into the queue's head receive: the length, then the message. */
 static void recv_progress(ex_comm *c)
 {
-    for (ex_req *r; (r = c->head) && !c->err;) {
+    for (ex_req *r; (r = c->io) && !c->err;) {
         unsigned char *to = c->frame_at < 8 ? (unsigned char *)&c->frame + c->frame_at
                                             : r->data + (c->frame_at - 8);
         size_t want = c->frame_at < 8 ? 8 - c->frame_at : c->frame - (c->frame_at - 8);
@@ -298,9 +299,7 @@ static void recv_progress(ex_comm *c)
             continue;
         r->done = 1, r->len = c->frame;
         c->frame_at = 0, c->frame = 0;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
+        c->io = r->next;
     }
 }
 
@@ -318,18 +317,19 @@ static int ex_irecv(void *recv_comm, void *data, size_t size, void *mhandle, voi
     return post(recv_comm, data, size, mhandle, request);
 }
 
-/* Unlinks r, wherever it is in its comm's queue. */
-static void unlink_req(ex_req *r)
+/* Ends r: off its comm's list (mostly its head: requests are tested in order), freed. */
+static void end_req(ex_req *r)
 {
     ex_comm *c = r->comm;
     ex_req **p = &c->head, *prev = NULL;
-    while (*p && *p != r)
+    while (*p != r)
         prev = *p, p = &(*p)->next;
-    if (!*p)
-        return;
     *p = r->next;
     if (c->tail == r)
         c->tail = prev;
+    if (c->io == r)
+        c->io = r->next;
+    free(r);
 }
 
 static int ex_test(void *request, int *done, size_t *size)
@@ -340,31 +340,26 @@ static int ex_test(void *request, int *done, size_t *size)
         (c->send ? send_progress : recv_progress)(c);
     if (!r->done && c->err) { /* the request ends with its comm's failure */
         int err = c->err;
-        unlink_req(r);
-        free(r);
+        end_req(r);
         return err;
     }
     *done = r->done;
     if (r->done) {
         *size = (size_t)r->len;
-        free(r);
+        end_req(r);
     }
     return COLL_NET_OK;
 }
 
-static void free_queue(ex_comm *c)
-{
-    for (ex_req *r = c->head, *n; r; r = n) {
-        n = r->next;
-        free(r);
-    }
-}
-
+/* Its requests end with it, done or not (test() would have freed them). */
 static int ex_close(void *comm)
 {
     ex_comm *c = comm;
     close(c->fd);
-    free_queue(c);
+    for (ex_req *r = c->head, *n; r; r = n) {
+        n = r->next;
+        free(r);
+    }
     free(c);
     return COLL_NET_OK;
 }

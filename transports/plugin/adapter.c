@@ -545,9 +545,10 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
         l->ctx = ctx;
         l->next = ctx->listeners;
         ctx->listeners = l;
+        static const char hex[] = "0123456789abcdef";
         memset(handle, 0, CL_HANDLE_BYTES);
-        for (int i = 0; i < COLL_NET_HANDLE_BYTES; i++)
-            snprintf(handle + 2 * i, 3, "%02x", raw[i]);
+        for (int i = 0; i < COLL_NET_HANDLE_BYTES; i++) /* all 128 bytes: no room for a NUL */
+            handle[2 * i] = hex[raw[i] >> 4], handle[2 * i + 1] = hex[raw[i] & 15];
         *out = l;
     }
     pthread_mutex_unlock(&ctx->mu);
