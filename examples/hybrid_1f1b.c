@@ -17,8 +17,16 @@
  * --elastic: when a rank is lost, the survivors shrink the world; a replica that lost a
  * rank cannot run its pipeline and leaves whole, the others re-form their pipelines and
  * stage groups, split the global batch over the replicas left, and redo the first step
- * not every rank finished, from the weights it began with. */
+ * not every rank finished, from the weights it began with.
+ * --heal (under a launcher that restarts a dead rank: coll_run --max-restarts): nobody
+ * leaves; the survivors shrink, grow back to full size as the replacement joins, and
+ * the world is re-formed in role order (a rank's role is its place in the layout), the
+ * replacement taking the lost rank's role; its stage's weights and optimizer state come
+ * from a replica peer of that stage (the stage group), the position from rank 0, and the
+ * step is redone at full size. Every run ends with "weights H", H a hash of the final
+ * weights of every stage (rank 0). */
 #include "common/batch.h"
+#include "common/heal.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
 #include "common/options.h"
@@ -53,9 +61,11 @@ typedef struct {
     FILE *json;
     int reported;   /* epochs in the JSON file */
     ex_undo undo;   /* --elastic: this stage's weights and velocity as steps began */
+    ex_heal_clock heal; /* --heal: the last heal's phases */
 } trainer;
 
 enum { LEAVES = -2 }; /* recover(): this rank's replica lost a rank */
+enum { MAX_LOST = 64 };
 
 /* One step: this replica's share through the pipeline, then the stage group averages
  * the stage's gradients and everyone updates. */
@@ -200,14 +210,82 @@ static void say_lost(const int *lost, int k, int left, int D, int B, size_t from
     fflush(stdout);
 }
 
+/* The stage group's rank (its replica) that hands the stage's state on: the first whose
+ * role is not among the lost ones (m: as rejoin says them), or -1. */
+static int state_root(const trainer *t, const int64_t *m)
+{
+    int K = t->o->stages, stage = coll_rank(t->world) % K;
+    for (int d = 0; d < t->D; d++) {
+        int lost = 0;
+        for (int64_t i = 0; i < m[2]; i++)
+            lost |= m[3 + i] == d * K + stage;
+        if (!lost)
+            return d;
+    }
+    return -1;
+}
+
+/* --heal, on the grown communicator g (survivors and newcomers alike; role -1 on a
+ * newcomer): rank 0 of g, a survivor, says where the run goes on (the step *from, and
+ * *last, the furthest any rank got) and which roles were lost (lost, nl); newcomers take
+ * them in the order they joined. The world is split in role order, its groups formed,
+ * and every stage group hands its stage's weights and velocity on from a replica that
+ * has them. COLL_OK or a COLL_E* code. */
+static int rejoin(trainer *t, coll_comm *g, int role, const int *lost, int nl, size_t *from,
+                  size_t *last)
+{
+    int64_t m[3 + MAX_LOST] = {(int64_t)*from, (int64_t)*last, nl};
+    for (int i = 0; i < nl && i < MAX_LOST; i++)
+        m[3 + i] = lost[i];
+    int rc = coll_broadcast(g, m, 3 + MAX_LOST, COLL_I64, 0);
+    int fresh = coll_rank(g) - (coll_size(g) - (int)m[2]); /* its place among newcomers */
+    if (rc == COLL_OK && role < 0)
+        role = fresh >= 0 && fresh < MAX_LOST ? (int)m[3 + fresh] : -1;
+    if (rc == COLL_OK && (rc = coll_split(g, 0, role, &t->world)) == COLL_OK)
+        rc = form_groups(t) ? COLL_EINVAL : COLL_OK;
+    int root = rc == COLL_OK ? state_root(t, m) : -1;
+    if (rc == COLL_OK && root < 0) {
+        fprintf(stderr, "heal: stage %d lost every replica: nothing to rebuild it from\n",
+                role % t->o->stages);
+        rc = COLL_EINVAL;
+    }
+    size_t at = 0, n = rc == COLL_OK ? pipe_params(&t->p, &at) : 0;
+    float *bufs[2] = {t->net.params + at, t->net.velocity + at};
+    for (int i = 0; rc == COLL_OK && i < 2; i++)
+        rc = coll_broadcast(t->group, bufs[i], n, COLL_F32, root);
+    *from = (size_t)m[0], *last = (size_t)m[1];
+    t->heal.done = ex_wall_s();
+    t->heal.bytes = sizeof(m) + 2 * sizeof(float) * n;
+    return rc;
+}
+
+/* --heal on a survivor, after the shrink to next and the undo: grow back to the job's
+ * size and rejoin in role (`was`) order. COLL_OK or a COLL_E* code. */
+static int heal(trainer *t, coll_comm *next, int was, const int *lost, int nl, size_t *from,
+                size_t *last)
+{
+    coll_comm *g = NULL;
+    t->heal.shrunk = ex_wall_s();
+    int rc = ex_heal_offer(next, coll_size(next) + nl, &g);
+    t->heal.grown = ex_wall_s();
+    if (rc == COLL_OK)
+        rc = rejoin(t, g, was, lost, nl, from, last);
+    if (rc == COLL_OK && coll_rank(t->world) == 0)
+        ex_heal_report(&t->heal, coll_size(t->world));
+    coll_destroy(g);
+    return rc;
+}
+
 /* --elastic: step k failed here (steps count on across epochs, each epoch's close one of
  * them). The survivors agree on who is gone; a replica that lost a rank leaves whole
- * (LEAVES on its ranks); the others re-form their groups and go back to the first step
- * not every rank finished (returned), from the weights it began with, and learn the
- * furthest step any rank got (*last). -1 when recovery failed. */
+ * (LEAVES on its ranks), unless --heal brings the lost rank back; the others re-form
+ * their groups and go back to the first step not every rank finished (returned), from
+ * the weights it began with, and learn the furthest step any rank got (*last). -1 when
+ * recovery failed. */
 static int recover(trainer *t, size_t k, size_t *last)
 {
-    int K = t->o->stages, was = coll_rank(t->world), lost[64], leave = 0;
+    int K = t->o->stages, was = coll_rank(t->world), lost[MAX_LOST], leave = 0;
+    t->heal.seen = ex_wall_s();
     coll_abort(t->pipe); /* whoever waits in them stops now, not at its timeout */
     coll_abort(t->group);
     coll_comm *next = NULL, *rest = NULL;
@@ -215,8 +293,8 @@ static int recover(trainer *t, size_t k, size_t *last)
         fprintf(stderr, "rank %d: shrink: %s\n", was, coll_last_error(NULL));
         return -1;
     }
-    int nl = coll_failed_ranks(t->world, lost, 64);
-    for (int i = 0; i < nl && i < 64; i++)
+    int nl = coll_failed_ranks(t->world, lost, MAX_LOST);
+    for (int i = 0; i < nl && i < MAX_LOST && !t->o->heal; i++)
         leave |= lost[i] / K == was / K;
     int rc = coll_split(next, leave ? -1 : 0, was, &rest);
     coll_destroy(next);
@@ -239,11 +317,19 @@ static int recover(trainer *t, size_t k, size_t *last)
         return -1;
     *last = (size_t)most;
     double compute = t->p.compute, idle = t->p.idle;
-    if (form_groups(t) != 0)
+    if (coll_rank(rest) == 0)
+        say_lost(lost, nl, coll_size(rest), t->o->heal ? t->D : coll_size(rest) / K,
+                 t->o->batch, from);
+    if (t->o->heal) {
+        t->world = NULL;
+        rc = heal(t, rest, was, lost, nl, &from, last);
+        coll_destroy(rest);
+    } else {
+        rc = form_groups(t);
+    }
+    if (rc != 0)
         return -1;
     t->p.compute = compute, t->p.idle = idle;
-    if (coll_rank(rest) == 0)
-        say_lost(lost, nl, coll_size(rest), t->D, t->o->batch, from);
     return (int)from;
 }
 
@@ -272,18 +358,24 @@ static int close_epoch(trainer *t, int epoch, size_t steps, const double *mine, 
     return rc;
 }
 
-/* 0, LEAVES, or an exit status. */
-static int run_epoch(trainer *t, int epoch, double *acc)
+/* Steps per epoch. */
+static size_t epoch_steps(const trainer *t)
+{
+    size_t steps = t->train->n / (size_t)t->o->batch;
+    return t->o->steps > 0 && (size_t)t->o->steps < steps ? (size_t)t->o->steps : steps;
+}
+
+/* Epoch `epoch` from step `first` (a replacement's first epoch: where it joined); 0,
+ * LEAVES, or an exit status. */
+static int run_epoch(trainer *t, int epoch, size_t first, double *acc)
 {
     const ex_opts *o = t->o;
-    size_t steps = t->train->n / (size_t)o->batch, k = 0, wire_from = 0, last;
-    if (o->steps > 0 && (size_t)o->steps < steps)
-        steps = (size_t)o->steps;
+    size_t steps = epoch_steps(t), k = first, wire_from = first, last;
     size_t base = (size_t)epoch * (steps + 1); /* --elastic's step numbers, close included */
     ex_shuffle(t->perm, t->train->n, o->seed * 1000003ULL + (unsigned long long)epoch);
     t->lr = ex_lr(o, epoch);
     int correct = 0;
-    if (epoch == 0 && coll_rank(t->world) == 0)
+    if (epoch == 0 && first == 0 && coll_rank(t->world) == 0)
         t->serial_sps = ex_serial_rate(&t->net, t->train, t->perm, o->batch, o->lr, o->momentum);
     t->p.compute = t->p.idle = t->reduce_s = 0;
     coll_stats g0, g1;
@@ -336,6 +428,23 @@ static int run_epoch(trainer *t, int epoch, double *acc)
     return 0;
 }
 
+/* Rank 0's line "weights H": H mixes the hash of every stage's weights (replica 0's;
+ * the replicas were checked identical). COLL_OK, or the gather's error. */
+static int say_weights(trainer *t)
+{
+    int K = t->o->stages, N = coll_size(t->world);
+    size_t from, n = pipe_params(&t->p, &from);
+    uint64_t h = mlp_hash(&t->net, from, n), *all = malloc(sizeof(uint64_t) * (size_t)N);
+    int rc = all ? coll_allgather(t->world, &h, all, 1, COLL_I64) : COLL_ENOMEM;
+    uint64_t mix = 1469598103934665603ULL; /* FNV-1a's, over the stages' hashes */
+    for (int s = 0; rc == COLL_OK && s < K; s++)
+        mix = (mix ^ all[s]) * 1099511628211ULL;
+    if (rc == COLL_OK && coll_rank(t->world) == 0)
+        printf("weights %016llx\n", (unsigned long long)mix);
+    free(all);
+    return rc;
+}
+
 static int train(coll_comm *world, const ex_opts *o)
 {
     dataset tr, te;
@@ -344,7 +453,14 @@ static int train(coll_comm *world, const ex_opts *o)
     trainer t = { .o = o, .first = world, .world = world, .train = &tr, .test = &te };
     int rc = tl_init(&t.tl, 2 * o->micro + 1) || mlp_init(&t.net, sizes, 4, o->seed) ||
              mlp_init(&t.serial, sizes, 4, o->seed) || mlp_work_init(&t.whole, &t.net, o->batch);
-    rc = rc ? rc : form_groups(&t);
+    size_t at = 0, last = 0; /* a replacement: the step it joins at, counted as --elastic's */
+    rc = rc ? rc : o->joined ? rejoin(&t, world, -1, NULL, 0, &at, &last) : form_groups(&t);
+    int e0 = (int)(at / (epoch_steps(&t) + 1));
+    size_t k0 = at % (epoch_steps(&t) + 1);
+    if (k0 == epoch_steps(&t) && last > at) /* that epoch's close ended on other ranks */
+        e0++, k0 = 0;
+    if (!rc && o->joined)
+        ex_heal_joined(coll_rank(t.world), e0, k0, o->started, o->joined_at, t.heal.done);
     size_t from, n = rc ? 0 : pipe_params(&t.p, &from);
     if (!rc && o->elastic)
         rc = ex_undo_init(&t.undo, n);
@@ -361,8 +477,10 @@ static int train(coll_comm *world, const ex_opts *o)
                         "\"schedule\":\"%s\",\"micro\":%d,\"codec\":%d,\"epochs\":[\n",
                 N, o->batch, K, t.D, o->onef1b ? "1f1b" : "gpipe", o->micro, (int)o->codec);
     double acc = 0;
-    for (int e = 0; !rc && e < o->epochs; e++)
-        rc = run_epoch(&t, e, &acc);
+    for (int e = e0; !rc && e < o->epochs; e++)
+        rc = run_epoch(&t, e, e == e0 ? k0 : 0, &acc);
+    if (!rc)
+        rc = say_weights(&t);
     if (t.json) {
         fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
         fclose(t.json);
@@ -396,6 +514,6 @@ int main(int argc, char **argv)
                    "[--microbatches M] [--epochs E] [--batch B (divisible by N/K x M)] [--lr LR] "
                    "[--codec none|fp16|bf16|int8] [--steps S] [--check-serial K] [--data DIR] "
                    "[--seed S] [--lr-schedule cosine|const] [--json FILE] [--trace FILE] "
-                   "[--elastic]",
+                   "[--elastic] [--heal]",
                    valid, train);
 }

@@ -8,8 +8,8 @@
 
 typedef struct {
     int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine, prefetch;
-    int elastic; /* dp_train: survive a lost rank (shrink and go on) */
-    int heal;    /* dp_train: and take its replacement back (grow), see heal.h */
+    int elastic; /* survive a lost rank (shrink and go on) */
+    int heal;    /* and take its replacement back (grow), see heal.h */
     int joined;  /* this process is such a replacement: it joined a grow */
     double started, joined_at; /* its process start and its grow's end (ex_wall_s) */
     int sweep[8], nsweep; /* micro-batch counts to sweep */

@@ -16,7 +16,9 @@
 #include "rdzv/store.h"
 #include "rdzv/tcp_server.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ID_FORMAT "grow1/%s/%d/%d/%s"
@@ -181,6 +183,11 @@ int coll_init_grow(coll_comm **out, const char *id, const coll_config *user)
             cl_comm_init_error("%s", err);
         if (rc == COLL_OK && (rc = open_store(&rv, cfg.timeout_ms, &s)) == COLL_OK &&
             (rc = claim(&g, s, &rank)) == COLL_OK) {
+            /* Fault injection for the tests: COLL_FAULT_GROW=claimed kills a newcomer
+             * that has its place and has said nothing else: one dying mid-grow. */
+            const char *f = getenv("COLL_FAULT_GROW");
+            if (f && strcmp(f, "claimed") == 0)
+                raise(SIGKILL);
             rv.rank = rank;
             rc = meet(&g, &rv, &cfg, s, out);
             s = NULL; /* the meeting's now, closed by it */

@@ -1,7 +1,7 @@
 /* coll_grow: newcomers join a running communicator at the places after its ranks, and the
  * grown one computes right on every rank; the old one stays usable. A grow that cannot
  * complete (no newcomer, one with other settings, one too many, an id whose grow is
- * over, a rank that does not call it) fails on every rank that takes part within the
+ * over, a rank that does not call it, a newcomer that dies in it) fails on every rank that takes part within the
  * timeout, saying why, and a retry with a fresh id works. Shrink then grow brings a job
  * back to its size. Newcomers are processes of their own that read the id rank 0 made
  * from a pipe (the out-of-band hand-over a launcher would do). */
@@ -24,6 +24,7 @@ enum { TIMEOUT_MS = 3000, MAX_NEW = 2 };
  * (first `skip` grows get no newcomer: they fail and are retried). */
 typedef struct {
     int to, newcomers, skip;
+    int dies;             /* a first grow whose newcomers come, one of them dying in it */
     int want;             /* what coll_grow returns on comm's ranks; -1: any error */
     const char *says;     /* words of its error */
     const char *new_env;  /* "NAME=value" a newcomer sets, or NULL */
@@ -39,13 +40,20 @@ static int sum_to(int n)
     return n * (n + 1) / 2;
 }
 
-static void hand_id(const plan *p, const char *id, int copies)
+/* What a newcomer reads: the id, and whether it is to die in the grow. */
+typedef struct {
+    char id[COLL_GROW_ID_BYTES];
+    int die;
+} handed;
+
+static void hand_id(const plan *p, const char *id, int copies, int dying)
 {
-    char rec[COLL_GROW_ID_BYTES] = "";
-    snprintf(rec, sizeof(rec), "%s", id);
-    for (int i = 0; i < copies; i++)
-        if (write(p->fds[1], rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+    for (int i = 0; i < copies; i++) {
+        handed h = {.die = i < dying};
+        snprintf(h.id, sizeof(h.id), "%s", id);
+        if (write(p->fds[1], &h, sizeof(h)) != (ssize_t)sizeof(h))
             perror("write id");
+    }
 }
 
 /* A newcomer: 0 when it joined and the grown communicator added up, 2 when it was
@@ -53,16 +61,18 @@ static void hand_id(const plan *p, const char *id, int copies)
 static int newcomer(const plan *p, const char *wants_says)
 {
     alarm(8 * TIMEOUT_MS / 1000);
-    char id[COLL_GROW_ID_BYTES];
+    handed h;
     close(p->fds[1]);
-    if (read(p->fds[0], id, sizeof(id)) != (ssize_t)sizeof(id))
+    if (read(p->fds[0], &h, sizeof(h)) != (ssize_t)sizeof(h))
         return 1;
     if (p->new_env)
         putenv((char *)p->new_env);
+    if (h.die)
+        putenv("COLL_FAULT_GROW=claimed");
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.timeout_ms = TIMEOUT_MS;
     coll_comm *c = NULL;
-    int rc = coll_init_grow(&c, id, &cfg);
+    int rc = coll_init_grow(&c, h.id, &cfg);
     if (rc != COLL_OK) {
         int told = wants_says && strstr(coll_last_error(NULL), wants_says);
         fprintf(stderr, "newcomer: %s: %s\n", coll_strerror(rc), coll_last_error(NULL));
@@ -77,13 +87,13 @@ static int newcomer(const plan *p, const char *wants_says)
 }
 
 /* A grow from comm's side: its result is checked against the plan. */
-static int grow_once(coll_comm *c, const plan *p, int want, const char *says, int handed)
+static int grow_once(coll_comm *c, const plan *p, int want, const char *says, int copies,
+                     int dying)
 {
     char id[COLL_GROW_ID_BYTES] = "";
     if (coll_rank(c) == 0) {
         EXPECT_RC(coll_grow_id(c, p->to, id, sizeof(id)), COLL_OK);
-        if (handed)
-            hand_id(p, id, p->newcomers);
+        hand_id(p, id, copies, dying);
     }
     coll_comm *g = NULL;
     int rc = coll_grow(c, &g);
@@ -98,7 +108,7 @@ static int grow_once(coll_comm *c, const plan *p, int want, const char *says, in
     FAIL_IF(sum_is(g, r + 1, sum_to(p->to)), "the grown communicator's sum");
     coll_destroy(g);
     if (coll_rank(c) == 0) /* a newcomer late with this id finds the grow over */
-        hand_id(p, id, p->late);
+        hand_id(p, id, p->late, 0);
     return 0;
 }
 
@@ -126,9 +136,11 @@ static int member(coll_comm *c, void *arg)
         usleep(1000 * 1000);
     } else {
         for (int i = 0; i < p->skip && !rc; i++)
-            rc = grow_once(c, p, COLL_ETIMEDOUT, "missing rank", 0);
+            rc = grow_once(c, p, COLL_ETIMEDOUT, "missing rank", 0, 0);
+        if (p->dies && !rc)
+            rc = grow_once(c, p, COLL_ETIMEDOUT, "missing rank", p->newcomers, 1);
         if (!rc)
-            rc = grow_once(c, p, p->want, p->says, 1);
+            rc = grow_once(c, p, p->want, p->says, p->newcomers, 0);
     }
     if (!rc && !p->shrink_first && p->idle_rank < 0) /* the old one is as it was */
         FAIL_IF(sum_is(c, 1, coll_size(c)), "the old communicator after the grow");
@@ -146,8 +158,8 @@ static void run_grow(int n, plan p, const char *newcomer_says, int ended[3])
     ck_assert_int_eq(pipe(p.fds), 0);
     ck_assert_int_eq(pipe(told), 0);
     p.late = p.want == COLL_OK;
-    pid_t kids[MAX_NEW + 1];
-    int nk = p.newcomers + p.late;
+    pid_t kids[2 * MAX_NEW + 1];
+    int nk = p.newcomers * (1 + p.dies) + p.late;
     for (int i = 0; i < nk; i++)
         if ((kids[i] = fork()) == 0) {
             close(told[0]);
@@ -244,6 +256,20 @@ START_TEST(shrink_then_grow_brings_the_job_back)
 }
 END_TEST
 
+/* One of two newcomers dies with its place claimed: the grow fails on every rank that
+ * met (comm's and the other newcomer's) within the timeout, and a retry with a fresh id
+ * and two newcomers works. */
+START_TEST(a_newcomer_that_dies_in_the_grow_fails_it_and_a_retry_works)
+{
+    int ended[3];
+    run_grow(2, (plan){.to = 4, .newcomers = 2, .dies = 1, .want = COLL_OK, .idle_rank = -1},
+             NULL, ended);
+    ck_assert_msg(ended[0] == 2 && ended[1] == 3,
+                  "newcomers: %d ok, %d failed (want 2 ok; failed: the dead one, the other of "
+                  "its grow, the late one)", ended[0], ended[1]);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -257,6 +283,7 @@ int main(void)
     tcase_add_test(t, a_newcomer_with_another_secret_never_joins);
     tcase_add_test(t, a_rank_that_does_not_grow_fails_the_others_in_time);
     tcase_add_test(t, shrink_then_grow_brings_the_job_back);
+    tcase_add_test(t, a_newcomer_that_dies_in_the_grow_fails_it_and_a_retry_works);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
