@@ -7,7 +7,10 @@
  *   COLL_NET_PLUGIN=example COLL_TRANSPORT=example ./my_program   (the .so on the library path)
  *
  * Environment: COLL_NET_EXAMPLE_ADDR, the IPv4 address to listen on (127.0.0.1);
- * COLL_NET_EXAMPLE_DELAY_US, the delay (0).
+ * COLL_NET_EXAMPLE_DELAY_US, the delay (0). For the library's failure paths, a send
+ * connection that has sent COLL_NET_EXAMPLE_FAIL_AFTER messages fails every request
+ * after with COLL_NET_ERR_INTERNAL, and one that has sent COLL_NET_EXAMPLE_STALL_AFTER
+ * sends nothing more and never completes a request (unset: never).
  * Everything progresses inside test(); the library serializes the calls of a context, so
  * there is no lock here. A message is an 8-byte length, then its bytes. */
 #include <collective_net.h>
@@ -24,9 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The refusal tests build this file as a plugin of another version or one without test. */
+/* The refusal tests build this file as a plugin of another version, one whose table is
+ * too small for any, and one without test. */
 #ifndef EX_VERSION
 #define EX_VERSION COLL_NET_ABI_VERSION
+#endif
+#ifndef EX_SIZE
+#define EX_SIZE sizeof(coll_net_ops)
 #endif
 #ifdef EX_NO_TEST
 #define EX_TEST NULL
@@ -38,6 +45,7 @@ static int ex_test(void *request, int *done, size_t *size) __attribute__((unused
 typedef struct ex_net {
     struct in_addr addr;
     int64_t delay_us;
+    uint64_t fail_after, stall_after; /* 0: never */
 } ex_net;
 
 typedef struct ex_req ex_req;
@@ -46,7 +54,8 @@ typedef struct ex_comm {
     int fd;
     int send;        /* 1: a send comm (connect's) */
     int err;         /* COLL_NET_OK, or the failure every request of the comm gets */
-    int64_t delay_us;
+    const ex_net *net;
+    uint64_t sent;   /* messages written whole */
     ex_req *head, *tail; /* every request not yet ended by test(), in posting order */
     ex_req *io;          /* the first not done: where reading or writing goes on */
     uint64_t frame;  /* a receive: the length of the message being read */
@@ -101,7 +110,11 @@ static int ex_init(const coll_net_init_args *args, void **net)
         free(n);
         return COLL_NET_ERR_INVALID;
     }
+    const char *f = getenv("COLL_NET_EXAMPLE_FAIL_AFTER"),
+               *st = getenv("COLL_NET_EXAMPLE_STALL_AFTER");
     n->delay_us = d ? atoll(d) : 0;
+    n->fail_after = f ? strtoull(f, NULL, 10) : 0;
+    n->stall_after = st ? strtoull(st, NULL, 10) : 0;
     *net = n;
     return COLL_NET_OK;
 }
@@ -130,14 +143,14 @@ static int ex_get_properties(void *net, int dev, coll_net_props *props)
     return COLL_NET_OK;
 }
 
-static ex_comm *comm_of(int fd, int64_t delay_us)
+static ex_comm *comm_of(int fd, const ex_net *net)
 {
     ex_comm *c = calloc(1, sizeof(*c));
     if (!c) {
         close(fd);
         return NULL;
     }
-    c->fd = fd, c->delay_us = delay_us;
+    c->fd = fd, c->net = net;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return c;
@@ -156,7 +169,7 @@ static int ex_listen(void *net, int dev, void *handle, void **listen_comm)
         close(fd);
         return COLL_NET_ERR_SYSTEM;
     }
-    ex_comm *c = comm_of(fd, n->delay_us);
+    ex_comm *c = comm_of(fd, n);
     if (!c)
         return COLL_NET_ERR_NOMEM;
     memcpy(handle, &h, sizeof(h));
@@ -180,7 +193,7 @@ static int ex_connect(void *net, int dev, const void *handle, void **send_comm)
         close(fd);
         return err_of(e);
     }
-    ex_comm *c = comm_of(fd, n->delay_us);
+    ex_comm *c = comm_of(fd, n);
     if (!c)
         return COLL_NET_ERR_NOMEM;
     c->send = 1;
@@ -197,7 +210,7 @@ static int ex_accept(void *listen_comm, void **recv_comm)
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED
                    ? COLL_NET_OK
                    : COLL_NET_ERR_SYSTEM;
-    *recv_comm = comm_of(fd, 0);
+    *recv_comm = comm_of(fd, l->net);
     return *recv_comm ? COLL_NET_OK : COLL_NET_ERR_NOMEM;
 }
 
@@ -235,7 +248,7 @@ static int post(ex_comm *c, void *data, size_t size, void *mhandle, void **reque
     if (!r)
         return COLL_NET_ERR_NOMEM;
     *r = (ex_req){.comm = c, .data = data, .size = size, .len = size,
-                  .due_us = now_us() + c->delay_us};
+                  .due_us = now_us() + c->net->delay_us};
     if (c->tail)
         c->tail->next = r;
     else
@@ -251,6 +264,10 @@ static int post(ex_comm *c, void *data, size_t size, void *mhandle, void **reque
 static void send_progress(ex_comm *c)
 {
     for (ex_req *r; (r = c->io) && !c->err && r->due_us <= now_us();) {
+        if (c->net->fail_after && c->sent >= c->net->fail_after)
+            c->err = COLL_NET_ERR_INTERNAL;
+        if (c->err || (c->net->stall_after && c->sent >= c->net->stall_after))
+            return;
         struct iovec v[2];
         int n = 0;
         if (r->at < 8)
@@ -270,6 +287,7 @@ static void send_progress(ex_comm *c)
             return;
         r->done = 1;
         c->io = r->next;
+        c->sent++;
     }
 }
 
@@ -366,7 +384,7 @@ static int ex_close(void *comm)
 
 COLL_NET_EXPORT const coll_net_ops coll_net_plugin = {
     .version = EX_VERSION,
-    .size = sizeof(coll_net_ops),
+    .size = EX_SIZE,
     .name = "example",
     .init = ex_init,
     .finalize = ex_finalize,

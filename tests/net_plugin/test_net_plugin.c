@@ -79,6 +79,55 @@ START_TEST(collectives_over_a_slow_plugin_on_3_ranks)
 }
 END_TEST
 
+/* A plugin that fails, or stalls, on one rank's send connections after 40 messages
+ * (init's among them): all-reduces go on until then, and afterwards every rank's
+ * collective ends with a COLL_E* code within the timeout; no rank crashes or hangs (the
+ * harness kills a rank still running at its deadline, which fails the test). */
+static const char *fault_var;
+
+static void fault_setup(int rank, void *arg)
+{
+    setup(rank, arg);
+    if (rank == 1)
+        setenv(fault_var, "40", 1);
+}
+
+static int until_an_error(coll_comm *c, void *arg)
+{
+    (void)arg;
+    static float in[2048], out[2048];
+    for (int i = 0; i < 2000; i++) {
+        int rc = coll_allreduce(c, in, out, 2048, COLL_F32, COLL_SUM);
+        if (rc != COLL_OK) {
+            FAIL_IF(rc > 0 || i == 0, "all-reduce %d: %d (%s)", i, rc, coll_strerror(rc));
+            return 0;
+        }
+    }
+    FAIL_IF(1, "2000 all-reduces went through, %s=40 on rank 1", fault_var);
+}
+
+static void one_rank_faulty(const char *var)
+{
+    plugin_env = NET_DIR "/libcollective-net-example.so";
+    delay_env = NULL;
+    fault_var = var;
+    run_opts o = {.nranks = 3, .rdzv = RDZV_FILE, .transport = "example", .timeout_ms = 3000,
+                  .op_timeout_ms = 3000, .deadline_s = 40, .setup = fault_setup};
+    ck_assert_int_eq(run_ranks(&o, until_an_error, NULL), 0);
+}
+
+START_TEST(a_plugin_failing_on_one_rank_fails_every_rank_cleanly)
+{
+    one_rank_faulty("COLL_NET_EXAMPLE_FAIL_AFTER");
+}
+END_TEST
+
+START_TEST(a_plugin_stalling_on_one_rank_fails_every_rank_in_time)
+{
+    one_rank_faulty("COLL_NET_EXAMPLE_STALL_AFTER");
+}
+END_TEST
+
 /* coll_init with COLL_NET_PLUGIN=spec (this process, forked by Check) fails with code
  * and a message holding every one of the NULL-ended parts. */
 static void refused(const char *spec, int code, ...)
@@ -102,6 +151,15 @@ START_TEST(a_plugin_of_another_version_is_refused_naming_both)
 {
     refused(NET_DIR "/libcollective-net-example-v99.so", COLL_ENOTSUP,
             "libcollective-net-example-v99.so", "ABI version 99", "versions 1 to 1", NULL);
+}
+END_TEST
+
+/* A table smaller than version 1's was not built from collective_net.h. */
+START_TEST(a_plugin_with_a_short_table_is_refused)
+{
+    refused(NET_DIR "/libcollective-net-example-small.so", COLL_ENOTSUP,
+            "libcollective-net-example-small.so", "a table of 16 bytes, less than version 1's",
+            NULL);
 }
 END_TEST
 
@@ -158,7 +216,10 @@ int main(void)
     tcase_add_test(t, collectives_over_the_plugin_on_2_ranks);
     tcase_add_test(t, collectives_over_the_plugin_on_4_ranks);
     tcase_add_test(t, collectives_over_a_slow_plugin_on_3_ranks);
+    tcase_add_test(t, a_plugin_failing_on_one_rank_fails_every_rank_cleanly);
+    tcase_add_test(t, a_plugin_stalling_on_one_rank_fails_every_rank_in_time);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
+    tcase_add_test(t, a_plugin_with_a_short_table_is_refused);
     tcase_add_test(t, a_plugin_missing_an_operation_is_refused_naming_it);
     tcase_add_test(t, a_path_that_does_not_load_is_refused_with_dlerror);
     tcase_add_test(t, a_name_not_on_the_library_path_is_refused);
