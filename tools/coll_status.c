@@ -60,50 +60,6 @@ typedef struct rank_view {
 
 /* ---- asking ------------------------------------------------------------------------- */
 
-static void make_ask(const asker *k, uint32_t kind, uint32_t first, uint32_t index,
-                     cl_status_ask *q)
-{
-    memset(q, 0, sizeof(*q));
-    q->magic = CL_STATUS_MAGIC;
-    q->version = CL_STATUS_VERSION;
-    q->kind = kind;
-    q->first = first;
-    memcpy(q->nonce, k->base, sizeof(q->nonce));
-    memcpy(q->nonce + CL_NONCE_BYTES - 4, &index, 4);
-    if (k->keyed)
-        cl_status_tag(k->key, q, sizeof(*q), q->tag);
-}
-
-/* The target an answer of len bytes is for (its index), or -1: not ours, not whole, or
- * its tag does not check. *refused: it is a refusal. */
-static int check_answer(const asker *k, const cl_status_answer *a, ssize_t len, uint32_t kind,
-                        int n, int *refused)
-{
-    uint32_t index;
-    *refused = 0;
-    if (len < (ssize_t)CL_STATUS_REFUSED_BYTES || a->magic != CL_STATUS_MAGIC ||
-        a->version != CL_STATUS_VERSION || memcmp(a->nonce, k->base, CL_NONCE_BYTES - 4) != 0)
-        return -1;
-    memcpy(&index, a->nonce + CL_NONCE_BYTES - 4, 4);
-    if (index >= (uint32_t)n)
-        return -1;
-    if (a->kind == CL_STATUS_REFUSED) {
-        *refused = 1;
-        return (int)index;
-    }
-    if (len != (ssize_t)sizeof(*a) || a->kind != kind)
-        return -1;
-    if (a->keyed) { /* a job without a secret answers anyone, unsealed */
-        uint8_t want[CL_TAG_BYTES];
-        if (!k->keyed)
-            return -1;
-        cl_status_tag(k->key, a, sizeof(*a), want);
-        if (!cl_auth_equal(want, a->tag, CL_TAG_BYTES))
-            return -1;
-    }
-    return (int)index;
-}
-
 /* Asks every reachable view without an answer (kind, page `first`) every RESEND_MS
  * until all answered or the timeout: answers into views; how many were refused. */
 static int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first)
@@ -121,7 +77,7 @@ static int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first)
                 cl_status_ask q;
                 if (!v[i].reachable || v[i].answered)
                     continue;
-                make_ask(k, kind, first, (uint32_t)i, &q);
+                cl_status_ask_make(k->keyed ? k->key : NULL, k->base, kind, first, (uint32_t)i, &q);
                 (void)sendto(k->fd, &q, sizeof(q), MSG_NOSIGNAL,
                              (const struct sockaddr *)&v[i].to.sa, v[i].to.len);
             }
@@ -133,7 +89,8 @@ static int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first)
         cl_status_answer a;
         int refused;
         ssize_t got = recv(k->fd, &a, sizeof(a), MSG_DONTWAIT);
-        int i = check_answer(k, &a, got, kind, n, &refused);
+        int i = cl_status_answer_check(k->keyed ? k->key : NULL, k->base, &a, (long)got, kind, n,
+                                       &refused);
         if (i < 0 || v[i].answered)
             continue;
         v[i].answered = refused ? -1 : 1;

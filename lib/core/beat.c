@@ -109,6 +109,19 @@ int cl_beat_open(coll_comm *c, uint16_t *port, uint16_t *status_port)
     return cl_status_open(b->fd, &b->status, status_port);
 }
 
+int cl_beat_heard_lately(const coll_comm *c, int r)
+{
+    const cl_beat *b = c->beat;
+    if (!b || b->c != c || !b->heard || r < 0 || r >= c->size)
+        return 0;
+    return cl_now_ms() - __atomic_load_n(&b->heard[r], __ATOMIC_RELAXED) < b->bound_ms;
+}
+
+cl_status *cl_beat_status(const coll_comm *c)
+{
+    return c->beat && c->beat->c == c ? c->beat->status : NULL;
+}
+
 void cl_beat_public(coll_comm *c, const cl_rdzv *rv)
 {
     if (c->beat && c->beat->c == c)
@@ -175,8 +188,8 @@ static void read_all(cl_beat *b, int64_t now)
             continue;
         if (m.kind == LEAVE)
             b->unwatched[r] = 1;
-        else
-            b->heard[r] = now;
+        else /* read by cl_beat_heard_lately on other threads */
+            __atomic_store_n(&b->heard[r], now, __ATOMIC_RELAXED);
     }
 }
 

@@ -24,6 +24,13 @@ void cl_beat_public(coll_comm *c, const struct cl_rdzv *rv);
  * rank and watches them, on a thread of its own, until cl_beat_close. A split that shares
  * its root's links (family.h) is watched by its root's instead. */
 int cl_beat_start(coll_comm *c, const struct cl_card *cards);
+/* c's status endpoint (status.h), NULL when c has none of its own (a split sharing its
+ * root's links answers through the root's). */
+struct cl_status *cl_beat_status(const coll_comm *c);
+/* Whether c's heartbeat heard rank r within its silence bound (0 where c has no beat of
+ * its own): a rank that does not answer though it beat a moment ago is leaving, not
+ * stopped. Any thread. */
+int cl_beat_heard_lately(const coll_comm *c, int r);
 /* Stops the thread, tells every rank that this one leaves (no longer to be watched),
  * and frees what cl_beat_open and cl_beat_start made. Nothing when c has no beat. */
 void cl_beat_close(coll_comm *c);

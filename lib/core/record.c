@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/status.h"
 #include "kernels/codec.h"
 #include "kernels/reduce.h"
 
@@ -451,6 +452,37 @@ static void failure_file(cl_rec *r, int kind, uint32_t seq, int status)
     write_in(r, r->cfg.dir, reason);
 }
 
+/* How long a failure waits for the others' heads: what the diagnosis adds to it. */
+enum { SURVEY_MS = 500 };
+
+/* The diagnosis: the first collective of c that fails on a peer or a timeout asks the
+ * other ranks what they are doing (status.c's survey) and adds what differs to c's
+ * sentence, before the caller is handed the failure: "rank 3 never issued allreduce #88
+ * (its newest: allreduce #87, done 31.0 s ago)" says more than the neighbour a ring
+ * waited on. Not where the heartbeat found a rank silent: its sentence names that rank
+ * already, and a survey would wait out the silent rank's answer for nothing. */
+static void diagnose(coll_comm *c, cl_rec *r, const cl_op *op, int status)
+{
+    const cl_status *s = cl_beat_status(c);
+    char said[400];
+    int cause, why, silent_ms;
+    if (!s || (status != COLL_ETIMEDOUT && status != COLL_EPEER) ||
+        atomic_exchange(&r->surveyed, 1))
+        return;
+    cl_comm_cause(c, &cause, &why, &silent_ms);
+    if (silent_ms > 0)
+        return;
+    cl_status_survey(s, c, op->kind, op->seq, SURVEY_MS, said, sizeof(said));
+    if (!said[0])
+        return;
+    cl_log(COLL_LOG_ERROR, "rank %d %s #%u: the others: %s", c->rank, cl_kind_name(op->kind),
+           op->seq, said);
+    pthread_mutex_lock(&c->mu);
+    size_t n = strlen(c->err);
+    snprintf(c->err + n, sizeof(c->err) - n, "; the others: %s", said);
+    pthread_mutex_unlock(&c->mu);
+}
+
 void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
 {
     cl_rec *r = c->rec;
@@ -464,6 +496,7 @@ void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
         CL_REC_PUT(e->status, status);
         __atomic_store_n(&e->state, COLL_REC_FAILED, __ATOMIC_RELEASE);
     }
+    diagnose(c, r, op, status);
     failure_file(r, op->kind, op->seq, status);
 }
 

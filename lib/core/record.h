@@ -36,7 +36,8 @@ typedef struct cl_rec {
     uint32_t mask;  /* entries - 1 (each ring), a power of two */
     uint32_t p2p_n; /* sends and receives recorded: under the hub's p2p_mu (p2p.c) */
     cl_stall stall;
-    atomic_int dumped; /* the failure dump was written (once per communicator) */
+    atomic_int dumped;   /* the failure dump was written (once per communicator) */
+    atomic_int surveyed; /* the others were asked about a failure (once, record.c) */
     cl_rec_config cfg;
     char job[CL_JOB_NAME];
     char dir[256];

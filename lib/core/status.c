@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/beat.h"
 #include "core/comm.h"
 #include "core/record.h"
 #include "kernels/reduce.h"
@@ -134,6 +135,50 @@ void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms)
         *wait_ms = (int)(s->window_end - now);
 }
 
+/* ---- asks and their answers' checks (the tool's and the survey's) -------------------- */
+
+void cl_status_ask_make(const uint8_t *key, const uint8_t base[CL_NONCE_BYTES], uint32_t kind,
+                        uint32_t first, uint32_t index, cl_status_ask *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->magic = CL_STATUS_MAGIC;
+    q->version = CL_STATUS_VERSION;
+    q->kind = kind;
+    q->first = first;
+    memcpy(q->nonce, base, sizeof(q->nonce));
+    memcpy(q->nonce + CL_NONCE_BYTES - 4, &index, 4);
+    if (key)
+        cl_status_tag(key, q, sizeof(*q), q->tag);
+}
+
+int cl_status_answer_check(const uint8_t *key, const uint8_t base[CL_NONCE_BYTES],
+                           const cl_status_answer *a, long len, uint32_t kind, int n, int *refused)
+{
+    uint32_t index;
+    *refused = 0;
+    if (len < (long)CL_STATUS_REFUSED_BYTES || a->magic != CL_STATUS_MAGIC ||
+        a->version != CL_STATUS_VERSION || memcmp(a->nonce, base, CL_NONCE_BYTES - 4) != 0)
+        return -1;
+    memcpy(&index, a->nonce + CL_NONCE_BYTES - 4, 4);
+    if (index >= (uint32_t)n)
+        return -1;
+    if (a->kind == CL_STATUS_REFUSED) {
+        *refused = 1;
+        return (int)index;
+    }
+    if (len != (long)sizeof(*a) || a->kind != kind)
+        return -1;
+    if (a->keyed) { /* a job without a secret answers anyone, unsealed */
+        uint8_t want[CL_TAG_BYTES];
+        if (!key)
+            return -1;
+        cl_status_tag(key, a, sizeof(*a), want);
+        if (!cl_auth_equal(want, a->tag, CL_TAG_BYTES))
+            return -1;
+    }
+    return (int)index;
+}
+
 /* ---- answers ------------------------------------------------------------------------ */
 
 static int64_t ago(int64_t now_us, int64_t t_us)
@@ -249,6 +294,143 @@ void cl_status_serve(cl_status *s, coll_comm *c, const struct pollfd *p)
     for (int i = 0; i < 2; i++)
         if (p[i].fd >= 0 && (p[i].revents & (POLLIN | POLLERR)))
             serve_fd(s, c, p[i].fd);
+}
+
+/* ---- the survey ----------------------------------------------------------------------- */
+
+enum { SURVEY_RESEND_MS = 100, SURVEY_SAID = 4 };
+
+/* Every other rank's head into heads (got[r]: 1 when it answered), asked from a socket of
+ * this thread's own until all answered or wait_ms passed. */
+static void survey_ask(const cl_status *s, const coll_comm *c, cl_status_answer *heads,
+                       uint8_t *got, int wait_ms)
+{
+    cl_addr *to = calloc((size_t)s->size, sizeof(*to));
+    uint8_t base[CL_NONCE_BYTES];
+    int fd = -1, left = 0;
+    if (!to || cl_auth_nonce(base, sizeof(base)) != 0 ||
+        cl_addr_parse(s->addr[c->rank], &to[c->rank]) != 0 ||
+        (fd = socket(to[c->rank].sa.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+        goto done;
+    for (int r = 0; r < s->size; r++)
+        left += r != c->rank && cl_addr_parse(s->addr[r], &to[r]) == 0;
+    const uint8_t *key = c->keyed ? c->key : NULL;
+    for (int64_t now = cl_now_ms(), end = now + wait_ms, resend = 0; left && now < end;
+         now = cl_now_ms()) {
+        for (int r = 0; now >= resend && r < s->size; r++) {
+            cl_status_ask q;
+            if (r == c->rank || got[r] || !to[r].len)
+                continue;
+            cl_status_ask_make(key, base, CL_STATUS_HEAD, 0, (uint32_t)r, &q);
+            (void)sendto(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL,
+                         (struct sockaddr *)&to[r].sa, to[r].len);
+        }
+        resend = now >= resend ? now + SURVEY_RESEND_MS : resend;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(CL_MIN(resend, end) - now)) <= 0)
+            continue;
+        cl_status_answer a;
+        int refused;
+        ssize_t n = recv(fd, &a, sizeof(a), MSG_DONTWAIT);
+        int r = cl_status_answer_check(key, base, &a, (long)n, CL_STATUS_HEAD, s->size, &refused);
+        if (r < 0 || r == c->rank || got[r] || refused)
+            continue;
+        heads[r] = a;
+        got[r] = 1;
+        left--;
+    }
+done:
+    if (fd >= 0)
+        close(fd);
+    free(to);
+}
+
+/* " (its newest: allreduce #87, done 3.2 s ago)", " (its newest: recv #41 with rank 2,
+ * running for 31.0 s)". */
+static void newest(const cl_status_op *o, int p2p, char *out, size_t len)
+{
+    char with[32] = "";
+    if (p2p)
+        snprintf(with, sizeof(with), " with rank %d", o->root);
+    if (o->state == COLL_REC_DONE || o->state == COLL_REC_FAILED)
+        snprintf(out, len, " (its newest: %s #%u%s, %s %.1f s ago)", o->kind, o->seq, with,
+                 o->state == COLL_REC_DONE ? "done" : "failed", o->progress_ago_us / 1e6);
+    else
+        snprintf(out, len, " (its newest: %s #%u%s, %s for %.1f s)", o->kind, o->seq, with,
+                 o->state == COLL_REC_RUNNING ? "running" : "queued", o->issued_ago_us / 1e6);
+}
+
+/* What a rank's answer (a; answered: it came) says against this rank's collective `kind`
+ * #seq, into out: STRONG (it is not where the others are), WEAK (it is, but does not
+ * move), or 0 (in step). A rank that did not answer though its heartbeat was heard within
+ * the bound left or is leaving (its own failure is its story): 0. */
+enum { STRONG = 1, WEAK = 2 };
+static int differs(const coll_comm *c, int r, const cl_status_answer *a, int answered,
+                   const char *kind, uint32_t seq, char *out, size_t len)
+{
+    const cl_status_head *h = &a->u.head;
+    const cl_status_op *o = &h->coll;
+    if (!answered && cl_beat_heard_lately(c, r))
+        return 0;
+    if (!answered)
+        return snprintf(out, len, "did not answer, nor beat (stopped?)"), STRONG;
+    if (!h->recorder)
+        return 0;
+    if (h->issued < seq) {
+        const cl_status_op *p = &h->p2p;
+        const cl_status_op *last = p->seq && p->issued_ago_us < o->issued_ago_us ? p : o;
+        int n = snprintf(out, len, "never issued %s #%u", kind, seq);
+        if (last->seq && n > 0 && (size_t)n < len)
+            newest(last, last == p, out + n, len - (size_t)n);
+        return STRONG;
+    }
+    if (o->seq == seq && strcmp(o->kind, kind) != 0)
+        return snprintf(out, len, "issued %s #%u where this rank issued %s #%u", o->kind, seq, kind,
+                        seq),
+               STRONG;
+    if (o->seq == seq && o->state == COLL_REC_RUNNING && o->progress_ago_us >= 1000000)
+        return snprintf(out, len, "is in %s #%u but has moved no byte for %.1f s", kind, seq,
+                        o->progress_ago_us / 1e6),
+               WEAK;
+    return 0;
+}
+
+/* The ranks of one kind of finding (STRONG or WEAK) into out at *at; how many. */
+static int tell(const cl_status *s, const coll_comm *c, const cl_status_answer *heads,
+                const uint8_t *got, int kind, uint32_t seq, int which, char *out, size_t len,
+                size_t *at)
+{
+    int found = 0;
+    for (int r = 0; r < s->size; r++) {
+        char what[200];
+        if (r == c->rank ||
+            differs(c, r, &heads[r], got[r], cl_kind_name(kind), seq, what, sizeof(what)) != which)
+            continue;
+        if (found++ < SURVEY_SAID)
+            *at += (size_t)snprintf(out + *at, len - *at, "%srank %d %s", *at ? "; " : "", r, what);
+        *at = CL_MIN(*at, len - 1);
+    }
+    if (found > SURVEY_SAID)
+        *at += (size_t)snprintf(out + *at, len - *at, "; %d more such ranks", found - SURVEY_SAID);
+    *at = CL_MIN(*at, len - 1);
+    return found;
+}
+
+void cl_status_survey(const cl_status *s, const coll_comm *c, int kind, uint32_t seq, int wait_ms,
+                      char *out, size_t len)
+{
+    cl_status_answer *heads = calloc((size_t)s->size, sizeof(*heads));
+    uint8_t *got = calloc((size_t)s->size, 1);
+    size_t at = 0;
+    out[0] = 0;
+    if (heads && got) {
+        survey_ask(s, c, heads, got, wait_ms);
+        /* Ranks that do not move only where none is elsewhere: they wait for it. */
+        if (!tell(s, c, heads, got, kind, seq, STRONG, out, len, &at))
+            tell(s, c, heads, got, kind, seq, WEAK, out, len, &at);
+    }
+    free(heads);
+    free(got);
 }
 
 void cl_status_close(cl_status *s)

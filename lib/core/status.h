@@ -84,6 +84,16 @@ static inline void cl_status_tag(const uint8_t key[CL_KEY_BYTES], const void *ms
     cl_auth_tag(key, out, 2, "coll status v1", (size_t)14, msg, len - CL_TAG_BYTES);
 }
 
+/* An ask of kind (page `first`) for target `index`: its nonce is base with the index in
+ * its last 4 bytes, its tag made under key (NULL: no secret). */
+void cl_status_ask_make(const uint8_t *key, const uint8_t base[CL_NONCE_BYTES], uint32_t kind,
+                        uint32_t first, uint32_t index, cl_status_ask *q);
+/* The target (below n) an answer of len bytes to asks made with base is for, or -1: not
+ * ours, not whole, not of kind, or its tag does not check under key (NULL: an answer
+ * sealed by a job with a secret does not check). *refused: it is a refusal. */
+int cl_status_answer_check(const uint8_t *key, const uint8_t base[CL_NONCE_BYTES],
+                           const cl_status_answer *a, long len, uint32_t kind, int n, int *refused);
+
 /* ---- the library's side (status.c) ---- */
 
 struct coll_comm;
@@ -106,5 +116,11 @@ void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms);
 /* Reads what came on p[0..1] (within the budget) and answers for c. */
 void cl_status_serve(cl_status *s, struct coll_comm *c, const struct pollfd *p);
 void cl_status_close(cl_status *s);
+/* What the other ranks are doing while this rank's collective `kind` #seq failed: asks
+ * every rank's endpoint (s: c's, cl_beat_status) for its head, waits up to wait_ms, and
+ * writes into out the ranks that differ ("rank 3 never issued allreduce #88 (its newest:
+ * allreduce #87, done)", "rank 2 did not answer (stopped?)"); "" when none does. */
+void cl_status_survey(const cl_status *s, const struct coll_comm *c, int kind, uint32_t seq,
+                      int wait_ms, char *out, size_t len);
 
 #endif

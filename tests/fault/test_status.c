@@ -5,7 +5,10 @@
  * bound and another rank's endpoint (--rank-addr) answers for the job; with COLL_SECRET,
  * an ask without it or with another is refused, and garbage and a flood of asks at the
  * rendezvous's port neither stop the all-reduces nor the tool's next answer. The
- * timeouts are long (60 s): the survivors are still waiting when the tool asks. */
+ * timeouts are long (60 s): the survivors are still waiting when the tool asks. And the
+ * diagnosis: when a rank stays in its own code instead of issuing the next all-reduce,
+ * the others' operation timeout ends their wait with a sentence that names it and its
+ * newest collective, from its answer to their survey. */
 #include "base/util.h"
 #include "common/harness.h"
 
@@ -27,16 +30,18 @@
 enum { NP = 4, TIMEOUT_MS = 60000, COUNT = 1 << 14, ANSWER_MS = 5000 };
 
 static atomic_int *iters; /* per rank, in memory shared with the parent */
+static char (*said)[600]; /* per rank: coll_last_error after its loop ended */
 static pid_t pids[NP];
 static char url[64];
 static int port;
 
-static void rank_main(int rank, const char *secret)
+/* skip: the all-reduce after which rank NP - 1 stays in its own code (0: never). */
+static void rank_main(int rank, const char *secret, int skip)
 {
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.transport = "shm";
     cfg.timeout_ms = TIMEOUT_MS;
-    cfg.op_timeout_ms = TIMEOUT_MS;
+    cfg.op_timeout_ms = skip ? 2000 : TIMEOUT_MS;
     if (secret)
         setenv("COLL_SECRET", secret, 1);
     coll_comm *c = NULL;
@@ -46,20 +51,28 @@ static void rank_main(int rank, const char *secret)
     }
     float *buf = calloc(COUNT, sizeof(float));
     while (buf && coll_allreduce(c, buf, buf, COUNT, COLL_F32, COLL_SUM) == COLL_OK)
-        atomic_fetch_add(&iters[rank], 1);
+        if (atomic_fetch_add(&iters[rank], 1) + 1 == skip && rank == NP - 1)
+            pause(); /* busy elsewhere: its library thread still answers */
+    snprintf(said[rank], sizeof(said[rank]), "%s", coll_last_error(c));
     _exit(3); /* the parent kills the ranks: ending on its own is a failure */
 }
 
-static void start_ranks(const char *secret)
+static void start_ranks_skipping(const char *secret, int skip)
 {
     port = free_port();
     snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
     for (int r = 0; r < NP; r++) {
         atomic_store(&iters[r], 0);
+        said[r][0] = 0;
         if ((pids[r] = fork()) == 0)
-            rank_main(r, secret);
+            rank_main(r, secret, skip);
         ck_assert_int_gt(pids[r], 0);
     }
+}
+
+static void start_ranks(const char *secret)
+{
+    start_ranks_skipping(secret, 0);
 }
 
 static void end_ranks(void)
@@ -253,11 +266,31 @@ START_TEST(with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothin
 }
 END_TEST
 
+START_TEST(a_rank_that_never_issued_the_collective_is_named_in_the_others_error)
+{
+    enum { SKIP = 5 };
+    start_ranks_skipping(NULL, SKIP);
+    int64_t deadline = cl_now_ms() + 30000;
+    for (int r = 0; r < NP - 1; r++) /* the survivors end their loop by the op timeout */
+        while (waitpid(pids[r], NULL, WNOHANG) == 0 && cl_now_ms() < deadline)
+            cl_sleep_ms(10);
+    end_ranks();
+    char want[128];
+    snprintf(want, sizeof(want),
+             "rank %d never issued allreduce #%d (its newest: allreduce #%d, done", NP - 1,
+             SKIP + 1, SKIP);
+    for (int r = 0; r < NP - 1; r++)
+        ck_assert_msg(strstr(said[r], want), "rank %d: '%s' does not say '%s'", r, said[r], want);
+}
+END_TEST
+
 int main(void)
 {
     iters =
         mmap(NULL, NP * sizeof(*iters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (iters == MAP_FAILED)
+    said =
+        mmap(NULL, NP * sizeof(*said), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (iters == MAP_FAILED || said == MAP_FAILED)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("status");
@@ -267,6 +300,7 @@ int main(void)
     tcase_add_test(t, the_text_names_the_stopped_rank_and_the_others_all_reduce);
     tcase_add_test(t, with_rank_0_stopped_another_rank_answers_for_the_job);
     tcase_add_test(t, with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing);
+    tcase_add_test(t, a_rank_that_never_issued_the_collective_is_named_in_the_others_error);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
