@@ -27,13 +27,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The refusal tests build this file as a plugin of another version, one whose table is
- * too small for any, and one without test. */
+/* The tests build this file as a second plugin of another name, and for the refusals
+ * as a plugin of another version, one whose table is too small for any, and one without
+ * test. */
 #ifndef EX_VERSION
 #define EX_VERSION COLL_NET_ABI_VERSION
 #endif
 #ifndef EX_SIZE
 #define EX_SIZE sizeof(coll_net_ops)
+#endif
+#ifndef EX_NAME
+#define EX_NAME "example"
 #endif
 #ifdef EX_NO_TEST
 #define EX_TEST NULL
@@ -385,7 +389,7 @@ static int ex_close(void *comm)
 COLL_NET_EXPORT const coll_net_ops coll_net_plugin = {
     .version = EX_VERSION,
     .size = EX_SIZE,
-    .name = "example",
+    .name = EX_NAME,
     .init = ex_init,
     .finalize = ex_finalize,
     .devices = ex_devices,

@@ -79,6 +79,18 @@ START_TEST(collectives_over_a_slow_plugin_on_3_ranks)
 }
 END_TEST
 
+/* Two plugins of two names at once (COLL_NET_PLUGIN's list); the second carries the job.
+ * Loading by NAME from the library path: net-plugin-outside. */
+START_TEST(two_plugins_load_and_either_serves)
+{
+    plugin_env = NET_DIR "/libcollective-net-example.so," NET_DIR "/libcollective-net-example2.so";
+    delay_env = NULL;
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = "example2",
+                  .timeout_ms = 20000, .deadline_s = 100, .setup = setup};
+    ck_assert_int_eq(run_ranks(&o, collectives, NULL), 0);
+}
+END_TEST
+
 /* A plugin that fails, or stalls, on one rank's send connections after 40 messages
  * (init's among them): all-reduces go on until then, and afterwards every rank's
  * collective ends with a COLL_E* code within the timeout; no rank crashes or hangs (the
@@ -216,6 +228,7 @@ int main(void)
     tcase_add_test(t, collectives_over_the_plugin_on_2_ranks);
     tcase_add_test(t, collectives_over_the_plugin_on_4_ranks);
     tcase_add_test(t, collectives_over_a_slow_plugin_on_3_ranks);
+    tcase_add_test(t, two_plugins_load_and_either_serves);
     tcase_add_test(t, a_plugin_failing_on_one_rank_fails_every_rank_cleanly);
     tcase_add_test(t, a_plugin_stalling_on_one_rank_fails_every_rank_in_time);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
