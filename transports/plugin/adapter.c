@@ -116,6 +116,18 @@ static int status_of(int net_rc)
     }
 }
 
+/* A plugin operation's failure: said once where it happens, with the plugin's name and
+ * its own code (the COLL_E* code alone would not name either), then mapped. */
+static int failed(const cl_tr_ctx *ctx, const char *op, int net_rc)
+{
+    static const char *const names[] = {"ok", "system", "invalid", "nomem", "remote",
+                                        "truncated", "internal"};
+    const char *name = net_rc >= 0 && net_rc <= COLL_NET_ERR_INTERNAL ? names[net_rc] : "unknown";
+    cl_log(net_rc == COLL_NET_ERR_REMOTE ? COLL_LOG_INFO : COLL_LOG_WARN,
+           "transport plugin '%s': %s() failed: %s (%d)", ctx->p->name, op, name, net_rc);
+    return status_of(net_rc);
+}
+
 static void wake(cl_tr_ctx *ctx)
 {
     pthread_mutex_lock(&ctx->wake_mu);
@@ -183,7 +195,7 @@ static int test_one(cl_tr_ctx *ctx, void **preq, size_t *n)
     int rc = ctx->ops->test(*preq, &done, &size);
     if (rc != COLL_NET_OK) {
         *preq = NULL;
-        return status_of(rc);
+        return failed(ctx, "test", rc);
     }
     if (done)
         *preq = NULL;
@@ -215,7 +227,7 @@ static int post_send(cl_tr_conn *c, cl_tr_req *r)
             memcpy(st + sizeof(r->out), r->buf, inl);
         int rc = o->isend(c->comm, st, sizeof(r->out) + inl, c->mh, &r->preq[0]);
         if (rc != COLL_NET_OK)
-            return status_of(rc);
+            return failed(c->ctx, "isend", rc);
         if (!r->preq[0])
             return 0;
         r->slot = s, c->busy_slots |= 1u << s, r->stage = 1;
@@ -223,7 +235,7 @@ static int post_send(cl_tr_conn *c, cl_tr_req *r)
     if (r->stage == 1 && msgs_of(r) == 2) {
         int rc = o->isend(c->comm, r->buf, r->out.len, NULL, &r->preq[1]);
         if (rc != COLL_NET_OK)
-            return status_of(rc);
+            return failed(c->ctx, "isend", rc);
         if (!r->preq[1])
             return 0;
         r->stage = 2;
@@ -236,7 +248,7 @@ static int send_hello(cl_tr_conn *c)
     if (c->hello_state == 0) {
         int rc = c->ctx->ops->isend(c->comm, c->hello, CL_HELLO_BYTES, NULL, &c->hello_req);
         if (rc != COLL_NET_OK)
-            return status_of(rc);
+            return failed(c->ctx, "isend", rc);
         c->hello_state = c->hello_req ? 1 : 0;
     }
     if (c->hello_state == 1) {
@@ -302,7 +314,7 @@ static int recv_head(cl_tr_conn *c)
         rc = r->stage == 0 ? o->irecv(c->comm, c->stage, STAGE, c->mh, pr)
                            : o->irecv(c->comm, r->buf, r->hdr->len, NULL, pr);
         if (rc != COLL_NET_OK)
-            return fail_conn(c, status_of(rc)), 0;
+            return fail_conn(c, failed(c->ctx, "irecv", rc)), 0;
         if (!*pr)
             return 0;
         r->stage++;
@@ -554,7 +566,7 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     pthread_mutex_unlock(&ctx->mu);
     if (rc != COLL_NET_OK)
         free(l);
-    return status_of(rc);
+    return rc != COLL_NET_OK ? failed(ctx, "listen", rc) : COLL_OK;
 }
 
 static int unhex(const char handle[CL_HANDLE_BYTES], unsigned char raw[COLL_NET_HANDLE_BYTES])
@@ -578,7 +590,8 @@ static int net_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         return COLL_EINVAL;
     pthread_mutex_lock(&ctx->mu);
     void *comm = NULL;
-    int rc = status_of(ctx->ops->connect(ctx->net, ctx->dev, raw, &comm));
+    int rc = ctx->ops->connect(ctx->net, ctx->dev, raw, &comm);
+    rc = rc != COLL_NET_OK ? failed(ctx, "connect", rc) : COLL_OK;
     if (rc == COLL_OK && !comm)
         rc = COLL_ESYS; /* the ABI promises a comm */
     if (rc == COLL_OK && (rc = new_conn(ctx, comm, 1, out)) == COLL_OK) {
