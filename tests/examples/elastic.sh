@@ -21,6 +21,9 @@ if [ -n "${COLL_RUN:-}" ]; then
     launch="$COLL_RUN --np 4 --max-restarts 1 $dp" mode=--heal
 else
     launch="$dp --np 4" mode=--elastic
+    # The accuracy is the check here: on 2000 test images (EX_TEST_SAMPLES) rounding alone
+    # moved it by 0.004 against 0.0017 on all 10000. The heal's check is the weights.
+    unset EX_TEST_SAMPLES
 fi
 export COLL_TIMEOUT_MS=10000 # ranks load the data at their own pace before the first collective
 # Starts the trainer in the background (pid in $parent) and returns once its training has
