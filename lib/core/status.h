@@ -10,7 +10,8 @@
  * The wire is this header's structs in the host's byte order (a job and the tool that
  * asks it run on one architecture). With COLL_SECRET, asks and answers carry an HMAC
  * under the job's key over every byte before it; an ask without the right one is refused
- * in a datagram smaller than the ask (nothing to amplify), a malformed one is dropped,
+ * in a datagram smaller than the ask, and an answer is no larger than its ask (nothing to
+ * amplify); a malformed one (any other length) is dropped,
  * and a flood is read at a bounded rate (status.c), so it takes no more than that rate's
  * CPU from the job and never touches the heartbeat's own socket. */
 #ifndef CL_STATUS_H
@@ -28,13 +29,6 @@
 enum { CL_STATUS_HEAD = 1, CL_STATUS_PEERS = 2, CL_STATUS_REFUSED = 3 };
 /* Endpoints per PEERS answer: a page of ranks, under 1500 bytes. */
 enum { CL_STATUS_PAGE = 16 };
-
-typedef struct cl_status_ask {
-    uint32_t magic, version, kind;
-    uint32_t first;                /* PEERS: the page's first rank */
-    uint8_t nonce[CL_NONCE_BYTES]; /* the tool's: its answer carries it back */
-    uint8_t tag[CL_TAG_BYTES];     /* with COLL_SECRET: over every byte before it */
-} cl_status_ask;
 
 /* One operation of the flight recorder, as the rank that answers sees it now. */
 typedef struct cl_status_op {
@@ -76,6 +70,17 @@ typedef struct cl_status_answer {
 } cl_status_answer;
 
 #define CL_STATUS_REFUSED_BYTES offsetof(cl_status_answer, rank)
+
+/* An ask is as long as the answer it asks for: a datagram with a forged source (the
+ * endpoint answers whoever asks, where the job has no secret) is never reflected larger. */
+typedef struct cl_status_ask {
+    uint32_t magic, version, kind;
+    uint32_t first;                /* PEERS: the page's first rank */
+    uint8_t nonce[CL_NONCE_BYTES]; /* the tool's: its answer carries it back */
+    uint8_t pad[sizeof(cl_status_answer) - 16 - CL_NONCE_BYTES - CL_TAG_BYTES]; /* zeros */
+    uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: over every byte before it */
+} cl_status_ask;
+_Static_assert(sizeof(cl_status_ask) == sizeof(cl_status_answer), "an ask is an answer's size");
 
 /* The tag of an ask or answer (msg, the tag its last CL_TAG_BYTES of len). */
 static inline void cl_status_tag(const uint8_t key[CL_KEY_BYTES], const void *msg, size_t len,

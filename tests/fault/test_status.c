@@ -11,6 +11,7 @@
  * newest collective, from its answer to their survey. */
 #include "base/util.h"
 #include "common/harness.h"
+#include "core/status.h"
 
 #include "common/suite.h"
 
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -234,11 +236,44 @@ static void pelt(int count)
     for (int i = 0; i < count; i++)
         (void)sendto(fd, junk, (size_t)(i % 200), 0, (struct sockaddr *)&to, sizeof(to));
     /* A well-formed ask without the tag: the length and magic of the real thing. */
-    uint32_t ask[2 + 2 + 4 + 8] = {0x54415453u, 1, 1, 0};
+    cl_status_ask ask = {
+        .magic = CL_STATUS_MAGIC, .version = CL_STATUS_VERSION, .kind = CL_STATUS_HEAD};
     for (int i = 0; i < count; i++)
-        (void)sendto(fd, ask, sizeof(ask), 0, (struct sockaddr *)&to, sizeof(to));
+        (void)sendto(fd, &ask, sizeof(ask), 0, (struct sockaddr *)&to, sizeof(to));
     close(fd);
 }
+
+/* The length of the answer to `len` bytes of ask (tagless, for HEAD) sent to the
+ * rendezvous's port: 0 when none came within 500 ms. */
+static long answer_to(size_t len)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct timeval wait = {.tv_usec = 500000};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    cl_status_ask ask = {
+        .magic = CL_STATUS_MAGIC, .version = CL_STATUS_VERSION, .kind = CL_STATUS_HEAD};
+    cl_status_answer a;
+    (void)sendto(fd, &ask, len, 0, (struct sockaddr *)&to, sizeof(to));
+    ssize_t got = recv(fd, &a, sizeof(a), 0);
+    close(fd);
+    return got > 0 ? (long)got : 0;
+}
+
+/* Where the job has no secret, the endpoint answers whoever asks, a forged source too:
+ * an answer is never longer than the ask that asked for it (a short ask is dropped). */
+START_TEST(an_answer_is_never_longer_than_its_ask)
+{
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 1), "the ranks did not reduce");
+    long to_short = answer_to(64), to_whole = answer_to(sizeof(cl_status_ask));
+    end_ranks();
+    ck_assert_msg(to_short == 0, "a 64-byte ask got %ld bytes back", to_short);
+    ck_assert_msg(to_whole > 0 && to_whole <= (long)sizeof(cl_status_ask),
+                  "a %zu-byte ask got %ld bytes back", sizeof(cl_status_ask), to_whole);
+}
+END_TEST
 
 START_TEST(with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing)
 {
@@ -301,6 +336,7 @@ int main(void)
     tcase_add_test(t, with_rank_0_stopped_another_rank_answers_for_the_job);
     tcase_add_test(t, with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing);
     tcase_add_test(t, a_rank_that_never_issued_the_collective_is_named_in_the_others_error);
+    tcase_add_test(t, an_answer_is_never_longer_than_its_ask);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
