@@ -2,13 +2,15 @@
 # Issue 53's target, measured: a dp_train --heal run of NP ranks under coll_run
 # --max-restarts 1 loses one rank (SIGKILL from outside, at a random moment of its
 # training; rank i mod NP in run i, so every rank dies once in NP runs) and grows back.
-# Per run: the time from the kill to the job back at NP ranks with the state handed over,
+# Per run: the time from the kill to the job back at NP ranks with the state handed over
+# (the replacement has it: its data loaded too),
 # and its parts: the loss seen (kill to the survivors' failed collective), the shrink, the
 # replacement's process start (kill to its main()), the grow (to the replacement in it),
 # the state; the bound the issue sets, failure timeout (COLL_TIMEOUT_MS) + process start +
 # state bytes / broadcast bandwidth (coll_perf, same ranks) + 1 s; and whether the run
 # ended with the undisturbed run's weights, bit for bit. A benchmark, not a test: the last
-# line says how many runs met the bound with the right weights.
+# line says how many runs met the bound with the right weights. HEAL_KEEP=DIR keeps each
+# run's log (perf/heal_timeline.py draws one).
 #   perf/heal_time.sh [BUILD_DIR] [NP] [RUNS] [TRAINER ARGS...]  (COLL_TRANSPORT as usual)
 set -u
 build=${1:-build}
@@ -28,7 +30,7 @@ ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 # The launcher's children (its rank processes), oldest first, from /proc (no procps needed).
 children() {
     for s in /proc/[0-9]*/stat; do
-        read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"
+        { read -r pid _ _ ppid _ < "$s"; } 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"
     done | sort -n
 }
 # A run in the background (pid in $parent); returns once its second step's timeline is out.
@@ -46,7 +48,7 @@ t0=$(now)
 wait "$parent" || { cat "$out"; echo "undisturbed run failed"; exit 1; }
 took_ms=$(ms "$t0" "$(now)")
 want=$(grep "^weights " "$out")
-bytes=$(( 8 * $(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' "$out") + 16 ))
+bytes=$(( 8 * $(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' "$out" | head -n 1) + 16 ))
 bw=$("$build/perf/coll_perf" --np "$np" -C broadcast -b "$bytes" -e "$bytes" -n 20 2>&1 |
      awk '$1 ~ /^[0-9]+$/ { print $7; exit }')
 echo "# dp_train --heal, $np ranks, transport ${COLL_TRANSPORT:-auto}, ${COLL_TIMEOUT_MS} ms" \
@@ -65,11 +67,15 @@ while [ $i -lt "$runs" ]; do
     killed=$(now)
     [ -n "$victim" ] && kill -9 "$victim"
     wait "$parent"
+    if [ -n "${HEAL_KEEP:-}" ]; then # the log and the kill, for perf/heal_timeline.py
+        mkdir -p "$HEAL_KEEP" && { cat "$out"; echo "killed $killed rank $rank"; } \
+            > "$HEAL_KEEP/run$i.log"
+    fi
     back=$(grep "^heal: back at $np ranks" "$out" | tail -n 1)
     join=$(grep "^heal: rank [0-9]* joined" "$out" | tail -n 1)
     seen=$(echo "$back" | sed -n 's/.*seen at \([0-9.]*\).*/\1/p')
-    full=$(echo "$back" | sed -n 's/.*full size at \([0-9.]*\).*/\1/p')
     began=$(echo "$join" | sed -n 's/.*process started at \([0-9.]*\).*/\1/p')
+    full=$(echo "$join" | sed -n 's/.*state at \([0-9.]*\).*/\1/p') # the last to have it
     if [ -z "$seen" ] || [ -z "$began" ]; then
         echo "run $i: no heal seen (rank $rank killed $at_ms ms in):"
         tail -n 20 "$out"
