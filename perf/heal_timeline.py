@@ -10,11 +10,11 @@ import re
 import sys
 
 COLORS = {"training": "#9ecae1", "detect": "#fdae6b", "shrink": "#e6550d",
-          "grow": "#31a354", "state": "#756bb1", "start": "#bdbdbd", "load": "#636363"}
+          "grow": "#31a354", "state": "#756bb1", "start": "#bdbdbd"}
 LABELS = {"training": "training", "detect": "until the loss is seen",
           "shrink": "shrink (agree, undo)", "grow": "grow (waits for the replacement)",
-          "state": "state from rank 0 (waits for the newcomer)",
-          "start": "process start and join", "load": "data load, then the state"}
+          "state": "state from rank 0",
+          "start": "process start, data load, join"}
 
 
 def parse(text):
@@ -43,7 +43,7 @@ def rows(kill, victim, phases, join):
                                   ("state", s[2], s[3]), ("training", s[3], end)]))
     r, began, joined, state = join
     b, j, st = began - kill, joined - kill, state - kill
-    out.append((f"rank {r} (replacement)", [("start", b, j), ("load", j, st),
+    out.append((f"rank {r} (replacement)", [("start", b, j), ("state", j, st),
                                             ("training", st, end)]))
     return out, end
 
@@ -77,8 +77,7 @@ def svg(title, rows_, end):
         t += step
     o.append(f'<text x="{left + width / 2}" y="{axis + 32}" text-anchor="middle">ms after '
              'the kill</text>')
-    for i, kind in enumerate(("training", "detect", "shrink", "grow", "state", "start",
-                              "load")):
+    for i, kind in enumerate(("training", "detect", "shrink", "grow", "state", "start")):
         lx, ly = left + (i % 4) * 190 if i < 4 else left + (i - 4) * 300, axis + 44 + (i >= 4) * 20
         o.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{COLORS[kind]}"/>'
                  f'<text x="{lx + 16}" y="{ly + 10}">{LABELS[kind]}</text>')

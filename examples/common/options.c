@@ -110,9 +110,19 @@ int ex_parse(int argc, char **argv, ex_opts *o)
     return o->np >= 1 && o->epochs >= 1 && o->batch >= 1 && o->micro >= 1 ? 0 : -1;
 }
 
+/* A replacement (--heal) loads its data before it joins (ex_main): the survivors wait for
+ * it in the grow, and would otherwise wait again, in the hand-over, for its data load
+ * (seconds on a loaded machine, past their timeout). The trainer's call takes it. */
+static dataset preloaded[2];
+static int have_preloaded;
+
 int ex_load_data(const ex_opts *o, const char *prog, dataset *train, dataset *test)
 {
     char err[1200];
+    if (have_preloaded) {
+        *train = preloaded[0], *test = preloaded[1], have_preloaded = 0;
+        return 0;
+    }
     if (mnist_load(o->data, 1, train, err, sizeof(err)) == 0) {
         if (mnist_load(o->data, 0, test, err, sizeof(err)) == 0) {
             /* EX_TEST_SAMPLES=N: the accuracy on the first N test images only (CI's
@@ -147,6 +157,9 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
     coll_comm *c;
     const char *to = getenv("COLL_TIMEOUT_MS");
     o.joined = o.heal && ex_heal_is_replacement();
+    if (o.joined && ex_load_data(&o, argv[0], &preloaded[0], &preloaded[1]) != 0)
+        return 2;
+    have_preloaded = o.joined;
     if (o.joined ? ex_heal_join(&cfg, 3 * (to ? atoi(to) : 30000), &c) != COLL_OK
                  : coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
         fprintf(stderr, "rank %d: %s: %s\n", rank, o.joined ? "joining" : "coll_init",

@@ -40,6 +40,23 @@ static int sum_to(int n)
     return n * (n + 1) / 2;
 }
 
+/* The grown communicator g splits as any does: every rank of it, in reverse order, and an
+ * all-gather over the split (a ring: every rank's new links). 0 when it came out right. */
+static int split_adds_up(coll_comm *g)
+{
+    int n = coll_size(g), r = coll_rank(g), got[8] = {0}, bad = n > 8;
+    coll_comm *s = NULL;
+    if (!bad && coll_split(g, 0, n - 1 - r, &s) != COLL_OK)
+        return 1;
+    bad = bad || coll_rank(s) != n - 1 - r || coll_allgather(s, &r, got, 1, COLL_I32) != COLL_OK;
+    for (int i = 0; !bad && i < n; i++)
+        bad = got[i] != n - 1 - i;
+    if (bad)
+        fprintf(stderr, "rank %d: the grown communicator's split: %s\n", r, coll_last_error(s));
+    coll_destroy(s);
+    return bad;
+}
+
 /* What a newcomer reads: the id, and whether it is to die in the grow. */
 typedef struct {
     char id[COLL_GROW_ID_BYTES];
@@ -78,7 +95,8 @@ static int newcomer(const plan *p, const char *wants_says)
         fprintf(stderr, "newcomer: %s: %s\n", coll_strerror(rc), coll_last_error(NULL));
         return told ? 2 : 1;
     }
-    int r = coll_rank(c), bad = r < 1 || coll_size(c) != p->to || sum_is(c, r + 1, sum_to(p->to));
+    int r = coll_rank(c), bad = r < 1 || coll_size(c) != p->to || sum_is(c, r + 1, sum_to(p->to)) ||
+                          split_adds_up(c);
     if (bad)
         fprintf(stderr, "newcomer: rank %d of %d, want size %d and the sum\n", r, coll_size(c),
                 p->to);
@@ -106,6 +124,7 @@ static int grow_once(coll_comm *c, const plan *p, int want, const char *says, in
     int r = coll_rank(g);
     FAIL_IF(r != coll_rank(c) || coll_size(g) != p->to, "grown: rank %d of %d", r, coll_size(g));
     FAIL_IF(sum_is(g, r + 1, sum_to(p->to)), "the grown communicator's sum");
+    FAIL_IF(split_adds_up(g), "the grown communicator's split");
     coll_destroy(g);
     if (coll_rank(c) == 0) /* a newcomer late with this id finds the grow over */
         hand_id(p, id, p->late, 0);
