@@ -18,6 +18,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,8 +217,11 @@ static void put_head(coll_comm *c, cl_status_head *h)
     h->recorder = c->rec != NULL;
     snprintf(h->job, sizeof(h->job), "%s", c->rec ? c->rec->job : "");
     gethostname(h->host, sizeof(h->host) - 1);
-    if (h->failed != COLL_OK) /* the sentence is written before the state is */
+    if (h->failed != COLL_OK) { /* written under mu, and added to by the diagnosis */
+        pthread_mutex_lock(&c->mu);
         snprintf(h->err, sizeof(h->err), "%.199s", c->err);
+        pthread_mutex_unlock(&c->mu);
+    }
     put_op(&coll, now_us, &h->coll);
     put_op(&p2p, now_us, &h->p2p);
 }
