@@ -472,7 +472,10 @@ static void diagnose(coll_comm *c, cl_rec *r, const cl_op *op, int status)
     cl_comm_cause(c, &cause, &why, &silent_ms);
     if (silent_ms > 0)
         return;
-    cl_status_survey(s, c, op->kind, op->seq, SURVEY_MS, said, sizeof(said));
+    /* A rank whose link closed (killed, or gone) answers nobody: asking it would hold
+     * every survivor's failure, and so a shrink, for the whole wait. */
+    int gone = why == COLL_EPEER && cause != c->rank ? cause : -1;
+    cl_status_survey(s, c, op->kind, op->seq, gone, SURVEY_MS, said, sizeof(said));
     if (!said[0])
         return;
     cl_log(COLL_LOG_ERROR, "rank %d %s #%u: the others: %s", c->rank, cl_kind_name(op->kind),

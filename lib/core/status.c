@@ -304,10 +304,10 @@ void cl_status_serve(cl_status *s, coll_comm *c, const struct pollfd *p)
 
 enum { SURVEY_RESEND_MS = 100, SURVEY_SAID = 4 };
 
-/* Every other rank's head into heads (got[r]: 1 when it answered), asked from a socket of
- * this thread's own until all answered or wait_ms passed. */
-static void survey_ask(const cl_status *s, const coll_comm *c, cl_status_answer *heads,
-                       uint8_t *got, int wait_ms)
+/* Every other rank's head but gone's into heads (got[r]: 1 when it answered), asked from
+ * a socket of this thread's own until all answered or wait_ms passed. */
+static void survey_ask(const cl_status *s, const coll_comm *c, int gone,
+                       cl_status_answer *heads, uint8_t *got, int wait_ms)
 {
     cl_addr *to = calloc((size_t)s->size, sizeof(*to));
     uint8_t base[CL_NONCE_BYTES];
@@ -317,13 +317,13 @@ static void survey_ask(const cl_status *s, const coll_comm *c, cl_status_answer 
         (fd = socket(to[c->rank].sa.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
         goto done;
     for (int r = 0; r < s->size; r++)
-        left += r != c->rank && cl_addr_parse(s->addr[r], &to[r]) == 0;
+        left += r != c->rank && r != gone && cl_addr_parse(s->addr[r], &to[r]) == 0;
     const uint8_t *key = c->keyed ? c->key : NULL;
     for (int64_t now = cl_now_ms(), end = now + wait_ms, resend = 0; left && now < end;
          now = cl_now_ms()) {
         for (int r = 0; now >= resend && r < s->size; r++) {
             cl_status_ask q;
-            if (r == c->rank || got[r] || !to[r].len)
+            if (r == c->rank || r == gone || got[r] || !to[r].len)
                 continue;
             cl_status_ask_make(key, base, CL_STATUS_HEAD, 0, (uint32_t)r, &q);
             (void)sendto(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL,
@@ -400,14 +400,14 @@ static int differs(const coll_comm *c, int r, const cl_status_answer *a, int ans
 }
 
 /* The ranks of one kind of finding (STRONG or WEAK) into out at *at; how many. */
-static int tell(const cl_status *s, const coll_comm *c, const cl_status_answer *heads,
+static int tell(const cl_status *s, const coll_comm *c, int gone, const cl_status_answer *heads,
                 const uint8_t *got, int kind, uint32_t seq, int which, char *out, size_t len,
                 size_t *at)
 {
     int found = 0;
     for (int r = 0; r < s->size; r++) {
         char what[200];
-        if (r == c->rank ||
+        if (r == c->rank || r == gone ||
             differs(c, r, &heads[r], got[r], cl_kind_name(kind), seq, what, sizeof(what)) != which)
             continue;
         if (found++ < SURVEY_SAID)
@@ -420,18 +420,18 @@ static int tell(const cl_status *s, const coll_comm *c, const cl_status_answer *
     return found;
 }
 
-void cl_status_survey(const cl_status *s, const coll_comm *c, int kind, uint32_t seq, int wait_ms,
-                      char *out, size_t len)
+void cl_status_survey(const cl_status *s, const coll_comm *c, int kind, uint32_t seq, int gone,
+                      int wait_ms, char *out, size_t len)
 {
     cl_status_answer *heads = calloc((size_t)s->size, sizeof(*heads));
     uint8_t *got = calloc((size_t)s->size, 1);
     size_t at = 0;
     out[0] = 0;
     if (heads && got) {
-        survey_ask(s, c, heads, got, wait_ms);
+        survey_ask(s, c, gone, heads, got, wait_ms);
         /* Ranks that do not move only where none is elsewhere: they wait for it. */
-        if (!tell(s, c, heads, got, kind, seq, STRONG, out, len, &at))
-            tell(s, c, heads, got, kind, seq, WEAK, out, len, &at);
+        if (!tell(s, c, gone, heads, got, kind, seq, STRONG, out, len, &at))
+            tell(s, c, gone, heads, got, kind, seq, WEAK, out, len, &at);
     }
     free(heads);
     free(got);

@@ -122,10 +122,11 @@ void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms);
 void cl_status_serve(cl_status *s, struct coll_comm *c, const struct pollfd *p);
 void cl_status_close(cl_status *s);
 /* What the other ranks are doing while this rank's collective `kind` #seq failed: asks
- * every rank's endpoint (s: c's, cl_beat_status) for its head, waits up to wait_ms, and
- * writes into out the ranks that differ ("rank 3 never issued allreduce #88 (its newest:
- * allreduce #87, done)", "rank 2 did not answer (stopped?)"); "" when none does. */
+ * every rank's endpoint (s: c's, cl_beat_status) but `gone` (a rank known lost, or -1)
+ * for its head, waits up to wait_ms, and writes into out the ranks that differ ("rank 3
+ * never issued allreduce #88 (its newest: allreduce #87, done)", "rank 2 did not answer
+ * (stopped?)"); "" when none does. */
 void cl_status_survey(const cl_status *s, const struct coll_comm *c, int kind, uint32_t seq,
-                      int wait_ms, char *out, size_t len);
+                      int gone, int wait_ms, char *out, size_t len);
 
 #endif
