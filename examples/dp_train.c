@@ -182,7 +182,7 @@ static int hand_over(trainer *t, int *epoch, size_t *step)
     t->heal.done = ex_wall_s();
     t->heal.bytes = sizeof(pos) + sizeof(float) * 2 * t->net.nparams;
     if (rc == COLL_OK && t->heal.seen > 0) /* a survivor's (a newcomer's first has none) */
-        ex_heal_report(&t->heal, coll_rank(t->c), coll_size(t->c));
+        ex_heal_report(&t->heal, coll_rank(t->c), coll_rank(t->c) == 0, coll_size(t->c));
     return rc;
 }
 

@@ -270,8 +270,8 @@ static int heal(trainer *t, coll_comm *next, int was, const int *lost, int nl, s
     t->heal.grown = ex_wall_s();
     if (rc == COLL_OK)
         rc = rejoin(t, g, was, lost, nl, from, last);
-    if (rc == COLL_OK) /* by its rank in g, where rank 0 is a survivor */
-        ex_heal_report(&t->heal, coll_rank(g), coll_size(g));
+    if (rc == COLL_OK) /* by its role; the summary by rank 0 of g, a survivor */
+        ex_heal_report(&t->heal, coll_rank(t->world), coll_rank(g) == 0, coll_size(g));
     coll_destroy(g);
     return rc;
 }

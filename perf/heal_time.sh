@@ -1,14 +1,15 @@
 #!/bin/sh
-# Issue 53's target, measured: a dp_train --heal run of NP ranks under coll_run
+# Issue 53's target, measured: a dp_train --heal run (HEAL_TRAINER=hybrid_1f1b, with its
+# --stages among the trainer's arguments, for the other) of NP ranks under coll_run
 # --max-restarts 1 loses one rank (SIGKILL from outside, at a random moment of its
 # training; rank i mod NP in run i, so every rank dies once in NP runs) and grows back.
 # Per run: the time from the kill to the job back at NP ranks with the state handed over
-# (the replacement has it: its data loaded too),
-# and its parts: the loss seen (kill to the survivors' failed collective), the shrink, the
-# replacement's process start (kill to its main()), the grow (to the replacement in it),
-# the state; the bound the issue sets, failure timeout (COLL_TIMEOUT_MS) + process start +
-# state bytes / broadcast bandwidth (coll_perf, same ranks) + 1 s; and whether the run
-# ended with the undisturbed run's weights, bit for bit. A benchmark, not a test: the last
+# (the replacement has it), and its parts: the loss seen (kill to the survivors' failed
+# collective), the shrink, the replacement's process start (kill to its main()), the grow
+# (the replacement loads its data, then joins), the state; the bound the issue sets,
+# failure timeout (COLL_TIMEOUT_MS) + process start + state bytes / broadcast bandwidth
+# (coll_perf at 4 MiB, same ranks) + 1 s; and whether the run ended with the undisturbed
+# run's weights, bit for bit. A benchmark, not a test: the last
 # line says how many runs met the bound with the right weights. HEAL_KEEP=DIR keeps each
 # run's log (perf/heal_timeline.py draws one).
 #   perf/heal_time.sh [BUILD_DIR] [NP] [RUNS] [TRAINER ARGS...]  (COLL_TRANSPORT as usual)
@@ -17,7 +18,7 @@ build=${1:-build}
 np=${2:-4}
 runs=${3:-20}
 [ $# -gt 3 ] && shift 3 || set --
-dp=$build/examples/dp_train
+dp=$build/examples/${HEAL_TRAINER:-dp_train}
 run=$build/tools/coll_run
 tmp=${TMPDIR:-/tmp}/heal_time.$$
 data=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -48,11 +49,11 @@ t0=$(now)
 wait "$parent" || { cat "$out"; echo "undisturbed run failed"; exit 1; }
 took_ms=$(ms "$t0" "$(now)")
 want=$(grep "^weights " "$out")
-bytes=$(( 8 * $(sed -n 's/.* \([0-9]*\) parameters.*/\1/p' "$out" | head -n 1) + 16 ))
-bw=$("$build/perf/coll_perf" --np "$np" -C broadcast -b "$bytes" -e "$bytes" -n 20 2>&1 |
+bw=$("$build/perf/coll_perf" --np "$np" -C broadcast -b 4M -e 4M -n 20 2>&1 |
      awk '$1 ~ /^[0-9]+$/ { print $7; exit }')
-echo "# dp_train --heal, $np ranks, transport ${COLL_TRANSPORT:-auto}, ${COLL_TIMEOUT_MS} ms" \
-     "failure timeout, state $bytes B, broadcast $bw GB/s; undisturbed: $want, $took_ms ms"
+echo "# $(basename "$dp") --heal, $np ranks, transport ${COLL_TRANSPORT:-auto}," \
+     "${COLL_TIMEOUT_MS} ms failure timeout, 4 MiB broadcast $bw GB/s; undisturbed: $want," \
+     "$took_ms ms"
 printf '%4s %4s %7s %7s %7s %7s %7s %7s %7s %7s %s\n' run rank at_ms full_ms seen_ms \
     shrink start_ms grow_ms state bound weights
 ok=0
@@ -83,6 +84,7 @@ while [ $i -lt "$runs" ]; do
         continue
     fi
     part() { echo "$back" | sed -n "s/.*$1 \([0-9]*\) ms.*/\1/p"; }
+    bytes=$(echo "$back" | sed -n 's/.* for \([0-9]*\) bytes.*/\1/p')
     start_ms=$(ms "$killed" "$began")
     bound=$(awk -v t="$COLL_TIMEOUT_MS" -v s="$start_ms" -v b="$bytes" -v bw="$bw" \
         'BEGIN { printf "%.0f", t + s + b / (bw * 1e6) + 1000 }')

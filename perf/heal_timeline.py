@@ -33,7 +33,8 @@ def parse(text):
 
 def rows(kill, victim, phases, join):
     """(label, [(kind, t0, t1)]) per row, times in seconds from the kill; survivors
-    by their numbers in the grown communicator."""
+    by their numbers once healed (dp_train: the grown communicator's; hybrid_1f1b: their
+    roles, the replacement's the lost rank's)."""
     end = max(max(p[3] for p in phases.values()), join[3]) - kill + 0.15
     out = [(f"old rank {victim} (killed)", [("training", -0.15, 0.0)])]
     for r, (seen, shrunk, grown, done) in sorted(phases.items()):

@@ -93,11 +93,11 @@ int ex_heal_state(coll_comm *c, int64_t *pos, int n, float *const *bufs, const s
     return rc;
 }
 
-void ex_heal_report(const ex_heal_clock *k, int rank, int size)
+void ex_heal_report(const ex_heal_clock *k, int rank, int first, int size)
 {
     printf("heal: rank %d phases: seen %.6f shrunk %.6f grown %.6f done %.6f\n", rank, k->seen,
            k->shrunk, k->grown, k->done);
-    if (rank != 0)
+    if (!first)
         return;
     printf("heal: back at %d ranks %.0f ms after the loss was seen (shrink %.0f ms, grow %.0f "
            "ms, state %.0f ms for %zu bytes; seen at %.6f, full size at %.6f)\n", size,

@@ -34,10 +34,10 @@ typedef struct {
 } ex_heal_clock;
 
 /* Every survivor's line "heal: rank R phases: seen S shrunk S grown S done S" (absolute
- * times, perf/heal_timeline.py draws them), and rank 0's "heal: back at N ranks T ms
- * after the loss was seen (...)": the phases in ms, then the absolute times, which a
- * script lines up with its kill (perf/heal_time.sh). */
-void ex_heal_report(const ex_heal_clock *k, int rank, int size);
+ * times, perf/heal_timeline.py draws them), and, where first is set (one rank), "heal:
+ * back at N ranks T ms after the loss was seen (...)": the phases in ms, then the
+ * absolute times, which a script lines up with its kill (perf/heal_time.sh). */
+void ex_heal_report(const ex_heal_clock *k, int rank, int first, int size);
 /* The replacement's line "heal: rank R joined at epoch E, step S (...)": when its process
  * started, joined the grow and had the state (wall-clock seconds). */
 void ex_heal_joined(int rank, int epoch, size_t step, double started, double joined,
