@@ -16,6 +16,7 @@ are, before anything is sent.
 """
 import ctypes
 import operator
+import os
 import threading
 import weakref
 
@@ -377,6 +378,12 @@ class Communicator:
         ranks = (ctypes.c_int * self.size)()
         n = self._call(lib.coll_failed_ranks, ranks, self.size)
         return list(ranks[:n])
+
+    def recorder_dump(self, path=None):
+        """Writes the flight recorder's records as JSON to path (None: this rank's file in
+        $COLL_RECORDER_DIR, else in the current directory; coll_recorder_dump)."""
+        where = None if path is None else os.fsencode(path)
+        self._check(self._call(lib.coll_recorder_dump, where), "recorder_dump: ")
 
     def set_codec(self, codec):
         self._check(self._call(lib.coll_set_codec, codec_code(codec)))

@@ -23,6 +23,7 @@ import ctypes
 import datetime
 import functools
 import inspect
+import os
 import sys
 import threading
 import time
@@ -355,9 +356,9 @@ class _PyWork(dist._Work):
     get_future() returns at once a future the completer settles, so a communication hook
     (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass."""
 
-    def __init__(self, completer, req, after, result, source=-1):
+    def __init__(self, completer, req, after, result, source=-1, comm=None):
         super().__init__()
-        self._completer, self._lock = completer, threading.Lock()
+        self._completer, self._lock, self._comm = completer, threading.Lock(), comm
         self._req, self._after, self._result, self._fut = req, after, result, None
         self._source = source
 
@@ -386,9 +387,22 @@ class _PyWork(dist._Work):
             self._take(True).add_done_callback(lambda _: ended.set())
             if not ended.wait(limit):
                 raise RuntimeError(f"collective: wait: the operation timed out after "
-                                   f"{int(limit * 1000)} ms (it goes on)")
+                                   f"{int(limit * 1000)} ms (it goes on){self._dumped()}")
         self._take(False).wait()
         return True
+
+    def _dumped(self):
+        """A timeout torch's caller saw: with COLL_RECORDER_DIR set, the flight recorder
+        goes there (as the library's own timeouts do; coll_analyze merges the ranks'
+        files), and the sentence says so."""
+        where = os.environ.get("COLL_RECORDER_DIR")
+        if not where or self._comm is None:
+            return ""
+        try:
+            self._comm.recorder_dump()
+        except collective.CollectiveError as e:
+            return f"; the flight recorder could not be written: {e}"
+        return f"; the flight recorder is in {where}"
 
     def is_completed(self):
         with self._lock:
@@ -503,7 +517,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         a _PyWork for torch's Python API, else a work over a future the completer
         settles. source: a receive's sender (an _Ask's while it is not known yet)."""
         if caller is not None:
-            return _PyWork(self.completer, req, after, result, source)
+            return _PyWork(self.completer, req, after, result, source, self.comm)
         return _c10d._create_work_from_future(self.completer.add(req, after, result))
 
     def _now(self, name, args, keep, after, result):

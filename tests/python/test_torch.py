@@ -639,6 +639,31 @@ def work_objects(r, n, where):
     assert seen["ours"] == seen["gloo"] == [want, want], seen
 
 
+def recorder_on_timeout(r, n, where):
+    """A wait(timeout) that passes with COLL_RECORDER_DIR set writes the flight recorder
+    there and says so (as the library's own timeouts do): rank 0's file holds the
+    all-reduce still running, waiting for rank 1, which comes a second late."""
+    import datetime
+    import glob
+    import json
+    rec = os.path.join(where, "recorder")
+    os.makedirs(rec, exist_ok=True)
+    os.environ["COLL_RECORDER_DIR"] = rec  # read at init
+    init(r, n, where)
+    dist.barrier()
+    if r == 1:
+        time.sleep(1.0)
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    if r == 0:
+        raises(lambda: w.wait(datetime.timedelta(milliseconds=200)),
+               "the flight recorder is in " + rec)
+        files = glob.glob(os.path.join(rec, "*"))
+        assert len(files) == 1, files
+        ops = json.load(open(files[0]))["ops"]
+        assert ops[-1]["kind"] == "allreduce" and ops[-1]["state"] in ("queued", "running"), ops
+    assert w.wait() is True
+
+
 def destroy_in_flight(r, n, where):
     """destroy_process_group with operations in flight on rank 0 (an all-reduce whose
     future a completer thread waits on, a receive from any source) returns at once, and
@@ -936,6 +961,7 @@ def main():
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
+    bad += ranks.check(recorder_on_timeout, 2, "a torch wait's timeout dumps the recorder")
     bad += ranks.check(subgroups, 4, "new_subgroups, by enumeration, a 2-D mesh against gloo")
     if TORCH2:
         bad += ranks.check(pipeline, 2, "pipelining (GPipe, 1F1B) against gloo")
