@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "core/config.h"
 #include "core/terms.h"
+#include "core/trace.h"
 #include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
@@ -398,6 +399,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         coll_destroy(c);
         return rc;
     }
+    cl_trace_align(c);
     *out = c;
     return COLL_OK;
 fail:

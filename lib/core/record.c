@@ -54,8 +54,7 @@ static void clock_setup(void)
     ticks_per_us = (double)(cl_rec_clock() - base_tick) / (double)(now - base_us);
 }
 
-/* Ticks as CLOCK_MONOTONIC microseconds (0 stays 0: not yet). */
-static int64_t to_us(uint64_t t)
+double cl_rec_us(uint64_t t)
 {
     if (!t)
         return 0;
@@ -64,7 +63,13 @@ static int64_t to_us(uint64_t t)
     uint64_t now_tick = cl_rec_clock();
     if (cl_rec_tsc && now_us - base_us > 1000000) /* a longer interval measures it better */
         rate = (double)(now_tick - base_tick) / (double)(now_us - base_us);
-    return base_us + (int64_t)((double)(int64_t)(t - base_tick) / rate);
+    return (double)base_us + (double)(int64_t)(t - base_tick) / rate;
+}
+
+/* Ticks as whole CLOCK_MONOTONIC microseconds (0 stays 0: not yet). */
+static int64_t to_us(uint64_t t)
+{
+    return (int64_t)cl_rec_us(t);
 }
 
 /* ---- configuration and life --------------------------------------------------------- */
@@ -107,6 +112,10 @@ int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, siz
                  "not '%s'", sig);
         return COLL_EINVAL;
     }
+    if (!out->ops && cl_trace_dir()) {
+        out->ops = CL_REC_DEFAULT_OPS;
+        cl_log(COLL_LOG_INFO, "COLL_TRACE: the flight recorder stays on (the trace reads it)");
+    }
     if (out->ops)
         cl_log(COLL_LOG_INFO, "flight recorder: %d collectives, files to %s%s%s", out->ops,
                out->dir ? out->dir : "(none: COLL_RECORDER_DIR is unset)",
@@ -144,6 +153,7 @@ int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
     pthread_mutex_unlock(&live_mu);
     if (cfg->signal)
         listen_for_signal(cfg->signal);
+    r->trace = cl_trace_open(r->job);
     c->rec = r;
     return COLL_OK;
 }
@@ -173,6 +183,7 @@ void cl_rec_close(coll_comm *c)
         }
     pthread_mutex_unlock(&live_mu);
     c->rec = NULL;
+    cl_trace_close(r->trace, c);
     free(r->e);
     free(r->p2p);
     free(r);
@@ -319,8 +330,7 @@ static const char *state_name(int state)
     return state >= 0 && state <= COLL_REC_FAILED ? names[state] : "invalid";
 }
 
-/* s as a JSON string: quotes, backslashes and control characters escaped. */
-static void put_string(FILE *f, const char *s)
+void cl_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -359,14 +369,14 @@ static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_re
     char host[128] = "";
     gethostname(host, sizeof(host) - 1);
     fprintf(f, "{\n  \"version\": 1,\n  \"job\": ");
-    put_string(f, r->job);
+    cl_json_string(f, r->job);
     fprintf(f, ",\n  \"comm\": \"%016llx\",\n  \"rank\": %d,\n  \"size\": %d,\n  \"pid\": %d,\n"
                "  \"host\": ", (unsigned long long)c->id, c->rank, c->size, (int)getpid());
-    put_string(f, host);
+    cl_json_string(f, host);
     fprintf(f, ",\n  \"reason\": ");
-    put_string(f, reason);
+    cl_json_string(f, reason);
     fprintf(f, ",\n  \"error\": ");
-    put_string(f, c->err);
+    cl_json_string(f, c->err);
     fprintf(f, ",\n  \"issued\": %u,\n  \"kept\": %u,\n  \"now_us\": %lld,\n  \"wall_s\": %.6f,\n"
                "  \"ops\": [\n", cl_engine_issued(c), (unsigned)r->cfg.ops, (long long)cl_now_us(),
             (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
@@ -498,6 +508,8 @@ void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
         CL_REC_PUT(e->progress_us, started_us ? last_progress_us(r, now, started_us) : 0);
         CL_REC_PUT(e->status, status);
         __atomic_store_n(&e->state, COLL_REC_FAILED, __ATOMIC_RELEASE);
+        if (r->trace)
+            cl_trace_add(r->trace, e);
     }
     diagnose(c, r, op, status);
     failure_file(r, op->kind, op->seq, status);
@@ -514,6 +526,8 @@ void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes)
     CL_REC_PUT(e->status, status);
     __atomic_store_n(&e->state, status == COLL_OK ? COLL_REC_DONE : COLL_REC_FAILED,
                      __ATOMIC_RELEASE);
+    if (r->trace)
+        cl_trace_add(r->trace, e);
     if (status != COLL_OK)
         failure_file(r, __atomic_load_n(&e->kind, __ATOMIC_RELAXED),
                      __atomic_load_n(&e->msg, __ATOMIC_RELAXED), status);

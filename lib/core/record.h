@@ -8,8 +8,10 @@
 #define CL_RECORD_H
 
 #include "core/comm.h"
+#include "core/trace.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define CL_REC_DEFAULT_OPS 64
 #define CL_REC_MAX_OPS (1 << 20)
@@ -41,6 +43,7 @@ typedef struct cl_rec {
     cl_rec_config cfg;
     char job[CL_JOB_NAME];
     char dir[256];
+    cl_trace *trace;     /* COLL_TRACE's consumer of ended entries (trace.h); NULL: off */
     struct cl_rec *next; /* every live recorder, for the signal's dump */
 } cl_rec;
 
@@ -48,6 +51,8 @@ typedef struct cl_rec {
 
 /* Ticks of the TSC where it is invariant, else nanoseconds (record.c converts). */
 extern int cl_rec_tsc;
+/* Ticks as CLOCK_MONOTONIC microseconds, with their fraction (0 stays 0: not yet). */
+double cl_rec_us(uint64_t t);
 static inline uint64_t cl_rec_clock(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -134,6 +139,8 @@ static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
     CL_REC_PUT(e->ended, cl_rec_clock());
     CL_REC_PUT(e->bytes, cl_rec_bytes(c) - __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED));
     __atomic_store_n(&e->state, COLL_REC_DONE, __ATOMIC_RELEASE);
+    if (c->rec->trace)
+        cl_trace_add(c->rec->trace, e);
 }
 
 /* Sends and receives (p2p.c, under the hub's p2p_mu): one posted (running), or one done
@@ -163,6 +170,8 @@ static inline uint32_t cl_rec_p2p(coll_comm *c, const cl_op *op, int status, uin
     CL_REC_PUT(e->bytes, bytes);
     CL_REC_PUT(e->state, !done ? COLL_REC_RUNNING : status ? COLL_REC_FAILED : COLL_REC_DONE);
     __atomic_store_n(&e->seq, n, __ATOMIC_RELEASE);
+    if (done && r->trace)
+        cl_trace_add(r->trace, e);
     return n;
 }
 
@@ -173,6 +182,10 @@ void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes);
  * gives them (seq 0, kind "", where there is none or the recorder is off): what the
  * status endpoint answers (status.c). Any thread. */
 void cl_rec_head(const coll_comm *c, coll_record *coll, coll_record *p2p);
+
+/* s as a JSON string: quotes, backslashes and control characters escaped (the files
+ * here and trace.c's). */
+void cl_json_string(FILE *f, const char *s);
 
 /* Reads the COLL_RECORDER_* variables and coll_config.recorder_ops into out. */
 int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen);

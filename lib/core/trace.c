@@ -1,0 +1,304 @@
+/* Traces (trace.h): the recorder's ended entries of every traced communicator of the
+ * process, kept in one list and written as a Chrome trace-event file when the last of
+ * them goes. Nothing here runs unless COLL_TRACE is set: the recorder's hooks test one
+ * pointer. Times are written in rank 0's CLOCK_MONOTONIC microseconds: each process
+ * measures its offset once, at init, NTP-style (the midpoint of the fastest of a few
+ * round trips with rank 0). */
+#include "core/trace.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "core/record.h"
+#include "kernels/codec.h"
+#include "kernels/reduce.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { ALIGN_ROUNDS = 8, ALIGN_TAG = 0x7ffffffe, DEFAULT_MAX_EVENTS = 1 << 20 };
+#define CL_TRACE_NAMED 64 /* communicators named in the file (the rest by number) */
+
+struct cl_trace {
+    int tid; /* its communicator's, in the file */
+};
+
+/* What the file shows of one entry: the entry as it ended, and its communicator. */
+typedef struct {
+    struct cl_rec_entry e;
+    int tid;
+} event;
+
+static struct {
+    pthread_mutex_t mu;
+    event *evs;
+    size_t n, cap, max, dropped;
+    int open;           /* traced communicators not yet closed */
+    int tids;           /* communicators traced so far: the next one's tid */
+    int rank, size;     /* in the communicator that aligned (coll_init's); -1: none */
+    double offset_us;   /* rank 0's clock less this process's */
+    double rtt_us;      /* the round trip it was measured over */
+    double skew_us;     /* COLL_TRACE_SKEW_US: a test's clock, off by this much */
+    char job[CL_JOB_NAME];
+    char comms[CL_TRACE_NAMED][20]; /* the first communicators' ids, by tid, for their names */
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .rank = -1};
+
+const char *cl_trace_dir(void)
+{
+    const char *d = getenv("COLL_TRACE");
+    return d && *d ? d : NULL;
+}
+
+/* Reads the limits once, with the first traced communicator (under g.mu). */
+static void configure(void)
+{
+    const char *max = getenv("COLL_TRACE_MAX_EVENTS"), *skew = getenv("COLL_TRACE_SKEW_US");
+    long n;
+    g.max = max && cl_parse_long(max, 1, 1L << 28, &n) == 0 ? (size_t)n : DEFAULT_MAX_EVENTS;
+    g.skew_us = skew ? strtod(skew, NULL) : 0;
+}
+
+cl_trace *cl_trace_open(const char *job)
+{
+    if (!cl_trace_dir())
+        return NULL;
+    cl_trace *t = calloc(1, sizeof(*t));
+    if (!t) {
+        cl_log(COLL_LOG_WARN, "COLL_TRACE: no memory: communicator not traced");
+        return NULL;
+    }
+    pthread_mutex_lock(&g.mu);
+    if (!g.tids)
+        configure();
+    if (!g.job[0])
+        snprintf(g.job, sizeof(g.job), "%s", job);
+    t->tid = g.tids++;
+    g.open++;
+    pthread_mutex_unlock(&g.mu);
+    return t;
+}
+
+void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e)
+{
+    event ev = {.e = *e, .tid = t->tid};
+    if (ev.e.seq != __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) || !ev.e.seq)
+        return; /* a newer operation took the entry meanwhile */
+    pthread_mutex_lock(&g.mu);
+    if (g.n == g.cap && g.n < g.max) {
+        size_t cap = g.cap ? CL_MIN(2 * g.cap, g.max) : 1024;
+        event *more = realloc(g.evs, cap * sizeof(*more));
+        if (more) {
+            g.evs = more;
+            g.cap = cap;
+        }
+    }
+    if (g.n < g.cap)
+        g.evs[g.n++] = ev;
+    else
+        g.dropped++;
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* Now on this process's clock (the test's skew included). */
+static double local_us(void)
+{
+    return cl_rec_us(cl_rec_clock()) + g.skew_us;
+}
+
+/* Rank 0 answers each of `peer`'s pings with its clock, aligned: where c is a grown
+ * communicator, its rank 0 may be any rank of the first, whose offset it has. */
+static int answer(coll_comm *c, int peer, double mine)
+{
+    int rc = COLL_OK;
+    for (int i = 0; i < ALIGN_ROUNDS && rc == COLL_OK; i++) {
+        char ping;
+        rc = coll_recv(c, &ping, 1, COLL_U8, peer, ALIGN_TAG);
+        double now = local_us() + mine;
+        if (rc == COLL_OK)
+            rc = coll_send(c, &now, 1, COLL_F64, peer, ALIGN_TAG);
+    }
+    return rc;
+}
+
+/* A rank other than 0 pings it: the offset from the fastest round trip, whose midpoint
+ * is the likeliest moment rank 0 read its clock. */
+static int ask(coll_comm *c, double *offset, double *rtt)
+{
+    int rc = COLL_OK;
+    *rtt = -1;
+    for (int i = 0; i < ALIGN_ROUNDS && rc == COLL_OK; i++) {
+        char ping = 0;
+        double theirs = 0, t1 = local_us();
+        rc = coll_send(c, &ping, 1, COLL_U8, 0, ALIGN_TAG);
+        if (rc == COLL_OK)
+            rc = coll_recv(c, &theirs, 1, COLL_F64, 0, ALIGN_TAG);
+        double t2 = local_us();
+        if (rc == COLL_OK && (*rtt < 0 || t2 - t1 < *rtt)) {
+            *rtt = t2 - t1;
+            *offset = theirs - (t1 + t2) / 2;
+        }
+    }
+    return rc;
+}
+
+/* Drops what traced communicator tid did so far (under g.mu). */
+static void forget(int tid)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < g.n; i++)
+        if (g.evs[i].tid != tid)
+            g.evs[k++] = g.evs[i];
+    g.n = k;
+}
+
+void cl_trace_align(coll_comm *c)
+{
+    cl_trace *t = c->rec ? c->rec->trace : NULL;
+    if (!t)
+        return;
+    pthread_mutex_lock(&g.mu);
+    double offset = g.offset_us, rtt = 0;
+    pthread_mutex_unlock(&g.mu);
+    int rc = COLL_OK;
+    for (int p = 1; c->rank == 0 && p < c->size && rc == COLL_OK; p++)
+        rc = answer(c, p, offset);
+    if (c->rank != 0)
+        rc = ask(c, &offset, &rtt);
+    if (rc != COLL_OK)
+        cl_log(COLL_LOG_WARN, "rank %d: COLL_TRACE: clocks not aligned with rank 0 (%s): "
+               "this rank's times are its own", c->rank, coll_strerror(rc));
+    pthread_mutex_lock(&g.mu);
+    if (g.rank < 0) { /* the first; a survivor of a grow keeps its own */
+        g.rank = c->rank;
+        g.size = c->size;
+        g.offset_us = rc == COLL_OK ? offset : 0;
+        g.rtt_us = rtt;
+    }
+    forget(t->tid); /* the library's own setup, the alignment's round trips among it */
+    pthread_mutex_unlock(&g.mu);
+    cl_log(COLL_LOG_INFO, "rank %d: COLL_TRACE: clock offset to rank 0 %.1f us (round trip "
+           "%.1f us)", c->rank, offset, rtt);
+}
+
+/* ---- the file ----------------------------------------------------------------------- */
+
+static const char *status_name(int status)
+{
+    return status == COLL_OK ? "ok" : coll_strerror(status);
+}
+
+static int is_p2p(int kind)
+{
+    return kind == CL_SEND || kind == CL_RECV;
+}
+
+/* Ticks in rank 0's timebase. */
+static double aligned_us(uint64_t t)
+{
+    return cl_rec_us(t) + g.skew_us + g.offset_us;
+}
+
+/* One complete event ("ph": "X"): from issued to ended, the rest in args. */
+static void put_event(FILE *f, const event *ev)
+{
+    const struct cl_rec_entry *e = &ev->e;
+    int p2p = is_p2p(e->kind);
+    double issued = aligned_us(e->issued), ended = aligned_us(e->ended);
+    fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+               "\"dur\": %.3f, \"pid\": %d, \"tid\": %d, \"args\": {\"seq\": %u, "
+               "\"kind\": \"%s\", \"count\": %llu, \"dtype\": \"%s\", ",
+            cl_kind_name(e->kind), p2p ? "p2p" : "collective", issued,
+            ended > issued ? ended - issued : 0, g.rank, ev->tid, p2p ? e->msg : e->seq,
+            cl_kind_name(e->kind), (unsigned long long)e->count, cl_dtype_name(e->dtype));
+    if (p2p)
+        fprintf(f, "\"peer\": %d, \"tag\": %u, ", e->root, e->tag);
+    else
+        fprintf(f, "\"op\": \"%s\", \"root\": %d, \"algorithm\": \"%s\", \"codec\": \"%s\", "
+                   "\"queued_us\": %.3f, ", cl_op_name(e->op), e->root, e->algo ? e->algo : "",
+                cl_codec_name(e->codec),
+                e->started > e->issued ? aligned_us(e->started) - issued : 0.0);
+    fprintf(f, "\"bytes\": %llu, \"status\": \"%s\"}}", (unsigned long long)e->bytes,
+            status_name(e->status));
+}
+
+/* Names for the process (the rank) and its threads (the communicators). */
+static void put_names(FILE *f)
+{
+    char host[128] = "";
+    gethostname(host, sizeof(host) - 1);
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+               "\"args\": {\"name\": \"rank %d (%s, pid %d)\"}}",
+            g.rank, g.rank, host, (int)getpid());
+    fprintf(f, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+               "\"args\": {\"sort_index\": %d}}", g.rank, g.rank);
+    for (int i = 0; i < g.tids && i < CL_TRACE_NAMED; i++)
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                   "\"args\": {\"name\": \"communicator %s\"}}", g.rank, i, g.comms[i]);
+}
+
+static void put_file(FILE *f)
+{
+    fputs("{\"traceEvents\": [\n", f);
+    put_names(f);
+    for (size_t i = 0; i < g.n; i++)
+        put_event(f, &g.evs[i]);
+    fputs("\n], \"displayTimeUnit\": \"ns\", \"otherData\": {\"version\": 1, \"job\": ", f);
+    cl_json_string(f, g.job);
+    fprintf(f, ", \"rank\": %d, \"size\": %d, \"clock_offset_us\": %.3f, "
+               "\"clock_rtt_us\": %.3f, \"events\": %zu, \"dropped\": %zu}}\n",
+            g.rank, g.size, g.offset_us, g.rtt_us, g.n, g.dropped);
+}
+
+/* DIR/coll-trace-<job>-<rank>.json, written beside and renamed (under g.mu). A file
+ * that cannot be written is a warning. */
+static void write_trace(void)
+{
+    const char *dir = cl_trace_dir();
+    char path[4096], tmp[4200];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        cl_log(COLL_LOG_WARN, "COLL_TRACE: cannot make %s: %s", dir, strerror(errno));
+    if (g.rank >= 0)
+        snprintf(path, sizeof(path), "%s/coll-trace-%s-%d.json", dir, g.job, g.rank);
+    else /* no coll_init in this process: nothing to name it by but the process */
+        snprintf(path, sizeof(path), "%s/coll-trace-%s-pid%d.json", dir, g.job, (int)getpid());
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL, err = errno;
+    if (f) {
+        put_file(f);
+        ok = !ferror(f);
+        err = errno;
+        if (fclose(f) != 0 && ok) {
+            ok = 0;
+            err = errno;
+        }
+        if (ok && rename(tmp, path) != 0) {
+            ok = 0;
+            err = errno;
+        }
+        if (!ok)
+            unlink(tmp);
+    }
+    if (!ok)
+        cl_log(COLL_LOG_WARN, "COLL_TRACE: cannot write %s: %s", path, strerror(err));
+    else
+        cl_log(COLL_LOG_INFO, "COLL_TRACE: %zu operations written to %s%s", g.n, path,
+               g.dropped ? " (some dropped: COLL_TRACE_MAX_EVENTS)" : "");
+}
+
+void cl_trace_close(cl_trace *t, const coll_comm *c)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&g.mu);
+    if (t->tid < CL_TRACE_NAMED) /* its id is known by now (an init's is given late) */
+        snprintf(g.comms[t->tid], sizeof(g.comms[0]), "%016llx", (unsigned long long)c->id);
+    if (--g.open == 0)
+        write_trace();
+    pthread_mutex_unlock(&g.mu);
+    free(t);
+}

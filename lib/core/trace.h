@@ -1,0 +1,32 @@
+/* Traces (trace.c): with COLL_TRACE=DIR, every process writes the operations its
+ * communicators ran as a Chrome trace-event file (Perfetto and chrome://tracing open it),
+ * DIR/coll-trace-<job>-<rank>.json: one complete event per collective, send and receive,
+ * pid its rank in the communicator coll_init made, tid the communicator. The flight
+ * recorder is the one place that records (record.h): its end hooks hand each finished
+ * entry here. Clocks are aligned at init against rank 0's, so the files of a job merge
+ * into one timeline (tools/coll_trace_merge.py). */
+#ifndef CL_TRACE_H
+#define CL_TRACE_H
+
+#include "core/comm.h"
+
+#include <stdint.h>
+
+struct cl_rec_entry;
+typedef struct cl_trace cl_trace;
+
+/* COLL_TRACE's directory; NULL when it is unset or empty. */
+const char *cl_trace_dir(void);
+/* A new communicator's trace, when COLL_TRACE names a directory (NULL otherwise, or out
+ * of memory); job: the job's name, in the file's. */
+cl_trace *cl_trace_open(const char *job);
+/* An entry of c's recorder that ended: copied (under a lock; only where tracing). */
+void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e);
+/* c goes: the process's file is written when its last traced communicator goes. */
+void cl_trace_close(cl_trace *t, const coll_comm *c);
+/* coll_init, on every rank of c (a collective, after the link is measured): this
+ * process's clock offset against rank 0's, from the fastest of a few round trips; what
+ * c did before is left out of the trace. A failure is a warning (the trace unaligned). */
+void cl_trace_align(coll_comm *c);
+
+#endif
