@@ -60,6 +60,17 @@ merged_path = os.path.join(d, "merged.json")
 subprocess.run([sys.executable, merge_tool, d, "-o", merged_path], check=True)
 with open(merged_path) as f:
     merged = json.load(f)
+# The trace-event format's fields, as Perfetto's JSON importer reads them.
+num = (int, float)
+for e in merged["traceEvents"]:
+    ok = (isinstance(e.get("name"), str) and e.get("ph") in ("X", "M")
+          and isinstance(e.get("pid"), int) and isinstance(e.get("tid"), int)
+          and isinstance(e.get("args"), dict))
+    if ok and e["ph"] == "X":
+        ok = isinstance(e.get("ts"), num) and isinstance(e.get("dur"), num) and e["ts"] >= 0 <= e["dur"]
+    if not ok:
+        bad.append("merged: not a trace event: %s" % e)
+        break
 xs = spans(merged["traceEvents"])
 if len(xs) != ranks * 3 * rounds or sorted({e["pid"] for e in xs}) != list(range(ranks)):
     bad.append("merged: %d events of pids %s" % (len(xs), sorted({e["pid"] for e in xs})))
