@@ -58,6 +58,7 @@ rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
 
 # Signals passed on to every rank (a test's background job ignores SIGINT: reset it).
 for sig in INT TERM HUP; do
+    : > "$tmp/out" # emptied here: the job's own redirection may come after the look below
     env --default-signal=INT "$run" --np 2 sh -c "trap 'echo got $sig \$RANK; exit 0' $sig; echo ready \$RANK; while :; do sleep 0.1; done" > "$tmp/out" 2>&1 &
     pid=$!
     for i in $(seq 100); do [ "$(count "^ready")" -eq 2 ] && break; sleep 0.05; done
