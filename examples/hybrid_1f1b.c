@@ -210,19 +210,32 @@ static void say_lost(const int *lost, int k, int left, int D, int B, size_t from
     fflush(stdout);
 }
 
-/* The stage group's rank (its replica) that hands the stage's state on: the first whose
- * role is not among the lost ones (m: as rejoin says them), or -1. */
-static int state_root(const trainer *t, const int64_t *m)
+/* The first replica whose rank of `stage` is not among the nl lost roles, or -1: the one
+ * that hands the stage's state on. */
+static int state_root(const trainer *t, int stage, const int64_t *lost, int64_t nl)
 {
-    int K = t->o->stages, stage = coll_rank(t->world) % K;
+    int K = t->o->stages;
     for (int d = 0; d < t->D; d++) {
-        int lost = 0;
-        for (int64_t i = 0; i < m[2]; i++)
-            lost |= m[3 + i] == d * K + stage;
-        if (!lost)
+        int gone = 0;
+        for (int64_t i = 0; i < nl && i < MAX_LOST; i++)
+            gone |= lost[i] == d * K + stage;
+        if (!gone)
             return d;
     }
     return -1;
+}
+
+/* Whether every stage keeps a replica after losing these roles (every survivor decides
+ * alike, from the agreed set, before anyone grows). */
+static int healable(const trainer *t, const int *lost, int nl)
+{
+    int64_t roles[MAX_LOST];
+    for (int i = 0; i < nl && i < MAX_LOST; i++)
+        roles[i] = lost[i];
+    for (int i = 0; i < nl && i < MAX_LOST; i++)
+        if (state_root(t, lost[i] % t->o->stages, roles, nl) < 0)
+            return 0;
+    return nl <= MAX_LOST;
 }
 
 /* --heal, on the grown communicator g (survivors and newcomers alike; role -1 on a
@@ -243,12 +256,9 @@ static int rejoin(trainer *t, coll_comm *g, int role, const int *lost, int nl, s
         role = fresh >= 0 && fresh < MAX_LOST ? (int)m[3 + fresh] : -1;
     if (rc == COLL_OK && (rc = coll_split(g, 0, role, &t->world)) == COLL_OK)
         rc = form_groups(t) ? COLL_EINVAL : COLL_OK;
-    int root = rc == COLL_OK ? state_root(t, m) : -1;
-    if (rc == COLL_OK && root < 0) {
-        fprintf(stderr, "heal: stage %d lost every replica: nothing to rebuild it from\n",
-                role % t->o->stages);
-        rc = COLL_EINVAL;
-    }
+    int root = rc == COLL_OK ? state_root(t, role % t->o->stages, m + 3, m[2]) : -1;
+    if (rc == COLL_OK && root < 0)
+        rc = COLL_EINVAL; /* healable() said so on every survivor: they never grow */
     size_t at = 0, n = rc == COLL_OK ? pipe_params(&t->p, &at) : 0;
     float *bufs[2] = {t->net.params + at, t->net.velocity + at};
     for (int i = 0; rc == COLL_OK && i < 2; i++)
@@ -320,7 +330,11 @@ static int recover(trainer *t, size_t k, size_t *last)
     if (coll_rank(rest) == 0)
         say_lost(lost, nl, coll_size(rest), t->o->heal ? t->D : coll_size(rest) / K,
                  t->o->batch, from);
-    if (t->o->heal) {
+    if (t->o->heal && !healable(t, lost, nl)) {
+        fprintf(stderr, "heal: rank %d: a stage lost every replica (or more than %d ranks "
+                        "were lost): nothing to rebuild it from\n", was, MAX_LOST);
+        rc = -1;
+    } else if (t->o->heal) {
         t->world = NULL;
         rc = heal(t, rest, was, lost, nl, &from, last);
         coll_destroy(rest);
@@ -498,7 +512,7 @@ static int train(coll_comm *world, const ex_opts *o)
     if (t.world != world)
         coll_destroy(t.world);
     mnist_free(&tr), mnist_free(&te);
-    return rc == LEAVES ? 0 : rc;
+    return rc == LEAVES ? 0 : rc < 0 ? 1 : rc; /* a COLL_E* code is a failure: 1 */
 }
 
 /* The rank layout is checked in train(): under a launcher --np is not the size. */

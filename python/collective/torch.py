@@ -356,9 +356,12 @@ class _PyWork(dist._Work):
     get_future() returns at once a future the completer settles, so a communication hook
     (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass."""
 
-    def __init__(self, completer, req, after, result, source=-1, comm=None):
+    def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None):
         super().__init__()
-        self._completer, self._lock, self._comm = completer, threading.Lock(), comm
+        self._completer, self._lock = completer, threading.Lock()
+        # Not the group: a work kept must not keep its group from being collected (and so
+        # aborted) once torch lets it go.
+        self._comm, self._recorder_dir = comm, recorder_dir
         self._req, self._after, self._result, self._fut = req, after, result, None
         self._source = source
 
@@ -395,7 +398,7 @@ class _PyWork(dist._Work):
         """A timeout torch's caller saw: with COLL_RECORDER_DIR set, the flight recorder
         goes there (as the library's own timeouts do; coll_analyze merges the ranks'
         files), and the sentence says so."""
-        where = os.environ.get("COLL_RECORDER_DIR")
+        where = self._recorder_dir
         if not where or self._comm is None:
             return ""
         try:
@@ -460,6 +463,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         ms = int(timeout.total_seconds() * 1000) if timeout else 0
         self.store, self.timeout_ms = _Store(store), ms
         self.comm = collective.Communicator(self.store, rank, size, timeout_ms=ms)
+        self.recorder_dir = os.environ.get("COLL_RECORDER_DIR")  # as the library read it
         self.completer = _Completer()
         self.inbox, self._sending = _Inbox(self.comm, ms), threading.Lock()
         self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
@@ -517,7 +521,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
         a _PyWork for torch's Python API, else a work over a future the completer
         settles. source: a receive's sender (an _Ask's while it is not known yet)."""
         if caller is not None:
-            return _PyWork(self.completer, req, after, result, source, self.comm)
+            return _PyWork(self.completer, req, after, result, source, self.comm,
+                           self.recorder_dir)
         return _c10d._create_work_from_future(self.completer.add(req, after, result))
 
     def _now(self, name, args, keep, after, result):
