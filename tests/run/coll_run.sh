@@ -61,7 +61,7 @@ for sig in INT TERM HUP; do
     : > "$tmp/out" # emptied here: the job's own redirection may come after the look below
     env --default-signal=INT "$run" --np 2 sh -c "trap 'echo got $sig \$RANK; exit 0' $sig; echo ready \$RANK; while :; do sleep 0.1; done" > "$tmp/out" 2>&1 &
     pid=$!
-    for i in $(seq 100); do [ "$(count "^ready")" -eq 2 ] && break; sleep 0.05; done
+    for i in $(seq 600); do [ "$(count "^ready")" -eq 2 ] && break; sleep 0.05; done
     kill -s $sig $pid
     wait $pid
     rc=$?
