@@ -160,10 +160,10 @@ int ex_main(int argc, char **argv, const char *usage, int (*valid)(const ex_opts
     if (o.joined && ex_load_data(&o, argv[0], &preloaded[0], &preloaded[1]) != 0)
         return 2;
     have_preloaded = o.joined;
-    if (o.joined ? ex_heal_join(&cfg, 3 * (to ? atoi(to) : 30000), &c) != COLL_OK
-                 : coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
-        fprintf(stderr, "rank %d: %s: %s\n", rank, o.joined ? "joining" : "coll_init",
-                coll_last_error(NULL));
+    if (o.joined && ex_heal_join(&cfg, 3 * (to ? atoi(to) : 30000), &c) != COLL_OK)
+        return 2; /* ex_heal_join said why: each failed grow, then the wait's end */
+    if (!o.joined && coll_init(&c, url, rank, size, &cfg) != COLL_OK) {
+        fprintf(stderr, "rank %d: coll_init: %s\n", rank, coll_last_error(NULL));
         return 2;
     }
     o.started = started, o.joined_at = ex_wall_s();
