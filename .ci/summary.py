@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
-"""Prints 'N passed, N failed' from meson's testlog.json files (one or more builds)."""
+"""Prints the slowest tests of each build (what to work on when CI grows long), then
+'N passed, N failed' from meson's testlog.json files (one or more builds) as the last line."""
 import json
 import sys
+
+SLOWEST = 8
 
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
     try:
-        lines = open(path).read().splitlines()
+        runs = [json.loads(line) for line in open(path).read().splitlines()]
     except OSError:
         failed += 1
         print(f"{path}: missing (the build or the test run did not finish)")
         continue
-    for line in lines:
-        r = json.loads(line).get("result")
-        if r in ("OK", "EXPECTEDFAIL"):
+    for r in runs:
+        result = r.get("result")
+        if result in ("OK", "EXPECTEDFAIL"):
             passed += 1
-        elif r == "SKIP":
+        elif result == "SKIP":
             skipped += 1
         else:
             failed += 1
+    slow = sorted(runs, key=lambda r: -r.get("duration", 0))[:SLOWEST]
+    total = sum(r.get("duration", 0) for r in runs)
+    print(f"{path}: {len(runs)} tests, {total:.0f} s of test time; slowest: " +
+          ", ".join(f"{r['name']} {r.get('duration', 0):.0f} s" for r in slow))
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
 sys.exit(1 if failed else 0)
