@@ -2,7 +2,9 @@
 """coll_trace_merge: merges the per-rank trace files a job wrote with COLL_TRACE=DIR
 (DIR/coll-trace-<job>-<rank>.json, Chrome trace-event JSON) into one file that Perfetto
 (ui.perfetto.dev) or chrome://tracing opens as one timeline: a process per rank, a
-thread per communicator, a complete event per collective, send and receive.
+thread per communicator, a complete event per collective, send and receive, with a
+collective's passes and steps inside it on its thread and its transfers on a thread per
+peer and direction ("comm 0 to rank 2").
 
 usage: coll_trace_merge [--job NAME] [-o OUT] DIR_OR_FILE...
 

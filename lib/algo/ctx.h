@@ -7,6 +7,7 @@
 
 #include "collective.h"
 
+#include "algo/tally.h"
 #include "base/buf.h"
 #include "transports/transport.h"
 #include "wire/wire.h"
@@ -108,6 +109,9 @@ typedef struct cl_algo_ctx {
     cl_spin_tune *spin;
     cl_fail_hooks fail;
     cl_stall *stall; /* NULL: nobody records where a wait began */
+    cl_running *running; /* the recorder's running collective (tally.h); NULL: off */
+    const char *scope;   /* a hierarchical sub-ring's, for its traced passes: "host",
+                          * "across hosts"; NULL: all ranks */
 } cl_algo_ctx;
 
 /* A wait begins at now_ms with no progress since the last one: noted only on the way

@@ -37,6 +37,10 @@ struct flight {
     cl_tr_sink sink[WINDOW];
     sink_at sink_at[WINDOW];
     size_t busy_at; /* the pass's meanwhile work done so far */
+    /* COLL_TRACE only: when each slot's transfer was posted, a send's bytes, and
+     * whether this flight's steps are traced (not where flights run side by side). */
+    uint64_t rt[WINDOW], st[WINDOW], sbytes[WINDOW];
+    int steps;
 };
 
 size_t cl_unit_chunk(const pass *p, size_t u, int recv)
@@ -146,6 +150,28 @@ static void trace_unit(const pass *p, size_t u, int recv, size_t bytes)
                recv ? "from" : "sent to", cl_rank_of(p->x, cl_unit_peer(p, u, recv)));
 }
 
+/* Bytes to or from unit u's peer, for the flight recorder (tally.h). */
+static void count_peer(const pass *p, size_t u, int recv, uint64_t bytes)
+{
+    if (p->x->running && p->x->running->moved)
+        cl_moved_add(p->x->running, cl_rank_of(p->x, cl_unit_peer(p, u, recv)), recv, bytes);
+}
+
+/* Traced: unit u's transfer (posted at `start`) to its peer's span, and the step it
+ * ends, on the side that paces the steps: the receives, or the sends of a pass that
+ * receives nothing. A routed pass's units are its peers', not steps. */
+static void traced_unit(const pass *p, int steps, size_t u, int recv, uint64_t start,
+                        uint64_t bytes)
+{
+    cl_spans *s = cl_traced(p->x->running);
+    uint64_t now = cl_span_clock();
+    size_t segs = p->segs_per_chunk ? p->segs_per_chunk : 1;
+    int routed = p->ops->peer != NULL, step = routed ? 0 : (int)(u / segs);
+    cl_span_transfer(s, recv, cl_rank_of(p->x, cl_unit_peer(p, u, recv)), step, start, now, bytes);
+    if (steps && !routed && (recv || p->from < 0) && ((u + 1) % segs == 0 || u + 1 == p->units))
+        cl_span_step(s, step, now);
+}
+
 /* Send unit u's bytes, header and link (*to NULL while it is not open). */
 static int send_unit(flight *f, size_t u, const void **buf, cl_msg_hdr *h, cl_tr_conn **to)
 {
@@ -161,6 +187,7 @@ static int send_unit(flight *f, size_t u, const void **buf, cl_msg_hdr *h, cl_tr
 static void sent(const pass *p, size_t u, const cl_msg_hdr *h)
 {
     cl_tally(p->x->wire_tx, sizeof(*h) + h->len);
+    count_peer(p, u, 0, sizeof(*h) + h->len);
     trace_unit(p, u, 0, h->len);
 }
 
@@ -176,6 +203,10 @@ static int post_send(flight *f)
     if (rc == COLL_OK) {
         f->s_posted++;
         sent(f->p, u, &h);
+        if (cl_traced(f->p->x->running)) {
+            f->st[u % WINDOW] = cl_span_clock();
+            f->sbytes[u % WINDOW] = sizeof(h) + h.len;
+        }
     }
     return rc;
 }
@@ -213,6 +244,8 @@ static int post_recv(flight *f)
     rc = p->ops->take && tr->irecv_sink
              ? tr->irecv_sink(from, &f->rh[slot], dst, bytes, &f->sink[slot], &f->rq[slot])
              : tr->irecv(from, &f->rh[slot], dst, bytes, &f->rq[slot]);
+    if (rc == COLL_OK && cl_traced(p->x->running))
+        f->rt[slot] = cl_span_clock();
     if (rc == COLL_OK)
         f->r_posted++;
     return rc;
@@ -250,6 +283,7 @@ static int received(pass *p, size_t u, int rc, const cl_msg_hdr *got, size_t byt
     if (v == CL_WIRE_MISMATCH)
         return mismatch(p, u, got, &want);
     cl_tally(p->x->wire_rx, sizeof(want) + nbytes);
+    count_peer(p, u, 1, sizeof(want) + nbytes);
     trace_unit(p, u, 1, nbytes);
     return COLL_OK;
 }
@@ -264,6 +298,8 @@ static int finish_recv(flight *f, int rc, size_t nbytes)
         return rc;
     if (p->ops->arrived && !f->sink_at[slot].taken)
         p->ops->arrived(p, u, f->rbuf[slot]);
+    if (cl_traced(p->x->running))
+        traced_unit(p, f->steps, u, 1, f->rt[slot], sizeof(cl_msg_hdr) + nbytes);
     f->r_done++;
     return COLL_OK;
 }
@@ -331,6 +367,9 @@ static int reap(flight *f, int *progress)
         if (!done)
             break;
         f->sq[f->s_done % WINDOW] = NULL;
+        if (cl_traced(p->x->running))
+            traced_unit(p, f->steps, f->s_done, 0, f->st[f->s_done % WINDOW],
+                        f->sbytes[f->s_done % WINDOW]);
         f->s_done++;
         *progress = 1;
         if (rc != COLL_OK)
@@ -490,10 +529,13 @@ static int quick_send(pass *p, cl_tr_conn *to, char *slot, int *sent_now)
     size_t bytes = 0;
     const void *buf = p->ops->send(p, 0, slot, &bytes);
     cl_msg_hdr h = header_for(p, 0, 0, bytes);
+    uint64_t t0 = cl_traced(p->x->running) ? cl_span_clock() : 0;
     if (p->x->tr->send_now(to, &h, buf) != COLL_OK)
         return COLL_INPROGRESS; /* the general loop sends it, or reports why it cannot */
     *sent_now = 1;
     sent(p, 0, &h);
+    if (t0)
+        traced_unit(p, 1, 0, 0, t0, sizeof(h) + h.len);
     cl_tally(p->x->quick, 1);
     return COLL_OK;
 }
@@ -504,6 +546,7 @@ static int quick_recv(pass *p, cl_tr_conn *from, char *slot, int *got_now)
     void *dst = p->ops->recv(p, 0, slot, &bytes);
     cl_msg_hdr h;
     cl_spin spin = cl_spin_quiet(p->x);
+    uint64_t t0 = cl_traced(p->x->running) ? cl_span_clock() : 0;
     int rc;
     while ((rc = p->x->tr->recv_now(from, &h, dst, bytes, &nbytes)) == COLL_INPROGRESS &&
            cl_spin_poll(&spin))
@@ -516,6 +559,8 @@ static int quick_recv(pass *p, cl_tr_conn *from, char *slot, int *got_now)
     rc = received(p, 0, rc, &h, bytes, nbytes);
     if (rc == COLL_OK && p->ops->arrived)
         p->ops->arrived(p, 0, dst);
+    if (rc == COLL_OK && t0)
+        traced_unit(p, 1, 0, 1, t0, sizeof(h) + nbytes);
     return rc;
 }
 
@@ -627,6 +672,14 @@ static int run(flight *fs, int n)
     return rc;
 }
 
+/* What a traced pass is called: the kind of its chunks, where its ring runs. */
+static void phase(cl_spans *s, const pass *p)
+{
+    static const char *names[] = {[CHUNKS_RS] = "reduce-scatter", [CHUNKS_AG] = "all-gather",
+                                  [CHUNKS_ONE] = "exchange", [CHUNKS_DIRECT] = "direct"};
+    cl_span_phase(s, names[p->order], p->x->scope);
+}
+
 int cl_pass_run_all(pass *ps, int n)
 {
     flight fs[CL_PASS_MAX_FLIGHTS] = {{0}};
@@ -634,10 +687,17 @@ int cl_pass_run_all(pass *ps, int n)
         return COLL_EINVAL;
     for (int i = 0; i < n; i++)
         fs[i].p = &ps[i];
-    return run(fs, n);
+    fs[0].steps = n == 1; /* side by side, steps of two flights would overlap */
+    cl_spans *s = cl_traced(ps[0].x->running);
+    if (!s)
+        return run(fs, n);
+    phase(s, &ps[0]);
+    int rc = run(fs, n);
+    cl_span_phase_end(s);
+    return rc;
 }
 
-int cl_pass_run(pass *p)
+static int run_pass(pass *p)
 {
     int sent_now = 0, got_now = 0;
     int rc = quick_fits(p) ? quick(p, &sent_now, &got_now) : COLL_INPROGRESS;
@@ -647,8 +707,19 @@ int cl_pass_run(pass *p)
     }
     if (rc != COLL_INPROGRESS)
         return rc;
-    flight f = {.p = p};
+    flight f = {.p = p, .steps = 1};
     f.s_posted = f.s_done = (size_t)sent_now;
     f.r_posted = f.r_done = (size_t)got_now;
     return run(&f, 1);
+}
+
+int cl_pass_run(pass *p)
+{
+    cl_spans *s = cl_traced(p->x->running);
+    if (!s)
+        return run_pass(p);
+    phase(s, p);
+    int rc = run_pass(p);
+    cl_span_phase_end(s);
+    return rc;
 }

@@ -99,7 +99,8 @@ static cl_algo_ctx algo_ctx(coll_comm *c, int ch)
                          .aborted = &c->aborted,
                          .spin = &c->spin,
                          .fail = cl_comm_hooks(c),
-                         .stall = cl_rec_stall(c)};
+                         .stall = cl_rec_stall(c),
+                         .running = cl_rec_running(c)};
 }
 
 /* c's transport context and listener (*l); a shared split has none of its own. */

@@ -54,16 +54,32 @@ static void clock_setup(void)
     ticks_per_us = (double)(cl_rec_clock() - base_tick) / (double)(now - base_us);
 }
 
+cl_rec_timebase cl_rec_timebase_now(void)
+{
+    cl_rec_timebase b = {base_tick, (double)base_us, ticks_per_us};
+    int64_t now_us = 0;
+    uint64_t now_tick = 0;
+    for (int i = 0; i < 4; i++) { /* a pair read together: not one preempted between */
+        uint64_t before = cl_rec_clock();
+        now_us = cl_now_us();
+        now_tick = cl_rec_clock();
+        if ((double)(now_tick - before) < 20 * ticks_per_us)
+            break;
+    }
+    if (cl_rec_tsc && now_us - base_us > 1000000) /* a longer interval measures it better */
+        b.rate = (double)(now_tick - base_tick) / (double)(now_us - base_us);
+    return b;
+}
+
+double cl_rec_us_in(const cl_rec_timebase *b, uint64_t t)
+{
+    return t ? b->us + (double)(int64_t)(t - b->tick) / b->rate : 0;
+}
+
 double cl_rec_us(uint64_t t)
 {
-    if (!t)
-        return 0;
-    double rate = ticks_per_us;
-    int64_t now_us = cl_now_us();
-    uint64_t now_tick = cl_rec_clock();
-    if (cl_rec_tsc && now_us - base_us > 1000000) /* a longer interval measures it better */
-        rate = (double)(now_tick - base_tick) / (double)(now_us - base_us);
-    return (double)base_us + (double)(int64_t)(t - base_tick) / rate;
+    cl_rec_timebase b = cl_rec_timebase_now();
+    return t ? cl_rec_us_in(&b, t) : 0;
 }
 
 /* Ticks as whole CLOCK_MONOTONIC microseconds (0 stays 0: not yet). */
@@ -154,6 +170,7 @@ int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
     if (cfg->signal)
         listen_for_signal(cfg->signal);
     r->trace = cl_trace_open(r->job);
+    r->run.spans = r->trace ? &r->spans : NULL;
     c->rec = r;
     return COLL_OK;
 }
@@ -161,6 +178,11 @@ int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
 cl_stall *cl_rec_stall(coll_comm *c)
 {
     return c->rec ? &c->rec->stall : NULL;
+}
+
+cl_running *cl_rec_running(coll_comm *c)
+{
+    return c->rec ? &c->rec->run : NULL;
 }
 
 cl_rec_config cl_rec_config_of(const coll_comm *c)
@@ -184,6 +206,7 @@ void cl_rec_close(coll_comm *c)
     pthread_mutex_unlock(&live_mu);
     c->rec = NULL;
     cl_trace_close(r->trace, c);
+    free(r->spans.s);
     free(r->e);
     free(r->p2p);
     free(r);
@@ -221,11 +244,35 @@ static void running(const cl_rec *r, uint64_t bytes0, coll_record *out)
     out->progress_us = last_progress_us(r, now, out->started_us);
 }
 
-/* Entry e as a coll_record: 0, or -1 when it is not entry `id` (empty, or taken by a
- * newer one meanwhile). A send's or receive's bytes are known once it ended; while it
- * runs, its last progress is not (0). */
+/* A collective's bytes by peer as they stand (the slots `used` counts are whole); a
+ * send's or receive's, its peer's. */
+static void moved_of(const struct cl_rec_entry *e, const coll_record *x, cl_moved *m)
+{
+    int kind = __atomic_load_n(&e->kind, __ATOMIC_RELAXED);
+    memset(m, 0, sizeof(*m));
+    if (is_p2p(kind)) {
+        m->used = 1;
+        m->who[0] = x->root;
+        *(kind == CL_SEND ? &m->tx[0] : &m->rx[0]) = x->bytes;
+        return;
+    }
+    m->used = CL_MIN(__atomic_load_n(&e->moved.used, __ATOMIC_ACQUIRE), (uint32_t)CL_PEER_SLOTS);
+    for (uint32_t i = 0; i < m->used; i++) {
+        m->who[i] = __atomic_load_n(&e->moved.who[i], __ATOMIC_RELAXED);
+        m->tx[i] = __atomic_load_n(&e->moved.tx[i], __ATOMIC_RELAXED);
+        m->rx[i] = __atomic_load_n(&e->moved.rx[i], __ATOMIC_RELAXED);
+    }
+    if (m->used) {
+        m->other_tx = __atomic_load_n(&e->moved.other_tx, __ATOMIC_RELAXED);
+        m->other_rx = __atomic_load_n(&e->moved.other_rx, __ATOMIC_RELAXED);
+    }
+}
+
+/* Entry e as a coll_record, and its bytes by peer where m is not NULL: 0, or -1 when it
+ * is not entry `id` (empty, or taken by a newer one meanwhile). A send's or receive's
+ * bytes are known once it ended; while it runs, its last progress is not (0). */
 static int snapshot(const cl_rec *r, const struct cl_rec_entry *e, uint32_t id,
-                    coll_record *out)
+                    coll_record *out, cl_moved *m)
 {
     if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != id)
         return -1;
@@ -253,41 +300,53 @@ static int snapshot(const cl_rec *r, const struct cl_rec_entry *e, uint32_t id,
         running(r, bytes0, out);
     else if (state == COLL_REC_DONE || (state == COLL_REC_FAILED && p2p))
         out->progress_us = out->ended_us;
+    if (m)
+        moved_of(e, out, m);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == id ? 0 : -1;
 }
 
-/* The last `kept` entries of ring e (entries numbered up to last) that are whole. */
+/* The last `kept` entries of ring e (entries numbered up to last) that are whole, and
+ * their bytes by peer where m is not NULL. */
 static int read_ring(const cl_rec *r, const struct cl_rec_entry *e, uint32_t last,
-                     coll_record *out)
+                     coll_record *out, cl_moved *m)
 {
     uint32_t want = CL_MIN((uint32_t)r->cfg.ops, last);
     int n = 0;
     for (uint32_t id = last - want + 1; want && id <= last; id++)
-        if (snapshot(r, &e[id & r->mask], id, &out[n]) == 0)
+        if (snapshot(r, &e[id & r->mask], id, &out[n], m ? &m[n] : NULL) == 0)
             n++;
     return n;
 }
 
-/* The newest min(max, kept) records of both rings, oldest first: each ring's in issue
- * order already, merged by the time they were issued (each ring is a power of two; the
- * recorder keeps what it was asked to of each). */
-static int read_records(const cl_rec *r, coll_record *out, int max)
+/* The newest min(max, kept) records of both rings, oldest first, and their bytes by
+ * peer where m is not NULL: each ring's in issue order already, merged by the time they
+ * were issued (each ring is a power of two; the recorder keeps what it was asked to of
+ * each). */
+static int read_records(const cl_rec *r, coll_record *out, cl_moved *m, int max)
 {
-    coll_record *all = malloc(2 * (size_t)r->cfg.ops * sizeof(*all));
-    if (!all)
+    size_t kept = 2 * (size_t)r->cfg.ops;
+    coll_record *all = malloc(kept * sizeof(*all));
+    cl_moved *allm = m ? malloc(kept * sizeof(*allm)) : NULL;
+    if (!all || (m && !allm)) {
+        free(all);
         return COLL_ENOMEM;
-    int nc = read_ring(r, r->e, cl_engine_issued(r->comm), all);
-    int np = read_ring(r, r->p2p, __atomic_load_n(&r->p2p_n, __ATOMIC_RELAXED), all + nc);
+    }
+    int nc = read_ring(r, r->e, cl_engine_issued(r->comm), all, allm);
+    int np = read_ring(r, r->p2p, __atomic_load_n(&r->p2p_n, __ATOMIC_RELAXED), all + nc,
+                       allm ? allm + nc : NULL);
     int total = nc + np, skip = total > max ? total - max : 0, n = 0;
     const coll_record *a = all, *b = all + nc;
     for (int i = 0; i < total; i++) {
         int take_a = b == all + total || (a < all + nc && a->issued_us <= b->issued_us);
         const coll_record *x = take_a ? a++ : b++;
+        if (i >= skip && m)
+            m[n] = allm[x - all];
         if (i >= skip)
             out[n++] = *x;
     }
     free(all);
+    free(allm);
     return n;
 }
 
@@ -295,7 +354,7 @@ int coll_recorder_read(const coll_comm *comm, coll_record *out, int max)
 {
     if (!comm || max < 0 || (max && !out))
         return COLL_EINVAL;
-    return comm->rec ? read_records(comm->rec, out, max) : 0;
+    return comm->rec ? read_records(comm->rec, out, NULL, max) : 0;
 }
 
 /* Entry `last` of ring e when it is whole; a writer that is rewriting it meanwhile
@@ -303,7 +362,7 @@ int coll_recorder_read(const coll_comm *comm, coll_record *out, int max)
 static int newest(const cl_rec *r, const struct cl_rec_entry *e, uint32_t last,
                   coll_record *out)
 {
-    return last && snapshot(r, &e[last & r->mask], last, out) == 0;
+    return last && snapshot(r, &e[last & r->mask], last, out, NULL) == 0;
 }
 
 void cl_rec_head(const coll_comm *c, coll_record *coll, coll_record *p2p)
@@ -345,23 +404,37 @@ void cl_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void put_record(FILE *f, const coll_record *x)
+void cl_json_moved(FILE *f, const cl_moved *m)
+{
+    uint32_t used = CL_MIN(m->used, (uint32_t)CL_PEER_SLOTS);
+    fputs(", \"peers\": [", f);
+    for (uint32_t i = 0; i < used; i++)
+        fprintf(f, "%s{\"rank\": %d, \"tx\": %llu, \"rx\": %llu}", i ? ", " : "", m->who[i],
+                (unsigned long long)m->tx[i], (unsigned long long)m->rx[i]);
+    fprintf(f, "], \"others_tx\": %llu, \"others_rx\": %llu",
+            (unsigned long long)(used ? m->other_tx : 0), (unsigned long long)(used ? m->other_rx : 0));
+}
+
+static void put_record(FILE *f, const coll_record *x, const cl_moved *m)
 {
     fprintf(f, "    {\"seq\": %u, \"kind\": \"%s\", \"count\": %zu, \"dtype\": \"%s\", "
                "\"op\": \"%s\", \"root\": %d, \"tag\": %u, \"algo\": \"%s\", \"codec\": \"%s\", "
                "\"state\": \"%s\", \"status\": \"%s\", \"issued_us\": %lld, "
                "\"started_us\": %lld, \"ended_us\": %lld, \"bytes\": %llu, "
-               "\"progress_us\": %lld}",
+               "\"progress_us\": %lld",
             x->seq, x->kind, x->count, cl_dtype_name(x->dtype), cl_op_name(x->op), x->root,
             x->tag, x->algo, cl_codec_name(x->codec), state_name(x->state),
             x->status == COLL_OK ? "ok" : coll_strerror(x->status), (long long)x->issued_us,
             (long long)x->started_us, (long long)x->ended_us, (unsigned long long)x->bytes,
             (long long)x->progress_us);
+    cl_json_moved(f, m);
+    fputc('}', f);
 }
 
 /* The whole file. Times are CLOCK_MONOTONIC microseconds; now_us and wall_s (the
  * realtime clock, seconds) are read together, so a reader can place them in the day. */
-static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_record *xs, int n)
+static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_record *xs,
+                     const cl_moved *ms, int n)
 {
     const coll_comm *c = r->comm;
     struct timespec wall;
@@ -381,7 +454,7 @@ static void put_file(FILE *f, const cl_rec *r, const char *reason, const coll_re
                "  \"ops\": [\n", cl_engine_issued(c), (unsigned)r->cfg.ops, (long long)cl_now_us(),
             (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
     for (int i = 0; i < n; i++) {
-        put_record(f, &xs[i]);
+        put_record(f, &xs[i], &ms[i]);
         fputs(i + 1 < n ? ",\n" : "\n", f);
     }
     fputs("  ]\n}\n", f);
@@ -392,9 +465,13 @@ static int write_file(const cl_rec *r, const char *path, const char *reason)
 {
     uint32_t kept = 2 * (uint32_t)r->cfg.ops; /* collectives, sends and receives */
     coll_record *xs = malloc(kept * sizeof(*xs));
-    if (!xs)
+    cl_moved *ms = malloc(kept * sizeof(*ms));
+    int n = xs && ms ? read_records(r, xs, ms, (int)kept) : COLL_ENOMEM;
+    if (n < 0) {
+        free(xs);
+        free(ms);
         return COLL_ENOMEM;
-    int n = read_records(r, xs, (int)kept);
+    }
     /* the failure's dump and the signal's may write one path at once: a name each */
     static atomic_uint writes;
     char tmp[4200];
@@ -402,7 +479,7 @@ static int write_file(const cl_rec *r, const char *path, const char *reason)
     FILE *f = fopen(tmp, "w");
     int rc = COLL_ESYS, err = 0;
     if (f) {
-        put_file(f, r, reason, xs, n);
+        put_file(f, r, reason, xs, ms, n);
         rc = ferror(f) ? COLL_ESYS : COLL_OK;
         err = errno;
         if (fclose(f) != 0 && rc == COLL_OK) {
@@ -419,6 +496,7 @@ static int write_file(const cl_rec *r, const char *path, const char *reason)
         err = errno;
     }
     free(xs);
+    free(ms);
     if (rc != COLL_OK)
         cl_log(COLL_LOG_WARN, "rank %d: flight recorder: cannot write %s: %s", r->comm->rank,
                path, strerror(err));
@@ -509,7 +587,7 @@ void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
         CL_REC_PUT(e->status, status);
         __atomic_store_n(&e->state, COLL_REC_FAILED, __ATOMIC_RELEASE);
         if (r->trace)
-            cl_trace_add(r->trace, e);
+            cl_trace_add(r->trace, e, &r->spans);
     }
     diagnose(c, r, op, status);
     failure_file(r, op->kind, op->seq, status);
@@ -527,7 +605,7 @@ void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes)
     __atomic_store_n(&e->state, status == COLL_OK ? COLL_REC_DONE : COLL_REC_FAILED,
                      __ATOMIC_RELEASE);
     if (r->trace)
-        cl_trace_add(r->trace, e);
+        cl_trace_add(r->trace, e, NULL);
     if (status != COLL_OK)
         failure_file(r, __atomic_load_n(&e->kind, __ATOMIC_RELAXED),
                      __atomic_load_n(&e->msg, __ATOMIC_RELAXED), status);
@@ -594,4 +672,101 @@ static void listen_for_signal(int sig)
 {
     signal_wanted = sig;
     pthread_once(&signal_once, signal_setup);
+}
+
+/* ---- a traced collective's children (algo/tally.h) ---------------------------------- */
+
+enum { SPANS_MAX = 1 << 16 }; /* per collective: what a huge all-to-all has past that is dropped */
+
+void cl_rec_spans_reset(cl_rec *r)
+{
+    r->spans.n = r->spans.dropped = r->spans.phase = r->spans.depth = 0;
+}
+
+uint64_t cl_span_clock(void)
+{
+    return cl_rec_clock();
+}
+
+static cl_span *span_add(cl_spans *s)
+{
+    if (s->n == s->cap) {
+        uint32_t cap = s->cap ? 2 * s->cap : 64;
+        cl_span *more = cap <= SPANS_MAX ? realloc(s->s, cap * sizeof(*more)) : NULL;
+        if (!more) {
+            s->dropped++;
+            return NULL;
+        }
+        s->s = more;
+        s->cap = cap;
+    }
+    return &s->s[s->n++];
+}
+
+/* A child of the open phase, named by it (NULL: dropped). */
+static cl_span *span_in_phase(cl_spans *s, uint8_t what, int peer, int step, uint64_t start,
+                              uint64_t end)
+{
+    const char *name = s->s[s->phase - 1].name, *scope = s->s[s->phase - 1].scope;
+    cl_span *x = span_add(s);
+    if (x)
+        *x = (cl_span){.start = start, .end = end > start ? end : start, .name = name,
+                       .scope = scope, .peer = peer, .step = step, .what = what};
+    return x;
+}
+
+void cl_span_phase(cl_spans *s, const char *name, const char *scope)
+{
+    if (!s || s->depth++)
+        return;
+    uint64_t now = cl_rec_clock();
+    cl_span *x = span_add(s);
+    if (x)
+        *x = (cl_span){.start = now, .end = now, .name = name, .scope = scope ? scope : "",
+                       .peer = -1, .step = -1, .what = CL_SPAN_PHASE};
+    s->phase = x ? s->n : 0;
+    s->step_from = now;
+}
+
+void cl_span_phase_end(cl_spans *s)
+{
+    if (!s || !s->depth || --s->depth)
+        return;
+    if (s->phase)
+        s->s[s->phase - 1].end = cl_rec_clock();
+    s->phase = 0;
+}
+
+void cl_span_step(cl_spans *s, int step, uint64_t end)
+{
+    if (!s || !s->phase || s->depth != 1)
+        return;
+    cl_span *x = span_in_phase(s, CL_SPAN_STEP, -1, step, s->step_from, end);
+    if (x)
+        s->step_from = x->end;
+}
+
+void cl_span_transfer(cl_spans *s, int recv, int peer, int step, uint64_t start, uint64_t end,
+                      uint64_t bytes)
+{
+    if (!s || !s->phase)
+        return;
+    uint8_t what = recv ? CL_SPAN_RECV : CL_SPAN_SEND;
+    uint32_t i = s->n;
+    while (i-- > 0 && !(s->s[i].what == what && s->s[i].peer == peer))
+        ;
+    cl_span *last = i < s->n ? &s->s[i] : NULL;
+    if (last && last->step == step && i >= s->phase - 1) { /* more of this step */
+        last->end = end > last->end ? end : last->end;
+        last->bytes += bytes;
+        last->messages++;
+        return;
+    }
+    /* after the peer's span before it: the link carried that one first */
+    cl_span *x = span_in_phase(s, what, peer, step, last && last->end > start ? last->end : start,
+                               end);
+    if (x) {
+        x->bytes = bytes;
+        x->messages = 1;
+    }
 }

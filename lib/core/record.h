@@ -30,6 +30,7 @@ struct cl_rec_entry {
     uint64_t issued, started, ended; /* cl_rec_clock ticks; 0: not yet */
     uint64_t bytes0, bytes;          /* the wire counters when it started; moved by its end */
     int64_t progress_us;             /* a failed one's last progress */
+    cl_moved moved;                  /* a collective's bytes by peer (algo/tally.h) */
 };
 
 typedef struct cl_rec {
@@ -44,6 +45,8 @@ typedef struct cl_rec {
     char job[CL_JOB_NAME];
     char dir[256];
     cl_trace *trace;     /* COLL_TRACE's consumer of ended entries (trace.h); NULL: off */
+    cl_running run;      /* the running collective, where its passes count (cl_algo_ctx) */
+    cl_spans spans;      /* its children while traced (run.spans points here then) */
     struct cl_rec *next; /* every live recorder, for the signal's dump */
 } cl_rec;
 
@@ -53,6 +56,15 @@ typedef struct cl_rec {
 extern int cl_rec_tsc;
 /* Ticks as CLOCK_MONOTONIC microseconds, with their fraction (0 stays 0: not yet). */
 double cl_rec_us(uint64_t t);
+/* The conversion cl_rec_us makes now, held: the TSC's rate is refined at each call, so
+ * times converted at different calls may swap by a little; a file whose events must
+ * nest (trace.c) converts them all with one. */
+typedef struct {
+    uint64_t tick;
+    double us, rate; /* CLOCK_MONOTONIC at tick; ticks per microsecond */
+} cl_rec_timebase;
+cl_rec_timebase cl_rec_timebase_now(void);
+double cl_rec_us_in(const cl_rec_timebase *b, uint64_t t);
 static inline uint64_t cl_rec_clock(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -95,6 +107,7 @@ static inline void cl_rec_issue(coll_comm *c, const cl_op *op, int running)
     CL_REC_PUT(e->bytes0, cl_rec_bytes(c));
     CL_REC_PUT(e->bytes, (uint64_t)0);
     CL_REC_PUT(e->progress_us, (int64_t)0);
+    CL_REC_PUT(e->moved.used, 0u);
     CL_REC_PUT(e->state, running ? COLL_REC_RUNNING : COLL_REC_QUEUED);
     __atomic_store_n(&e->seq, op->seq, __ATOMIC_RELEASE);
 }
@@ -107,10 +120,17 @@ static inline struct cl_rec_entry *cl_rec_entry_of(const cl_rec *r, const cl_op 
     return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == op->seq ? e : NULL;
 }
 
-/* It starts running with algorithm `algo`. */
+/* A traced collective starts: no children yet (record.c). */
+void cl_rec_spans_reset(cl_rec *r);
+
+/* It starts running with algorithm `algo`: its passes count into its entry from now. */
 static inline void cl_rec_start(coll_comm *c, const cl_op *op, const char *algo)
 {
     struct cl_rec_entry *e = c->rec ? cl_rec_entry_of(c->rec, op) : NULL;
+    if (c->rec)
+        c->rec->run.moved = e ? &e->moved : NULL;
+    if (c->rec && c->rec->run.spans)
+        cl_rec_spans_reset(c->rec);
     if (!e)
         return;
     CL_REC_PUT(e->algo, algo);
@@ -129,6 +149,7 @@ static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
 {
     if (!c->rec)
         return;
+    c->rec->run.moved = NULL;
     if (status != COLL_OK) {
         cl_rec_failed(c, op, status);
         return;
@@ -140,7 +161,7 @@ static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
     CL_REC_PUT(e->bytes, cl_rec_bytes(c) - __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED));
     __atomic_store_n(&e->state, COLL_REC_DONE, __ATOMIC_RELEASE);
     if (c->rec->trace)
-        cl_trace_add(c->rec->trace, e);
+        cl_trace_add(c->rec->trace, e, &c->rec->spans);
 }
 
 /* Sends and receives (p2p.c, under the hub's p2p_mu): one posted (running), or one done
@@ -171,7 +192,7 @@ static inline uint32_t cl_rec_p2p(coll_comm *c, const cl_op *op, int status, uin
     CL_REC_PUT(e->state, !done ? COLL_REC_RUNNING : status ? COLL_REC_FAILED : COLL_REC_DONE);
     __atomic_store_n(&e->seq, n, __ATOMIC_RELEASE);
     if (done && r->trace)
-        cl_trace_add(r->trace, e);
+        cl_trace_add(r->trace, e, NULL);
     return n;
 }
 
@@ -187,6 +208,11 @@ void cl_rec_head(const coll_comm *c, coll_record *coll, coll_record *p2p);
  * here and trace.c's). */
 void cl_json_string(FILE *f, const char *s);
 
+/* A collective's bytes by peer as JSON members (the dump's and the trace's): ,
+ * "peers": [{"rank": r, "tx": bytes, "rx": bytes} ...], "others_tx": .., "others_rx": ..
+ * (headers included, as `bytes`). */
+void cl_json_moved(FILE *f, const cl_moved *m);
+
 /* Reads the COLL_RECORDER_* variables and coll_config.recorder_ops into out. */
 int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, size_t errlen);
 /* The recorder of a new communicator c (none when cfg->ops is 0): COLL_OK or
@@ -194,6 +220,8 @@ int cl_rec_configure(const coll_config *user, cl_rec_config *out, char *err, siz
 int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job);
 /* Where c's passes note their waits (NULL when the recorder is off). */
 cl_stall *cl_rec_stall(coll_comm *c);
+/* Where c's passes count their bytes by peer and, traced, their steps (NULL: off). */
+cl_running *cl_rec_running(coll_comm *c);
 /* The settings a communicator derived from c inherits. */
 cl_rec_config cl_rec_config_of(const coll_comm *c);
 void cl_rec_close(coll_comm *c);

@@ -112,6 +112,7 @@ static void sub_ring(coll_comm *c, int s, int size)
             x->rank = i;
     }
     x->ranks = t->sub_ranks[s];
+    x->scope = s == 0 ? "host" : "across hosts";
 }
 
 void cl_topo_contexts(coll_comm *c)

@@ -33,16 +33,27 @@ typedef struct {
     int tid;
 } event;
 
+/* A child of a collective, and its parent's times (a child is drawn inside them). */
+typedef struct {
+    cl_span s;
+    uint64_t lo, hi;
+    uint32_t seq;
+    int tid;
+} child;
+
 static struct {
     pthread_mutex_t mu;
     event *evs;
+    child *kids;
     size_t n, cap, max, dropped;
+    size_t nk, capk; /* children: held to the same max */
     int open;           /* traced communicators not yet closed */
     int tids;           /* communicators traced so far: the next one's tid */
     int rank, size;     /* in the communicator that aligned (coll_init's); -1: none */
     double offset_us;   /* rank 0's clock less this process's */
     double rtt_us;      /* the round trip it was measured over */
     double skew_us;     /* COLL_TRACE_SKEW_US: a test's clock, off by this much */
+    cl_rec_timebase base; /* the file's conversion of ticks, one for all its times */
     char job[CL_JOB_NAME];
     char comms[CL_TRACE_NAMED][20]; /* the first communicators' ids, by tid, for their names */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .rank = -1};
@@ -82,24 +93,47 @@ cl_trace *cl_trace_open(const char *job)
     return t;
 }
 
-void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e)
+/* Room for one more in *a (n used of *cap, elements of `size`), up to g.max (under g.mu). */
+static int room(void **a, size_t n, size_t *cap, size_t size)
+{
+    if (n == *cap && n < g.max) {
+        size_t more_cap = *cap ? CL_MIN(2 * *cap, g.max) : 1024;
+        void *more = realloc(*a, more_cap * size);
+        if (more) {
+            *a = more;
+            *cap = more_cap;
+        }
+    }
+    return n < *cap;
+}
+
+/* The collective's children, each with its times (under g.mu). */
+static void add_kids(const event *ev, const cl_spans *kids)
+{
+    for (uint32_t i = 0; i < kids->n; i++) {
+        if (!room((void **)&g.kids, g.nk, &g.capk, sizeof(*g.kids))) {
+            g.dropped += kids->n - i;
+            return;
+        }
+        g.kids[g.nk++] = (child){.s = kids->s[i], .lo = ev->e.issued, .hi = ev->e.ended,
+                                 .seq = ev->e.seq, .tid = ev->tid};
+    }
+    g.dropped += kids->dropped;
+}
+
+void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e, const cl_spans *kids)
 {
     event ev = {.e = *e, .tid = t->tid};
     if (ev.e.seq != __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) || !ev.e.seq)
         return; /* a newer operation took the entry meanwhile */
     pthread_mutex_lock(&g.mu);
-    if (g.n == g.cap && g.n < g.max) {
-        size_t cap = g.cap ? CL_MIN(2 * g.cap, g.max) : 1024;
-        event *more = realloc(g.evs, cap * sizeof(*more));
-        if (more) {
-            g.evs = more;
-            g.cap = cap;
-        }
-    }
-    if (g.n < g.cap)
+    if (room((void **)&g.evs, g.n, &g.cap, sizeof(*g.evs))) {
         g.evs[g.n++] = ev;
-    else
-        g.dropped++;
+        if (kids)
+            add_kids(&ev, kids);
+    } else {
+        g.dropped += 1 + (kids ? kids->n : 0);
+    }
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -153,6 +187,11 @@ static void forget(int tid)
         if (g.evs[i].tid != tid)
             g.evs[k++] = g.evs[i];
     g.n = k;
+    k = 0;
+    for (size_t i = 0; i < g.nk; i++)
+        if (g.kids[i].tid != tid)
+            g.kids[k++] = g.kids[i];
+    g.nk = k;
 }
 
 void cl_trace_align(coll_comm *c)
@@ -196,10 +235,12 @@ static int is_p2p(int kind)
     return kind == CL_SEND || kind == CL_RECV;
 }
 
-/* Ticks in rank 0's timebase. */
+/* Ticks in rank 0's timebase, to the nanosecond the file writes: a child's times and
+ * its parent's rounded alike still nest (Perfetto reads whole nanoseconds). */
 static double aligned_us(uint64_t t)
 {
-    return cl_rec_us(t) + g.skew_us + g.offset_us;
+    double ns = (cl_rec_us_in(&g.base, t) + g.skew_us + g.offset_us) * 1000;
+    return (double)(int64_t)(ns + (ns < 0 ? -0.5 : 0.5)) / 1000;
 }
 
 /* One complete event ("ph": "X"): from issued to ended, the rest in args. */
@@ -221,8 +262,83 @@ static void put_event(FILE *f, const event *ev)
                    "\"queued_us\": %.3f, ", cl_op_name(e->op), e->root, e->algo ? e->algo : "",
                 cl_codec_name(e->codec),
                 e->started > e->issued ? aligned_us(e->started) - issued : 0.0);
-    fprintf(f, "\"bytes\": %llu, \"status\": \"%s\"}}", (unsigned long long)e->bytes,
+    fprintf(f, "\"bytes\": %llu, \"status\": \"%s\"", (unsigned long long)e->bytes,
             status_name(e->status));
+    if (!p2p)
+        cl_json_moved(f, &e->moved);
+    fputs("}}", f);
+}
+
+/* A transfer's track: one per communicator, peer and direction, after the
+ * communicator's own (tids 0, 1 ...). */
+static int track_of(const child *k)
+{
+    return (k->tid + 1) * 1000000 + 2 * k->s.peer + (k->s.what == CL_SPAN_RECV);
+}
+
+/* ts and dur of [a, b] in rank 0's clock, within [lo, hi]: the conversion rounds, and
+ * a child that stuck out of its parent by a rounding would not nest in Perfetto. */
+static void put_times(FILE *f, uint64_t a, uint64_t b, uint64_t lo, uint64_t hi)
+{
+    double plo = aligned_us(lo), phi = aligned_us(hi);
+    double ts = CL_MAX(aligned_us(a), plo), end = CL_MIN(aligned_us(b), phi);
+    fprintf(f, "\"ts\": %.3f, \"dur\": %.3f", ts, end > ts ? end - ts : 0.0);
+}
+
+/* A phase or step on its collective's track, a transfer on its peer's. */
+static void put_child(FILE *f, const child *k)
+{
+    const cl_span *s = &k->s;
+    const char *sep = s->scope[0] ? " " : "";
+    int transfer = s->what == CL_SPAN_SEND || s->what == CL_SPAN_RECV;
+    static const char *cats[] = {"phase", "step", "transfer", "transfer"};
+    fputs(",\n{\"name\": \"", f);
+    if (s->what == CL_SPAN_PHASE)
+        fprintf(f, "%s%s%s", s->scope, sep, s->name);
+    else if (s->what == CL_SPAN_STEP)
+        fprintf(f, "%s%s%s step %d", s->scope, sep, s->name, s->step);
+    else
+        fprintf(f, "%s rank %d", s->what == CL_SPAN_SEND ? "to" : "from", s->peer);
+    fprintf(f, "\", \"cat\": \"%s\", \"ph\": \"X\", ", cats[s->what]);
+    put_times(f, s->start, s->end, k->lo, k->hi);
+    fprintf(f, ", \"pid\": %d, \"tid\": %d, \"args\": {\"seq\": %u, \"phase\": \"%s\", "
+               "\"scope\": \"%s\"", g.rank, transfer ? track_of(k) : k->tid, k->seq, s->name,
+            s->scope);
+    if (s->what != CL_SPAN_PHASE)
+        fprintf(f, ", \"step\": %d", s->step);
+    if (transfer)
+        fprintf(f, ", \"peer\": %d, \"direction\": \"%s\", \"bytes\": %llu, "
+                   "\"messages\": %u", s->peer, s->what == CL_SPAN_SEND ? "send" : "recv",
+                (unsigned long long)s->bytes, s->messages);
+    fputs("}}", f);
+}
+
+static int by_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Names for the transfer tracks that have events, sorted after their communicator's. */
+static void put_track_names(FILE *f)
+{
+    int *tracks = malloc((g.nk + 1) * sizeof(*tracks)), n = 0;
+    for (size_t i = 0; tracks && i < g.nk; i++)
+        if (g.kids[i].s.what == CL_SPAN_SEND || g.kids[i].s.what == CL_SPAN_RECV)
+            tracks[n++] = track_of(&g.kids[i]);
+    if (n)
+        qsort(tracks, (size_t)n, sizeof(*tracks), by_int);
+    for (int i = 0; i < n; i++) {
+        int t = tracks[i], peer = (t % 1000000) / 2;
+        if (i && t == tracks[i - 1])
+            continue;
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                   "\"args\": {\"name\": \"comm %d %s rank %d\"}}",
+                g.rank, t, t / 1000000 - 1, t % 2 ? "from" : "to", peer);
+        fprintf(f, ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, "
+                   "\"tid\": %d, \"args\": {\"sort_index\": %d}}", g.rank, t, t);
+    }
+    free(tracks);
 }
 
 /* Names for the process (the rank) and its threads (the communicators). */
@@ -242,15 +358,20 @@ static void put_names(FILE *f)
 
 static void put_file(FILE *f)
 {
+    g.base = cl_rec_timebase_now();
     fputs("{\"traceEvents\": [\n", f);
     put_names(f);
+    put_track_names(f);
     for (size_t i = 0; i < g.n; i++)
         put_event(f, &g.evs[i]);
+    for (size_t i = 0; i < g.nk; i++)
+        put_child(f, &g.kids[i]);
     fputs("\n], \"displayTimeUnit\": \"ns\", \"otherData\": {\"version\": 1, \"job\": ", f);
     cl_json_string(f, g.job);
     fprintf(f, ", \"rank\": %d, \"size\": %d, \"clock_offset_us\": %.3f, "
-               "\"clock_rtt_us\": %.3f, \"events\": %zu, \"dropped\": %zu}}\n",
-            g.rank, g.size, g.offset_us, g.rtt_us, g.n, g.dropped);
+               "\"clock_rtt_us\": %.3f, \"events\": %zu, \"children\": %zu, "
+               "\"dropped\": %zu}}\n",
+            g.rank, g.size, g.offset_us, g.rtt_us, g.n, g.nk, g.dropped);
 }
 
 /* DIR/coll-trace-<job>-<rank>.json, written beside and renamed (under g.mu). A file

@@ -1,11 +1,14 @@
 /* COLL_TRACE on real processes: 4 ranks, each with its clock set off by a different
- * amount (COLL_TRACE_SKEW_US, as ranks on different hosts), run all-reduces,
- * broadcasts, sends and receives and time them; then trace_check.py reads every rank's
- * file with python3's json and the merged one (tools/coll_trace_merge.py): the events,
- * their names and arguments, the same all-reduce overlapping in time on every rank
- * (which needs the clocks aligned), and each rank's spans adding up to what it measured
- * within 5%. Without COLL_TRACE no file is written; a directory that cannot be written is
- * a warning. */
+ * amount (COLL_TRACE_SKEW_US, as ranks on different hosts), run all-reduces (a ring, or
+ * hierarchical on two hosts named by COLL_HOST), broadcasts, sends and receives and time
+ * them, and dump their flight recorders; then trace_check.py reads every rank's file
+ * with python3's json and the merged one (tools/coll_trace_merge.py): the events, their
+ * names and arguments, each all-reduce's passes, steps and per-peer transfers (nested in
+ * it, to the algorithm's peers only, adding up to what it sends, as the recorder's bytes
+ * by peer in the trace and the dump say), complete events nesting on every track, the
+ * same all-reduce overlapping in time on every rank (which needs the clocks aligned),
+ * and each rank's spans adding up to what it measured within 5%. Without COLL_TRACE no
+ * file is written; a directory that cannot be written is a warning. */
 #include "common/harness.h"
 
 #include "common/suite.h"
@@ -31,6 +34,7 @@ typedef struct {
     char dir[64];
     int traced;
     const char *trace_dir; /* COLL_TRACE when not dir */
+    const char *algo;      /* COLL_ALGO: "ring", or "hier" on two hosts of two ranks */
 } trace_arg;
 
 static void trace_setup(int rank, void *arg)
@@ -44,6 +48,11 @@ static void trace_setup(int rank, void *arg)
         unsetenv("COLL_TRACE");
     setenv("COLL_TRACE_SKEW_US", skew, 1);
     setenv("COLL_JOB_ID", "tracetest", 1);
+    setenv("COLL_ALGO", a->algo ? a->algo : "ring", 1);
+    if (a->algo && !strcmp(a->algo, "hier"))
+        setenv("COLL_HOST", rank < RANKS / 2 ? "trace-host-a" : "trace-host-b", 1);
+    else
+        unsetenv("COLL_HOST");
 }
 
 static double now_us(void)
@@ -70,8 +79,8 @@ static int round_of(coll_comm *c, float *f, double *spent)
     return 0;
 }
 
-/* The rounds, then destroy (the file is written then) and leave what was measured
- * beside the trace for trace_check.py. */
+/* The rounds, the flight recorder's dump, then destroy (the trace is written then) and
+ * leave what was measured beside the trace for trace_check.py. */
 static int trace_rank(coll_comm *c, void *arg)
 {
     const trace_arg *a = arg;
@@ -81,8 +90,11 @@ static int trace_rank(coll_comm *c, void *arg)
     for (int i = 0; i < ROUNDS && !bad; i++)
         bad = round_of(c, f, &spent);
     free(f);
-    coll_destroy(c);
     char path[128];
+    snprintf(path, sizeof(path), "%s/recorder-%d.json", a->dir, me);
+    if (coll_recorder_dump(c, path) != COLL_OK)
+        bad = 1;
+    coll_destroy(c);
     snprintf(path, sizeof(path), "%s/measured-%d.txt", a->dir, me);
     FILE *m = fopen(path, "w");
     if (!m || fprintf(m, "%.3f\n", spent) < 0 || fclose(m) != 0)
@@ -100,17 +112,29 @@ static int run(trace_arg *a)
     return run_ranks(&o, trace_rank, a);
 }
 
-START_TEST(every_rank_writes_a_trace_that_merges_into_one_timeline)
+/* The job with all-reduces by `algo`, checked by trace_check.py. */
+static void traced_job(const char *algo)
 {
-    trace_arg a = {.traced = 1};
+    trace_arg a = {.traced = 1, .algo = algo};
     ck_assert_int_eq(run(&a), 0);
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), "python3 %s %s %s %d %d %d", TRACE_CHECK, TRACE_MERGE, a.dir,
-             RANKS, ROUNDS, SKEW_US);
+    snprintf(cmd, sizeof(cmd), "python3 %s %s %s %d %d %d %d %s", TRACE_CHECK, TRACE_MERGE, a.dir,
+             RANKS, ROUNDS, SKEW_US, FLOATS, algo);
     int rc = system(cmd);
     if (rc == 0)
         remove_dir(a.dir);
     ck_assert_msg(rc == 0, "trace_check.py failed on %s (kept)", a.dir);
+}
+
+START_TEST(every_rank_writes_a_trace_that_merges_into_one_timeline)
+{
+    traced_job("ring");
+}
+END_TEST
+
+START_TEST(a_hierarchical_allreduce_shows_its_passes_in_and_across_hosts)
+{
+    traced_job("hier");
 }
 END_TEST
 
@@ -145,6 +169,7 @@ int main(void)
     TCase *t = tcase_create("trace");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, every_rank_writes_a_trace_that_merges_into_one_timeline);
+    tcase_add_test(t, a_hierarchical_allreduce_shows_its_passes_in_and_across_hosts);
     tcase_add_test(t, without_coll_trace_no_file_is_written);
     tcase_add_test(t, an_unwritable_directory_is_a_warning);
     suite_add_tcase(s, t);
