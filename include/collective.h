@@ -442,6 +442,14 @@ COLL_API int coll_recorder_read(const coll_comm *comm, coll_record *out, int max
  * warning) when the file cannot be written; comm stays as it was either way. */
 COLL_API int coll_recorder_dump(coll_comm *comm, const char *path);
 
+/* Names comm for coll_status (tools/coll_status.c), which lists every live communicator
+ * of each process it asks: label (cut to 31 bytes; "" clears it), and global_rank, this
+ * rank's number in the job as the caller counts it (-1: none), shown beside comm's own
+ * rank. collective.torch labels each process group's communicator with torch's group
+ * name and the global rank. Any thread; COLL_EINVAL for a NULL comm or label or a
+ * global_rank below -1. */
+COLL_API int coll_comm_set_label(coll_comm *comm, const char *label, int global_rank);
+
 typedef enum { COLL_LOG_ERROR = 1, COLL_LOG_WARN, COLL_LOG_INFO, COLL_LOG_DEBUG,
                COLL_LOG_TRACE } coll_log_level;
 typedef void (*coll_log_fn)(coll_log_level level, const char *msg, void *arg);

@@ -4,14 +4,16 @@
  * newest entries of its flight recorder, with a deadline: a rank that is stopped or
  * wedged in its own code answers nothing and is named for it, while the others say
  * which collective they wait in, since when, and on whom. With rank 0 itself stopped,
- * --rank-addr asks any other rank (which knows every endpoint) instead. The wire is
- * lib/core/status.h's; what it can and cannot tell is in docs/faults.md.
+ * --rank-addr asks any other rank (which knows every endpoint) instead. Then every other
+ * communicator of the processes asked (status_comms.c). The wire is lib/core/status.h's;
+ * what it can and cannot tell is in docs/faults.md.
  *   coll_status [--json] [--timeout S] [--stall S] [--rank-addr HOST:PORT] [URL] */
 #include "base/addr.h"
 #include "base/auth.h"
 #include "base/util.h"
 #include "collective.h"
 #include "core/status.h"
+#include "status_comms.h"
 #include "rdzv/store.h"
 
 #include <getopt.h>
@@ -30,7 +32,9 @@ static const char usage[] =
     "  Asks a running job what each rank is doing: its current collective (the flight\n"
     "  recorder's newest: number, kind, count, type, algorithm, state), since when, its\n"
     "  bytes and rate, and on whom it waits; marks the ranks that lag, are stuck or do\n"
-    "  not answer (stopped?).\n"
+    "  not answer (stopped?). Then every other communicator of those processes (splits,\n"
+    "  grown ones, torch's process groups: their label, each rank's global rank), its\n"
+    "  stragglers marked within it.\n"
     "  URL          where the ranks met: tcp://HOST:PORT, or env:// (the default:\n"
     "               MASTER_ADDR, MASTER_PORT); COLL_SECRET must be the job's, if it has one\n"
     "  --rank-addr  ask this rank's status endpoint instead (when rank 0 does not answer;\n"
@@ -41,28 +45,11 @@ static const char usage[] =
     "  Exits 0 when every rank answered and none lags or is stuck, 1 when one does,\n"
     "  2 when the job could not be asked.\n";
 
-typedef struct asker {
-    int fd, family;
-    int keyed;
-    uint8_t key[CL_KEY_BYTES];
-    int timeout_ms;
-    uint8_t base[CL_NONCE_BYTES]; /* each ask's nonce: this, its target's index last */
-} asker;
-
-typedef struct rank_view {
-    cl_addr to;
-    int reachable; /* its endpoint is known and of this socket's family */
-    int answered;
-    cl_status_answer a;
-    const char *straggler; /* why it is one, NULL when it is not */
-    char why[160];
-} rank_view;
-
 /* ---- asking ------------------------------------------------------------------------- */
 
 /* Asks every reachable view without an answer (kind, page `first`) every RESEND_MS
  * until all answered or the timeout: answers into views; how many were refused. */
-static int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first)
+int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first, comm_id c)
 {
     int64_t deadline = cl_now_ms() + k->timeout_ms, resend = 0;
     int left = 0, refusals = 0;
@@ -77,7 +64,10 @@ static int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first)
                 cl_status_ask q;
                 if (!v[i].reachable || v[i].answered)
                     continue;
-                cl_status_ask_make(k->keyed ? k->key : NULL, k->base, kind, first, (uint32_t)i, &q);
+                /* HEAD: the rank of comm asked is the view's */
+                uint32_t f = kind == CL_STATUS_HEAD ? (uint32_t)i : first;
+                cl_status_ask_make(k->keyed ? k->key : NULL, k->base, kind, f, c.job, c.id,
+                                   (uint32_t)i, &q);
                 (void)sendto(k->fd, &q, sizeof(q), MSG_NOSIGNAL,
                              (const struct sockaddr *)&v[i].to.sa, v[i].to.len);
             }
@@ -149,10 +139,10 @@ static const char *refusal(const asker *k)
 
 /* Every rank's endpoint, a page at a time from the entry (views[0] while asking):
  * the views of the job's ranks, or NULL with the reason on stderr. */
-static rank_view *learn_ranks(asker *k, const cl_addr *at, const char *where, int *size)
+rank_view *learn_ranks(asker *k, const cl_addr *at, const char *where, comm_id *c, int *size)
 {
     rank_view first = {.to = *at, .reachable = 1};
-    ask_all(k, &first, 1, CL_STATUS_PEERS, 0);
+    ask_all(k, &first, 1, CL_STATUS_PEERS, 0, *c);
     if (first.answered < 0) {
         fprintf(stderr, "coll_status: %s refused to answer: %s\n", where, refusal(k));
         return NULL;
@@ -178,7 +168,8 @@ static rank_view *learn_ranks(asker *k, const cl_addr *at, const char *where, in
         if (r == 0)
             page = first;
         else
-            ask_all(k, &page, 1, CL_STATUS_PEERS, (uint32_t)r);
+            ask_all(k, &page, 1, CL_STATUS_PEERS, (uint32_t)r,
+                    (comm_id){first.a.job, first.a.comm});
         const cl_status_peers *p = &page.a.u.peers;
         if (page.answered <= 0 || p->first != (uint32_t)r || p->n > CL_STATUS_PAGE) {
             fprintf(stderr, "coll_status: %s did not tell ranks %d on\n", where, r);
@@ -193,12 +184,13 @@ static rank_view *learn_ranks(asker *k, const cl_addr *at, const char *where, in
         }
     }
     *size = n;
+    *c = (comm_id){first.a.job, first.a.comm};
     return v;
 }
 
 /* ---- the verdict -------------------------------------------------------------------- */
 
-static const char *state_name(int state)
+const char *state_name(int state)
 {
     static const char *names[] = {"queued", "running", "done", "failed"};
     return state >= 0 && state <= COLL_REC_FAILED ? names[state] : "unknown";
@@ -215,8 +207,12 @@ static uint32_t issued_max(const rank_view *v, int n)
 
 static int stuck(const rank_view *x, double stall_s)
 {
-    const cl_status_op *o = &x->a.u.head.coll;
-    return x->answered > 0 && o->seq && o->state == COLL_REC_RUNNING &&
+    return x->answered > 0 && op_stuck(&x->a.u.head.coll, stall_s);
+}
+
+int op_stuck(const cl_status_op *o, double stall_s)
+{
+    return o->seq && o->state == COLL_REC_RUNNING &&
            o->progress_ago_us >= (int64_t)(stall_s * 1e6);
 }
 
@@ -314,7 +310,7 @@ static const char *size_text(double bytes, char *out, size_t len)
     return out;
 }
 
-static void print_op(const cl_status_op *o)
+void print_op(const cl_status_op *o)
 {
     char moved[32], speed[32];
     printf("%s #%u (%llu %s", o->kind, o->seq, (unsigned long long)o->count, o->dtype);
@@ -378,25 +374,30 @@ static void print_rank(const rank_view *v, int n, int r)
     printf("\n");
 }
 
-static void print_text(const rank_view *v, int n, const char *where, int stragglers)
+static void print_text(const rank_view *v, int n, comm_id comm, const comms *m,
+                       const char *where, int stragglers)
 {
     const cl_status_head *h = NULL;
+    const char *label = comms_label(m);
     for (int r = 0; r < n && !h; r++)
         h = v[r].answered > 0 ? &v[r].a.u.head : NULL;
-    printf("job '%s', communicator %016llx, %d ranks, asked through %s\n", h ? h->job : "?",
-           h ? (unsigned long long)v[0].a.comm : 0ull, n, where);
+    printf("job '%s', communicator %016llx", h ? h->job : "?", (unsigned long long)comm.id);
+    if (label[0])
+        printf(" '%s'", label);
+    printf(", %d ranks, asked through %s\n", n, where);
     for (int r = 0; r < n; r++)
         print_rank(v, n, r);
-    if (!stragglers)
-        printf("no straggler\n");
     for (int r = 0; r < n; r++)
         if (v[r].straggler)
             printf("straggler: rank %d: %s\n", r, v[r].straggler);
+    comms_print_text(m);
+    if (!stragglers)
+        printf("no straggler\n");
 }
 
 /* ---- JSON --------------------------------------------------------------------------- */
 
-static void put_string(const char *s, size_t max)
+void put_string(const char *s, size_t max)
 {
     putchar('"');
     for (size_t i = 0; i < max && s[i]; i++) {
@@ -411,7 +412,7 @@ static void put_string(const char *s, size_t max)
     putchar('"');
 }
 
-static void put_op(const char *name, const cl_status_op *o)
+void put_op(const char *name, const cl_status_op *o)
 {
     printf(", \"%s\": ", name);
     if (!o->seq) {
@@ -464,7 +465,8 @@ static void put_rank(const rank_view *v, int n, int r)
     printf("}");
 }
 
-static void print_json(const rank_view *v, int n, const char *where)
+static void print_json(const rank_view *v, int n, comm_id comm, const comms *m,
+                       const char *where)
 {
     const rank_view *any = NULL;
     for (int r = 0; r < n && !any; r++)
@@ -473,8 +475,9 @@ static void print_json(const rank_view *v, int n, const char *where)
     put_string(where, 512);
     printf(",\n  \"job\": ");
     put_string(any ? any->a.u.head.job : "", sizeof(v->a.u.head.job));
-    printf(",\n  \"comm\": \"%016llx\",\n  \"size\": %d,\n  \"ranks\": [\n",
-           any ? (unsigned long long)any->a.comm : 0ull, n);
+    printf(",\n  \"comm\": \"%016llx\",\n  \"label\": ", (unsigned long long)comm.id);
+    put_string(comms_label(m), CL_STATUS_LABEL);
+    printf(",\n  \"size\": %d,\n  \"ranks\": [\n", n);
     for (int r = 0; r < n; r++) {
         put_rank(v, n, r);
         printf(r + 1 < n ? ",\n" : "\n");
@@ -483,7 +486,9 @@ static void print_json(const rank_view *v, int n, const char *where)
     for (int r = 0, k = 0; r < n; r++)
         if (v[r].straggler)
             printf("%s%d", k++ ? ", " : "", r);
-    printf("]\n}\n");
+    printf("]");
+    comms_print_json(m);
+    printf("\n}\n");
 }
 
 /* ---- main --------------------------------------------------------------------------- */
@@ -543,18 +548,22 @@ int main(int argc, char **argv)
         return 2;
     }
     int n = 0;
-    rank_view *v = learn_ranks(&k, &at, where, &n);
+    comm_id comm = {0, 0};
+    rank_view *v = learn_ranks(&k, &at, where, &comm, &n);
     if (!v)
         return 2;
-    if (ask_all(&k, v, n, CL_STATUS_HEAD, 0) == n) {
+    if (ask_all(&k, v, n, CL_STATUS_HEAD, 0, comm) == n) {
         fprintf(stderr, "coll_status: every rank refused to answer: %s\n", refusal(&k));
         return 2;
     }
     int stragglers = judge(v, n, stall_s);
+    comms *m = comms_learn(&k, v, n, comm, stall_s);
+    stragglers += comms_stragglers(m);
     if (json)
-        print_json(v, n, where);
+        print_json(v, n, comm, m, where);
     else
-        print_text(v, n, where, stragglers);
+        print_text(v, n, comm, m, where, stragglers);
+    comms_free(m);
     free(v);
     close(k.fd);
     return stragglers ? 1 : 0;

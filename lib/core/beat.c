@@ -122,6 +122,17 @@ cl_status *cl_beat_status(const coll_comm *c)
     return c->beat && c->beat->c == c ? c->beat->status : NULL;
 }
 
+cl_status *cl_beat_any_status(const coll_comm *c, const int **to_root)
+{
+    *to_root = c->beat && c->beat->c != c ? c->to_root : NULL;
+    return c->beat ? c->beat->status : NULL;
+}
+
+uint64_t cl_beat_owner_id(const coll_comm *c)
+{
+    return c->beat ? c->beat->c->id : 0;
+}
+
 void cl_beat_public(coll_comm *c, const cl_rdzv *rv)
 {
     if (c->beat && c->beat->c == c)
@@ -293,6 +304,7 @@ static void unwatch(cl_beat *b, coll_comm *c)
 int cl_beat_start(coll_comm *c, const struct cl_card *cards)
 {
     coll_comm *root = c->fam ? cl_family_root(c) : c;
+    cl_status_enlist(c); /* coll_status lists every communicator of the process */
     if (root != c) /* its root's links, its root's beat */
         return root->beat ? watch(root->beat, c) : COLL_OK;
     cl_beat *b = c->beat;

@@ -27,6 +27,11 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards);
 /* c's status endpoint (status.h), NULL when c has none of its own (a split sharing its
  * root's links answers through the root's). */
 struct cl_status *cl_beat_status(const coll_comm *c);
+/* The status endpoint that answers for c: its own, or its family root's, with *to_root
+ * then c's ranks' ranks in the root (status.c's PEERS of a split). NULL: none. */
+struct cl_status *cl_beat_any_status(const coll_comm *c, const int **to_root);
+/* The id of the communicator whose beat watches c (c's, or its family root's). */
+uint64_t cl_beat_owner_id(const coll_comm *c);
 /* Whether c's heartbeat heard rank r within its silence bound (0 where c has no beat of
  * its own): a rank that does not answer though it beat a moment ago is leaving, not
  * stopped. Any thread. */

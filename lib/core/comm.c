@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "core/config.h"
 #include "core/record.h"
+#include "core/status.h"
 #include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 /* Everything c holds; its transport only when it is its own (not a family member's). */
 static void free_all(coll_comm *c, int own_transport)
 {
+    cl_status_delist(c); /* before all: another rank's status answer may be reading c */
     cl_rec_close(c); /* first: a signal's dump may be reading c */
     cl_beat_close(c); /* its thread may be failing c */
     if (c->rdzv) /* first: its thread may be failing c */
@@ -154,6 +156,7 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     cl_notifier_init(&c->notifier);
     c->note = &c->notifier;
     c->split_share = cfg->share;
+    c->global = -1;
     int rc = COLL_ENOMEM;
     for (int ch = 0; ch < CL_CHANNELS; ch++) {
         for (int d = 0; d < 2; d++)

@@ -114,6 +114,8 @@ struct coll_comm {
     uint8_t *failed;                    /* per rank: agreed failed by a shrink */
     uint32_t shrinks;                   /* coll_shrink calls on this communicator */
     struct cl_beat *beat;               /* heartbeats to and from every rank (beat.h) */
+    char label[32];                     /* coll_comm_set_label's (status_list.c, its lock) */
+    int global;                         /* the global rank it gave, -1: none */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
     cl_topo topo;                       /* hosts, the ring in host order, hier's sub-rings */
 

@@ -349,6 +349,25 @@ static void warn_unkeyed(const cl_config *cfg, const cl_rdzv *rv)
            rv->where);
 }
 
+/* Where rank 0 answers coll_status for the job (status.h): a tcp:// rendezvous's
+ * address; for a caller's store (torch's), MASTER_ADDR:MASTER_PORT where the environment
+ * has them, for the first communicator the process makes through one (torch's default
+ * group: its ranks are the global ones). The store there listens on TCP, so the UDP
+ * port is free. */
+static void serve_status_at(coll_comm *c, const cl_rdzv *rv)
+{
+    static atomic_int first_store;
+    cl_rdzv env;
+    char err[300];
+    if (strcmp(rv->scheme, "store") != 0) {
+        if (c->rank == 0)
+            cl_beat_public(c, rv);
+    } else if (!atomic_exchange(&first_store, 1) && c->rank == 0 && getenv("MASTER_PORT") &&
+               cl_rdzv_parse("env://", 0, 1, &env, err, sizeof(err)) == COLL_OK) {
+        cl_beat_public(c, &env);
+    }
+}
+
 int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
@@ -383,8 +402,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     }
     if ((rc = gather_cards(c, &m, &mine, cards, deadline)) != COLL_OK)
         goto fail;
-    if (c->rank == 0) /* coll_status asks the job where its ranks met */
-        cl_beat_public(c, rv);
+    serve_status_at(c, rv); /* coll_status asks the job where its ranks met */
     if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
         snprintf(init_err, sizeof(init_err), "%.500s", c->err);
         goto fail;

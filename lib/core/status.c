@@ -30,7 +30,9 @@
 enum { WINDOW_MS = 100, BUDGET = 64 };
 
 struct cl_status {
-    int fd[2];  /* this rank's endpoint; rank 0's at the rendezvous's address, or -1 */
+    /* The process's endpoint (status_list.c), or this one's where the process's serves
+     * another address (own); rank 0's at the rendezvous's address, or -1. */
+    int fd[2], own;
     int budget; /* datagrams still to be read in this window */
     int64_t window_end;
     int size;
@@ -41,6 +43,11 @@ static in_port_t *port_of(struct sockaddr_storage *a)
 {
     return a->ss_family == AF_INET ? &((struct sockaddr_in *)a)->sin_port
                                    : &((struct sockaddr_in6 *)a)->sin6_port;
+}
+
+void cl_status_set_port(cl_addr *a, uint16_t port)
+{
+    *port_of(&a->sa) = htons(port);
 }
 
 static int udp_at(const cl_addr *a)
@@ -64,7 +71,9 @@ int cl_status_open(int near, cl_status **out, uint16_t *port)
     if (getsockname(near, (struct sockaddr *)&a.sa, &a.len) != 0)
         return COLL_ESYS;
     *port_of(&a.sa) = 0;
-    if ((s->fd[0] = udp_at(&a)) < 0 || getsockname(s->fd[0], (struct sockaddr *)&a.sa, &a.len))
+    if ((s->fd[0] = cl_status_share(&a, udp_at)) < 0)
+        s->own = (s->fd[0] = udp_at(&a)) >= 0;
+    if (s->fd[0] < 0 || getsockname(s->fd[0], (struct sockaddr *)&a.sa, &a.len))
         return COLL_ESYS;
     *port = ntohs(*port_of(&a.sa));
     return COLL_OK;
@@ -139,13 +148,16 @@ void cl_status_poll(cl_status *s, struct pollfd *p, int64_t now, int *wait_ms)
 /* ---- asks and their answers' checks (the tool's and the survey's) -------------------- */
 
 void cl_status_ask_make(const uint8_t *key, const uint8_t base[CL_NONCE_BYTES], uint32_t kind,
-                        uint32_t first, uint32_t index, cl_status_ask *q)
+                        uint32_t first, uint64_t job, uint64_t comm, uint32_t index,
+                        cl_status_ask *q)
 {
     memset(q, 0, sizeof(*q));
     q->magic = CL_STATUS_MAGIC;
     q->version = CL_STATUS_VERSION;
     q->kind = kind;
     q->first = first;
+    q->job = job;
+    q->comm = comm;
     memcpy(q->nonce, base, sizeof(q->nonce));
     memcpy(q->nonce + CL_NONCE_BYTES - 4, &index, 4);
     if (key)
@@ -187,7 +199,7 @@ static int64_t ago(int64_t now_us, int64_t t_us)
     return t_us ? now_us - t_us : -1;
 }
 
-static void put_op(const coll_record *x, int64_t now_us, cl_status_op *o)
+void cl_status_put_op(const coll_record *x, int64_t now_us, cl_status_op *o)
 {
     o->seq = x->seq;
     o->state = x->state;
@@ -222,26 +234,51 @@ static void put_head(coll_comm *c, cl_status_head *h)
         snprintf(h->err, sizeof(h->err), "%.199s", c->err);
         pthread_mutex_unlock(&c->mu);
     }
-    put_op(&coll, now_us, &h->coll);
-    put_op(&p2p, now_us, &h->p2p);
+    cl_status_put_op(&coll, now_us, &h->coll);
+    cl_status_put_op(&p2p, now_us, &h->p2p);
 }
 
-static void put_peers(const cl_status *s, uint32_t first, cl_status_peers *p)
+/* c's ranks' endpoints: its own status's, or (a split sharing its root's links) its
+ * ranks' in the root's, which are the same processes'. */
+static void put_peers(const coll_comm *c, uint32_t first, cl_status_peers *p)
 {
+    const int *to_root = NULL;
+    const cl_status *s = cl_beat_any_status(c, &to_root);
     p->first = first;
-    p->n = (uint32_t)CL_MIN(CL_STATUS_PAGE, s->size - (int)first);
-    for (uint32_t i = 0; i < p->n; i++)
-        memcpy(p->addr[i], s->addr[first + i], CL_ADDR_TEXT);
+    p->n = (uint32_t)CL_MIN(CL_STATUS_PAGE, c->size - (int)first);
+    for (uint32_t i = 0; s && i < p->n; i++) {
+        int r = to_root ? to_root[first + i] : (int)(first + i);
+        if (r >= 0 && r < s->size)
+            memcpy(p->addr[i], s->addr[r], CL_ADDR_TEXT);
+    }
 }
 
-/* What ask deserves: an answer, a refusal (the tag does not check), or nothing (-1:
- * malformed, or a page beyond the last rank). */
-static int answer(const cl_status *s, coll_comm *c, const cl_status_ask *ask, cl_status_answer *a,
+/* The communicator an ask on fd[fdi] is about (under the list's lock): the one it names
+ * (HEAD: its rank `first`), else the one whose rendezvous address fd[1] is, else the
+ * process's oldest. NULL: none here, or a page beyond its last rank. */
+static coll_comm *about(coll_comm *own, int fdi, const cl_status_ask *ask)
+{
+    int rank = ask->kind == CL_STATUS_HEAD ? (int)CL_MIN(ask->first, INT32_MAX) : -1;
+    coll_comm *c = ask->job ? cl_status_list_find(ask->job, ask->comm, rank)
+                            : fdi ? own : cl_status_list_find(0, 0, -1);
+    if (!c && !ask->job)
+        c = own;
+    if (c && ask->kind == CL_STATUS_PEERS && ask->first >= (uint32_t)c->size)
+        return NULL;
+    return c;
+}
+
+/* What ask (on fd[fdi]) deserves: an answer, a refusal (the tag does not check), or
+ * nothing (-1: malformed, about no communicator here, or a page beyond the last rank). */
+static int answer(coll_comm *own, int fdi, const cl_status_ask *ask, cl_status_answer *a,
                   size_t *len)
 {
     if (ask->magic != CL_STATUS_MAGIC || ask->version != CL_STATUS_VERSION ||
-        (ask->kind != CL_STATUS_HEAD && ask->kind != CL_STATUS_PEERS) ||
-        (ask->kind == CL_STATUS_PEERS && ask->first >= (uint32_t)s->size))
+        (ask->kind != CL_STATUS_HEAD && ask->kind != CL_STATUS_PEERS &&
+         ask->kind != CL_STATUS_COMMS))
+        return -1;
+    coll_comm *c = ask->kind == CL_STATUS_COMMS ? own : about(own, fdi, ask);
+    if (!c)
         return -1;
     memset(a, 0, sizeof(*a)); /* every byte goes on the wire */
     *a = (cl_status_answer){.magic = CL_STATUS_MAGIC,
@@ -264,17 +301,20 @@ static int answer(const cl_status *s, coll_comm *c, const cl_status_ask *ask, cl
     a->comm = c->id;
     if (ask->kind == CL_STATUS_HEAD)
         put_head(c, &a->u.head);
+    else if (ask->kind == CL_STATUS_PEERS)
+        put_peers(c, ask->first, &a->u.peers);
     else
-        put_peers(s, ask->first, &a->u.peers);
+        cl_status_list_page(ask->first, &a->u.comms);
     if (c->keyed)
         cl_status_tag(c->key, a, sizeof(*a), a->tag);
     *len = sizeof(*a);
     return 0;
 }
 
-/* Up to the budget's datagrams from fd; each costs one, whatever it holds. */
-static void serve_fd(cl_status *s, coll_comm *c, int fd)
+/* Up to the budget's datagrams from fd[fdi]; each costs one, whatever it holds. */
+static void serve_fd(cl_status *s, coll_comm *c, int fdi)
 {
+    int fd = s->fd[fdi];
     while (s->budget > 0) {
         cl_status_ask ask;
         struct sockaddr_storage from;
@@ -288,7 +328,12 @@ static void serve_fd(cl_status *s, coll_comm *c, int fd)
         s->budget--;
         cl_status_answer a;
         size_t len;
-        if (got == (ssize_t)sizeof(ask) && answer(s, c, &ask, &a, &len) == 0)
+        if (got != (ssize_t)sizeof(ask))
+            continue;
+        cl_status_list_lock(); /* what the answer reads stays while it does */
+        int ok = answer(c, fdi, &ask, &a, &len) == 0;
+        cl_status_list_unlock();
+        if (ok)
             (void)sendto(fd, &a, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&from, flen);
     }
 }
@@ -297,7 +342,7 @@ void cl_status_serve(cl_status *s, coll_comm *c, const struct pollfd *p)
 {
     for (int i = 0; i < 2; i++)
         if (p[i].fd >= 0 && (p[i].revents & (POLLIN | POLLERR)))
-            serve_fd(s, c, p[i].fd);
+            serve_fd(s, c, i);
 }
 
 /* ---- the survey ----------------------------------------------------------------------- */
@@ -325,7 +370,8 @@ static void survey_ask(const cl_status *s, const coll_comm *c, int gone,
             cl_status_ask q;
             if (r == c->rank || r == gone || got[r] || !to[r].len)
                 continue;
-            cl_status_ask_make(key, base, CL_STATUS_HEAD, 0, (uint32_t)r, &q);
+            cl_status_ask_make(key, base, CL_STATUS_HEAD, (uint32_t)r, c->job, c->id,
+                               (uint32_t)r, &q);
             (void)sendto(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL,
                          (struct sockaddr *)&to[r].sa, to[r].len);
         }
@@ -441,9 +487,12 @@ void cl_status_close(cl_status *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < 2; i++)
-        if (s->fd[i] >= 0)
-            close(s->fd[i]);
+    if (s->fd[0] >= 0 && !s->own)
+        cl_status_unshare(s->fd[0]);
+    else if (s->fd[0] >= 0)
+        close(s->fd[0]);
+    if (s->fd[1] >= 0)
+        close(s->fd[1]);
     free(s->addr);
     free(s);
 }

@@ -385,6 +385,13 @@ class Communicator:
         where = None if path is None else os.fsencode(path)
         self._check(self._call(lib.coll_recorder_dump, where), "recorder_dump: ")
 
+    def set_label(self, label, global_rank=-1):
+        """Names this communicator for coll_status, which lists every communicator of the
+        processes it asks: label (cut to 31 bytes) and this rank's global number
+        (-1: none; coll_comm_set_label)."""
+        self._check(self._call(lib.coll_comm_set_label, os.fsencode(label), global_rank),
+                    "set_label: ")
+
     def set_codec(self, codec):
         self._check(self._call(lib.coll_set_codec, codec_code(codec)))
 

@@ -78,6 +78,7 @@ _SIGS = {
     "coll_init_grow": (_I, [ctypes.POINTER(comm_p), ctypes.c_char_p, ctypes.POINTER(Config)]),
     "coll_failed_ranks": (_I, [comm_p, ctypes.POINTER(_I), _I]),
     "coll_recorder_dump": (_I, [comm_p, ctypes.c_char_p]),
+    "coll_comm_set_label": (_I, [comm_p, ctypes.c_char_p, ctypes.c_int]),
     "coll_abort": (_I, [comm_p]),
     "coll_destroy": (_I, [comm_p]),
     "coll_rank": (_I, [comm_p]),

@@ -932,9 +932,14 @@ def ef_hook(state, bucket):
 
 
 def _create(opts, _options):
-    """The extended API's creator: torch hands the group's name along (group_id)."""
-    return ProcessGroupCollective(opts.store, opts.group_rank, opts.group_size, opts.timeout,
-                                  opts.group_id)
+    """The extended API's creator: torch hands the group's name along (group_id), which
+    labels the communicator for coll_status with this rank's global rank (torch 1.13
+    names the default group "", 2.x "0"; its global ranks are [], the world's)."""
+    pg = ProcessGroupCollective(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                                opts.group_id)
+    ranks = list(opts.global_ranks_in_group)
+    pg.comm.set_label(opts.group_id or "0", ranks[opts.group_rank] if ranks else opts.group_rank)
+    return pg
 
 
 # devices=["cpu"] where torch takes it (2.x, which without it warns and assumes CUDA too).

@@ -8,7 +8,10 @@
  * timeouts are long (60 s): the survivors are still waiting when the tool asks. And the
  * diagnosis: when a rank stays in its own code instead of issuing the next all-reduce,
  * the others' operation timeout ends their wait with a sentence that names it and its
- * newest collective, from its answer to their survey. */
+ * newest collective, from its answer to their survey. Every communicator of the
+ * processes is listed: a split (its own links, or its root's) with its label, a stopped
+ * rank of it named by its global rank; and a job met through a caller's store is asked
+ * at MASTER_ADDR:MASTER_PORT. */
 #include "base/util.h"
 #include "common/harness.h"
 #include "core/status.h"
@@ -31,11 +34,79 @@
 
 enum { NP = 4, TIMEOUT_MS = 60000, COUNT = 1 << 14, ANSWER_MS = 5000 };
 
+/* How the ranks meet and what they reduce over: coll_init's communicator; a split of it
+ * (into even and odd ranks, its own links or, SPLIT_SHARED, its root's); or a
+ * communicator made through a caller's store (a directory here, as torch's is its
+ * TCPStore) with MASTER_ADDR and MASTER_PORT set, labelled as collective.torch does. */
+enum { WORLD, SPLIT, SPLIT_SHARED, STORE };
+static int mode;
+static char store_dir[64];
+
 static atomic_int *iters; /* per rank, in memory shared with the parent */
 static char (*said)[600]; /* per rank: coll_last_error after its loop ended */
 static pid_t pids[NP];
 static char url[64];
 static int port;
+
+/* The caller's store: a file per key ('/' as '_'), written whole by a rename. */
+static void key_path(const char *dir, const char *key, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", dir, key);
+    for (char *p = path + strlen(dir) + 1; *p; p++)
+        *p = *p == '/' ? '_' : *p;
+}
+
+static int dir_set(void *ctx, const char *key, const void *value, size_t len)
+{
+    char path[256], tmp[300];
+    key_path(ctx, key, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(value, 1, len, f) != len || fclose(f) != 0 || rename(tmp, path) != 0)
+        return COLL_ESYS;
+    return COLL_OK;
+}
+
+static int dir_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+    char path[256];
+    key_path(ctx, key, path, sizeof(path));
+    for (int64_t end = cl_now_ms() + timeout_ms;; cl_sleep_ms(5)) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            *value = malloc(4096);
+            *len = *value ? fread(*value, 1, 4096, f) : 0;
+            fclose(f);
+            return *value ? COLL_OK : COLL_ENOMEM;
+        }
+        if (cl_now_ms() >= end)
+            return COLL_ETIMEDOUT;
+    }
+}
+
+/* The communicator the ranks reduce over, as mode says. */
+static coll_comm *meet(int rank, coll_config *cfg)
+{
+    static const coll_store_ops dir_ops = {dir_set, dir_get};
+    coll_comm *c = NULL, *s = NULL;
+    cfg->split_share = mode == SPLIT_SHARED;
+    if (mode == STORE) {
+        char p[16];
+        snprintf(p, sizeof(p), "%d", port);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", p, 1);
+        if (coll_init_store(&c, &dir_ops, store_dir, rank, NP, cfg) != COLL_OK ||
+            coll_comm_set_label(c, "0", rank) != COLL_OK)
+            return NULL;
+        return c;
+    }
+    if (coll_init(&c, url, rank, NP, cfg) != COLL_OK || mode == WORLD)
+        return c;
+    if (c && coll_split(c, rank % 2, rank, &s) == COLL_OK &&
+        coll_comm_set_label(s, rank % 2 ? "odd" : "even", -1) == COLL_OK)
+        return s; /* c stays: the split's parent */
+    return NULL;
+}
 
 /* skip: the all-reduce after which rank NP - 1 stays in its own code (0: never). */
 static void rank_main(int rank, const char *secret, int skip)
@@ -46,8 +117,8 @@ static void rank_main(int rank, const char *secret, int skip)
     cfg.op_timeout_ms = skip ? 2000 : TIMEOUT_MS;
     if (secret)
         setenv("COLL_SECRET", secret, 1);
-    coll_comm *c = NULL;
-    if (coll_init(&c, url, rank, NP, &cfg) != COLL_OK) {
+    coll_comm *c = meet(rank, &cfg);
+    if (!c) {
         fprintf(stderr, "rank %d: init: %s\n", rank, coll_last_error(NULL));
         _exit(2);
     }
@@ -62,6 +133,10 @@ static void rank_main(int rank, const char *secret, int skip)
 static void start_ranks_skipping(const char *secret, int skip)
 {
     port = free_port();
+    if (mode == STORE) {
+        snprintf(store_dir, sizeof(store_dir), "/tmp/coll-status-store-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(store_dir));
+    }
     snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
     for (int r = 0; r < NP; r++) {
         atomic_store(&iters[r], 0);
@@ -84,6 +159,12 @@ static void end_ranks(void)
         kill(pids[r], SIGCONT);
         waitpid(pids[r], NULL, 0);
     }
+    if (mode == STORE) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", store_dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    mode = WORLD;
 }
 
 /* Every rank did at least n more all-reduces than `from` (NULL: 0) within 30 s. */
@@ -319,6 +400,69 @@ START_TEST(a_rank_that_never_issued_the_collective_is_named_in_the_others_error)
 }
 END_TEST
 
+/* A split (its own links, _i 0, or its root's, _i 1) is listed by every process with its
+ * label, grouped per communicator: rank 2, stopped, is rank 1 of 'even', named there
+ * with its global rank (its process's in coll_init's) while rank 0 of 'even' is shown in
+ * its all-reduce; 'odd' has no straggler. */
+START_TEST(a_split_is_listed_with_its_stopped_rank_and_the_others_operation)
+{
+    run r, text;
+    char args[128];
+    mode = _i ? SPLIT_SHARED : SPLIT;
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    kill(pids[2], SIGSTOP);
+    cl_sleep_ms(200);
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, NULL, &r);
+    status_tool(url, NULL, &text);
+    end_ranks();
+    ck_assert_msg(strstr(text.out, "communicator ") && strstr(text.out, " 'even', 2 ranks") &&
+                      strstr(text.out, "rank 1 (global 2): no answer (stopped?)"),
+                  "the text does not name rank 1 of 'even' (global 2):\n%s", text.out);
+    ck_assert_msg(r.status == 1 && r.took < ANSWER_MS, "exit %d after %lld ms:\n%s", r.status,
+                  (long long)r.took, r.out);
+    char check[1400];
+    snprintf(check, sizeof(check),
+        "len(d['communicators']) == 2 and "
+        "all((c['parent'] is not None) == %d for c in d['communicators']) and "
+        "[(c['label'], c['size'], c['stragglers']) for c in d['communicators']] in "
+        "([('even', 2, [1]), ('odd', 2, [])], [('odd', 2, []), ('even', 2, [1])]) and "
+        "all(x['answered'] and x['op']['kind'] == 'allreduce' and x['global'] == x['rank'] * 2 + "
+        "(c['label'] == 'odd') for c in d['communicators'] for x in c['ranks'] "
+        "if (c['label'], x['rank']) != ('even', 1)) and "
+        "[(x['answered'], x['global'], x['straggler']) for c in d['communicators'] "
+        "for x in c['ranks'] if (c['label'], x['rank']) == ('even', 1)] == "
+        "[(False, 2, 'no answer (stopped?)')] and "
+        "[x['op']['state'] for c in d['communicators'] for x in c['ranks'] "
+        "if (c['label'], x['rank']) == ('even', 0)] == ['running']", _i);
+    ck_assert_msg(json_holds(r.out, check), "the JSON does not hold %s:\n%s", check, r.out);
+}
+END_TEST
+
+/* Ranks that met through a caller's store (as torch's) with MASTER_ADDR and MASTER_PORT
+ * set: coll_status at that address answers, names the stopped rank, shows the label. */
+START_TEST(a_job_met_through_a_callers_store_is_asked_at_master_port)
+{
+    run r;
+    char args[128];
+    mode = STORE;
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    kill(pids[1], SIGSTOP);
+    cl_sleep_ms(200);
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, NULL, &r);
+    end_ranks();
+    ck_assert_msg(r.status == 1 && r.took < ANSWER_MS, "exit %d after %lld ms:\n%s", r.status,
+                  (long long)r.took, r.out);
+    const char *check = "d['label'] == '0' and d['stragglers'] == [1] and d['size'] == 4 and "
+                        "d['communicators'] == [] and "
+                        "all(x['op']['kind'] == 'allreduce' for x in d['ranks'] if x['rank'] != 1)";
+    ck_assert_msg(json_holds(r.out, check), "the JSON does not hold %s:\n%s", check, r.out);
+}
+END_TEST
+
 int main(void)
 {
     iters =
@@ -337,6 +481,8 @@ int main(void)
     tcase_add_test(t, with_a_secret_an_ask_without_it_is_refused_and_a_flood_changes_nothing);
     tcase_add_test(t, a_rank_that_never_issued_the_collective_is_named_in_the_others_error);
     tcase_add_test(t, an_answer_is_never_longer_than_its_ask);
+    tcase_add_loop_test(t, a_split_is_listed_with_its_stopped_rank_and_the_others_operation, 0, 2);
+    tcase_add_test(t, a_job_met_through_a_callers_store_is_asked_at_master_port);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

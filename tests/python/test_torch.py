@@ -967,8 +967,81 @@ def main():
         bad += ranks.check(pipeline, 2, "pipelining (GPipe, 1F1B) against gloo")
         for n in (2, 4):
             bad += ranks.check(fsdp, n, "FSDP1 (full, hybrid on 4) against gloo")
+    bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
+
+
+
+def status_names_torch_ranks(r, n, where):
+    """coll_status at MASTER_ADDR:MASTER_PORT (torch's TCPStore's, env://) while rank 1 is
+    stopped (SIGSTOP) and rank 0 waits in an all-reduce of a subgroup: the default group
+    ("0") and the subgroup (torch's name) each name rank 1, by its global rank, as the one
+    that does not answer. The tool is $COLL_STATUS, else tools/coll_status beside the
+    library (the build's)."""
+    import json
+    import signal
+    import subprocess
+    tool = os.environ.get("COLL_STATUS") or os.path.join(
+        os.path.dirname(os.environ["COLL_LIBRARY"]), "tools", "coll_status")
+    port_file = os.path.join(where, "port")
+    if r == 0:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(port))
+        os.rename(port_file + ".tmp", port_file)
+    while not os.path.exists(port_file):
+        time.sleep(0.01)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=open(port_file).read())
+    import datetime
+    dist.init_process_group("collective", init_method="env://", rank=r, world_size=n,
+                            timeout=datetime.timedelta(seconds=60))
+    g = dist.new_group([0, 1])
+    c10d = dist.distributed_c10d
+    name = (getattr(c10d, "_pg_names", None) or c10d._world.pg_names)[g]
+    t, u = torch.ones(4), torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t, group=g)
+    pid_file = os.path.join(where, "pid1")
+    if r == 1:
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pid_file + ".tmp", pid_file)
+        dist.all_reduce(t, group=g)  # stopped in it, before or after by rank 0
+        dist.all_reduce(u, group=g)
+    else:
+        while not os.path.exists(pid_file):
+            time.sleep(0.01)
+        victim = int(open(pid_file).read())
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            # #4 may end (rank 1 may have sent its part); #5 waits for rank 1
+            works = [dist.all_reduce(x, group=g, async_op=True) for x in (t, u)]
+            time.sleep(0.3)
+            out = subprocess.run([tool, "--json", "env://"], capture_output=True, text=True,
+                                 timeout=30)
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        for w in works:
+            w.wait()
+        assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+        d = json.loads(out.stdout)
+        assert d["label"] == "0" and d["stragglers"] == [1], out.stdout
+        assert d["ranks"][1]["straggler"] == "no answer (stopped?)", out.stdout
+        sub = [x for x in d["communicators"] if x["label"] == name]
+        assert len(sub) == 1 and sub[0]["size"] == 2 and sub[0]["stragglers"] == [1], out.stdout
+        waiting, stopped = sub[0]["ranks"]
+        assert (stopped["answered"], stopped["global"], stopped["straggler"]) == \
+            (False, 1, "no answer (stopped?)"), out.stdout
+        op = waiting["op"]
+        assert waiting["global"] == 0 and (op["kind"], op["seq"]) == ("allreduce", 5) and \
+            op["state"] in ("queued", "running"), out.stdout
+    dist.all_reduce(t, group=g)
+    assert torch.equal(t, torch.full((4,), 2.0 ** 5)) and torch.equal(u, torch.full((4,), 2.0)), t
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

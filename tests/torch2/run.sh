@@ -17,6 +17,8 @@ cp -L "$lib" "$stage/libcollective.so.0"
 mkdir "$stage/python" "$stage/tests"
 cp -R "$pysrc/collective" "$stage/python/"
 cp "$tests"/*.py "$stage/tests/"
+# coll_status, built beside the library, for test_torch.py's status test.
+cp "$(dirname "$lib")/tools/coll_status" "$stage/coll_status"
 
 cd "$stage"
 # Gloo (the reference in test_torch.py) binds to the root's unresolvable host name
@@ -26,7 +28,8 @@ sh "$here/chroot.sh" "$root" python3 -c "import sys, torch; print('python', sys.
 status=0
 for t in test_collective.py test_torch.py; do
     echo "== $t"
-    COLL_LIBRARY=/src/libcollective.so.0 PYTHONPATH=/src/python:/src/tests \
+    COLL_LIBRARY=/src/libcollective.so.0 COLL_STATUS=/src/coll_status \
+        PYTHONPATH=/src/python:/src/tests \
         sh "$here/chroot.sh" "$root" python3 "tests/$t" || { echo "FAIL $t"; status=1; }
 done
 exit $status
