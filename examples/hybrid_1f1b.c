@@ -189,7 +189,7 @@ static int form_groups(trainer *t)
     if (!rc && o->codec != COLL_CODEC_NONE)
         rc = coll_set_codec(t->group, o->codec);
     return rc || pipe_init(&t->p, t->pipe, &t->net, o->batch / t->D, o->micro, o->onef1b,
-                           t->train);
+                           o->recompute, t->train);
 }
 
 /* This stage's weights and velocity. */

@@ -5,7 +5,7 @@
  *   pp_train [--np K] [--schedule gpipe|1f1b] [--microbatches M] [--epochs E]
  *            [--batch B] [--lr LR] [--lr-schedule cosine|const] [--steps S]
  *            [--check-serial K] [--data DIR] [--seed S] [--json FILE] [--trace FILE]
- *            [--sweep M1,M2,...]
+ *            [--sweep M1,M2,...] [--recompute]
  * gpipe: all forwards, then all backwards. 1f1b: stage s runs K-1-s warm-up forwards,
  * then one forward and one backward in turn, then the remaining backwards, so it never
  * holds more than K-s micro-batches of activations. Backwards run in micro-batch order
@@ -18,7 +18,11 @@
  * is drawn as an ASCII timeline (one row per stage) and, with --trace, written as Chrome
  * trace-event JSON for Perfetto. --sweep trains S steps (--steps, default 10) for each
  * micro-batch count under both schedules and prints bubble, throughput and activation
- * memory instead of training epochs. Final line: "test_accuracy A". */
+ * memory instead of training epochs. --recompute stashes only each stage's input (and the
+ * output it sends) and runs the stage's forward again in each backward: the same weights,
+ * bit for bit, for less activation memory and one more forward (the peak stash and each
+ * rank's VmHWM are printed beside the throughput). Last lines: "weights_hash H" (every
+ * stage's final weights) and "test_accuracy A". */
 #include "common/batch.h"
 #include "common/mlp.h"
 #include "common/mnist.h"
@@ -34,7 +38,7 @@
 
 static const int sizes[] = { 784, 512, 256, 128, 10 };
 
-enum { COMPUTE, IDLE, SENT, STASH, STASH_BYTES, NSTAT }; /* per-stage numbers gathered */
+enum { COMPUTE, IDLE, SENT, STASH, STASH_BYTES, HWM, NSTAT }; /* per-stage numbers gathered */
 
 typedef struct {
     const ex_opts *o;
@@ -89,9 +93,11 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
     for (int k = 0; k < K; k++) {
         const double *v = all + NSTAT * k;
         printf("  stage %d: compute %.2fs idle %.2fs bubble %.3f | peak stash %.0f "
-               "micro-batches = %.0f KiB | sent %.0f B/step (formula %.0f + headers)\n",
+               "micro-batches = %.0f KiB | sent %.0f B/step (formula %.0f + headers) | "
+               "VmHWM %.1f MiB\n",
                k, v[COMPUTE], v[IDLE], v[IDLE] / (v[COMPUTE] + v[IDLE]), v[STASH],
-               v[STASH_BYTES] / 1024, v[SENT], formula_bytes(&t->p, k, o->batch));
+               v[STASH_BYTES] / 1024, v[SENT], formula_bytes(&t->p, k, o->batch),
+               v[HWM] / (1 << 20));
     }
     ex_memory mem[4]; /* K <= layers = 4 */
     for (int k = 0; k < K; k++) {
@@ -162,12 +168,27 @@ static int run_steps(trainer *t, int epoch, size_t steps, double *all, double *s
     }
     coll_get_stats(p->c, &st1);
     double mine[NSTAT] = { p->compute, p->idle, (double)(st1.wire_tx - st0.wire_tx) / (double)steps,
-                           (double)p->peak_stash, (double)p->peak_stash * pipe_stash_bytes(p) };
+                           (double)p->peak_stash, (double)p->peak_stash * pipe_stash_bytes(p),
+                           ex_peak_rss() };
     double tot[2] = { loss, correct };
     if (coll_allgather(p->c, mine, all, NSTAT, COLL_F64) ||
         coll_allreduce(p->c, tot, sum, 2, COLL_F64, COLL_SUM))
         return 1;
     return 0;
+}
+
+/* One hash of every stage's weights: each stage's FNV-1a of its slice, hashed in stage
+ * order on every rank (0 where the all-gather failed). */
+static uint64_t weights_hash(const pipeline *p)
+{
+    size_t from, n = pipe_params(p, &from);
+    int64_t mine = (int64_t)mlp_hash(p->net, from, n), all[4]; /* K <= layers = 4 */
+    if (coll_allgather(p->c, &mine, all, 1, COLL_I64) != COLL_OK)
+        return 0;
+    uint64_t h = 1469598103934665603ULL;
+    for (int k = 0; k < p->K; k++)
+        h = (h ^ (uint64_t)all[k]) * 1099511628211ULL;
+    return h;
 }
 
 static size_t epoch_steps(const trainer *t)
@@ -208,14 +229,16 @@ static int sweep(trainer *t, coll_comm *c)
     ex_shuffle(t->perm, t->train->n, o.seed);
     t->lr = o.lr;
     if (coll_rank(c) == 0)
-        printf("# sweep: %d stages, batch %d, %zu steps each\n"
-               "%4s %-6s %12s %10s %10s %10s %16s\n", K, o.batch, steps, "M", "sched",
+        printf("# sweep: %d stages, batch %d, %zu steps each%s\n"
+               "%4s %-6s %12s %10s %10s %10s %16s\n", K, o.batch, steps,
+               o.recompute ? ", recompute" : "", "M", "sched",
                "samples/s", "bubble", "formula", "peak_stash", "stage0_act_KiB");
     for (int i = 0; !rc && i < o.nsweep; i++) {
         for (int f = 0; !rc && f < 2; f++) {
             o.micro = o.sweep[i], o.onef1b = f;
             t->o = &o;
-            if (o.batch % o.micro || pipe_init(&t->p, c, &t->net, o.batch, o.micro, f, t->train)) {
+            if (o.batch % o.micro ||
+                pipe_init(&t->p, c, &t->net, o.batch, o.micro, f, o.recompute, t->train)) {
                 fprintf(stderr, "pp_train: no pipeline of %d stages with %d micro-batches of "
                                 "batch %d\n", K, o.micro, o.batch);
                 rc = 2;
@@ -246,7 +269,8 @@ static void describe(const pipeline *p, const ex_opts *o)
     printf("# pp_train: %d stages, layers per stage", p->K);
     for (int k = 0; k < p->K; k++)
         printf("%s%d", k ? "+" : " ", bound[k + 1] - bound[k]);
-    printf(", batch %d in %d micro-batches of %d\n", o->batch, o->micro, o->batch / o->micro);
+    printf(", batch %d in %d micro-batches of %d%s\n", o->batch, o->micro, o->batch / o->micro,
+           o->recompute ? ", recompute (stashing stage inputs and sent outputs only)" : "");
 }
 
 static int train(coll_comm *c, const ex_opts *o)
@@ -262,7 +286,7 @@ static int train(coll_comm *c, const ex_opts *o)
         rc = sweep(&t, c);
         goto out;
     }
-    if (!rc && pipe_init(&t.p, c, &t.net, o->batch, o->micro, o->onef1b, &tr)) {
+    if (!rc && pipe_init(&t.p, c, &t.net, o->batch, o->micro, o->onef1b, o->recompute, &tr)) {
         fprintf(stderr, "pp_train: cannot make %d stages of %d layers\n", coll_size(c), 4);
         rc = 2;
         goto out;
@@ -281,8 +305,9 @@ static int train(coll_comm *c, const ex_opts *o)
         fprintf(t.json, "\n],\"test_accuracy\":%.5f}\n", acc);
         fclose(t.json);
     }
+    uint64_t hash = rc ? 0 : weights_hash(&t.p);
     if (coll_rank(c) == 0 && !rc)
-        printf("test_accuracy %.4f\n", acc);
+        printf("weights_hash %016llx\ntest_accuracy %.4f\n", (unsigned long long)hash, acc);
     pipe_free(&t.p);
 out:
     tl_free(&t.tl);
@@ -305,6 +330,6 @@ int main(int argc, char **argv)
                    "pp_train [--np K (1-4)] [--schedule gpipe|1f1b] [--microbatches M (divides "
                    "--batch)] [--epochs E] [--batch B] [--lr LR] [--lr-schedule cosine|const] "
                    "[--steps S] [--check-serial K] [--data DIR] [--seed S] [--json FILE] "
-                   "[--trace FILE] [--sweep M1,M2,...]",
+                   "[--trace FILE] [--sweep M1,M2,...] [--recompute]",
                    valid, train);
 }

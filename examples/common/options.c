@@ -62,7 +62,7 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         { "data", 1, 0, 'd' },    { "json", 1, 0, 'j' },         { "trace", 1, 0, 't' },
         { "schedule", 1, 0, 'k' }, { "check-serial", 1, 0, 'c' }, { "lr-schedule", 1, 0, 'L' },
         { "sweep", 1, 0, 'w' },   { "prefetch", 1, 0, 'p' },     { "elastic", 0, 0, 'E' },
-        { "heal", 0, 0, 'H' },    { 0, 0, 0, 0 } };
+        { "heal", 0, 0, 'H' },    { "recompute", 0, 0, 'r' }, { 0, 0, 0, 0 } };
     *o = (ex_opts){ .np = 2, .stages = 2, .epochs = 10, .batch = 64, .micro = 4, .onef1b = 1,
                     .cosine = 1, .prefetch = 1, .lr = 0.05f, .momentum = 0.9f, .seed = 1,
                     .codec = COLL_CODEC_NONE };
@@ -78,6 +78,7 @@ int ex_parse(int argc, char **argv, ex_opts *o)
         case 's': o->steps = atoi(optarg); break;
         case 'c': o->check_serial = atoi(optarg); break;
         case 'p': o->prefetch = atoi(optarg) != 0; break;
+        case 'r': o->recompute = 1; break;
         case 'E': o->elastic = 1; break;
         case 'H': o->elastic = o->heal = 1; break;
         case 'l': o->lr = (float)atof(optarg); break;

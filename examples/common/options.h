@@ -8,6 +8,7 @@
 
 typedef struct {
     int np, stages, epochs, batch, micro, steps, check_serial, onef1b, cosine, prefetch;
+    int recompute; /* pipelines: redo each micro-batch's forward in its backward */
     int elastic; /* survive a lost rank (shrink and go on) */
     int heal;    /* and take its replacement back (grow), see heal.h */
     int joined;  /* this process is such a replacement: it joined a grow */
@@ -21,7 +22,7 @@ typedef struct {
 
 /* Flags: --np --stages --epochs --batch --microbatches --steps --check-serial
  * --schedule gpipe|1f1b --lr --lr-schedule cosine|const --seed --codec none|fp16|bf16|int8
- * --data --json --trace --sweep M1,M2,... --prefetch 0|1 --elastic --heal. Returns 0, or -1 for an
+ * --data --json --trace --sweep M1,M2,... --prefetch 0|1 --recompute --elastic --heal. Returns 0, or -1 for an
  * unknown flag or value. */
 int ex_parse(int argc, char **argv, ex_opts *o);
 

@@ -53,23 +53,55 @@ size_t pipe_stage_params(const mlp *net, int K, int k)
     return n;
 }
 
+/* Recompute: every buffer is the scratch's but the micro-batch's own input, the output
+ * it sends forward and the gradient it sends back (both in flight until the step ends). */
+static int boundary_work(pipeline *p, mlp_work *w)
+{
+    size_t in = (size_t)p->mb * p->net->size[p->lo], out = (size_t)p->mb * p->net->size[p->hi];
+    float **input = p->lo == 0 ? &w->grad[0] : &w->act[p->lo];
+    *w = p->scratch;
+    *input = malloc(sizeof(float) * in);
+    int bad = !*input;
+    if (p->stage < p->K - 1)
+        bad |= !(w->act[p->hi] = malloc(sizeof(float) * out));
+    if (p->lo > 0)
+        bad |= !(w->grad[p->lo] = malloc(sizeof(float) * in));
+    return bad ? -1 : 0;
+}
+
+/* Frees what a micro-batch owns: under recompute, what it does not share with scratch. */
+static void work_free(pipeline *p, mlp_work *w)
+{
+    if (!p->recompute) {
+        mlp_work_free(w);
+        return;
+    }
+    for (int l = 0; l <= MLP_MAX_LAYERS; l++) {
+        if (w->act[l] != p->scratch.act[l])
+            free(w->act[l]);
+        if (w->grad[l] != p->scratch.grad[l])
+            free(w->grad[l]);
+    }
+    memset(w, 0, sizeof(*w));
+}
+
 int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
-              const dataset *train)
+              int recompute, const dataset *train)
 {
     int K = coll_size(c), s = coll_rank(c), bound[MLP_MAX_LAYERS + 1];
     if (K > net->layers || micro < 1 || batch % micro)
         return -1;
     pipe_split(net, K, bound);
     *p = (pipeline){ .c = c, .stage = s, .K = K, .lo = bound[s], .hi = bound[s + 1],
-                     .micro = micro, .mb = batch / micro, .onef1b = onef1b, .net = net,
-                     .train = train };
+                     .micro = micro, .mb = batch / micro, .onef1b = onef1b,
+                     .recompute = recompute, .net = net, .train = train };
     p->work = calloc((size_t)micro, sizeof(mlp_work));
     p->sends = calloc((size_t)micro * 2, sizeof(coll_req *));
     p->y = malloc((size_t)batch);
-    if (!p->work || !p->sends || !p->y)
+    if (!p->work || !p->sends || !p->y || (recompute && mlp_work_init(&p->scratch, net, p->mb)))
         return -1;
     for (int i = 0; i < micro; i++)
-        if (mlp_work_init(&p->work[i], net, p->mb) != 0)
+        if ((recompute ? boundary_work(p, &p->work[i]) : mlp_work_init(&p->work[i], net, p->mb)))
             return -1;
     return 0;
 }
@@ -77,7 +109,8 @@ int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int one
 void pipe_free(pipeline *p)
 {
     for (int i = 0; p->work && i < p->micro; i++)
-        mlp_work_free(&p->work[i]);
+        work_free(p, &p->work[i]);
+    mlp_work_free(&p->scratch);
     free(p->work);
     free(p->sends);
     free(p->y);
@@ -152,6 +185,15 @@ static int forward(pipeline *p, int i, const size_t *idx)
     return rc;
 }
 
+/* The forward again, from the stashed input, as far as the backward reads: each layer's
+ * input, and the logits on the last stage (elsewhere the output is not read). */
+static void recompute(pipeline *p, mlp_work *w)
+{
+    int to = p->stage == p->K - 1 ? p->hi : p->hi - 1;
+    for (int l = p->lo; l < to; l++)
+        mlp_layer_forward(p->net, l, l == p->lo ? input_of(p, w) : w->act[l], w->act[l + 1], p->mb);
+}
+
 static int backward(pipeline *p, int i, int norm, double *loss, int *correct)
 {
     mlp_work *w = &p->work[i];
@@ -161,6 +203,8 @@ static int backward(pipeline *p, int i, int norm, double *loss, int *correct)
         rc = timed_recv(p, w->grad[p->hi], (size_t)p->mb * size[p->hi], p->stage + 1,
                         (uint32_t)i);
     double t0 = ex_now_s();
+    if (p->recompute)
+        recompute(p, w);
     if (p->stage == p->K - 1)
         *loss += mlp_loss_grad(w->act[p->hi], p->y + i * p->mb, p->mb, size[p->hi], norm,
                                w->grad[p->hi], correct);
@@ -253,6 +297,7 @@ size_t pipe_stash_bytes(const pipeline *p)
 {
     size_t floats = 0;
     for (int l = p->lo; l <= p->hi; l++)
-        floats += (size_t)p->net->size[l];
+        if (!p->recompute || l == p->lo || (l == p->hi && p->stage < p->K - 1))
+            floats += (size_t)p->net->size[l];
     return floats * (size_t)p->mb * sizeof(float);
 }

@@ -14,8 +14,10 @@ typedef struct {
     coll_comm *c; /* rank = stage */
     int stage, K, lo, hi; /* this stage's layers [lo, hi) */
     int micro, mb, onef1b;
+    int recompute; /* stash only boundary activations, redo the forward in the backward */
     mlp *net;
-    mlp_work *work; /* one per micro-batch */
+    mlp_work *work;   /* one per micro-batch */
+    mlp_work scratch; /* with recompute: the interior activations every micro-batch shares */
     coll_req **sends;
     int nsends, stashed, peak_stash;
     double compute, idle; /* seconds in kernels, and waiting for a peer */
@@ -29,9 +31,13 @@ typedef struct {
  * make the first layer cheaper than that): stage s holds layers [bound[s], bound[s+1]). */
 void pipe_split(const mlp *net, int K, int *bound);
 /* Returns -1 when the pipeline cannot be built (more stages than layers, micro does not
- * divide batch, out of memory). */
+ * divide batch, out of memory). With recompute, a micro-batch keeps only its stage input
+ * (and, but on the last stage, its output, which is being sent) from its forward to its
+ * backward; the backward first runs the stage's forward again into one shared scratch.
+ * The kernels see the same inputs in the same order, so the weights come out the same
+ * bits either way. */
 int pipe_init(pipeline *p, coll_comm *c, mlp *net, int batch, int micro, int onef1b,
-              const dataset *train);
+              int recompute, const dataset *train);
 void pipe_free(pipeline *p);
 /* Zeroes net->grads and runs one batch (samples idx[0 .. micro x mb)): gradients of the
  * mean loss over `norm` samples. Loss and correct predictions add up on the last stage.
@@ -39,7 +45,7 @@ void pipe_free(pipeline *p);
 int pipe_step(pipeline *p, const size_t *idx, int norm, double *loss, int *correct, char *order,
               size_t orderlen);
 /* Activation bytes one micro-batch keeps on this stage until its backward: the stage's
- * input and every layer output. */
+ * input and every layer output, or with recompute the input and the sent output. */
 size_t pipe_stash_bytes(const pipeline *p);
 /* Parameters of stage k of K, split as pipe_split cuts them. */
 size_t pipe_stage_params(const mlp *net, int K, int k);

@@ -14,6 +14,9 @@ typedef struct {
 /* "  memory per rank: params ... KiB, grads ..., optimizer ..., activations ...[,
  * gathered layers ...]" */
 void ex_print_memory(const char *who, const ex_memory *m);
+/* This process's peak resident set (VmHWM in /proc/self/status) in bytes, 0 where the
+ * kernel does not say. */
+double ex_peak_rss(void);
 /* ,"memory":{"params":...,...} into an open JSON object. */
 void ex_json_memory(FILE *f, const ex_memory *m);
 
