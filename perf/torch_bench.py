@@ -16,7 +16,16 @@ a copy of this rank's block, or all_gather into a list then torch.cat.
 With --coll-perf, the overhead rows: all_reduce at 8 B and 64 KiB through torch
 (async_op=False), through the package's own API (collective.Communicator) and in C
 (coll_perf, the same rank count, run after the torch rounds), and torch's cost per call
-over C."""
+over C.
+
+With --cpp DIR (coll_ext built by perf/torch_ext/build.sh into DIR, torch 2.x), the binding
+rows: dist.all_reduce (async_op=False) at 8 B, 64 KiB and 1 MiB through this package's
+Python backend, through the C++ c10d::Backend prototype (its non-blocking form ended in
+wait(), and its blocking form, COLL_EXT_BLOCKING), through Gloo, and through
+collective.Communicator (blocking, and non-blocking then wait), interleaved round by
+round (the order turns each round), medians; coll_perf's C time beside them with
+--coll-perf. --old FILE adds a column for another version of collective/torch.py (an
+older commit's), registered as backend "collective_old" in the same processes."""
 import argparse
 import datetime
 import multiprocessing as mp
@@ -38,6 +47,7 @@ SIZES = {"all_reduce": [64 << 10, MiB, 16 * MiB],
          "reduce_scatter_tensor": [MiB, 4 * MiB, 16 * MiB],
          "all_gather_into_tensor": [MiB, 4 * MiB, 16 * MiB]}
 OVERHEAD_SIZES = [8, 64 << 10]
+BINDING_SIZES = [8, 64 << 10, MiB]
 
 
 def iters_for(size):
@@ -93,12 +103,73 @@ def calls(op, size, n, ours, gloo):
     return native(ours), instead, form
 
 
-def rank_main(r, n, where, rounds, overhead, out):
+def cpp_groups(ext_dir):
+    """Two groups of the C++ prototype: non-blocking (ended in wait()) and blocking."""
+    import os
+    import sys
+    sys.path.insert(0, ext_dir)
+    import coll_ext
+    dist.Backend.register_backend("collective_cpp", coll_ext.create, devices=["cpu"])
+    nb = dist.new_group(backend="collective_cpp")
+    os.environ["COLL_EXT_BLOCKING"] = "1"  # read when the group is made
+    blocking = dist.new_group(backend="collective_cpp")
+    del os.environ["COLL_EXT_BLOCKING"]
+    return nb, blocking
+
+
+def old_group(path):
+    """A group of collective.torch as the file at path has it (another version),
+    registered as backend "collective_old"."""
+    import types
+    src = open(path).read().replace('register_backend("collective"',
+                                    'register_backend("collective_old"')
+    mod = types.ModuleType("collective_old_torch")
+    mod.__file__ = path
+    exec(compile(src, path, "exec"), mod.__dict__)
+    return dist.new_group(backend="collective_old")
+
+
+def binding_rows(r, n, where, rounds, ours, gloo, ext_dir, old=None):
+    """(size, {way: median us}) for each of BINDING_SIZES: every way of an all-reduce."""
+    nb, blocking = cpp_groups(ext_dir)
+    before = old_group(old) if old else None
+    plain = collective.Communicator("file://" + where + "/binding", r, n)
+    rows = []
+    for size in BINDING_SIZES:
+        count = max(size // 4, 1)
+        t, a = torch.ones(count), np.ones(count, np.float32)
+        ways = [("python", lambda: dist.all_reduce(t, group=ours)),
+                ("cpp", lambda: dist.all_reduce(t, group=nb)),
+                ("cpp-blocking", lambda: dist.all_reduce(t, group=blocking)),
+                ("gloo", lambda: dist.all_reduce(t, group=gloo)),
+                ("comm", lambda: plain.allreduce(a)),
+                ("comm-nb", lambda: plain.allreduce(a, async_op=True).wait())]
+        if before is not None:
+            ways.insert(1, ("python-old", lambda: dist.all_reduce(t, group=before)))
+        iters = iters_for(size)
+        runs = {name: [] for name, _ in ways}
+        for k in range(rounds):
+            turn = ways[k % len(ways):] + ways[:k % len(ways)]
+            for name, fn in turn if k % 2 == 0 else turn[::-1]:
+                dist.barrier(group=gloo)
+                runs[name].append(timed(fn, iters))
+        rows.append((size, {name: statistics.median(v) for name, v in runs.items()}))
+    plain.close()
+    return rows
+
+
+def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=False, old=None):
     dist.init_process_group("collective", init_method="file://" + where + "/s", rank=r,
                             world_size=n, timeout=datetime.timedelta(seconds=120))
     ours = dist.group.WORLD
     gloo = dist.new_group(backend="gloo")
+    binding = binding_rows(r, n, where, rounds, ours, gloo, ext_dir, old) if ext_dir else []
     rows = []
+    if only_binding:
+        if r == 0:
+            out.put((rows, [], binding))
+        dist.destroy_process_group()
+        return
     for op, sizes in SIZES.items():
         for size in sizes:
             mine, theirs, form = calls(op, size, n, ours, gloo)
@@ -128,16 +199,16 @@ def rank_main(r, n, where, rounds, overhead, out):
                          statistics.median(runs["python"])))
         plain.close()
     if r == 0:
-        out.put((rows, over))
+        out.put((rows, over, binding))
     dist.destroy_process_group()
 
 
-def coll_perf_times(path, n, rounds):
-    """coll_perf's out-of-place all_reduce time (us) at each of OVERHEAD_SIZES, the median
-    of rounds runs."""
-    times = {s: [] for s in OVERHEAD_SIZES}
+def coll_perf_times(path, n, rounds, sizes=OVERHEAD_SIZES):
+    """coll_perf's out-of-place all_reduce time (us) at each of sizes, the median of
+    rounds runs."""
+    times = {s: [] for s in sizes}
     for _ in range(rounds):
-        for s in OVERHEAD_SIZES:
+        for s in sizes:
             text = subprocess.run([path, "--np", str(n), "-C", "all_reduce", "-b", str(s),
                                    "-e", str(s), "-n", str(iters_for(s)), "-w", "20",
                                    "-c", "0"], check=True, capture_output=True,
@@ -160,20 +231,30 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--coll-perf", help="coll_perf binary for the overhead rows")
+    ap.add_argument("--cpp", metavar="DIR", help="coll_ext's folder, for the binding rows")
+    ap.add_argument("--binding-only", action="store_true",
+                    help="the binding rows only (with --cpp)")
+    ap.add_argument("--old", metavar="FILE", help="another collective/torch.py, for a "
+                    "column of the binding rows (with --cpp)")
     a = ap.parse_args()
     where = tempfile.mkdtemp(prefix="coll_tb.")
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     ps = [ctx.Process(target=rank_main, args=(r, a.np, where, a.rounds,
-                                              a.coll_perf is not None, q))
+                                              a.coll_perf is not None and not a.binding_only,
+                                              q, a.cpp, a.binding_only, a.old))
           for r in range(a.np)]
     for p in ps:
         p.start()
-    rows, over = q.get()
+    rows, over, binding = q.get()
     for p in ps:
         p.join()
     print(f"# torch {torch.__version__}, {a.np} ranks, float32, median of {a.rounds} "
           "interleaved rounds (us/call)")
+    if binding:
+        print_binding(binding, a)
+    if not rows:
+        return
     print(f"{'op':<24} {'size':>7} {'ranks':>5} {'ours us':>10} {'gloo us':>10} "
           f"{'gloo/ours':>9}  gloo-form")
     for op, size, form, c, g in rows:
@@ -187,6 +268,18 @@ def main():
         for size, t, p in over:
             c = cp.get(size, float("nan"))
             print(f"{human(size):>7} {a.np:>5} {t:>10.1f} {p:>10.1f} {c:>10.1f} {t - c:>10.1f}")
+
+
+def print_binding(binding, a):
+    cp = coll_perf_times(a.coll_perf, a.np, a.rounds, BINDING_SIZES) if a.coll_perf else {}
+    names = list(binding[0][1])
+    print(f"# all_reduce per call (us) by binding, async_op=False: python = this package's "
+          f"backend (python-old: --old), cpp = the C++ prototype (perf/torch_ext), comm = "
+          f"collective.Communicator (-nb: non-blocking then wait), C = coll_perf")
+    print(f"{'size':>7} {'ranks':>5} " + " ".join(f"{x:>12}" for x in names) + f" {'C':>8}")
+    for size, t in binding:
+        print(f"{human(size):>7} {a.np:>5} " + " ".join(f"{t[x]:>12.1f}" for x in names)
+              + f" {cp.get(size, float('nan')):>8.1f}")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@
     torch.distributed.init_process_group("collective")   # torchrun, env:// or any init_method
 
 The backend meets through the store torch hands it (coll_init_store: no second port).
-A call torch's Python API waits for at once (async_op=False) runs the library's blocking
-form on the caller's thread; any other runs as its non-blocking form, with a work object
-over a future that a completer thread settles when the operation ends. CPU tensors of
+The backend is never told async_op: a collective is held back for a moment (_Slot), and
+a wait() that comes first (torch's async_op=False waits at once, from Python or C++) runs
+the library's blocking form on the waiting thread; anything else (the next operation,
+get_future, is_completed, or the moment passing) starts its non-blocking form, and
+get_future() hands it to a thread that settles the future when it ends. CPU tensors of
 float32/64, float16, bfloat16, int8/32/64 and uint8; non-contiguous tensors go through a
 contiguous copy. On torch 2.x, its C++ side (the functional collectives, DTensor) reaches
 the group through torch's Python trampoline: the group keeps the name torch gives it, and
@@ -24,7 +26,6 @@ import datetime
 import functools
 import inspect
 import os
-import sys
 import threading
 import time
 
@@ -349,15 +350,135 @@ _PAUSE = (20e-6, 1e-3, 20e-3)  # seconds between looks: after an arrival, longes
 #                                receives wait, longest otherwise
 
 
+class _Launch:
+    """A collective handed to the group's _Slot, with wait() and test() as a request's:
+    wait() runs it on the calling thread while the slot still holds it, else waits for
+    the request it was started as."""
+
+    def __init__(self, slot, name, args, keep):
+        self.slot, self.name, self.args, self.keep = slot, name, args, keep
+        self.req, self.error = None, None
+
+    def start(self):
+        """The non-blocking form (the slot's lock held: one start at a time, in order)."""
+        try:
+            self.req = self.slot.comm._run(self.name, True, self.args, self.keep)
+        except collective.CollectiveError as e:
+            self.error = e
+
+    def run(self):
+        self.slot.comm._run(self.name, False, self.args, self.keep)
+
+    def wait(self):
+        if self.slot.take(self):
+            self.run()
+            return
+        if self.error:
+            raise self.error
+        self.req.wait()
+
+    def test(self):
+        self.slot.release(self)
+        if self.error:
+            raise self.error
+        return self.req.test()
+
+
+class _Slot:
+    """The group's last collective, not started yet: torch waits for a call with
+    async_op=False at once and tells the backend nothing, so each one is held for one
+    to two _HOLD; a wait() within that runs the blocking form on its own thread (8 B on 2 ranks of
+    the 2-core test machine: 17 us through collective.Communicator, against 50 for the
+    non-blocking form's hand-off to the library's thread and back; docs/benchmarks.md).
+    The next operation, a look at the work, or the time passing (a thread of the
+    slot's, awake only while collectives come) starts it as non-blocking instead, so an
+    async_op=True call goes on while its caller does something else. Ordered: a held
+    collective starts before anything issued after it."""
+
+    def __init__(self, comm):
+        self.comm, self.held, self.closed = comm, None, False
+        self.cond = threading.Condition()
+        self.thread, self.idle, self.came = None, False, False
+
+    def hold(self, launch):
+        """Holds launch, starting the one held before (its thread wakes only from idle)."""
+        with self.cond:
+            self._start_held()
+            if self.closed:
+                launch.start()  # fails as the closed communicator says
+                return
+            self.held, self.came = launch, True
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, daemon=True,
+                                               name="collective-slot")
+                self.thread.start()
+            elif self.idle:
+                self.cond.notify()
+
+    def take(self, launch):
+        """Whether launch was still held (then it is the caller's to run)."""
+        with self.cond:
+            if self.held is launch:
+                self.held = None
+                return True
+            return False
+
+    def release(self, launch=None):
+        """Starts the held collective (if it is launch, or any with None)."""
+        with self.cond:
+            if launch is None or self.held is launch:
+                self._start_held()
+
+    def close(self):
+        """Starts what is held (to fail with the communicator's close) and ends the thread."""
+        with self.cond:
+            self._start_held()
+            self.closed = True
+            self.cond.notify()
+
+    def _start_held(self):
+        if self.held is not None:
+            self.held.start()
+            self.held = None
+
+    def _watch(self):
+        """Starts a collective still held one _HOLD after it was first seen held. Looks
+        every _HOLD while collectives come, and sleeps until the next one after _QUIET
+        looks without any: woken for each one, it cost a switch of threads per call."""
+        quiet = 0
+        with self.cond:
+            while not self.closed:
+                if self.held is None and quiet >= _QUIET:
+                    self.idle = True
+                    self.cond.wait()
+                    self.idle, quiet = False, 0
+                    continue
+                seen, self.came = self.held, False
+                self.cond.wait(_HOLD)
+                if seen is not None and self.held is seen:
+                    self._start_held()
+                quiet = 0 if self.came else quiet + 1
+
+
+_HOLD = 1e-3  # seconds between the watcher's looks: a collective starts within 2 of them
+_QUIET = 50  # looks without a collective before the watcher sleeps
+
+
 class _PyWork(dist._Work):
-    """The work handed to torch.distributed's Python functions, which wait through
-    Python: wait() ends the operation on the caller's thread (no hand-off) and raises its
-    error, every time (the C++ future-wrapping work's wait() returns True even then).
-    get_future() returns at once a future the completer settles, so a communication hook
-    (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass."""
+    """Every operation's work, for Python and C++ callers alike: wait() ends the operation
+    on the caller's thread (no hand-off) and raises its error, every time (the C++
+    future-wrapping work's wait() returns True even then). get_future() returns at once a
+    future the completer settles, so a communication hook
+    (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass.
+    C++ callers (DDP's reducer, the functional collectives) reach these methods through
+    torch's trampoline only while the Python object lives (else C++'s own Work::wait
+    waits for good), and may wait more than once (one coalesced work per output tensor):
+    each result tensor keeps its last work alive (_KEPT), as long as C++ can ask."""
 
     def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None):
         super().__init__()
+        for t in _tensors(result):
+            setattr(t, _KEPT, self)
         self._completer, self._lock = completer, threading.Lock()
         # Not the group: a work kept must not keep its group from being collected (and so
         # aborted) once torch lets it go.
@@ -374,6 +495,8 @@ class _PyWork(dist._Work):
                 return self._fut
             req, after, self._req, self._after = self._req, self._after, None, None
             if hand_off:
+                if isinstance(req, _Launch):  # started here, in order: never run blocking
+                    req.slot.release(req)     # on the completer's thread (library: EINVAL)
                 self._fut = self._completer.add(req, after, self._result)
                 return self._fut
             self._fut = fut = torch.futures.Future()
@@ -438,14 +561,16 @@ class _PyWork(dist._Work):
     _source_rank = source_rank  # what torch's dist.recv asks
 
 
-def _torch_caller():
-    """The frame of torch's Python API (distributed_c10d.py) that called the backend, or
-    None when its C++ side did (DDP's reducer, parameter checks), whose waits never call
-    back into Python."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename == __file__:
-        f = f.f_back
-    return f if f is not None and f.f_code.co_filename.endswith("distributed_c10d.py") else None
+_KEPT = "_collective_work"  # a result tensor's attribute: the last work that wrote it
+
+
+def _tensors(result):
+    """The tensors of an operation's result: a list of tensors or of lists of them."""
+    for x in result:
+        if isinstance(x, torch.Tensor):
+            yield x
+        else:
+            yield from x
 
 
 def _done(result):
@@ -464,7 +589,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self.store, self.timeout_ms = _Store(store), ms
         self.comm = collective.Communicator(self.store, rank, size, timeout_ms=ms)
         self.recorder_dir = os.environ.get("COLL_RECORDER_DIR")  # as the library read it
-        self.completer = _Completer()
+        self.completer, self.slot = _Completer(), _Slot(self.comm)
         self.inbox, self._sending = _Inbox(self.comm, ms), threading.Lock()
         self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
 
@@ -477,6 +602,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         calls abort and shutdown for NCCL only: destroy_process_group reaches this when
         it lets the group go (__del__). The completers end after the close: they wait on
         the operations it ends (before it, destroy waited for peers that never came)."""
+        self.slot.close()  # a held collective starts, to fail with the rest
         self.inbox.close()
         self.comm.close()
         self.completer.stop()
@@ -511,30 +637,15 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def _start(self, name, args, keep, after=None, result=None):
         result = result if result is not None else []
         self._seq += 1
-        caller = _torch_caller()
-        if caller is not None and caller.f_locals.get("async_op") is False:
-            return self._now(name, args, keep, after, result)
-        return self._work(self.comm._run(name, True, args, keep), after, result, caller)
+        launch = _Launch(self.slot, name, args, keep)
+        self.slot.hold(launch)
+        return self._work(launch, after, result)
 
-    def _work(self, req, after, result, caller, source=-1):
-        """The work over req (a library request, or anything with wait() and test()):
-        a _PyWork for torch's Python API, else a work over a future the completer
-        settles. source: a receive's sender (an _Ask's while it is not known yet)."""
-        if caller is not None:
-            return _PyWork(self.completer, req, after, result, source, self.comm,
-                           self.recorder_dir)
-        return _c10d._create_work_from_future(self.completer.add(req, after, result))
-
-    def _now(self, name, args, keep, after, result):
-        """A call torch waits for at once (async_op=False): the blocking form on this
-        thread, no hand-off to the library's thread and back (8 B: ~10 us, not 30-80)."""
-        try:
-            self.comm._run(name, False, args, keep)
-        except collective.CollectiveError as e:
-            raise RuntimeError(str(e)) from None
-        if after:
-            after()
-        return _done(result)
+    def _work(self, req, after, result, source=-1):
+        """The work over req (a library request, or anything with wait() and test()).
+        source: a receive's sender (an _Ask's while it is not known yet)."""
+        return _PyWork(self.completer, req, after, result, source, self.comm,
+                       self.recorder_dir)
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(_one("allreduce", tensors, "tensor"))
@@ -567,6 +678,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
                                "elements as the tensor")
         args = (_ptr(tensor), _ptr(tensor), tensor.numel(), collective.OPS["avg"],
                 collective.codec_code(codec), _ptr(residual))
+        self.slot.release()
         req = self.comm._run("allreduce_ef", True, args, (tensor, residual))
         return self.completer.add(req, None, tensor)
 
@@ -701,6 +813,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._seq += 1
+        self.slot.release()
         self.comm.barrier()
         return _done([])
 
@@ -784,7 +897,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def _p2p(self, req, after, result, source):
         self._seq += 1
-        return self._work(req, after, result, _torch_caller(), source)
+        return self._work(req, after, result, source)
 
     # What Gloo checks before it sends anything (ProcessGroupGloo.cpp, torch 1.13), checked
     # here on the calling rank before anything is sent, with the same kind of sentence:
@@ -905,7 +1018,9 @@ def set_codec(codec, group=None):
     """Collective over the group (default: the world): its later float32 SUM and AVG
     all-reduces and reduce-scatters move through the wire codec "fp16", "bf16" or "int8"
     ("none": exact again), as COLL_CODEC does at init. Every rank must pass the same."""
-    _group(group).comm.set_codec(codec)
+    pg = _group(group)
+    pg.slot.release()  # a held collective goes with the codec it was issued under
+    pg.comm.set_codec(codec)
 
 
 class ErrorFeedback:

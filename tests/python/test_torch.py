@@ -639,6 +639,23 @@ def work_objects(r, n, where):
     assert seen["ours"] == seen["gloo"] == [want, want], seen
 
 
+def held_then_elsewhere(r, n, where):
+    """A collective nobody waits for yet still starts: rank 0 issues it with
+    async_op=True, then waits in a Gloo barrier that the others reach only once that
+    collective has ended (the backend holds each one back for a wait() that may come
+    at once, never for good)."""
+    g = init(r, n, where, timeout_s=20)
+    t = torch.full((3,), r + 1.0)
+    if r == 0:
+        w = dist.all_reduce(t, async_op=True)
+        within(lambda: dist.barrier(group=g))
+        w.wait()
+    else:
+        dist.all_reduce(t)
+        dist.barrier(group=g)
+    assert torch.equal(t, torch.full((3,), n * (n + 1) / 2)), t
+
+
 def recorder_on_timeout(r, n, where):
     """A wait(timeout) that passes with COLL_RECORDER_DIR set writes the flight recorder
     there and says so (as the library's own timeouts do): rank 0's file holds the
@@ -955,6 +972,7 @@ def main():
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
         bad += ranks.check(any_source, n, "receives from any source against gloo")
         bad += ranks.check(work_objects, n, "work objects' methods against gloo")
+        bad += ranks.check(held_then_elsewhere, n, "an async collective starts unwaited")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
             bad += ranks.check(functional, n, "functional collectives against gloo")
