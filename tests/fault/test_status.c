@@ -38,9 +38,10 @@ enum { NP = 4, TIMEOUT_MS = 60000, COUNT = 1 << 14, ANSWER_MS = 5000 };
  * (into even and odd ranks, its own links or, SPLIT_SHARED, its root's); or a
  * communicator made through a caller's store (a directory here, as torch's is its
  * TCPStore) with MASTER_ADDR and MASTER_PORT set, labelled as collective.torch does. */
-enum { WORLD, SPLIT, SPLIT_SHARED, STORE };
+enum { WORLD, SPLIT, SPLIT_SHARED, STORE, GROW };
 static int mode;
 static char store_dir[64];
+static char *grow_id; /* GROW: rank 0's id for the newcomer, in memory shared with it */
 
 static atomic_int *iters; /* per rank, in memory shared with the parent */
 static char (*said)[600]; /* per rank: coll_last_error after its loop ended */
@@ -84,6 +85,26 @@ static int dir_get(void *ctx, const char *key, void **value, size_t *len, int ti
     }
 }
 
+/* GROW's communicator: coll_init's NP - 1 ranks grown by the newcomer, rank NP - 1. */
+static coll_comm *grow(int rank, coll_config *cfg)
+{
+    coll_comm *c = NULL, *g = NULL;
+    if (rank == NP - 1) {
+        while (!atomic_load((atomic_char *)grow_id))
+            cl_sleep_ms(5);
+        return coll_init_grow(&g, grow_id, cfg) == COLL_OK ? g : NULL;
+    }
+    char id[COLL_GROW_ID_BYTES];
+    if (coll_init(&c, url, rank, NP - 1, cfg) != COLL_OK ||
+        (rank == 0 && coll_grow_id(c, NP, id, sizeof(id)) != COLL_OK))
+        return NULL;
+    if (rank == 0) {
+        memcpy(grow_id + 1, id + 1, sizeof(id) - 1);
+        atomic_store((atomic_char *)grow_id, id[0]); /* the first byte last: it is whole */
+    }
+    return coll_grow(c, &g) == COLL_OK ? g : NULL; /* c stays */
+}
+
 /* The communicator the ranks reduce over, as mode says. */
 static coll_comm *meet(int rank, coll_config *cfg)
 {
@@ -100,6 +121,8 @@ static coll_comm *meet(int rank, coll_config *cfg)
             return NULL;
         return c;
     }
+    if (mode == GROW) /* ranks 0..NP-2 grow to NP: rank NP-1 is the newcomer */
+        return grow(rank, cfg);
     if (coll_init(&c, url, rank, NP, cfg) != COLL_OK || mode == WORLD)
         return c;
     if (c && coll_split(c, rank % 2, rank, &s) == COLL_OK &&
@@ -133,6 +156,7 @@ static void rank_main(int rank, const char *secret, int skip)
 static void start_ranks_skipping(const char *secret, int skip)
 {
     port = free_port();
+    memset(grow_id, 0, COLL_GROW_ID_BYTES);
     if (mode == STORE) {
         snprintf(store_dir, sizeof(store_dir), "/tmp/coll-status-store-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(store_dir));
@@ -463,13 +487,42 @@ START_TEST(a_job_met_through_a_callers_store_is_asked_at_master_port)
 }
 END_TEST
 
+/* A grown communicator: its newcomer is in no communicator the tool reaches first, so
+ * the tool finds it through the grown one's endpoints and asks it; rank 1, stopped, is
+ * named there too. */
+START_TEST(a_grown_communicators_newcomer_is_found_and_shown)
+{
+    run r;
+    char args[128];
+    mode = GROW;
+    start_ranks(NULL);
+    ck_assert_msg(progress(NULL, 10), "the ranks did not reduce");
+    kill(pids[1], SIGSTOP);
+    cl_sleep_ms(200);
+    snprintf(args, sizeof(args), "--json %s", url);
+    status_tool(args, NULL, &r);
+    end_ranks();
+    ck_assert_msg(r.status == 1 && r.took < ANSWER_MS, "exit %d after %lld ms:\n%s", r.status,
+                  (long long)r.took, r.out);
+    const char *check =
+        "d['size'] == 3 and d['stragglers'] == [1] and len(d['communicators']) == 1 and "
+        "d['communicators'][0]['size'] == 4 and d['communicators'][0]['stragglers'] == [1] and "
+        "[(x['answered'], x['world']) for x in d['communicators'][0]['ranks']] == "
+        "[(True, 0), (False, 1), (True, 2), (True, -1)] and "
+        "d['communicators'][0]['ranks'][3]['op']['kind'] == 'allreduce'";
+    ck_assert_msg(json_holds(r.out, check), "the JSON does not hold %s:\n%s", check, r.out);
+}
+END_TEST
+
 int main(void)
 {
     iters =
         mmap(NULL, NP * sizeof(*iters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     said =
         mmap(NULL, NP * sizeof(*said), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (iters == MAP_FAILED || said == MAP_FAILED)
+    grow_id =
+        mmap(NULL, COLL_GROW_ID_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (iters == MAP_FAILED || said == MAP_FAILED || grow_id == MAP_FAILED)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("status");
@@ -484,5 +537,9 @@ int main(void)
     tcase_add_loop_test(t, a_split_is_listed_with_its_stopped_rank_and_the_others_operation, 0, 2);
     tcase_add_test(t, a_job_met_through_a_callers_store_is_asked_at_master_port);
     suite_add_tcase(s, t);
+    TCase *g = tcase_create("grow"); /* a case of its own: CK_RUN_CASE=grow runs it alone */
+    tcase_set_timeout(g, 60);
+    tcase_add_test(g, a_grown_communicators_newcomer_is_found_and_shown);
+    suite_add_tcase(s, g);
     return run_suite(s);
 }
