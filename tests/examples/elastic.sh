@@ -3,8 +3,12 @@
 # outside) at a random moment of its training; the survivors shrink and finish the run
 # (dp_train: the three left split the global batch; hybrid_1f1b, 2 stages x 2 replicas:
 # the replica that lost a rank leaves, the other takes the whole batch). The last line
-# is still "test_accuracy A", within 0.01 of the same run undisturbed, and the run says
-# whom it lost.
+# is still "test_accuracy A", within 0.025 of the same run undisturbed, and the run says
+# whom it lost. Not closer: a recovery can be exact and still end 0.016 away (hybrid_1f1b,
+# rank 3 lost at step 21: its weights 7e-8 from one process's after 50 steps, as
+# undisturbed, and test_accuracy 0.8090 against 0.8249 after 240; lost at step 60, 0.8233;
+# every run of a given loss step ends the same; lost at step 30, its weights are 7e-8 from
+# one process's at step 51 and 2e-3 at step 80: this net amplifies rounding in bursts).
 # With COLL_RUN (the launcher's path), --heal instead: coll_run starts the 4 ranks and
 # restarts the one killed; the survivors grow back to 4 with it and redo the step at
 # full size, and the run ends with the undisturbed run's "weights H" line, bit for bit.
@@ -60,7 +64,7 @@ grep -q "^elastic: lost rank(s) $((pick - 1)) " "$tmp.out" ||
     { echo "FAIL: the run did not say it lost rank $((pick - 1)) (killed $at_ms ms after the second step)"; exit 1; }
 got=$(sed -n "s/^test_accuracy //p" "$tmp.out" | tail -n 1)
 [ -n "$got" ] || { echo "FAIL: no test_accuracy after the loss"; exit 1; }
-awk -v a="$got" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
+awk -v a="$got" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 0.025 && d >= -0.025) }' ||
     { echo "FAIL: test_accuracy $got, undisturbed $base"; exit 1; }
 if [ $mode = --heal ]; then
     grep -q "^heal: back at 4 ranks" "$tmp.out" || { echo "FAIL: the job did not grow back"; exit 1; }
