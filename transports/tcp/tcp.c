@@ -772,8 +772,8 @@ static int tcp_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_t
     return cl_tcp_isend_span(c, hdr, buf, hdr->len, out);
 }
 
-int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
-                      void (*on_hdr)(cl_tr_req *, void *), void *arg, cl_tr_req **out)
+int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tcp_hook on_hdr,
+                      void *arg, cl_tr_req **out)
 {
     cl_tr_req *r = new_req(c);
     if (!r)

@@ -11,6 +11,7 @@
 #define CL_TCP_CONN_H
 
 #include "base/addr.h"
+#include "transports/tcp/tcp_span.h"
 #include "transports/transport.h"
 
 #include <netinet/in.h>
@@ -30,7 +31,7 @@ struct cl_tr_req {
      * rails); a receive's is hdr_in->len unless on_hdr, called when its header is in
      * (under c->io), says less. */
     size_t span;
-    void (*on_hdr)(cl_tr_req *r, void *arg);
+    cl_tcp_hook on_hdr;
     void *hook_arg;
     int status;
     int owned; /* the rest of a fast-path send: freed when done, by the transport */
@@ -112,12 +113,6 @@ int cl_tcp_progress(cl_tr_conn *c, size_t *moved);
  * cl_tcp_enqueue's answer. */
 int cl_tcp_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, int *arm);
 int cl_tcp_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes);
-/* tcp.c: isend with `span` of the payload bytes on this connection, irecv whose header
- * calls on_hdr (for rails.c). */
-int cl_tcp_isend_span(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, size_t span,
-                      cl_tr_req **out);
-int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
-                      void (*on_hdr)(cl_tr_req *, void *), void *arg, cl_tr_req **out);
 /* Loop thread: makes the poll handle watch what the queues need now. */
 void cl_tcp_reconcile(cl_tr_conn *c);
 /* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */

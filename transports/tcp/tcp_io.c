@@ -183,9 +183,7 @@ static int took(cl_tr_conn *c, cl_tr_req *r, size_t n)
     if (!had_header && !header_ok(c, r->hdr_in, r->len))
         return 0;
     if (!had_header) {
-        r->span = r->hdr_in->len;
-        if (r->on_hdr)
-            r->on_hdr(r, r->hook_arg);
+        r->span = r->on_hdr ? r->on_hdr(r->hook_arg, r->hdr_in) : r->hdr_in->len;
     }
     if (r->got == HDR + r->span) {
         r->len = r->hdr_in->len;
