@@ -156,14 +156,14 @@ int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, c
     return 0;
 }
 
-/* Why interface i is no rail, or NULL when it is one. */
-static const char *unfit(const struct ifaddrs *i, const char *filter, int family)
+/* Why interface i (with an address of the family) is no rail, or NULL when it is one. */
+static const char *unfit(const struct ifaddrs *i, const char *filter)
 {
     if (!(i->ifa_flags & IFF_UP))
         return "down";
     if (!accepted(i->ifa_name, filter))
         return filter && *filter ? "not in the filter" : "loopback or docker bridge";
-    return fitness(i->ifa_addr, family) != 0 ? "no usable address of the family" : NULL;
+    return NULL;
 }
 
 static int listed(const cl_iface *out, int n, const char *name)
@@ -184,10 +184,9 @@ static int rails_of(const struct ifaddrs *all, const char *filter, int family, c
         for (const struct ifaddrs *i = all; i && n < max; i = i->ifa_next) {
             if (!i->ifa_addr || listed(out, n, i->ifa_name))
                 continue;
-            const char *why = unfit(i, filter, family);
-            int f = fitness(i->ifa_addr, family);
-            if (f != fit)
+            if (fitness(i->ifa_addr, family) != fit)
                 continue;
+            const char *why = unfit(i, filter);
             if (why) {
                 cl_log(COLL_LOG_INFO, "rails: not using interface %s: %s", i->ifa_name, why);
                 continue;
