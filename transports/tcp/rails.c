@@ -571,8 +571,10 @@ static void part_failed(cl_tr_req *r, int rc)
 static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
     int all = 1;
+    /* nsub is read afresh each time: a receive's parts are posted at rail 0's header,
+     * before rail 0's part can complete, so once sub[0] is done nsub is final */
     for (int k = 0; k < atomic_load(&r->nsub); k++) {
-        if (r->fin[k] || !r->sub[k])
+        if (r->fin[k])
             continue;
         int d = 0;
         size_t nb = 0;
@@ -586,8 +588,7 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
         if (rc != COLL_OK)
             part_failed(r, rc);
     }
-    /* a receive's parts are posted before rail 0's completes: nsub is final once it is */
-    if (!all || (r->hdr_in && !r->fin[0]) || (r->hdr_in && !r->sub[0])) {
+    if (!all) {
         *done = 0;
         return COLL_INPROGRESS;
     }
@@ -605,7 +606,7 @@ static size_t rails_moved(cl_tr_req *r)
 {
     size_t m = r->moved_done;
     for (int k = 0; k < atomic_load(&r->nsub); k++)
-        if (!r->fin[k] && r->sub[k])
+        if (!r->fin[k])
             m += TCP->moved(r->sub[k]);
     return m;
 }
