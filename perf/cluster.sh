@@ -28,6 +28,9 @@
 #                    switch buffers do not (algorithms that change peers every step,
 #                    Rabenseifner's, paid 1.2-1.5x at 16 MiB here). 1 keeps the default.
 #   ARGS="-b 64K -e 4M -f 4 -n 5 -w 1"   coll_perf's arguments (-I 0 -c 1 added)
+#   RAILS=1          interfaces per host: RAILS=2 adds eth1 on a second bridge (10.78.0.0/24),
+#                    shaped alike; ranks then filter "eth" (both), and the script prints
+#                    each host's bytes sent per interface ("# rail bytes: ...")
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
 #   KEEP=DIR         keep rank 0's output of every run there
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
@@ -43,6 +46,7 @@ cc=${CC:-cubic}
 idle_restart=${IDLE_RESTART:-0}
 args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
 rounds=${ROUNDS:-3}
+rails=${RAILS:-1}
 envs=${ENVS:-}
 tag=c$$
 br=br$tag
@@ -58,6 +62,12 @@ trap cleanup EXIT INT TERM
 
 ip link add "$br" type bridge 2>/dev/null || { echo "SKIP: cannot create a bridge"; exit 77; }
 ip link set "$br" up
+[ "$rails" = 1 ] || { ip link add "${br}b" type bridge; ip link set "${br}b" up; }
+
+# shape DEV [NS]: RATE out of DEV (run in NS when given)
+shape() {
+    ${2:+ip netns exec "$2"} tc qdisc add dev "$1" root tbf rate "$rate" burst "$burst" latency 50ms
+}
 k=0
 for r in $hosts; do
     ns=$tag-h$k
@@ -78,8 +88,16 @@ for r in $hosts; do
         ip link set "v$tag$k" gso_max_size "$gso" gso_max_segs 1
     fi
     # Each way: out of the host (its eth0), into it (the bridge's port).
-    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
-    tc qdisc add dev "v$tag$k" root tbf rate "$rate" burst "$burst" latency 50ms
+    shape eth0 "$ns"
+    shape "v$tag$k"
+    if [ "$rails" != 1 ]; then # the second rail, on its own bridge and subnet
+        ip link add "w$tag$k" type veth peer name eth1 netns "$ns"
+        ip link set "w$tag$k" master "${br}b" up
+        ip -n "$ns" addr add "10.78.0.$((k + 1))/24" dev eth1
+        ip -n "$ns" link set eth1 up
+        shape eth1 "$ns"
+        shape "w$tag$k"
+    fi
     k=$((k + 1))
 done
 
@@ -145,7 +163,7 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     for h in $(cat "$out/host_of"); do
         ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; exec env RANK=$r \
             WORLD_SIZE=$n MASTER_ADDR=$master MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
-            COLL_SOCKET_IFNAME=eth0 COLL_BIND=none $envs $perf $args -I 0 -c 1" \
+            COLL_SOCKET_IFNAME=$ifname COLL_BIND=none $envs $perf $args -I 0 -c 1" \
             > "$out/$3.$2.$r" 2>&1 &
         r=$((r + 1))
     done
@@ -154,6 +172,8 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     grep -q "Out of bounds values : 0 OK" "$out/$3.$2.0" || { cat "$out/$3.$2.0"; return 1; }
 }
 
+ifname=eth0
+[ "$rails" = 1 ] || ifname=eth
 status=0
 for round in $(seq "$rounds"); do
     b=0
@@ -163,6 +183,12 @@ for round in $(seq "$rounds"); do
     done
 done
 
+if [ "$rails" != 1 ]; then
+    for k in $(seq 0 $((H - 1))); do
+        echo "# rail bytes: host $k eth0 $(ip netns exec "$tag-h$k" cat /sys/class/net/eth0/statistics/tx_bytes)" \
+            "eth1 $(ip netns exec "$tag-h$k" cat /sys/class/net/eth1/statistics/tx_bytes)"
+    done
+fi
 echo "# median time (us) per size; build: $*"
 b=0
 for build in "$@"; do

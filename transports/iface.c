@@ -156,6 +156,83 @@ int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, c
     return 0;
 }
 
+/* Why interface i (with an address of the family) is no rail, or NULL when it is one. */
+static const char *unfit(const struct ifaddrs *i, const char *filter)
+{
+    if (!(i->ifa_flags & IFF_UP))
+        return "down";
+    if (!accepted(i->ifa_name, filter))
+        return filter && *filter ? "not in the filter" : "loopback or docker bridge";
+    return NULL;
+}
+
+static int listed(const cl_iface *out, int n, const char *name)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(out[k].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Rails are interfaces whose best address (IPv4, else global IPv6) is of the family;
+ * one address per interface, the first one of that fitness. */
+static int rails_of(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
+                    int max)
+{
+    int n = 0;
+    for (int fit = 0; fit < 2 && n == 0; fit++)
+        for (const struct ifaddrs *i = all; i && n < max; i = i->ifa_next) {
+            if (!i->ifa_addr || listed(out, n, i->ifa_name))
+                continue;
+            if (fitness(i->ifa_addr, family) != fit)
+                continue;
+            const char *why = unfit(i, filter);
+            if (why) {
+                cl_log(COLL_LOG_INFO, "rails: not using interface %s: %s", i->ifa_name, why);
+                continue;
+            }
+            take(i, &out[n].addr);
+            snprintf(out[n].name, sizeof(out[n].name), "%s", i->ifa_name);
+            n++;
+        }
+    return n;
+}
+
+int cl_iface_list(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
+                  int max, char *err, size_t errlen)
+{
+    int n = rails_of(all, filter, family, out, max);
+    if (n == 0) { /* loopback, as cl_iface_choose's last resort */
+        cl_addr a;
+        if (cl_iface_choose(all, filter, family, &a, err, errlen) != 0)
+            return -1;
+        snprintf(out[0].name, sizeof(out[0].name), "%s", "last-resort");
+        out[0].addr = a;
+        n = 1;
+    }
+    for (int k = 0; k < n; k++) {
+        char text[CL_ADDR_TEXT];
+        cl_addr_text(&out[k].addr, text, sizeof(text));
+        cl_log(COLL_LOG_INFO, "rails: rail %d is interface %s address %s (up, %s, filter '%s')", k,
+               out[k].name, text, cl_family_name(family), filter ? filter : "");
+    }
+    return n;
+}
+
+int cl_pick_ifaces(const char *filter, int family, cl_iface *out, int max, char *err,
+                   size_t errlen)
+{
+    struct ifaddrs *all;
+    if (getifaddrs(&all) != 0) {
+        snprintf(err, errlen, "cannot list the network interfaces (getifaddrs): %s",
+                 strerror(errno));
+        return -1;
+    }
+    int n = cl_iface_list(all, filter, family, out, max, err, errlen);
+    freeifaddrs(all);
+    return n;
+}
+
 int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_t errlen)
 {
     struct ifaddrs *all;

@@ -19,4 +19,18 @@ int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_
 int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, cl_addr *out,
                     char *err, size_t errlen);
 
+/* One rail: an interface and its address (port 0). */
+typedef struct cl_iface {
+    char name[16];
+    cl_addr addr;
+} cl_iface;
+/* Every usable interface (up, accepted by `filter`, with an address of `family`; with no
+ * filter not loopback or docker bridges, unless nothing else is), at most max, in
+ * getifaddrs' order, each logged at info level with why it was taken or left. The
+ * count (>= 1), or -1 with a sentence in err as cl_pick_iface. */
+int cl_pick_ifaces(const char *filter, int family, cl_iface *out, int max, char *err,
+                   size_t errlen);
+int cl_iface_list(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
+                  int max, char *err, size_t errlen);
+
 #endif

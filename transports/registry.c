@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const cl_transport *const table[] = {
-    &cl_transport_auto, &cl_transport_tcp, &cl_transport_shm, &cl_transport_loop,
+    &cl_transport_auto, &cl_transport_tcp, &cl_transport_shm, &cl_transport_loop, &cl_transport_rails,
 #ifdef CL_HAVE_IBVERBS
     &cl_transport_ibverbs, &cl_transport_ibverbs_fake,
 #endif
@@ -33,9 +33,9 @@ const char *cl_transport_names(void)
 {
     static _Thread_local char names[512];
 #ifdef CL_HAVE_IBVERBS
-    snprintf(names, sizeof(names), "auto, tcp, shm, loop, ibverbs, ibverbs-fake");
+    snprintf(names, sizeof(names), "auto, tcp, shm, loop, rails, ibverbs, ibverbs-fake");
 #else
-    snprintf(names, sizeof(names), "auto, tcp, shm, loop");
+    snprintf(names, sizeof(names), "auto, tcp, shm, loop, rails");
 #endif
     cl_net_names(names, sizeof(names));
 #ifndef CL_HAVE_IBVERBS

@@ -158,6 +158,7 @@ extern const cl_transport cl_transport_tcp;
 extern const cl_transport cl_transport_loop;
 extern const cl_transport cl_transport_shm;
 extern const cl_transport cl_transport_auto;
+extern const cl_transport cl_transport_rails; /* tcp striped over every interface */
 extern const cl_transport cl_transport_ibverbs;      /* libibverbs, dlopen()ed */
 extern const cl_transport cl_transport_ibverbs_fake; /* the same over in-process fake verbs */
 /* 1 when libibverbs loads and lists at least one device (checked once, quietly). */

@@ -15,6 +15,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 static void round_trip(const char *text)
@@ -66,7 +67,7 @@ typedef struct {
     struct sockaddr_storage sa;
 } entry;
 
-static entry list[8];
+static entry list[10];
 static int nlist;
 
 static void add(const char *name, int up, const char *ip)
@@ -134,6 +135,43 @@ START_TEST(the_interface_of_the_family_asked_for_is_chosen)
 }
 END_TEST
 
+/* The rails cl_iface_list takes, as "name address" pairs. */
+static const char *rails(const char *filter, int family)
+{
+    static char text[400];
+    char err[400];
+    cl_iface r[4];
+    int n = cl_iface_list(&list[0].ifa, filter, family, r, 4, err, sizeof(err));
+    ck_assert_msg(n > 0, "no rails for '%s': %s", filter ? filter : "(none)", err);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        char a[CL_ADDR_TEXT];
+        cl_addr_text(&r[k].addr, a, sizeof(a));
+        at += (size_t)snprintf(text + at, sizeof(text) - at, "%s%s %s", k ? ", " : "", r[k].name, a);
+    }
+    return text;
+}
+
+/* Issue 55's host: docker bridges, a down interface, loopback and two real NICs. */
+START_TEST(the_rails_are_every_real_interface_up)
+{
+    host();
+    add("eth3", 1, "10.0.3.5");
+    add("docker1", 1, "172.18.0.1");
+    ck_assert_str_eq(rails(NULL, AF_UNSPEC), "eth0 10.0.0.5:0, eth3 10.0.3.5:0");
+    ck_assert_str_eq(rails("eth3", AF_UNSPEC), "eth3 10.0.3.5:0");
+    /* a filter of one's own takes what it accepts, bridges too (as cl_iface_choose) */
+    ck_assert_str_eq(rails("^eth0,lo", AF_UNSPEC),
+                     "docker0 172.17.0.1:0, eth3 10.0.3.5:0, docker1 172.18.0.1:0");
+    ck_assert_str_eq(rails(NULL, AF_INET6), "eth1 [fd00::6]:0");
+    ck_assert_str_eq(rails("lo", AF_UNSPEC), "lo 127.0.0.1:0");
+    nlist = 0; /* nothing but loopback and a bridge: loopback, the last resort */
+    add("lo", 1, "127.0.0.1");
+    add("docker0", 0, "172.17.0.1");
+    ck_assert_str_eq(rails(NULL, AF_UNSPEC), "last-resort 127.0.0.1:0");
+}
+END_TEST
+
 static const char *refusal(const char *filter, int family)
 {
     static char err[400];
@@ -187,6 +225,7 @@ int main(void)
     tcase_add_test(t, a_host_with_a_colon_needs_brackets);
     tcase_add_test(t, the_interface_of_the_family_asked_for_is_chosen);
     tcase_add_test(t, nothing_fits_and_the_sentence_says_what_was_tried);
+    tcase_add_test(t, the_rails_are_every_real_interface_up);
     tcase_add_test(t, coll_socket_family_takes_nccls_names);
     suite_add_tcase(s, t);
     return run_suite(s);

@@ -749,7 +749,8 @@ static cl_tr_req *new_req(cl_tr_conn *c)
     return r;
 }
 
-static int tcp_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
+int cl_tcp_isend_span(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, size_t span,
+                      cl_tr_req **out)
 {
     if (hdr->len > (1u << 30))
         return COLL_EINVAL;
@@ -759,17 +760,26 @@ static int tcp_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_t
     r->hdr_out = *hdr;
     r->buf = (void *)buf;
     r->len = hdr->len;
+    r->span = span;
     *out = r;
     if (cl_tcp_enqueue(c, r, 0))
         cl_tcp_arm(c);
     return COLL_OK;
 }
 
-static int tcp_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+static int tcp_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
+{
+    return cl_tcp_isend_span(c, hdr, buf, hdr->len, out);
+}
+
+int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tcp_hook on_hdr,
+                      void *arg, cl_tr_req **out)
 {
     cl_tr_req *r = new_req(c);
     if (!r)
         return COLL_ENOMEM;
+    r->on_hdr = on_hdr;
+    r->hook_arg = arg;
     r->hdr_in = hdr;
     r->buf = buf;
     r->len = cap;
@@ -777,6 +787,11 @@ static int tcp_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
     if (cl_tcp_enqueue(c, r, 1))
         cl_tcp_arm(c);
     return COLL_OK;
+}
+
+static int tcp_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
+{
+    return cl_tcp_irecv_hook(c, hdr, buf, cap, NULL, NULL, out);
 }
 
 static int tcp_test(cl_tr_req *r, int *done, size_t *nbytes)

@@ -11,6 +11,7 @@
 #define CL_TCP_CONN_H
 
 #include "base/addr.h"
+#include "transports/tcp/tcp_span.h"
 #include "transports/transport.h"
 
 #include <netinet/in.h>
@@ -26,6 +27,12 @@ struct cl_tr_req {
     void *buf;
     size_t len; /* send: payload bytes; recv: capacity, then the payload's length */
     size_t got; /* stream bytes moved so far, header included */
+    /* Payload bytes on this stream (rails.c stripes a message: the rest go on other
+     * rails); a receive's is hdr_in->len unless on_hdr, called when its header is in
+     * (under c->io), says less. */
+    size_t span;
+    cl_tcp_hook on_hdr;
+    void *hook_arg;
     int status;
     int owned; /* the rest of a fast-path send: freed when done, by the transport */
     atomic_int done;

@@ -120,8 +120,8 @@ static size_t send_some(cl_tr_conn *c)
         if (r->got < HDR)
             v[n++] = (struct iovec){(char *)&r->hdr_out + r->got, HDR - r->got};
         size_t off = r->got > HDR ? r->got - HDR : 0;
-        if (r->len > off)
-            v[n++] = (struct iovec){(char *)r->buf + off, CL_MIN(r->len - off, (size_t)PIECE)};
+        if (r->span > off)
+            v[n++] = (struct iovec){(char *)r->buf + off, CL_MIN(r->span - off, (size_t)PIECE)};
         struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
         ssize_t k = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR)
@@ -136,7 +136,7 @@ static size_t send_some(cl_tr_conn *c)
         }
         moved += (size_t)k;
         r->got += (size_t)k;
-        if (r->got == HDR + r->len)
+        if (r->got == HDR + r->span)
             cl_tcp_complete(pop(&c->sendq_head, &c->sendq_tail), COLL_OK);
     }
     return moved;
@@ -164,7 +164,7 @@ static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 
 static size_t wanted(const cl_tr_req *r)
 {
-    return r->got < HDR ? HDR - r->got : HDR + r->hdr_in->len - r->got;
+    return r->got < HDR ? HDR - r->got : HDR + r->span - r->got;
 }
 
 static char *dest(cl_tr_req *r)
@@ -182,7 +182,10 @@ static int took(cl_tr_conn *c, cl_tr_req *r, size_t n)
         return 1;
     if (!had_header && !header_ok(c, r->hdr_in, r->len))
         return 0;
-    if (r->got == HDR + r->hdr_in->len) {
+    if (!had_header) {
+        r->span = r->on_hdr ? r->on_hdr(r->hook_arg, r->hdr_in) : r->hdr_in->len;
+    }
+    if (r->got == HDR + r->span) {
         r->len = r->hdr_in->len;
         cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), COLL_OK);
     }
@@ -292,7 +295,7 @@ static int keep_rest(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, size
     r->buf = r + 1;
     if (hdr->len)
         memcpy(r->buf, buf, hdr->len);
-    r->len = hdr->len;
+    r->len = r->span = hdr->len;
     r->got = sent;
     c->sendq_head = c->sendq_tail = r;
     return COLL_OK;
