@@ -100,7 +100,8 @@ static int replicas_identical(trainer *t, int *every)
 }
 
 /* Relative L2 distance of this stage's weights from one process on the whole batch,
- * the largest over all stages. */
+ * the largest over all stages; -1 when a rank was lost meanwhile (no check then: the
+ * next step fails and the run recovers). */
 static double serial_distance(trainer *t, size_t steps)
 {
     ex_train_serial(&t->serial, &t->whole, t->train, t->perm, t->o->batch, steps, t->o->lr,
@@ -113,8 +114,7 @@ static double serial_distance(trainer *t, size_t steps)
         den += (double)t->serial.params[i] * t->serial.params[i];
     }
     d = sqrt(num / den);
-    coll_allreduce(t->world, &d, &worst, 1, COLL_F64, COLL_MAX);
-    return worst;
+    return coll_allreduce(t->world, &d, &worst, 1, COLL_F64, COLL_MAX) == COLL_OK ? worst : -1;
 }
 
 /* Step k, drawn as a timeline over the world when it is the second of the run. */
@@ -431,7 +431,7 @@ static int run_epoch(trainer *t, int epoch, size_t first, double *acc)
         }
         if (epoch == 0 && (int)k + 1 == o->check_serial) {
             double d = serial_distance(t, k + 1);
-            if (coll_rank(t->world) == 0)
+            if (d >= 0 && coll_rank(t->world) == 0)
                 printf("check: after %zu steps, weights differ from one process by %.2e "
                        "(relative L2, largest stage)\n", k + 1, d);
             if (d > 1e-5)
