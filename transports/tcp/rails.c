@@ -585,6 +585,11 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
         }
         r->fin[k] = 1;
         r->moved_done += nb + sizeof(cl_msg_hdr);
+        /* A part is a rails part of its cut's length, or the stream is not ours: a short
+         * one would leave stale bytes in the caller's buffer, reported as received. */
+        if (rc == COLL_OK && !r->is_send && k > 0 &&
+            (nb != r->part_len[k] || r->part[k].coll != RAIL_PART))
+            rc = COLL_EPROTO;
         if (rc != COLL_OK)
             part_failed(r, rc);
     }
