@@ -544,10 +544,17 @@ int cl_launch_run(const cl_launch *l, int *rank, int *status)
     for (int r = 0; r < l->np; r++)
         s.rk[r].out[0].fd = s.rk[r].out[1].fd = -1;
     layout(l, s.rk);
+    /* A signal ignored at start (nohup, a shell's background job) stays ignored, by the
+     * launcher and the ranks: taken and passed on, the ranks would ignore it too and be
+     * killed after the grace, ending a job nohup was to keep. */
     sigset_t set;
     sigemptyset(&set);
-    for (int i = 0, sigs[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP }; i < 4; i++)
-        sigaddset(&set, sigs[i]);
+    sigaddset(&set, SIGCHLD);
+    for (int i = 0, sigs[] = { SIGINT, SIGTERM, SIGHUP }; i < 3; i++) {
+        struct sigaction was;
+        if (sigaction(sigs[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
+            sigaddset(&set, sigs[i]);
+    }
     sigprocmask(SIG_BLOCK, &set, &s.old);
     s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (s.sfd >= 0 && start_all(&s, rank) == 0)

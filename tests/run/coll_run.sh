@@ -56,10 +56,11 @@ rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
 [ $rc -eq 4 ] && [ $ms -ge 1200 ] && [ $ms -lt 5000 ] ||
     no "a rank deaf to SIGTERM: exit status $rc after $ms ms, want 4 after 0.3 s and the 1 s grace"
 
-# Signals passed on to every rank (a test's background job ignores SIGINT: reset it).
+# Signals passed on to every rank (a test's background job ignores SIGINT, and a runner
+# may ignore SIGHUP as nohup does: reset every signal).
 for sig in INT TERM HUP; do
     : > "$tmp/out" # emptied here: the job's own redirection may come after the look below
-    env --default-signal=INT "$run" --np 2 sh -c "trap 'echo got $sig \$RANK; exit 0' $sig; echo ready \$RANK; while :; do sleep 0.1; done" > "$tmp/out" 2>&1 &
+    env --default-signal "$run" --np 2 sh -c "trap 'echo got $sig \$RANK; exit 0' $sig; echo ready \$RANK; while :; do sleep 0.1; done" > "$tmp/out" 2>&1 &
     pid=$!
     for i in $(seq 600); do [ "$(count "^ready")" -eq 2 ] && break; sleep 0.05; done
     kill -s $sig $pid
@@ -68,6 +69,20 @@ for sig in INT TERM HUP; do
     [ "$(count "^got $sig [01]$")" -eq 2 ] && [ $rc -eq 0 ] ||
         no "SIG$sig: exit status $rc: $(cat "$tmp/out")"
 done
+
+# A signal ignored at start (nohup) is not passed on: the job lives on, and ends on SIGTERM.
+: > "$tmp/out"
+env --default-signal --ignore-signal=HUP "$run" --np 2 sh -c "trap 'echo got TERM \$RANK; exit 0' TERM; echo ready \$RANK; while :; do sleep 0.1; done" > "$tmp/out" 2>&1 &
+pid=$!
+for i in $(seq 600); do [ "$(count "^ready")" -eq 2 ] && break; sleep 0.05; done
+kill -s HUP $pid
+sleep 0.5
+kill -0 $pid 2> /dev/null || no "nohup: the job ended on SIGHUP: $(cat "$tmp/out")"
+kill -s TERM $pid
+wait $pid
+rc=$?
+[ "$(count "^got TERM [01]$")" -eq 2 ] && [ $rc -eq 0 ] && [ "$(count "Hangup")" -eq 0 ] ||
+    no "nohup: exit status $rc: $(cat "$tmp/out")"
 
 # --tag-output: every line of stdout and stderr with its rank, the unfinished last too.
 "$run" --np 2 --tag-output sh -c 'echo "a $RANK"; echo "b $RANK" >&2; printf "c $RANK"' > "$tmp/out" 2> "$tmp/err"
