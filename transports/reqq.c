@@ -9,7 +9,7 @@ static cl_tr_req *req_new(cl_req_owner *o, void *buf, size_t len)
 {
     cl_tr_req *r = malloc(sizeof(*r)); /* not calloc: glibc's calloc bypasses its tcache */
     if (r)
-        *r = (cl_tr_req){.owner = o, .buf = buf, .len = len};
+        *r = (cl_tr_req){.head = {o->tr}, .owner = o, .buf = buf, .len = len};
     return r;
 }
 

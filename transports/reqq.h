@@ -11,12 +11,14 @@
 #include <stdatomic.h>
 
 typedef struct cl_req_owner {
+    const struct cl_transport *tr; /* the requests' head */
     cl_lock *mu;
     cl_notifier *notifier;
     cl_tr_req *live; /* every request not yet tested */
 } cl_req_owner;
 
 struct cl_tr_req {
+    cl_tr_req_head head;
     struct cl_tr_req *next; /* in its connection's queue */
     struct cl_tr_req *live_prev, *live_next;
     cl_req_owner *owner;

@@ -58,6 +58,14 @@ typedef struct cl_tr_req cl_tr_req;
 
 enum { CL_POLL_BEGIN, CL_POLL, CL_POLL_END };
 
+/* The first member of every transport's request: the transport whose test() and moved()
+ * serve it. auto hands its inner transports' requests out as they are, with no wrapper
+ * and no allocation per message; its own test() finds the right one here. */
+typedef struct cl_tr_req_head {
+    const struct cl_transport *tr;
+} cl_tr_req_head;
+#define CL_TR_OF_REQ(r) (((const cl_tr_req_head *)(const void *)(r))->tr)
+
 /* The caller's judgement of a hello: NULL takes the connection, else why it is refused.
  * Any thread may call it (tcp's loop thread does). */
 typedef const char *(*cl_tr_vet)(void *arg, const uint8_t hello[CL_HELLO_BYTES]);

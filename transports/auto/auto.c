@@ -2,8 +2,9 @@
  * when both ends have an RDMA device, tcp to the rest, within one communicator. It
  * listens on each; its handle carries a host key (hostname, boot id and network
  * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
- * handles, and connect() picks shm when the peer's key equals ours. Every other call
- * goes to the transport that made the connection. */
+ * handles, and connect() picks shm when the peer's key equals ours. The connection keeps
+ * the chosen transport's operations (as NCCL's connectors do) and every call on it goes
+ * there; its requests are that transport's own, found by their head (transport.h). */
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
@@ -36,11 +37,6 @@ struct cl_tr_conn {
     const cl_transport *tr;
     cl_tr_conn *inner, *next;
     char name[CL_HANDLE_BYTES + 24]; /* "tcp 10.0.0.2:41711", "shm ..." */
-};
-
-struct cl_tr_req {
-    const cl_transport *tr;
-    cl_tr_req *inner;
 };
 
 #ifdef CL_HAVE_IBVERBS
@@ -204,32 +200,17 @@ static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
 }
 
-static int wrap_req(const cl_transport *tr, int rc, cl_tr_req *inner, cl_tr_req **out)
-{
-    if (rc != COLL_OK)
-        return rc;
-    cl_tr_req *r = malloc(sizeof(*r));
-    if (!r)
-        return COLL_ENOMEM; /* the inner request is lost; its context frees it (tcp) */
-    *r = (cl_tr_req){tr, inner};
-    *out = r;
-    return COLL_OK;
-}
-
+/* Requests are the inner transport's own (their head names it): no wrapper per message. */
 static int auto_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
 {
-    cl_tr_req *inner = NULL;
-    int rc = c->tr->isend(c->inner, hdr, buf, &inner);
-    return wrap_req(c->tr, rc, inner, out);
+    return c->tr->isend(c->inner, hdr, buf, out);
 }
 
 static int auto_irecv_sink(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
                            const cl_tr_sink *sink, cl_tr_req **out)
 {
-    cl_tr_req *inner = NULL;
-    int rc = sink && c->tr->irecv_sink ? c->tr->irecv_sink(c->inner, hdr, buf, cap, sink, &inner)
-                                       : c->tr->irecv(c->inner, hdr, buf, cap, &inner);
-    return wrap_req(c->tr, rc, inner, out);
+    return sink && c->tr->irecv_sink ? c->tr->irecv_sink(c->inner, hdr, buf, cap, sink, out)
+                                     : c->tr->irecv(c->inner, hdr, buf, cap, out);
 }
 
 static int auto_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
@@ -249,10 +230,7 @@ static int auto_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, 
 
 static int auto_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
-    int rc = r->tr->test(r->inner, done, nbytes);
-    if (*done)
-        free(r);
-    return rc;
+    return CL_TR_OF_REQ(r)->test(r, done, nbytes);
 }
 
 /* The wrapper stays until the context goes: the core may still name the peer. */
@@ -270,7 +248,8 @@ static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
 
 static size_t auto_moved(cl_tr_req *r)
 {
-    return r->tr->moved ? r->tr->moved(r->inner) : 0;
+    const cl_transport *tr = CL_TR_OF_REQ(r);
+    return tr->moved ? tr->moved(r) : 0;
 }
 
 static size_t auto_poll(cl_tr_ctx *ctx, int mode)

@@ -134,8 +134,8 @@ static void on_round(void *arg)
     }
 }
 
-static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *cfg,
-                      cl_tr_ctx **out)
+static int ctx_create(const cl_transport *tr, const cl_verbs *v, const char *verr,
+                      const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     if (!v) {
         cl_tr_error(cfg, "%s", verr);
@@ -165,7 +165,7 @@ static int ctx_create(const cl_verbs *v, const char *verr, const cl_tr_config *c
     ctx->notifier = cfg->notifier;
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
-    ctx->reqs = (cl_req_owner){ &ctx->pg.mu, cfg->notifier, NULL };
+    ctx->reqs = (cl_req_owner){ tr, &ctx->pg.mu, cfg->notifier, NULL };
     ctx->timeout_ms = cfg->timeout_ms;
     if ((rc = cl_progress_start(&ctx->pg, on_ready, on_round, ctx)) == COLL_OK &&
         (cl_progress_watch(&ctx->pg, ctx->dev.channel->fd, &tag_channel) ||
@@ -188,7 +188,7 @@ static int ib_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     char err[256];
     const cl_verbs *v = cl_verbs_dl(err, sizeof(err));
-    return ctx_create(v, err, cfg, out);
+    return ctx_create(&cl_transport_ibverbs, v, err, cfg, out);
 }
 
 static int has_device;
@@ -213,7 +213,7 @@ int cl_ibverbs_present(void)
 
 static int fake_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
-    return ctx_create(cl_verbs_fake(), NULL, cfg, out);
+    return ctx_create(&cl_transport_ibverbs_fake, cl_verbs_fake(), NULL, cfg, out);
 }
 
 static void conn_free(cl_tr_conn *c)

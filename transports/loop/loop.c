@@ -17,6 +17,7 @@ struct msg {
 };
 
 struct cl_tr_req {
+    cl_tr_req_head head;
     struct cl_tr_req *next;
     cl_msg_hdr *hdr;
     void *buf;
@@ -238,7 +239,10 @@ static int loop_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
 
 static cl_tr_req *new_req(void)
 {
-    return calloc(1, sizeof(cl_tr_req));
+    cl_tr_req *r = calloc(1, sizeof(cl_tr_req));
+    if (r)
+        r->head.tr = &cl_transport_loop;
+    return r;
 }
 
 static int deliver(cl_tr_req *r, const cl_msg_hdr *hdr, const void *data)

@@ -34,6 +34,7 @@ enum {
 };
 
 struct cl_tr_req {
+    cl_tr_req_head head;
     cl_tr_req *next;             /* its connection's queue, in posting order */
     cl_tr_req *all_prev, *all_next; /* the context's, freed with it if never tested */
     cl_tr_conn *c;
@@ -660,6 +661,7 @@ static void net_close_listener(cl_tr_listener *l)
 static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
 {
     cl_tr_ctx *ctx = c->ctx;
+    r->head.tr = &cl_net_adapter; /* every plugin's table has the adapter's test() */
     r->c = c, r->slot = -1;
     pthread_mutex_lock(&ctx->mu);
     r->all_next = ctx->reqs;

@@ -484,7 +484,7 @@ static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     ctx->notifier = cfg->notifier;
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
-    ctx->reqs = (cl_req_owner){&ctx->pg.mu, cfg->notifier, NULL};
+    ctx->reqs = (cl_req_owner){&cl_transport_shm, &ctx->pg.mu, cfg->notifier, NULL};
     if (cl_progress_start(&ctx->pg, on_ready, on_round, ctx) != COLL_OK) {
         free(ctx);
         return COLL_ESYS;

@@ -90,6 +90,7 @@ struct cl_tr_listener {
 };
 
 struct cl_tr_req {
+    cl_tr_req_head head;
     cl_tr_req *prev, *next;
     cl_tr_conn *conn;
     cl_msg_hdr *hdr_in; /* receives */
@@ -454,6 +455,7 @@ static cl_tr_req *req_new(cl_tr_conn *c)
     cl_tr_req *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
+    r->head.tr = &cl_transport_rails;
     r->conn = c;
     cl_tr_ctx *ctx = c->ctx;
     pthread_mutex_lock(&ctx->mu);

@@ -738,6 +738,7 @@ static cl_tr_req *new_req(cl_tr_conn *c)
     cl_tr_req *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
+    r->head.tr = &cl_transport_tcp;
     r->conn = c;
     pthread_mutex_lock(&c->ctx->mu);
     c->used = 1;

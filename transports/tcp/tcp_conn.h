@@ -19,6 +19,7 @@
 #include <uv.h>
 
 struct cl_tr_req {
+    cl_tr_req_head head;
     struct cl_tr_req *next;
     struct cl_tr_req *all_prev, *all_next; /* ctx->reqs, for cleanup */
     cl_tr_conn *conn;
