@@ -2,11 +2,12 @@
  * link's latency and rate, each algorithm's predicted time per size for a collective
  * (all-reduce by default; -C reduce_scatter, all_gather, broadcast: sizes are the whole
  * vector, as coll_perf's; -b, -e, -f: the sizes, 8 to 256M by 8 unless given) (the
- * engine's own cost model, lib/core/choose.c, run on rank 0's view) and the one it
+ * engine's own cost model, lib/core/choose.c, on rank 0's topology) and the one it
  * chooses. `--project` prints the choices for 64, 256 and 1024 ranks, 8 per host, on
  * 100 and 25 Gbit/s links with 2 and 10 us of latency. A prediction, not a measurement:
  * perf/cluster.sh measures. */
-#include "core/comm.h"
+#include "core/config.h"
+#include "core/topo.h"
 
 #include "kernels/reduce.h"
 
@@ -30,35 +31,28 @@ static size_t bytes_of(const char *v)
     return (shift && end[1]) || (!shift && *end) ? 0 : (size_t)b << shift;
 }
 
-/* Rank 0's communicator on that cluster, with no links: enough for the cost model. */
-static coll_comm *paper_comm(const cluster *k)
+/* Rank 0's topology on that cluster: all the cost model asks for. */
+typedef struct {
+    cl_algo_ctx plain;
+    cl_topo t;
+} paper;
+
+static void paper_make(paper *p, const cluster *k)
 {
-    coll_comm *c = calloc(1, sizeof(*c));
-    cl_card *cards = calloc((size_t)k->n, sizeof(*cards));
+    uint64_t *hosts = calloc((size_t)k->n, sizeof(*hosts));
     int per = (k->n + k->hosts - 1) / k->hosts;
-    c->size = k->n;
-    c->net_alpha_s = k->lat_us * 1e-6;
-    c->net_beta_s = 8.0 / (k->gbps * 1e9);
-    c->algo[CL_CH_COLL] = (cl_algo_ctx){.size = k->n, .segment_bytes = CL_DEFAULT_SEGMENT};
-    for (int d = 0; d < 2; d++)
-        c->conns[CL_CH_COLL][d] = calloc((size_t)k->n, sizeof(cl_tr_conn *));
-    for (int r = 0; r < k->n; r++)
-        cards[r].host = (uint64_t)(k->blocked ? r / per : r % k->hosts) + 1;
-    if (cl_topo_order(c, cards) != COLL_OK) {
+    p->plain = (cl_algo_ctx){.size = k->n, .segment_bytes = CL_DEFAULT_SEGMENT};
+    p->t = (cl_topo){.plain = &p->plain,
+                     .net_alpha_s = k->lat_us * 1e-6,
+                     .net_beta_s = 8.0 / (k->gbps * 1e9)};
+    for (int r = 0; hosts && r < k->n; r++)
+        hosts[r] = (uint64_t)(k->blocked ? r / per : r % k->hosts) + 1;
+    if (!hosts || cl_topo_order(&p->t, hosts) != COLL_OK) {
         fprintf(stderr, "model: out of memory\n");
         exit(2);
     }
-    cl_topo_contexts(c);
-    free(cards);
-    return c;
-}
-
-static void paper_free(coll_comm *c)
-{
-    cl_topo_free(&c->topo);
-    free(c->conns[CL_CH_COLL][0]);
-    free(c->conns[CL_CH_COLL][1]);
-    free(c);
+    cl_topo_contexts(&p->t);
+    free(hosts);
 }
 
 /* An operation of `bytes` in all (float32) of kind k->kind. */
@@ -70,11 +64,11 @@ static cl_op op_of(const cluster *k, size_t bytes)
     return (cl_op){.kind = k->kind, .count = count, .dtype = COLL_F32, .op = COLL_SUM};
 }
 
-static const cl_algo *choice(coll_comm *c, const cluster *k, size_t bytes)
+static const cl_algo *choice(const cl_topo *t, const cluster *k, size_t bytes)
 {
     char why[160];
     cl_op op = op_of(k, bytes);
-    return cl_choose(c, &op, why, sizeof(why));
+    return cl_choose(t, "", &op, why, sizeof(why));
 }
 
 static int shown(const cluster *k, const cl_algo *a)
@@ -84,7 +78,8 @@ static int shown(const cluster *k, const cl_algo *a)
 
 static void table(const cluster *k)
 {
-    coll_comm *c = paper_comm(k);
+    paper p;
+    paper_make(&p, k);
     printf("# %s: %d ranks on %d hosts (%s), host links %g Gbit/s, %g us; predicted us\n",
            cl_kind_name(k->kind), k->n, k->hosts, k->blocked ? "blocked" : "round-robin", k->gbps,
            k->lat_us);
@@ -100,14 +95,14 @@ static void table(const cluster *k)
             const cl_algo *a = cl_algos[i];
             if (!shown(k, a))
                 continue;
-            if (a->fits(cl_topo_ctx(c, a, &op), &op))
-                printf(" %12.1f", cl_price(c, a, &op) * 1e6);
+            if (a->fits(cl_topo_ctx(&p.t, a, &op), &op))
+                printf(" %12.1f", cl_price(&p.t, a, &op) * 1e6);
             else
                 printf(" %12s", "-");
         }
-        printf("   %s\n", choice(c, k, bytes)->name);
+        printf("   %s\n", choice(&p.t, k, bytes)->name);
     }
-    paper_free(c);
+    cl_topo_free(&p.t);
 }
 
 static void project(void)
@@ -123,12 +118,13 @@ static void project(void)
         for (int g = 0; g < 2; g++)
             for (int l = 0; l < 2; l++) {
                 cluster k = {ranks[i], ranks[i] / 8, 0, lats[l], rates[g], CL_ALLREDUCE, 0, 0, 0};
-                coll_comm *c = paper_comm(&k);
+                paper p;
+                paper_make(&p, &k);
                 printf("%6d %6.0f %6.0f", k.n, k.gbps, k.lat_us);
                 for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 8)
-                    printf(" %12s", choice(c, &k, bytes)->name);
+                    printf(" %12s", choice(&p.t, &k, bytes)->name);
                 printf("\n");
-                paper_free(c);
+                cl_topo_free(&p.t);
             }
 }
 

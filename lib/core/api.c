@@ -281,8 +281,8 @@ size_t coll_allreduce_wire_bytes(const coll_comm *c, size_t count, coll_dtype dt
         return 0;
     char why[256];
     cl_op op = {.kind = CL_ALLREDUCE, .count = count, .dtype = dt, .op = COLL_SUM};
-    const cl_algo *a = cl_choose((coll_comm *)c, &op, why, sizeof(why));
-    return a ? a->cost(cl_topo_ctx(c, a, &op), &op).bytes : 0;
+    const cl_algo *a = cl_choose(&c->topo, c->force, &op, why, sizeof(why));
+    return a ? a->cost(cl_topo_ctx(&c->topo, a, &op), &op).bytes : 0;
 }
 
 int coll_get_stats(const coll_comm *c, coll_stats *out)

@@ -208,7 +208,8 @@ int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dty
     char why[256];
     cl_op o = {.kind = kind, .count = count, .dtype = dt, .op = op,
                .codec = cl_codec_for(c, kind, dt, op)};
-    return cl_choose(c, &o, why, sizeof(why)) ? COLL_OK : cl_refuse(c, fn, COLL_ENOTSUP, why);
+    return cl_choose(&c->topo, c->force, &o, why, sizeof(why)) ? COLL_OK
+                                                                : cl_refuse(c, fn, COLL_ENOTSUP, why);
 }
 
 int cl_check_root(const char *fn, coll_comm *c, int root)

@@ -57,14 +57,14 @@ int cl_calibrate(coll_comm *c)
     if (!t->ring || c->net_given)
         return COLL_OK;
     int peer = t->ring[t->start[1]]; /* the first position of the second host */
-    double link[2] = {c->net_alpha_s, c->net_beta_s};
+    double link[2] = {t->net_alpha_s, t->net_beta_s};
     int rc = c->rank == 0 || c->rank == peer ? measure(c, c->rank ? 0 : peer, link) : COLL_OK;
     if (rc == COLL_OK)
         rc = coll_broadcast(c, link, 2, COLL_F64, 0);
     if (rc != COLL_OK)
         return rc;
-    c->net_alpha_s = link[0];
-    c->net_beta_s = link[1];
+    c->topo.net_alpha_s = link[0];
+    c->topo.net_beta_s = link[1];
     coll_reset_stats(c);
     if (c->rank == 0)
         cl_log(COLL_LOG_INFO,

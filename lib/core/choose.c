@@ -5,7 +5,8 @@
  * cost its time per byte on top (measured at init, or COLL_NET_LATENCY_US, COLL_NET_GBPS).
  * COLL_ALGO forces the uncompressed all-reduce's, and that of the other collectives the
  * named algorithm serves. COLL_DEBUG=info names the choice, with the prices it compared,
- * once per collective and size class. */
+ * once per collective and size class. The model reads nothing but the topology value
+ * (topo.h): a communicator's, or the cluster perf/model.c describes. */
 #include "core/comm.h"
 
 #include "base/log.h"
@@ -21,13 +22,13 @@
 #define BETA_S 0.25e-9
 
 /* The dearer of *most and what position `at` of view pays. */
-static void price_at(const coll_comm *c, const cl_algo *a, cl_algo_ctx view, int at,
+static void price_at(const cl_topo *t, const cl_algo *a, cl_algo_ctx view, int at,
                      const cl_op *op, double *most)
 {
     view.rank = at < view.size ? at : 0;
     cl_cost k = a->cost(&view, op);
-    double s = (k.steps - k.xsteps) * ALPHA_S + k.xsteps * c->net_alpha_s +
-               ((double)k.bytes + k.serial) * BETA_S + k.xbytes * c->net_beta_s;
+    double s = (k.steps - k.xsteps) * ALPHA_S + k.xsteps * t->net_alpha_s +
+               ((double)k.bytes + k.serial) * BETA_S + k.xbytes * t->net_beta_s;
     *most = s > *most ? s : *most;
 }
 
@@ -46,20 +47,20 @@ static int fullest_start(const cl_algo_ctx *x)
  * dearest of the positions whose share differs most (the first pair, which folds or owns
  * the larger chunks, the last, and the fullest host's first, which takes the most folds
  * of hier's lanes): the same numbers on every rank, and a few cost calls whatever n. */
-double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op)
+double cl_price(const cl_topo *t, const cl_algo *a, const cl_op *op)
 {
-    const cl_algo_ctx *view = cl_topo_ctx(c, a, op);
+    const cl_algo_ctx *view = cl_topo_ctx(t, a, op);
     double most = 0;
-    price_at(c, a, *view, 0, op, &most);
-    price_at(c, a, *view, 1, op, &most);
-    price_at(c, a, *view, view->size - 1, op, &most);
-    price_at(c, a, *view, fullest_start(view), op, &most);
+    price_at(t, a, *view, 0, op, &most);
+    price_at(t, a, *view, 1, op, &most);
+    price_at(t, a, *view, view->size - 1, op, &most);
+    price_at(t, a, *view, fullest_start(view), op, &most);
     return most;
 }
 
-static int runs(const coll_comm *c, const cl_algo *a, const cl_op *op)
+int cl_runs(const cl_topo *t, const cl_algo *a, const cl_op *op)
 {
-    return (a->serves & CL_SERVES(op->kind)) && a->fits(cl_topo_ctx(c, a, op), op);
+    return (a->serves & CL_SERVES(op->kind)) && a->fits(cl_topo_ctx(t, a, op), op);
 }
 
 int cl_algo_name_valid(const char *name)
@@ -71,25 +72,26 @@ int cl_algo_name_valid(const char *name)
 
 /* COLL_ALGO names an all-reduce algorithm; it forces the other collectives it serves too
  * (ring and hier: reduce-scatter and all-gather), and leaves the rest to the model. */
-static int forcing(const coll_comm *c, const cl_op *op)
+static int forcing(const char *force, const cl_op *op)
 {
-    if (!c->force[0] || op->codec != COLL_CODEC_NONE)
+    if (!force[0] || op->codec != COLL_CODEC_NONE)
         return 0;
-    const cl_algo *a = cl_algo_named(c->force);
+    const cl_algo *a = cl_algo_named(force);
     return op->kind == CL_ALLREDUCE || (a && (a->serves & CL_SERVES(op->kind)));
 }
 
-static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t len)
+static const cl_algo *forced(const cl_topo *t, const char *force, const cl_op *op, char *why,
+                             size_t len)
 {
-    const cl_algo *a = cl_algo_named(c->force);
+    const cl_algo *a = cl_algo_named(force);
     if (!a || !(a->serves & CL_SERVES(CL_ALLREDUCE)))
         snprintf(
             why, len,
             "COLL_ALGO=%s: not an all-reduce algorithm (ring, doubling, rabenseifner, tree, hier)",
-            c->force);
-    else if (!a->fits(cl_topo_ctx(c, a, op), op))
-        snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte %s on %d ranks%s", c->force,
-                 op->count * cl_dtype_size(op->dtype), cl_kind_name(op->kind), c->size,
+            force);
+    else if (!a->fits(cl_topo_ctx(t, a, op), op))
+        snprintf(why, len, "COLL_ALGO=%s cannot run a %zu-byte %s on %d ranks%s", force,
+                 op->count * cl_dtype_size(op->dtype), cl_kind_name(op->kind), t->plain->size,
                  a == &cl_algo_doubling ? " (it needs a power of two, at most 64 KiB)"
                  : a == &cl_algo_hier   ? " (it needs two or more hosts)"
                                         : "");
@@ -98,17 +100,18 @@ static const cl_algo *forced(coll_comm *c, const cl_op *op, char *why, size_t le
     return NULL;
 }
 
-const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len)
+const cl_algo *cl_choose(const cl_topo *t, const char *force, const cl_op *op, char *why,
+                         size_t len)
 {
-    if (forcing(c, op))
-        return forced(c, op, why, len);
+    if (forcing(force, op))
+        return forced(t, force, op, why, len);
     const cl_algo *best = NULL;
     double best_s = 0;
     for (int i = 0; cl_algos[i]; i++) {
         const cl_algo *a = cl_algos[i];
-        if (!runs(c, a, op))
+        if (!cl_runs(t, a, op))
             continue;
-        double s = cl_price(c, a, op);
+        double s = cl_price(t, a, op);
         if (!best || s < best_s)
             best = a, best_s = s;
     }
@@ -130,9 +133,9 @@ void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op)
     char prices[256] = "";
     for (int i = 0; cl_algos[i]; i++) {
         size_t at = strlen(prices);
-        if (runs(c, cl_algos[i], op))
+        if (cl_runs(&c->topo, cl_algos[i], op))
             snprintf(prices + at, sizeof(prices) - at, " %s %.1f us", cl_algos[i]->name,
-                     cl_price(c, cl_algos[i], op) * 1e6);
+                     cl_price(&c->topo, cl_algos[i], op) * 1e6);
     }
     cl_log(COLL_LOG_INFO, "rank %d %s of %zu bytes (class 2^%d) on %d ranks: %s%s; model:%s",
            c->rank, cl_kind_name(op->kind), bytes, cls, c->size, chosen->name,

@@ -141,8 +141,9 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->spin.spin_us = cfg->spin_us;
     atomic_init(&c->spin.boost, 1);
     c->codec = cfg->codec;
-    c->net_alpha_s = cfg->net_alpha_s;
-    c->net_beta_s = cfg->net_beta_s;
+    c->topo = (cl_topo){.plain = &c->algo[CL_CH_COLL],
+                        .net_alpha_s = cfg->net_alpha_s,
+                        .net_beta_s = cfg->net_beta_s};
     c->net_given = cfg->net_given;
     snprintf(c->force, sizeof(c->force), "%s", cfg->algo ? cfg->algo : "");
     c->keyed = cfg->keyed;
@@ -224,6 +225,19 @@ void cl_comm_place(coll_comm *c, int rank, int size, uint64_t id)
     c->id = id;
 }
 
+/* The topology from the cards' hosts. */
+static int topo_order(coll_comm *c, const cl_card *cards)
+{
+    uint64_t *hosts = malloc((size_t)c->size * sizeof(*hosts));
+    if (!hosts)
+        return COLL_ENOMEM;
+    for (int p = 0; p < c->size; p++)
+        hosts[p] = cards[p].host;
+    int rc = cl_topo_order(&c->topo, hosts);
+    free(hosts);
+    return rc;
+}
+
 int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 {
     for (int ch = 0; ch < CL_CHANNELS; ch++)
@@ -234,11 +248,11 @@ int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     }
     count_local(c, cards);
     fd_room(c);
-    int rc = cl_topo_order(c, cards);
+    int rc = topo_order(c, cards);
     if (rc == COLL_OK)
         rc = cl_beat_start(c, cards);
     if (rc == COLL_OK) {
-        cl_topo_contexts(c);
+        cl_topo_contexts(&c->topo);
         rc = cl_link_start(c, l, cards);
     }
     if (rc == COLL_OK)
@@ -289,8 +303,8 @@ cl_config cl_comm_config(const coll_comm *c)
                      .codec = c->codec,
                      .spin_us = c->spin.spin_us,
                      .algo = c->force[0] ? c->force : NULL,
-                     .net_alpha_s = c->net_alpha_s,
-                     .net_beta_s = c->net_beta_s,
+                     .net_alpha_s = c->topo.net_alpha_s,
+                     .net_beta_s = c->topo.net_beta_s,
                      .net_given = 1,
                      .share = c->split_share,
                      .rec = cl_rec_config_of(c)};

@@ -11,6 +11,7 @@
 #include "base/lock.h"
 #include "core/beat.h"
 #include "core/life.h"
+#include "core/topo.h"
 #include "rdzv/store.h"
 #include "transports/transport.h"
 #include "wire/wire.h"
@@ -39,23 +40,6 @@ struct coll_req {
     cl_msg_hdr hdr;   /* p2p only: what was sent or received */
 };
 
-/* Where this communicator's ranks are (topo.c). With more than one host, an all-reduce
- * runs on `ordered`: positions in host order (ring[v] is the rank at position v, host h's
- * from start[h] on), links by position. hier runs L lanes on each host, L the emptiest
- * host's ranks; for a rank on one, `sub` are its rings: this host's lanes (sub[0]) and
- * this one's place on every host (sub[1]). */
-typedef struct cl_topo {
-    int hosts;
-    int lanes;  /* the emptiest host's ranks */
-    int *start; /* hosts + 1 */
-    int *host;  /* per position */
-    int moved;  /* host order is not rank order */
-    int *ring;  /* NULL: one host */
-    cl_algo_ctx ordered;
-    int *sub_ranks[2];
-    cl_algo_ctx sub[2];
-} cl_topo;
-
 /* A pair of ranks sharing one connection (link.c): the verdict that says so, going out
  * (the higher rank) or awaited (the lower). */
 struct cl_share {
@@ -77,7 +61,6 @@ struct coll_comm {
     int local; /* ranks of this communicator on this machine, this one included */
     coll_codec codec;
     char force[32];          /* COLL_ALGO: the all-reduce algorithm forced; "": chosen */
-    double net_alpha_s, net_beta_s; /* the link between hosts, for the cost model */
     int net_given;                  /* by the environment: not measured (calibrate.c) */
     uint64_t told[CL_KINDS]; /* size classes whose choice COLL_DEBUG=info has named */
     /* The engine's last choice per collective: a loop of same-shaped calls prices once. */
@@ -117,7 +100,7 @@ struct coll_comm {
     char label[32];                     /* coll_comm_set_label's (status_list.c, its lock) */
     int global;                         /* the global rank it gave, -1: none */
     cl_algo_ctx algo[CL_CHANNELS];      /* what an algorithm gets, per channel */
-    cl_topo topo;                       /* hosts, the ring in host order, hier's sub-rings */
+    cl_topo topo; /* hosts, the ring in host order, hier's sub-rings, the link between hosts */
 
     pthread_mutex_t mu; /* queue, request states, status */
     pthread_cond_t cv;
@@ -229,19 +212,9 @@ int cl_engine_idle(const coll_comm *c);
  * else queues it behind the others and waits. r is the caller's; returns its status. */
 int cl_engine_call(coll_comm *c, coll_req *r);
 
-/* Learns the hosts and orders the ring from every rank's card, before connecting. */
-int cl_topo_order(coll_comm *c, const cl_card *cards);
-/* The host-ordered and hier contexts, once the channel contexts exist. */
-void cl_topo_contexts(coll_comm *c);
-void cl_topo_free(cl_topo *t);
-/* The context algorithm a runs op on: in host order for an all-reduce, and for what a
- * places (cl_algo.placed); else in rank order. */
-const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_algo *a, const cl_op *op);
 /* Measures the link between hosts for the cost model, on every rank at the end of
  * init (calibrate.c): nothing on one host or where the environment gave the link. */
 int cl_calibrate(coll_comm *c);
-/* The rank `step` places on along the collective ring (host order; 1: the next). */
-int cl_topo_peer(const coll_comm *c, int step);
 
 /* COLL_AVG on a narrow integer type: run in int64 (widen.c). */
 int cl_widen_wanted(const cl_op *op);
@@ -251,15 +224,8 @@ int cl_run_widened(coll_comm *c, coll_req *r, int (*run)(coll_comm *, coll_req *
 /* Runs one collective to completion (engine thread or cl_engine_call); returns its status. */
 int cl_run_collective(coll_comm *c, coll_req *r);
 
-/* The algorithm for op (COLL_ALGO's for an uncompressed all-reduce, else the cheapest
- * that fits by the link model); NULL with the reason in why when none can run it. */
-const cl_algo *cl_choose(coll_comm *c, const cl_op *op, char *why, size_t len);
-/* What the cost model says op takes with algorithm a here, in seconds. */
-double cl_price(const coll_comm *c, const cl_algo *a, const cl_op *op);
 /* At COLL_DEBUG=info, names the choice for op's collective and size class, once. */
 void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op);
-/* Is name one COLL_ALGO may give (built, or promised by the contract)? */
-int cl_algo_name_valid(const char *name);
 
 /* Point-to-point requests bypass the engine: posted to the transport at once. */
 int cl_p2p_post(coll_comm *c, coll_req *r);

@@ -26,7 +26,7 @@ static const cl_algo *choose(coll_comm *c, const cl_op *op, char *why, size_t le
     if (plain && k->algo && k->count == op->count && k->dtype == (int)op->dtype &&
         k->op == (int)op->op && k->codec == (int)op->codec)
         return k->algo;
-    const cl_algo *a = cl_choose(c, op, why, len);
+    const cl_algo *a = cl_choose(&c->topo, c->force, op, why, len);
     if (plain)
         *k = (struct cl_choice){op->count, (int)op->dtype, (int)op->op, (int)op->codec, a};
     return a;
@@ -55,7 +55,7 @@ static int run_one(coll_comm *c, coll_req *r)
     cl_rec_start(c, &r->op, a->name);
     int64_t t0 = cl_log_enabled(COLL_LOG_DEBUG) ? cl_now_us() : 0;
     uint64_t quick = t0 ? atomic_load(&c->ran.quick) : 0;
-    int rc = a->run(cl_topo_ctx(c, a, &r->op), &r->op);
+    int rc = a->run(cl_topo_ctx(&c->topo, a, &r->op), &r->op);
     if (t0)
         tell_done(c, a, &r->op, rc, t0, quick);
     return rc;

@@ -179,7 +179,7 @@ static void take_waiting(coll_comm *c)
 static int bulk_for(const coll_comm *c, int ch, int p)
 {
     int n = c->size;
-    return ch == CL_CH_COLL ? p == cl_topo_peer(c, 1)
+    return ch == CL_CH_COLL ? p == cl_topo_peer(&c->topo, 1)
                             : p == (c->rank + 1) % n || p == (c->rank + n - 1) % n;
 }
 
@@ -335,7 +335,8 @@ static int lap_header_ok(const cl_msg_hdr *h)
  * every other rank passes on what came from the previous one (into *got). */
 static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const char *what)
 {
-    int to = cl_topo_peer(c, 1), from = cl_topo_peer(c, -1), first = c->rank == 0, peer = from;
+    int to = cl_topo_peer(&c->topo, 1), from = cl_topo_peer(&c->topo, -1);
+    int first = c->rank == 0, peer = from;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     const char *dir = "from";
     cl_tr_req *s = NULL, *r = NULL;
@@ -402,7 +403,7 @@ int cl_link_verdict(coll_comm *c, int status)
  * timeout: a rank that cannot reach its neighbours learns it at init. */
 static int ring_links(coll_comm *c)
 {
-    int to = cl_topo_peer(c, 1), from = cl_topo_peer(c, -1), rc = COLL_INPROGRESS;
+    int to = cl_topo_peer(&c->topo, 1), from = cl_topo_peer(&c->topo, -1), rc = COLL_INPROGRESS;
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     while (c->size > 1) {
         uint64_t seen = cl_notifier_events(c->note);
@@ -464,7 +465,7 @@ int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
         rc = ring_links(c);
     cl_family_done(c, turn);
     if (rc == COLL_OK && cl_log_enabled(COLL_LOG_INFO)) {
-        int prev = cl_topo_peer(c, -1), next = cl_topo_peer(c, 1);
+        int prev = cl_topo_peer(&c->topo, -1), next = cl_topo_peer(&c->topo, 1);
         cl_tr_conn *in = n > 1 ? cl_link_now_of(c, CL_CH_COLL, 1, prev) : NULL;
         cl_tr_conn *out = n > 1 ? cl_link_now_of(c, CL_CH_COLL, 0, next) : NULL;
         cl_log(COLL_LOG_INFO,

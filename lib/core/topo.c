@@ -7,7 +7,9 @@
  * collectives whose layout follows rank numbers (reduce-scatter, all-gather, a broadcast's
  * root) run on positions where the algorithm maps positions back to ranks (cl_algo.placed),
  * else in rank order. */
-#include "core/comm.h"
+#include "core/topo.h"
+
+#include "collective.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,7 @@
 /* Positions in host order, each rank's host (numbered from 0 in order of appearance),
  * where each host's positions begin, the number of hosts, the fullest one's ranks and the
  * emptiest's (lanes). */
-static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *fullest)
+static void host_order(cl_topo *t, const uint64_t *ids, int n, int *host, int *fullest)
 {
     int k = 0;
     t->lanes = n;
@@ -28,7 +30,7 @@ static void host_order(cl_topo *t, const cl_card *cards, int n, int *host, int *
         int here = 0;
         t->start[t->hosts] = k;
         for (int q = p; q < n; q++)
-            if (cards[q].host == cards[p].host) {
+            if (ids[q] == ids[p]) {
                 host[q] = t->hosts;
                 t->moved |= q != k;
                 t->ring[k++] = q;
@@ -59,13 +61,14 @@ void cl_topo_free(cl_topo *t)
     free(t->host);
     for (int d = 0; d < 2; d++)
         free(t->sub_ranks[d]);
-    memset(t, 0, sizeof(*t));
+    *t = (cl_topo){.plain = t->plain, .net_alpha_s = t->net_alpha_s, .net_beta_s = t->net_beta_s};
 }
 
-int cl_topo_order(coll_comm *c, const cl_card *cards)
+int cl_topo_order(cl_topo *t, const uint64_t *host_ids)
 {
-    cl_topo *t = &c->topo;
-    size_t n = (size_t)c->size;
+    cl_algo_ctx *x = t->plain;
+    int size = x->size;
+    size_t n = (size_t)size;
     t->ring = malloc(n * sizeof(int));
     t->start = malloc((n + 1) * sizeof(int));
     t->host = malloc(n * sizeof(int));
@@ -74,12 +77,11 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
         free(host);
         return COLL_ENOMEM;
     }
-    host_order(t, cards, c->size, host, &fullest);
-    cl_algo_ctx *x = &c->algo[CL_CH_COLL];
+    host_order(t, host_ids, size, host, &fullest);
     x->hosts = t->hosts;
     x->host_ranks = fullest;
-    x->ring_cross = t->hosts > 1 ? rank_ring_cross(host, c->size, t->hosts) : 0;
-    for (int v = 0; v < c->size; v++)
+    x->ring_cross = t->hosts > 1 ? rank_ring_cross(host, size, t->hosts) : 0;
+    for (int v = 0; v < size; v++)
         t->host[v] = host[t->ring[v]];
     free(host);
     if (t->hosts == 1) { /* every rank here: rank order, nothing to map */
@@ -87,8 +89,8 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
         t->hosts = 1;
         return COLL_OK;
     }
-    for (int v = 0; v < c->size; v++)
-        if (t->ring[v] == c->rank)
+    for (int v = 0; v < size; v++)
+        if (t->ring[v] == x->rank)
             t->ordered.rank = v;
     size_t len[2] = {(size_t)t->lanes, (size_t)t->hosts};
     for (int s = 0; s < 2; s++)
@@ -99,9 +101,8 @@ int cl_topo_order(coll_comm *c, const cl_card *cards)
 
 /* A context over `size` of the ordered context's positions, whose i-th is the position
  * in sub_ranks[s][i] (made the rank there). */
-static void sub_ring(coll_comm *c, int s, int size)
+static void sub_ring(cl_topo *t, int s, int size)
 {
-    cl_topo *t = &c->topo;
     cl_algo_ctx *x = &t->sub[s];
     *x = t->ordered;
     x->size = size;
@@ -115,13 +116,12 @@ static void sub_ring(coll_comm *c, int s, int size)
     x->scope = s == 0 ? "host" : "across hosts";
 }
 
-void cl_topo_contexts(coll_comm *c)
+void cl_topo_contexts(cl_topo *t)
 {
-    cl_topo *t = &c->topo;
     if (!t->ring)
         return;
     int at = t->ordered.rank, h = 0, L = t->lanes;
-    t->ordered = c->algo[CL_CH_COLL];
+    t->ordered = *t->plain;
     t->ordered.rank = at;
     t->ordered.ranks = t->ring;
     t->ordered.ring_cross = 1;
@@ -137,21 +137,21 @@ void cl_topo_contexts(coll_comm *c)
         t->sub_ranks[0][i] = t->start[h] + i;
     for (int g = 0; g < t->hosts; g++) /* this place on every host */
         t->sub_ranks[1][g] = t->start[g] + place;
-    sub_ring(c, 0, L);
-    sub_ring(c, 1, t->hosts);
+    sub_ring(t, 0, L);
+    sub_ring(t, 1, t->hosts);
     t->ordered.local = &t->sub[0];
     t->ordered.cross = &t->sub[1];
 }
 
-const cl_algo_ctx *cl_topo_ctx(const coll_comm *c, const cl_algo *a, const cl_op *op)
+const cl_algo_ctx *cl_topo_ctx(const cl_topo *t, const cl_algo *a, const cl_op *op)
 {
     int ordered = op->kind == CL_ALLREDUCE || (a->placed & CL_SERVES(op->kind));
-    return c->topo.ring && ordered ? &c->topo.ordered : &c->algo[CL_CH_COLL];
+    return t->ring && ordered ? &t->ordered : t->plain;
 }
 
-int cl_topo_peer(const coll_comm *c, int step)
+int cl_topo_peer(const cl_topo *t, int step)
 {
-    const cl_topo *t = &c->topo;
-    int n = c->size, v = t->ring ? t->ordered.rank : c->rank, at = ((v + step) % n + n) % n;
+    int n = t->plain->size, v = t->ring ? t->ordered.rank : t->plain->rank;
+    int at = ((v + step) % n + n) % n;
     return t->ring ? t->ring[at] : at;
 }
