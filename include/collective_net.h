@@ -47,7 +47,7 @@
 extern "C" {
 #endif
 
-#define COLL_NET_ABI_VERSION 1 /* the version this header describes */
+#define COLL_NET_ABI_VERSION 2 /* the version this header describes */
 #define COLL_NET_ABI_OLDEST 1  /* the oldest version a library of this header still loads */
 #define COLL_NET_HANDLE_BYTES 64
 #define COLL_NET_NAME_BYTES 32 /* ops.name: 1-31 of [a-z0-9_-] */
@@ -146,6 +146,15 @@ typedef struct coll_net_ops {
     int (*close_send)(void *send_comm);
     int (*close_recv)(void *recv_comm);
     int (*close_listen)(void *listen_comm);
+
+    /* Version 2. */
+
+    /* Optional. *bytes: how many bytes of request's message moved so far (sent into the
+     * network, or received), while it is not done. The library's operation timeout
+     * counts time without progress: without this, a message that takes longer than
+     * COLL_OP_TIMEOUT_MS on a slow link fails though its bytes flow. Called from any
+     * thread, never at once with test() on the same request. */
+    int (*progress)(void *request, size_t *bytes);
 } coll_net_ops;
 
 /* The size of version 1's table: a plugin's `size` is at least this. */

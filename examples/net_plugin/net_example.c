@@ -7,10 +7,13 @@
  *   COLL_NET_PLUGIN=example COLL_TRANSPORT=example ./my_program   (the .so on the library path)
  *
  * Environment: COLL_NET_EXAMPLE_ADDR, the IPv4 address to listen on (127.0.0.1);
- * COLL_NET_EXAMPLE_DELAY_US, the delay (0). For the library's failure paths, a send
+ * COLL_NET_EXAMPLE_DELAY_US, the delay (0); COLL_NET_EXAMPLE_KIB_PER_S, the most a send
+ * connection writes per second (a slow link; unset: no limit). For the library's failure paths, a send
  * connection that has sent COLL_NET_EXAMPLE_FAIL_AFTER messages fails every request
  * after with COLL_NET_ERR_INTERNAL, and one that has sent COLL_NET_EXAMPLE_STALL_AFTER
  * sends nothing more and never completes a request (unset: never).
+ * It implements ABI version 2's progress(). Built with EX_VERSION=1 it is a version-1
+ * plugin (a test's: a library of version 2 must still load it).
  * Everything progresses inside test(); the library serializes the calls of a context, so
  * there is no lock here. A message is an 8-byte length, then its bytes. */
 #include <collective_net.h>
@@ -34,7 +37,7 @@
 #define EX_VERSION COLL_NET_ABI_VERSION
 #endif
 #ifndef EX_SIZE
-#define EX_SIZE sizeof(coll_net_ops)
+#define EX_SIZE (EX_VERSION == 1 ? COLL_NET_OPS_SIZE_V1 : sizeof(coll_net_ops))
 #endif
 #ifndef EX_NAME
 #define EX_NAME "example"
@@ -49,6 +52,7 @@ static int ex_test(void *request, int *done, size_t *size) __attribute__((unused
 typedef struct ex_net {
     struct in_addr addr;
     int64_t delay_us;
+    uint64_t bytes_per_s; /* 0: no limit */
     uint64_t fail_after, stall_after; /* 0: never */
 } ex_net;
 
@@ -60,6 +64,8 @@ typedef struct ex_comm {
     int err;         /* COLL_NET_OK, or the failure every request of the comm gets */
     const ex_net *net;
     uint64_t sent;   /* messages written whole */
+    uint64_t wrote;  /* bytes written, and since when (the rate limit's account) */
+    int64_t since_us;
     ex_req *head, *tail; /* every request not yet ended by test(), in posting order */
     ex_req *io;          /* the first not done: where reading or writing goes on */
     uint64_t frame;  /* a receive: the length of the message being read */
@@ -115,8 +121,10 @@ static int ex_init(const coll_net_init_args *args, void **net)
         return COLL_NET_ERR_INVALID;
     }
     const char *f = getenv("COLL_NET_EXAMPLE_FAIL_AFTER"),
-               *st = getenv("COLL_NET_EXAMPLE_STALL_AFTER");
+               *st = getenv("COLL_NET_EXAMPLE_STALL_AFTER"),
+               *kib = getenv("COLL_NET_EXAMPLE_KIB_PER_S");
     n->delay_us = d ? atoll(d) : 0;
+    n->bytes_per_s = kib ? strtoull(kib, NULL, 10) << 10 : 0;
     n->fail_after = f ? strtoull(f, NULL, 10) : 0;
     n->stall_after = st ? strtoull(st, NULL, 10) : 0;
     *net = n;
@@ -264,7 +272,20 @@ static int post(ex_comm *c, void *data, size_t size, void *mhandle, void **reque
     return COLL_NET_OK;
 }
 
-/* Writes the queue's head messages whose time came, as far as the socket takes them. */
+/* The bytes c may write now under the rate limit. */
+static size_t allowance(ex_comm *c)
+{
+    if (!c->net->bytes_per_s)
+        return SIZE_MAX;
+    int64_t now = now_us();
+    if (!c->since_us)
+        c->since_us = now;
+    uint64_t may = (uint64_t)(now - c->since_us) * c->net->bytes_per_s / 1000000;
+    return may > c->wrote ? (size_t)(may - c->wrote) : 0;
+}
+
+/* Writes the queue's head messages whose time came, as far as the socket (and the rate
+ * limit) takes them. */
 static void send_progress(ex_comm *c)
 {
     for (ex_req *r; (r = c->io) && !c->err && r->due_us <= now_us();) {
@@ -279,6 +300,13 @@ static void send_progress(ex_comm *c)
         size_t body = r->at > 8 ? r->at - 8 : 0;
         if (body < r->size)
             v[n++] = (struct iovec){r->data + body, r->size - body};
+        size_t may = allowance(c);
+        if (may == 0)
+            return;
+        for (int i = 0; i < n; i++) { /* cut the vector to what may go */
+            v[i].iov_len = v[i].iov_len < may ? v[i].iov_len : may;
+            may -= v[i].iov_len;
+        }
         struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
         ssize_t k = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k < 0) {
@@ -287,6 +315,7 @@ static void send_progress(ex_comm *c)
             return;
         }
         r->at += (size_t)k;
+        c->wrote += (uint64_t)k;
         if (r->at < 8 + r->size)
             return;
         r->done = 1;
@@ -373,6 +402,18 @@ static int ex_test(void *request, int *done, size_t *size)
     return COLL_NET_OK;
 }
 
+/* Version 2: the bytes moved of a request not yet done. */
+#if EX_VERSION < 2
+static int ex_progress(void *request, size_t *bytes) __attribute__((unused));
+#endif
+static int ex_progress(void *request, size_t *bytes)
+{
+    const ex_req *r = request;
+    const ex_comm *c = r->comm;
+    *bytes = c->send ? r->at : c->io == r ? c->frame_at : 0;
+    return COLL_NET_OK;
+}
+
 /* Its requests end with it, done or not (test() would have freed them). */
 static int ex_close(void *comm)
 {
@@ -405,4 +446,7 @@ COLL_NET_EXPORT const coll_net_ops coll_net_plugin = {
     .close_send = ex_close,
     .close_recv = ex_close,
     .close_listen = ex_close,
+#if EX_VERSION >= 2
+    .progress = ex_progress,
+#endif
 };

@@ -91,6 +91,68 @@ START_TEST(two_plugins_load_and_either_serves)
 }
 END_TEST
 
+/* A version-1 plugin (no progress()) still loads and serves a library of version 2. */
+START_TEST(a_version_1_plugin_still_loads_and_serves)
+{
+    plugin_env = NET_DIR "/libcollective-net-example-v1.so";
+    delay_env = NULL;
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = "example",
+                  .timeout_ms = 20000, .deadline_s = 100, .setup = setup};
+    ck_assert_int_eq(run_ranks(&o, collectives, NULL), 0);
+}
+END_TEST
+
+/* One 4 MiB message over a link of 1 MiB/s (COLL_NET_EXAMPLE_KIB_PER_S) takes about 4 s,
+ * four operation timeouts: a version-2 plugin's progress() shows its bytes flowing and
+ * the send and the receive end well; a version-1 plugin shows nothing until the message
+ * is whole, so one of the two fails on the operation timeout, as the ABI's comment says,
+ * and the other on its own timeout or on that failure, whichever comes first. */
+#define SLOW_BYTES ((size_t)4 << 20)
+
+static void slow_setup(int rank, void *arg)
+{
+    setup(rank, arg);
+    setenv("COLL_NET_EXAMPLE_KIB_PER_S", "1024", 1);
+}
+
+static int one_slow_message(coll_comm *c, void *arg)
+{
+    int want = *(const int *)arg;
+    unsigned char *buf = malloc(SLOW_BYTES);
+    for (size_t i = 0; i < SLOW_BYTES; i++)
+        buf[i] = coll_rank(c) == 0 ? (unsigned char)(i * 7) : 0;
+    int rc = coll_rank(c) == 0 ? coll_send(c, buf, SLOW_BYTES, COLL_U8, 1, 5)
+                               : coll_recv(c, buf, SLOW_BYTES, COLL_U8, 0, 5);
+    int ok = rc == want || (want && rc == COLL_EPEER);
+    FAIL_IF(!ok, "rank %d: %s, want %s (%s)", coll_rank(c), coll_strerror(rc),
+            coll_strerror(want), coll_last_error(c));
+    for (size_t i = 0; want == COLL_OK && i < SLOW_BYTES; i++)
+        FAIL_IF(buf[i] != (unsigned char)(i * 7), "byte %zu: %u", i, buf[i]);
+    free(buf);
+    return 0;
+}
+
+static void slow_message(const char *plugin, int want)
+{
+    plugin_env = plugin;
+    delay_env = NULL;
+    run_opts o = {.nranks = 2, .rdzv = RDZV_FILE, .transport = "example", .timeout_ms = 20000,
+                  .op_timeout_ms = 1000, .deadline_s = 60, .setup = slow_setup};
+    ck_assert_int_eq(run_ranks(&o, one_slow_message, &want), 0);
+}
+
+START_TEST(a_slow_message_with_progress_outlives_the_operation_timeout)
+{
+    slow_message(NET_DIR "/libcollective-net-example.so", COLL_OK);
+}
+END_TEST
+
+START_TEST(a_slow_message_without_progress_fails_on_the_operation_timeout)
+{
+    slow_message(NET_DIR "/libcollective-net-example-v1.so", COLL_ETIMEDOUT);
+}
+END_TEST
+
 /* A plugin that fails, or stalls, on one rank's send connections after 40 messages
  * (init's among them): all-reduces go on until then, and afterwards every rank's
  * collective ends with a COLL_E* code within the timeout; no rank crashes or hangs (the
@@ -162,7 +224,7 @@ static void refused(const char *spec, int code, ...)
 START_TEST(a_plugin_of_another_version_is_refused_naming_both)
 {
     refused(NET_DIR "/libcollective-net-example-v99.so", COLL_ENOTSUP,
-            "libcollective-net-example-v99.so", "ABI version 99", "versions 1 to 1", NULL);
+            "libcollective-net-example-v99.so", "ABI version 99", "versions 1 to 2", NULL);
 }
 END_TEST
 
@@ -229,6 +291,9 @@ int main(void)
     tcase_add_test(t, collectives_over_the_plugin_on_4_ranks);
     tcase_add_test(t, collectives_over_a_slow_plugin_on_3_ranks);
     tcase_add_test(t, two_plugins_load_and_either_serves);
+    tcase_add_test(t, a_version_1_plugin_still_loads_and_serves);
+    tcase_add_test(t, a_slow_message_with_progress_outlives_the_operation_timeout);
+    tcase_add_test(t, a_slow_message_without_progress_fails_on_the_operation_timeout);
     tcase_add_test(t, a_plugin_failing_on_one_rank_fails_every_rank_cleanly);
     tcase_add_test(t, a_plugin_stalling_on_one_rank_fails_every_rank_in_time);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);

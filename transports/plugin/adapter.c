@@ -784,6 +784,25 @@ static size_t net_poll(cl_tr_ctx *ctx, int mode)
     return moved;
 }
 
+/* The stream bytes of a request not done: its header once its first message is done,
+ * and what the plugin's progress() (ABI version 2) says of its messages in flight.
+ * Without progress() only whole messages count. A done request's plugin requests may be
+ * gone (a failed connection's end with its comm): not asked. */
+static size_t net_moved(cl_tr_req *r)
+{
+    cl_tr_ctx *ctx = r->c->ctx;
+    int (*progress)(void *, size_t *) = ctx->ops->progress;
+    size_t n = 0, part;
+    pthread_mutex_lock(&ctx->mu);
+    for (int k = 0; k < 2 && !r->done && progress; k++)
+        if (r->preq[k] && progress(r->preq[k], &part) == COLL_NET_OK)
+            n += part;
+    if (!r->done && r->stage > 0 && !r->preq[0])
+        n += sizeof(cl_msg_hdr);
+    pthread_mutex_unlock(&ctx->mu);
+    return n;
+}
+
 static const char *net_peer_name(cl_tr_conn *c)
 {
     return c->name;
@@ -799,6 +818,7 @@ const cl_transport cl_net_adapter = {
     .isend = net_isend,
     .irecv = net_irecv,
     .test = net_test,
+    .moved = net_moved,
     .close_conn = net_close_conn,
     .shutdown = net_shutdown,
     .poll = net_poll,
