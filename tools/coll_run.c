@@ -26,7 +26,7 @@ static const char usage[] =
     "  MASTER_ADDR, MASTER_PORT (a free port unless set), a fresh COLL_JOB_ID (unless set).\n"
     "  --host, --hostfile  ranks on these hosts (other machines through ssh, or\n"
     "                      $COLL_RUN_SSH); round robin, or by slots where given\n"
-    "                      (hostfile lines: HOST [slots=N])\n"
+    "                      (hostfile lines: HOST [slots=N]; IPv6: [ADDR]:SLOTS)\n"
     "  --max-restarts K    start a failed rank again up to K times (COLL_RESTART=n)\n"
     "  --tag-output        prefix each line a rank writes with \"[RANK] \"\n"
     "  --secret            a generated COLL_SECRET for the job (unless set)\n"
@@ -35,11 +35,29 @@ static const char usage[] =
     "  Ranks on this machine are bound to cores per COLL_BIND (core|none, default core).\n"
     "  Exits with the first failed rank's status (128+signal for a signal death).\n";
 
-/* "HOST" or "HOST:SLOTS"; "HOST slots=N" from a hostfile. */
+/* Where spec's ":SLOTS" begins, or NULL; an IPv6 literal is bare (no slots: every ':'
+ * is its own) or in brackets, which *name is set past and the ']' cut off. */
+static char *slots_colon(char *spec, char **name)
+{
+    *name = spec;
+    if (*spec != '[') {
+        char *colon = strchr(spec, ':');
+        return colon && !strchr(colon + 1, ':') ? colon : NULL;
+    }
+    char *close = strchr(spec, ']');
+    if (!close)
+        return NULL;
+    *close = 0;
+    *name = spec + 1;
+    return close[1] == ':' ? close + 1 : NULL;
+}
+
+/* "HOST" or "HOST:SLOTS" (an IPv6 literal as "fe80::1%eth0", or "[::1]:SLOTS");
+ * "HOST slots=N" from a hostfile. */
 static int add_host(hosts *h, char *spec)
 {
-    char *colon = strchr(spec, ':'), *eq = strstr(spec, "slots="), *end = NULL;
-    if (h->n == MAX_HOSTS)
+    char *name, *colon = slots_colon(spec, &name), *eq = strstr(spec, "slots="), *end = NULL;
+    if (h->n == MAX_HOSTS || (*spec == '[' && name == spec))
         return -1;
     int slots = 1;
     if (colon || eq) {
@@ -49,10 +67,10 @@ static int add_host(hosts *h, char *spec)
         h->slotted = 1;
         *(colon ? colon : eq) = 0;
     }
-    spec[strcspn(spec, " \t")] = 0;
-    if (!*spec)
+    name[strcspn(name, " \t")] = 0;
+    if (!*name)
         return -1;
-    h->name[h->n] = strdup(spec);
+    h->name[h->n] = strdup(name);
     h->slots[h->n++] = slots;
     return 0;
 }

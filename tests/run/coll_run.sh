@@ -141,6 +141,17 @@ COLL_RUN_SSH="$tmp/ssh" "$run" --np 4 --hostfile "$tmp/hostfile" sh -c 'echo "f 
 MASTER_ADDR=127.0.0.1 COLL_RUN_SSH="$tmp/ssh" timeout 60 "$run" --np 2 --host nodeA,nodeB --secret "$prog" > "$tmp/out" 2>&1 ||
     no "mpi_rank over the ssh path: exit status $?"
 [ "$(count "^rank [01] of 2: success, 0 wrong$")" -eq 2 ] || no "mpi_rank over ssh: $(cat "$tmp/out")"
+# An IPv6 literal with slots: its brackets off for ssh, the job meeting at it.
+: > "$tmp/hosts"
+COLL_RUN_SSH="$tmp/ssh" timeout 60 "$run" --np 2 --host "[::1]:2" "$prog" > "$tmp/out" 2>&1 ||
+    no "mpi_rank on [::1]:2: exit status $?: $(cat "$tmp/out")"
+[ "$(count "^rank [01] of 2: success, 0 wrong$")" -eq 2 ] && [ "$(sort -u "$tmp/hosts")" = "::1" ] ||
+    no "[::1]:2: $(cat "$tmp/out") hosts: $(cat "$tmp/hosts")"
+COLL_RUN_SSH="$tmp/ssh" "$run" --np 3 --host "fe80::1%lo,[::2" true > "$tmp/out" 2>&1
+[ $? -eq 2 ] || no "an unclosed [ was taken: $(cat "$tmp/out")"
+COLL_RUN_SSH="$tmp/ssh" "$run" --np 2 --host "fe80::1%lo,nodeB" sh -c 'echo "v6 $RANK $LOCAL_WORLD_SIZE"' > "$tmp/out" 2>&1
+[ "$(sort "$tmp/out" | tr '\n' ' ')" = "v6 0 1 v6 1 1 " ] && grep -qx "fe80::1%lo" "$tmp/hosts" ||
+    no "a bare IPv6 literal as a host: $(cat "$tmp/out") hosts: $(cat "$tmp/hosts")"
 
 # COLL_BIND: one parser, in coll_run and in coll_init.
 COLL_BIND=yes "$run" --np 2 true > "$tmp/out" 2>&1
