@@ -6,10 +6,9 @@
  * chooses. `--project` prints the choices for 64, 256 and 1024 ranks, 8 per host, on
  * 100 and 25 Gbit/s links with 2 and 10 us of latency. A prediction, not a measurement:
  * perf/cluster.sh measures. */
+#include "base/names.h"
 #include "core/config.h"
 #include "core/topo.h"
-
-#include "kernels/reduce.h"
 
 #include <stdio.h>
 #include <stdlib.h>

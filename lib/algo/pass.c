@@ -6,8 +6,8 @@
 #include "algo/algo.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
-#include "kernels/reduce.h"
 #include "wire/wire.h"
 
 #include <stdio.h>

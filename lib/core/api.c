@@ -7,6 +7,7 @@
 #include "kernels/codec.h"
 #include "kernels/reduce.h"
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 
 #include <stdarg.h>

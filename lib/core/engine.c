@@ -10,9 +10,9 @@
 #include "core/record.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 #include "kernels/codec.h"
-#include "kernels/reduce.h"
 
 #include <stdlib.h>
 

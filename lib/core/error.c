@@ -1,4 +1,4 @@
-/* Status codes, the sticky first failure of a communicator, and its sentence. */
+/* The sticky first failure of a communicator, and its sentence. */
 #include "core/comm.h"
 
 #include "base/log.h"
@@ -7,25 +7,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-
-const char *coll_strerror(int status)
-{
-    switch (status) {
-    case COLL_OK: return "success";
-    case COLL_INPROGRESS: return "operation in progress";
-    case COLL_EINVAL: return "invalid argument";
-    case COLL_ENOMEM: return "out of memory";
-    case COLL_ENOTSUP: return "not supported";
-    case COLL_ESYS: return "system call failed";
-    case COLL_ETIMEDOUT: return "timed out";
-    case COLL_EPEER: return "peer closed, reset or unreachable";
-    case COLL_EMISMATCH: return "ranks disagree on the operation";
-    case COLL_EABORTED: return "aborted";
-    case COLL_ESTATE: return "communicator already failed";
-    case COLL_EPROTO: return "protocol error (bad magic, version or secret)";
-    default: return "unknown status";
-    }
-}
 
 int cl_comm_record(coll_comm *c, int status, const char *msg)
 {

@@ -10,6 +10,7 @@
 #include "core/record.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 #include "kernels/reduce.h"
 

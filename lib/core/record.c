@@ -6,10 +6,10 @@
 #include "core/record.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 #include "core/status.h"
 #include "kernels/codec.h"
-#include "kernels/reduce.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,11 +7,11 @@
 #include "core/status.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 #include "core/beat.h"
 #include "core/comm.h"
 #include "core/record.h"
-#include "kernels/reduce.h"
 #include "rdzv/store.h"
 
 #include <errno.h>

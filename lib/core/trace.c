@@ -7,10 +7,10 @@
 #include "core/trace.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "base/util.h"
 #include "core/record.h"
 #include "kernels/codec.h"
-#include "kernels/reduce.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -117,19 +117,6 @@ int cl_op_valid(int op)
     return op >= COLL_SUM && op <= COLL_AVG;
 }
 
-const char *cl_dtype_name(int dtype)
-{
-    static const char *names[] = { "float", "double", "half", "bfloat16",
-                                   "int8", "uint8", "int32", "int64" };
-    return cl_dtype_size(dtype) ? names[dtype] : "invalid";
-}
-
-const char *cl_op_name(int op)
-{
-    static const char *names[] = { "sum", "prod", "min", "max", "avg" };
-    return cl_op_valid(op) ? names[op] : "invalid";
-}
-
 enum { BLOCK = 256 };
 
 static void widen(float *out, const uint16_t *in, size_t n, int bf)

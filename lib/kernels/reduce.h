@@ -9,8 +9,6 @@
 /* Bytes per element, or 0 for a value outside coll_dtype. */
 size_t cl_dtype_size(int dtype);
 int cl_op_valid(int op);
-const char *cl_dtype_name(int dtype);
-const char *cl_op_name(int op);
 
 /* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. COLL_AVG sums here: the
  * division happens once, in cl_divide, where the sum is complete. f16/bf16 go through

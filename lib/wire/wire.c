@@ -6,16 +6,6 @@
 #include <stddef.h>
 #include <string.h>
 
-const char *cl_kind_name(int kind)
-{
-    static const char *names[] = {"invalid",  "allreduce",  "reduce_scatter", "allgather",
-                                  "broadcast", "barrier",   "send",           "recv",
-                                  "split",    "reduce",     "gather",         "scatter",
-                                  "alltoall", "alltoallv",  "allgatherv",     "reduce_scatterv"};
-    _Static_assert(sizeof(names) / sizeof(names[0]) == CL_KINDS, "a name for every kind");
-    return kind >= CL_ALLREDUCE && kind < CL_KINDS ? names[kind] : names[0];
-}
-
 void cl_hello_make(const cl_hello_expect *me, int channel, const uint8_t proof[CL_HELLO_PROOF],
                    uint8_t out[CL_HELLO_BYTES])
 {

@@ -4,29 +4,13 @@
 #ifndef CL_WIRE_H
 #define CL_WIRE_H
 
+#include "base/names.h"
 #include "transports/transport.h"
 
 #include <stdint.h>
 
-/* What a message belongs to (cl_msg_hdr.coll). */
-enum cl_coll_kind {
-    CL_ALLREDUCE = 1,
-    CL_REDUCE_SCATTER,
-    CL_ALLGATHER,
-    CL_BROADCAST,
-    CL_BARRIER,
-    CL_SEND,
-    CL_RECV,
-    CL_SPLIT,
-    CL_REDUCE,
-    CL_GATHER,
-    CL_SCATTER,
-    CL_ALLTOALL,
-    CL_ALLTOALLV,
-    CL_ALLGATHERV,
-    CL_REDUCE_SCATTERV,
-    CL_KINDS
-};
+/* What a message belongs to (cl_msg_hdr.coll): enum cl_coll_kind, in base/names.h. */
+
 /* The header-only frame a failing rank sends on its way out: tag = -status, count = its
  * rank, seq = the operation it was running. */
 enum { CL_FAREWELL = 0x7f };
@@ -35,9 +19,6 @@ enum { CL_FAREWELL = 0x7f };
 enum { CL_SHARE = 0x7e };
 #define CL_PROTO_VERSION 6u
 #define CL_HELLO_MAGIC 0x4c4c4f43u /* "COLL" */
-
-/* "allreduce", "send", ...; "invalid" for anything else. */
-const char *cl_kind_name(int kind);
 
 enum { CL_HELLO_PROOF = 24 };
 

@@ -24,12 +24,6 @@
 
 enum { PRE = 2 + CL_HELLO_BYTES + 8, RING_DATA_AT = 256, SMALL = 4096 };
 
-/* The transport names errors in its log lines; the core's table is not linked here. */
-const char *coll_strerror(int status)
-{
-    return status == COLL_OK ? "ok" : "error";
-}
-
 static int dial(const char *handle)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};

@@ -1,6 +1,7 @@
 /* Reduction kernels against a scalar reference for every dtype x op, and the f16/bf16
  * conversions on the values that break naive code: rounding ties, overflow, denormals,
  * infinities and NaN. */
+#include "base/names.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 
