@@ -15,8 +15,10 @@ a copy of this rank's block, or all_gather into a list then torch.cat.
 
 With --coll-perf, the overhead rows: all_reduce at 8 B and 64 KiB through torch
 (async_op=False), through the package's own API (collective.Communicator) and in C
-(coll_perf, the same rank count, run after the torch rounds), and torch's cost per call
-over C.
+(coll_perf, the same rank count, run by rank 0 between the others' rounds while every
+rank waits), all in place as torch's all_reduce is (coll_perf's out-of-place time
+beside), the three taking turns round by round; medians; and torch's cost per call over
+C. --overhead-only: those rows alone.
 
 With --cpp DIR (coll_ext built by perf/torch_ext/build.sh into DIR, torch 2.x), the binding
 rows: dist.all_reduce (async_op=False) at 8 B, 64 KiB and 1 MiB through this package's
@@ -158,7 +160,9 @@ def binding_rows(r, n, where, rounds, ours, gloo, ext_dir, old=None):
     return rows
 
 
-def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=False, old=None):
+def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=False, old=None,
+              only_overhead=False):
+    """overhead: coll_perf's path for the overhead rows (None: none)."""
     dist.init_process_group("collective", init_method="file://" + where + "/s", rank=r,
                             world_size=n, timeout=datetime.timedelta(seconds=120))
     ours = dist.group.WORLD
@@ -170,7 +174,7 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
             out.put((rows, [], binding))
         dist.destroy_process_group()
         return
-    for op, sizes in SIZES.items():
+    for op, sizes in ({} if only_overhead else SIZES).items():
         for size in sizes:
             mine, theirs, form = calls(op, size, n, ours, gloo)
             iters = iters_for(size)
@@ -189,35 +193,50 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
             count = max(size // 4, 1)
             t, a = torch.ones(count), np.ones(count, np.float32)
             iters = iters_for(size)
-            runs = {"torch": [], "python": []}
-            for k in range(rounds):
-                dist.barrier(group=gloo)
-                runs["torch"].append(timed(lambda: dist.all_reduce(t, group=ours), iters))
-                dist.barrier(group=gloo)
-                runs["python"].append(timed(lambda: plain.allreduce(a), iters))
-            over.append((size, statistics.median(runs["torch"]),
-                         statistics.median(runs["python"])))
+            runs = {"torch": [], "python": [], "C": [], "C-out": []}
+
+            def c_run():  # rank 0 runs coll_perf (its own n ranks) while the others wait
+                if r == 0:
+                    inp, outp = coll_perf_once(overhead, n, size)
+                    runs["C"].append(inp)
+                    runs["C-out"].append(outp)
+            ways = [("torch", lambda: runs["torch"].append(
+                        timed(lambda: dist.all_reduce(t, group=ours), iters))),
+                    ("python", lambda: runs["python"].append(
+                        timed(lambda: plain.allreduce(a), iters))),
+                    ("C", c_run)]
+            for k in range(rounds):  # the order turns each round
+                for _, way in ways[k % 3:] + ways[:k % 3]:
+                    dist.barrier(group=gloo)
+                    way()
+            over.append((size, *(statistics.median(runs[w]) if runs[w] else float("nan")
+                                 for w in ("torch", "python", "C", "C-out"))))
         plain.close()
     if r == 0:
         out.put((rows, over, binding))
     dist.destroy_process_group()
 
 
+def coll_perf_once(path, n, size):
+    """coll_perf's all_reduce time (us) at size on n ranks, in place (as torch's
+    all_reduce runs) and out of place: one run, as many calls as a torch round makes."""
+    text = subprocess.run([path, "--np", str(n), "-C", "all_reduce", "-b", str(size),
+                           "-e", str(size), "-n", str(iters_for(size)), "-w", "20", "-c", "0"],
+                          check=True, capture_output=True, text=True).stdout
+    for line in text.splitlines():
+        f = line.split()
+        if f and not line.startswith("#") and re.fullmatch(r"\d+", f[0]) and int(f[0]) == size:
+            return float(f[9]), float(f[5])
+    raise RuntimeError(f"coll_perf printed no row for {size} B:\n{text}")
+
+
 def coll_perf_times(path, n, rounds, sizes=OVERHEAD_SIZES):
-    """coll_perf's out-of-place all_reduce time (us) at each of sizes, the median of
-    rounds runs."""
+    """coll_perf's in-place all_reduce time (us) at each of sizes, the median of rounds
+    runs (torch's all_reduce is in place)."""
     times = {s: [] for s in sizes}
     for _ in range(rounds):
         for s in sizes:
-            text = subprocess.run([path, "--np", str(n), "-C", "all_reduce", "-b", str(s),
-                                   "-e", str(s), "-n", str(iters_for(s)), "-w", "20",
-                                   "-c", "0"], check=True, capture_output=True,
-                                  text=True).stdout
-            for line in text.splitlines():
-                f = line.split()
-                if f and not line.startswith("#") and re.fullmatch(r"\d+", f[0]) \
-                        and int(f[0]) == s:
-                    times[s].append(float(f[5]))
+            times[s].append(coll_perf_once(path, n, s)[0])
     return {s: statistics.median(v) for s, v in times.items() if v}
 
 
@@ -231,6 +250,8 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--coll-perf", help="coll_perf binary for the overhead rows")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="the overhead rows only (with --coll-perf)")
     ap.add_argument("--cpp", metavar="DIR", help="coll_ext's folder, for the binding rows")
     ap.add_argument("--binding-only", action="store_true",
                     help="the binding rows only (with --cpp)")
@@ -241,8 +262,9 @@ def main():
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     ps = [ctx.Process(target=rank_main, args=(r, a.np, where, a.rounds,
-                                              a.coll_perf is not None and not a.binding_only,
-                                              q, a.cpp, a.binding_only, a.old))
+                                              None if a.binding_only else a.coll_perf,
+                                              q, a.cpp, a.binding_only, a.old,
+                                              a.overhead_only))
           for r in range(a.np)]
     for p in ps:
         p.start()
@@ -253,21 +275,22 @@ def main():
           "interleaved rounds (us/call)")
     if binding:
         print_binding(binding, a)
-    if not rows:
+    if not rows and not over:
         return
-    print(f"{'op':<24} {'size':>7} {'ranks':>5} {'ours us':>10} {'gloo us':>10} "
-          f"{'gloo/ours':>9}  gloo-form")
+    if rows:
+        print(f"{'op':<24} {'size':>7} {'ranks':>5} {'ours us':>10} {'gloo us':>10} "
+              f"{'gloo/ours':>9}  gloo-form")
     for op, size, form, c, g in rows:
         print(f"{op:<24} {human(size):>7} {a.np:>5} {c:>10.1f} {g:>10.1f} {g / c:>8.2f}x  {form}")
     if over:
-        cp = coll_perf_times(a.coll_perf, a.np, a.rounds)
-        print(f"# all_reduce overhead: torch (async_op=False) and collective.Communicator "
-              f"against coll_perf (C), {a.np} ranks")
+        print(f"# all_reduce overhead: torch (async_op=False, in place) and "
+              f"collective.Communicator (in place) against coll_perf (C, in place; C-out: out "
+              f"of place), {a.np} ranks, the three interleaved round by round, medians")
         print(f"{'size':>7} {'ranks':>5} {'torch us':>10} {'python us':>10} "
-              f"{'C us':>10} {'torch-C us':>10}")
-        for size, t, p in over:
-            c = cp.get(size, float("nan"))
-            print(f"{human(size):>7} {a.np:>5} {t:>10.1f} {p:>10.1f} {c:>10.1f} {t - c:>10.1f}")
+              f"{'C us':>10} {'C-out us':>10} {'torch-C us':>10} {'python-C us':>11}")
+        for size, t, p, c, co in over:
+            print(f"{human(size):>7} {a.np:>5} {t:>10.1f} {p:>10.1f} {c:>10.1f} {co:>10.1f} "
+                  f"{t - c:>10.1f} {p - c:>11.1f}")
 
 
 def print_binding(binding, a):
