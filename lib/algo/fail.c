@@ -4,6 +4,7 @@
 #include "algo/ctx.h"
 
 #include "base/util.h"
+#include "wire/wire.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -27,23 +28,21 @@ void cl_algo_blame(const cl_algo_ctx *x, int rank, int status)
 
 int cl_peer_failed(const cl_algo_ctx *x, const cl_msg_hdr *h, const char *what, uint32_t seq)
 {
-    int status = -(int)h->tag;
-    if (status >= 0 || status < COLL_EPROTO)
-        status = COLL_EPROTO;
+    cl_farewell f = cl_farewell_read(h);
+    int status = f.status;
     /* A peer that failed for a reason of its own (a bad argument it passed, its memory):
      * this rank's links and arguments are fine. */
     int mine = status == COLL_EABORTED || status == COLL_ETIMEDOUT || status == COLL_ENOMEM ||
                status == COLL_ESYS || status == COLL_ESTATE || status == COLL_EINVAL ||
                status == COLL_ENOTSUP;
-    int rank = x->fail.wire_rank(x->fail.owner, h->count);
-    /* A rank the heartbeat found silent did not fail: it stopped answering. */
-    int silent = status == COLL_EPEER ? (int)CL_MIN(h->unit, INT32_MAX) : 0;
+    int rank = x->fail.wire_rank(x->fail.owner, f.rank);
+    int silent = (int)f.silent_ms;
     x->fail.blame(x->fail.owner, rank, status, silent);
     if (silent)
         return cl_algo_fail(x, COLL_EPEER, "rank %d %s #%u: " CL_SILENT_FMT, cl_rank_of(x, x->rank),
                             what, seq, rank, silent / 1000.0);
     return cl_algo_fail(x, mine ? COLL_EPEER : status, "rank %d %s #%u: rank %d failed (%s, #%u)",
-                        cl_rank_of(x, x->rank), what, seq, rank, coll_strerror(status), h->seq);
+                        cl_rank_of(x, x->rank), what, seq, rank, coll_strerror(status), f.seq);
 }
 
 void cl_tr_settle(const cl_algo_ctx *x, cl_tr_req **r)

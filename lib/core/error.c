@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/family.h"
+#include "wire/wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,12 +43,11 @@ void cl_comm_close_links(coll_comm *c, int status)
     pthread_mutex_unlock(&c->mu);
     /* Closing every link makes the failure reach every peer within one timeout; the
      * farewell tells them why, so a mismatch is a mismatch on every rank. */
-    c->bye = (cl_msg_hdr){.magic = CL_MSG_MAGIC,
-                          .coll = CL_FAREWELL,
-                          .seq = seq,
-                          .unit = (uint32_t)silent, /* 0 but for a silent rank */
-                          .tag = (uint32_t)-cause_status,
-                          .count = (uint64_t)cause_rank};
+    cl_farewell why = {.status = cause_status,
+                       .rank = (uint64_t)cause_rank,
+                       .seq = seq,
+                       .silent_ms = (uint32_t)silent}; /* 0 but for a silent rank */
+    c->bye = cl_farewell_make(&why);
     cl_link_spread(c, &c->bye);
     c->tr->shutdown(c->ctx, status, &c->bye);
     cl_notify(c->note);

@@ -380,7 +380,7 @@ static int first_messages(coll_comm *c)
     if (rc == COLL_OK && got.coll == CL_FAREWELL) {
         rc = COLL_EPEER;
         cl_comm_fail(c, rc, "rank %d: rank %llu failed while the communicator connected",
-                     c->rank, (unsigned long long)got.count);
+                     c->rank, (unsigned long long)cl_farewell_read(&got).rank);
     }
     return rc;
 }
@@ -389,13 +389,12 @@ int cl_link_verdict(coll_comm *c, int status)
 {
     cl_msg_hdr start = {.magic = CL_MSG_MAGIC}, got;
     if (status != COLL_OK)
-        start = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = CL_FAREWELL, .tag = (uint32_t)-status};
+        start = cl_farewell_make(&(cl_farewell){.status = status});
     if (c->size == 1)
         return status;
     int rc = lap(c, &start, &got, "verdict");
-    int said = -(int)got.tag;
     if (rc == COLL_OK && got.coll == CL_FAREWELL)
-        rc = said < COLL_OK && said >= COLL_EPROTO ? said : COLL_EPROTO;
+        rc = cl_farewell_read(&got).status;
     return rc;
 }
 

@@ -1,6 +1,7 @@
-/* Handshake and header checks: see wire.h. */
+/* Handshake, header checks and the farewell: see wire.h. */
 #include "wire/wire.h"
 
+#include "base/util.h"
 #include "collective.h"
 
 #include <stddef.h>
@@ -53,4 +54,22 @@ cl_wire_verdict cl_header_check(const cl_msg_hdr *got, const cl_msg_hdr *want, s
     if (memcmp(got, want, sizeof(*want)) != 0 || nbytes != want->len)
         return CL_WIRE_MISMATCH;
     return CL_WIRE_OK;
+}
+
+cl_msg_hdr cl_farewell_make(const cl_farewell *f)
+{
+    return (cl_msg_hdr){.magic = CL_MSG_MAGIC,
+                        .coll = CL_FAREWELL,
+                        .seq = f->seq,
+                        .unit = f->silent_ms,
+                        .tag = (uint32_t)-f->status,
+                        .count = f->rank};
+}
+
+cl_farewell cl_farewell_read(const cl_msg_hdr *h)
+{
+    int status = h->tag >= 1 && h->tag <= (uint32_t)-COLL_EPROTO ? -(int)h->tag : COLL_EPROTO;
+    /* A rank the heartbeat found silent did not fail: it stopped answering. */
+    uint32_t silent = status == COLL_EPEER ? CL_MIN(h->unit, INT32_MAX) : 0;
+    return (cl_farewell){.status = status, .rank = h->count, .seq = h->seq, .silent_ms = silent};
 }

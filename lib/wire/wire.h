@@ -1,5 +1,5 @@
 /* The wire formats every transport carries: the connection handshake (hello), what a
- * header's `coll` names, and the checks on received headers. Pure functions over
+ * header's `coll` names, the checks on received headers, and the farewell. Pure functions over
  * untrusted bytes: no state, no allocation, safe for any input (fuzzed in tests/fuzz). */
 #ifndef CL_WIRE_H
 #define CL_WIRE_H
@@ -11,8 +11,7 @@
 
 /* What a message belongs to (cl_msg_hdr.coll): enum cl_coll_kind, in base/names.h. */
 
-/* The header-only frame a failing rank sends on its way out: tag = -status, count = its
- * rank, seq = the operation it was running. */
+/* The header-only frame a failing rank sends on its way out (cl_farewell below). */
 enum { CL_FAREWELL = 0x7f };
 /* The first frame a rank sends on a connection it took and now sends on too (link.c),
  * its payload the proof that it is the rank the dialer meant. */
@@ -53,5 +52,19 @@ typedef enum { CL_WIRE_OK, CL_WIRE_FAREWELL, CL_WIRE_MISMATCH } cl_wire_verdict;
 
 /* A received header (with nbytes of payload) against the one this rank expects. */
 cl_wire_verdict cl_header_check(const cl_msg_hdr *got, const cl_msg_hdr *want, size_t nbytes);
+
+/* What a farewell says, so that every rank reports the cause the failing rank saw. */
+typedef struct cl_farewell {
+    int status;         /* why: a COLL_E* status; anything else is read as COLL_EPROTO */
+    uint64_t rank;      /* where the failure began, in the numbering of the links' owner */
+    uint32_t seq;       /* the operation the sender was running (0: none, at init) */
+    uint32_t silent_ms; /* COLL_EPEER only: the heartbeat found that rank silent this long */
+} cl_farewell;
+
+/* The farewell's header: coll = CL_FAREWELL, tag = -status, count = rank, seq, unit =
+ * silent_ms, no payload. */
+cl_msg_hdr cl_farewell_make(const cl_farewell *f);
+/* What a received farewell (a header whose coll is CL_FAREWELL) says, any bytes taken. */
+cl_farewell cl_farewell_read(const cl_msg_hdr *h);
 
 #endif

@@ -1,5 +1,5 @@
-/* libFuzzer target for the parsers of untrusted wire input: the connection handshake and
- * the segment header checks (lib/core/wire.c). Beyond "no crash, no sanitizer report",
+/* libFuzzer target for the parsers of untrusted wire input: the connection handshake, the
+ * segment header checks and the farewell (lib/wire/wire.c). Beyond "no crash, no sanitizer report",
  * it checks that nothing is accepted that differs from what was expected. */
 #include "wire/wire.h"
 #include "core/comm.h"
@@ -40,7 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cl_wire_verdict v = cl_header_check(&got, &want, nbytes);
     if (v == CL_WIRE_OK)
         REQUIRE(memcmp(&got, &want, sizeof(got)) == 0 && nbytes == want.len);
-    if (v == CL_WIRE_FAREWELL)
+    if (v == CL_WIRE_FAREWELL) {
         REQUIRE(got.coll == CL_FAREWELL && got.len == 0);
+        /* Whatever its bytes, a farewell reads as a failure status, silence as EPEER's. */
+        cl_farewell f = cl_farewell_read(&got);
+        REQUIRE(f.status >= COLL_EPROTO && f.status < COLL_OK);
+        REQUIRE(f.silent_ms <= INT32_MAX && (f.status == COLL_EPEER || f.silent_ms == 0));
+    }
     return 0;
 }

@@ -62,6 +62,34 @@ START_TEST(header_verdicts)
 }
 END_TEST
 
+START_TEST(farewell_says_what_it_was_made_with)
+{
+    cl_farewell sent = { .status = COLL_EPEER, .rank = 5, .seq = 9, .silent_ms = 1500 };
+    cl_msg_hdr h = cl_farewell_make(&sent), want = { .magic = CL_MSG_MAGIC, .coll = CL_ALLREDUCE };
+    ck_assert_int_eq(cl_header_check(&h, &want, 0), CL_WIRE_FAREWELL);
+    cl_farewell got = cl_farewell_read(&h);
+    ck_assert_msg(got.status == sent.status && got.rank == sent.rank && got.seq == sent.seq &&
+                      got.silent_ms == sent.silent_ms,
+                  "read %d rank %llu #%u silent %u, made %d rank %llu #%u silent %u", got.status,
+                  (unsigned long long)got.rank, got.seq, got.silent_ms, sent.status,
+                  (unsigned long long)sent.rank, sent.seq, sent.silent_ms);
+}
+END_TEST
+
+START_TEST(farewell_with_a_stranger_status_reads_as_a_protocol_error)
+{
+    cl_msg_hdr h = cl_farewell_make(&(cl_farewell){ .status = COLL_EMISMATCH, .silent_ms = 7 });
+    ck_assert_int_eq(cl_farewell_read(&h).status, COLL_EMISMATCH);
+    ck_assert_int_eq(cl_farewell_read(&h).silent_ms, 0); /* silence is a COLL_EPEER's only */
+    uint32_t tags[] = { 0, 0xffffffffu, (uint32_t)-(COLL_EPROTO - 1), 0x80000000u };
+    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++) {
+        h.tag = tags[i];
+        ck_assert_msg(cl_farewell_read(&h).status == COLL_EPROTO, "tag %#x read as %d", tags[i],
+                      cl_farewell_read(&h).status);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("wire");
@@ -69,6 +97,8 @@ int main(void)
     tcase_add_test(t, valid_peers_are_accepted_at_their_slot);
     tcase_add_loop_test(t, each_wrong_field_is_refused_with_its_reason, 0, 8);
     tcase_add_test(t, header_verdicts);
+    tcase_add_test(t, farewell_says_what_it_was_made_with);
+    tcase_add_test(t, farewell_with_a_stranger_status_reads_as_a_protocol_error);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
