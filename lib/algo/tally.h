@@ -29,7 +29,7 @@ typedef struct cl_moved {
 enum { CL_SPAN_PHASE, CL_SPAN_STEP, CL_SPAN_SEND, CL_SPAN_RECV };
 
 typedef struct cl_span {
-    uint64_t start, end;   /* cl_rec_clock ticks */
+    uint64_t start, end;   /* base/clock.h ticks */
     uint64_t bytes;        /* transfers: header + payload */
     uint32_t messages;     /* transfers: how many (each a header's 32 bytes) */
     const char *name;      /* the phase's ("reduce-scatter", "all-gather" ...) */
@@ -87,7 +87,7 @@ static inline void cl_moved_add(const cl_running *run, int peer, int recv, uint6
     __atomic_store_n(&m->used, used + 1, __ATOMIC_RELEASE);
 }
 
-/* The spans of a traced collective (record.c); each a no-op on a NULL spans. */
+/* The spans of a traced collective (tally.c); each a no-op on a NULL spans. */
 static inline cl_spans *cl_traced(const cl_running *run)
 {
     return run ? run->spans : NULL;

@@ -22,70 +22,11 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
-/* ---- the clock ---------------------------------------------------------------------- */
-
-int cl_rec_tsc;
-static double ticks_per_us = 1000.0; /* nanoseconds, unless the TSC is used */
-static uint64_t base_tick;
-static int64_t base_us;
-static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
-
-/* An invariant TSC (cpuid 0x80000007, EDX bit 8) ticks at one rate on every core, in
- * every power state: a read costs a third of clock_gettime's, which counts against an
- * 8-byte all-reduce of a microsecond. Its rate is measured once, over 2 ms, against
- * CLOCK_MONOTONIC, and refined by the longer interval at each conversion. */
-static void clock_setup(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    cl_rec_tsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
-#endif
-    base_tick = cl_rec_clock();
-    base_us = cl_now_us();
-    if (!cl_rec_tsc)
-        return;
-    int64_t until = base_us + 2000, now;
-    while ((now = cl_now_us()) < until)
-        ;
-    ticks_per_us = (double)(cl_rec_clock() - base_tick) / (double)(now - base_us);
-}
-
-cl_rec_timebase cl_rec_timebase_now(void)
-{
-    cl_rec_timebase b = {base_tick, (double)base_us, ticks_per_us};
-    int64_t now_us = 0;
-    uint64_t now_tick = 0;
-    for (int i = 0; i < 4; i++) { /* a pair read together: not one preempted between */
-        uint64_t before = cl_rec_clock();
-        now_us = cl_now_us();
-        now_tick = cl_rec_clock();
-        if ((double)(now_tick - before) < 20 * ticks_per_us)
-            break;
-    }
-    if (cl_rec_tsc && now_us - base_us > 1000000) /* a longer interval measures it better */
-        b.rate = (double)(now_tick - base_tick) / (double)(now_us - base_us);
-    return b;
-}
-
-double cl_rec_us_in(const cl_rec_timebase *b, uint64_t t)
-{
-    return t ? b->us + (double)(int64_t)(t - b->tick) / b->rate : 0;
-}
-
-double cl_rec_us(uint64_t t)
-{
-    cl_rec_timebase b = cl_rec_timebase_now();
-    return t ? cl_rec_us_in(&b, t) : 0;
-}
 
 /* Ticks as whole CLOCK_MONOTONIC microseconds (0 stays 0: not yet). */
 static int64_t to_us(uint64_t t)
 {
-    return (int64_t)cl_rec_us(t);
+    return (int64_t)cl_clock_us(t);
 }
 
 /* ---- configuration and life --------------------------------------------------------- */
@@ -145,7 +86,7 @@ int cl_rec_open(coll_comm *c, const cl_rec_config *cfg, const char *job)
 {
     if (cfg->ops <= 0)
         return COLL_OK;
-    pthread_once(&clock_once, clock_setup);
+    cl_clock_start();
     uint32_t n = 1;
     while (n < (uint32_t)cfg->ops)
         n <<= 1;
@@ -581,7 +522,7 @@ void cl_rec_failed(coll_comm *c, const cl_op *op, int status)
     if (e) {
         int64_t started_us = to_us(__atomic_load_n(&e->started, __ATOMIC_RELAXED));
         uint64_t now = cl_rec_bytes(c), bytes0 = __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED);
-        CL_REC_PUT(e->ended, cl_rec_clock());
+        CL_REC_PUT(e->ended, cl_clock_ticks());
         CL_REC_PUT(e->bytes, started_us && now > bytes0 ? now - bytes0 : 0);
         CL_REC_PUT(e->progress_us, started_us ? last_progress_us(r, now, started_us) : 0);
         CL_REC_PUT(e->status, status);
@@ -599,7 +540,7 @@ void cl_rec_p2p_end(coll_comm *c, uint32_t n, int status, uint64_t bytes)
     struct cl_rec_entry *e = r && n ? &r->p2p[n & r->mask] : NULL;
     if (!e || __atomic_load_n(&e->seq, __ATOMIC_RELAXED) != n)
         return; /* off, or taken by a newer one */
-    CL_REC_PUT(e->ended, cl_rec_clock());
+    CL_REC_PUT(e->ended, cl_clock_ticks());
     CL_REC_PUT(e->bytes, bytes);
     CL_REC_PUT(e->status, status);
     __atomic_store_n(&e->state, status == COLL_OK ? COLL_REC_DONE : COLL_REC_FAILED,
@@ -676,97 +617,7 @@ static void listen_for_signal(int sig)
 
 /* ---- a traced collective's children (algo/tally.h) ---------------------------------- */
 
-enum { SPANS_MAX = 1 << 16 }; /* per collective: what a huge all-to-all has past that is dropped */
-
 void cl_rec_spans_reset(cl_rec *r)
 {
     r->spans.n = r->spans.dropped = r->spans.phase = r->spans.depth = 0;
-}
-
-uint64_t cl_span_clock(void)
-{
-    return cl_rec_clock();
-}
-
-static cl_span *span_add(cl_spans *s)
-{
-    if (s->n == s->cap) {
-        uint32_t cap = s->cap ? 2 * s->cap : 64;
-        cl_span *more = cap <= SPANS_MAX ? realloc(s->s, cap * sizeof(*more)) : NULL;
-        if (!more) {
-            s->dropped++;
-            return NULL;
-        }
-        s->s = more;
-        s->cap = cap;
-    }
-    return &s->s[s->n++];
-}
-
-/* A child of the open phase, named by it (NULL: dropped). */
-static cl_span *span_in_phase(cl_spans *s, uint8_t what, int peer, int step, uint64_t start,
-                              uint64_t end)
-{
-    const char *name = s->s[s->phase - 1].name, *scope = s->s[s->phase - 1].scope;
-    cl_span *x = span_add(s);
-    if (x)
-        *x = (cl_span){.start = start, .end = end > start ? end : start, .name = name,
-                       .scope = scope, .peer = peer, .step = step, .what = what};
-    return x;
-}
-
-void cl_span_phase(cl_spans *s, const char *name, const char *scope)
-{
-    if (!s || s->depth++)
-        return;
-    uint64_t now = cl_rec_clock();
-    cl_span *x = span_add(s);
-    if (x)
-        *x = (cl_span){.start = now, .end = now, .name = name, .scope = scope ? scope : "",
-                       .peer = -1, .step = -1, .what = CL_SPAN_PHASE};
-    s->phase = x ? s->n : 0;
-    s->step_from = now;
-}
-
-void cl_span_phase_end(cl_spans *s)
-{
-    if (!s || !s->depth || --s->depth)
-        return;
-    if (s->phase)
-        s->s[s->phase - 1].end = cl_rec_clock();
-    s->phase = 0;
-}
-
-void cl_span_step(cl_spans *s, int step, uint64_t end)
-{
-    if (!s || !s->phase || s->depth != 1)
-        return;
-    cl_span *x = span_in_phase(s, CL_SPAN_STEP, -1, step, s->step_from, end);
-    if (x)
-        s->step_from = x->end;
-}
-
-void cl_span_transfer(cl_spans *s, int recv, int peer, int step, uint64_t start, uint64_t end,
-                      uint64_t bytes)
-{
-    if (!s || !s->phase)
-        return;
-    uint8_t what = recv ? CL_SPAN_RECV : CL_SPAN_SEND;
-    uint32_t i = s->n;
-    while (i-- > 0 && !(s->s[i].what == what && s->s[i].peer == peer))
-        ;
-    cl_span *last = i < s->n ? &s->s[i] : NULL;
-    if (last && last->step == step && i >= s->phase - 1) { /* more of this step */
-        last->end = end > last->end ? end : last->end;
-        last->bytes += bytes;
-        last->messages++;
-        return;
-    }
-    /* after the peer's span before it: the link carried that one first */
-    cl_span *x = span_in_phase(s, what, peer, step, last && last->end > start ? last->end : start,
-                               end);
-    if (x) {
-        x->bytes = bytes;
-        x->messages = 1;
-    }
 }

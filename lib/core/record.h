@@ -7,6 +7,7 @@
 #ifndef CL_RECORD_H
 #define CL_RECORD_H
 
+#include "base/clock.h"
 #include "core/comm.h"
 #include "core/trace.h"
 
@@ -27,7 +28,7 @@ struct cl_rec_entry {
     uint32_t tag, msg;
     uint64_t count;
     const char *algo;
-    uint64_t issued, started, ended; /* cl_rec_clock ticks; 0: not yet */
+    uint64_t issued, started, ended; /* cl_clock_ticks ticks; 0: not yet */
     uint64_t bytes0, bytes;          /* the wire counters when it started; moved by its end */
     int64_t progress_us;             /* a failed one's last progress */
     cl_moved moved;                  /* a collective's bytes by peer (algo/tally.h) */
@@ -52,30 +53,6 @@ typedef struct cl_rec {
 
 #define CL_REC_PUT(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
 
-/* Ticks of the TSC where it is invariant, else nanoseconds (record.c converts). */
-extern int cl_rec_tsc;
-/* Ticks as CLOCK_MONOTONIC microseconds, with their fraction (0 stays 0: not yet). */
-double cl_rec_us(uint64_t t);
-/* The conversion cl_rec_us makes now, held: the TSC's rate is refined at each call, so
- * times converted at different calls may swap by a little; a file whose events must
- * nest (trace.c) converts them all with one. */
-typedef struct {
-    uint64_t tick;
-    double us, rate; /* CLOCK_MONOTONIC at tick; ticks per microsecond */
-} cl_rec_timebase;
-cl_rec_timebase cl_rec_timebase_now(void);
-double cl_rec_us_in(const cl_rec_timebase *b, uint64_t t);
-static inline uint64_t cl_rec_clock(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    if (cl_rec_tsc)
-        return __builtin_ia32_rdtsc();
-#endif
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline uint64_t cl_rec_bytes(const coll_comm *c)
 {
     return atomic_load_explicit(&c->ran.wire_tx, memory_order_relaxed) +
@@ -90,7 +67,7 @@ static inline void cl_rec_issue(coll_comm *c, const cl_op *op, int running)
     if (!r)
         return;
     struct cl_rec_entry *e = &r->e[op->seq & r->mask];
-    uint64_t now = cl_rec_clock();
+    uint64_t now = cl_clock_ticks();
     __atomic_store_n(&e->seq, 0, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     CL_REC_PUT(e->kind, (uint8_t)op->kind);
@@ -135,7 +112,7 @@ static inline void cl_rec_start(coll_comm *c, const cl_op *op, const char *algo)
         return;
     CL_REC_PUT(e->algo, algo);
     if (!__atomic_load_n(&e->started, __ATOMIC_RELAXED)) { /* it was queued */
-        CL_REC_PUT(e->started, cl_rec_clock());
+        CL_REC_PUT(e->started, cl_clock_ticks());
         CL_REC_PUT(e->bytes0, cl_rec_bytes(c));
     }
     __atomic_store_n(&e->state, COLL_REC_RUNNING, __ATOMIC_RELEASE);
@@ -157,7 +134,7 @@ static inline void cl_rec_end(coll_comm *c, const cl_op *op, int status)
     struct cl_rec_entry *e = cl_rec_entry_of(c->rec, op);
     if (!e)
         return;
-    CL_REC_PUT(e->ended, cl_rec_clock());
+    CL_REC_PUT(e->ended, cl_clock_ticks());
     CL_REC_PUT(e->bytes, cl_rec_bytes(c) - __atomic_load_n(&e->bytes0, __ATOMIC_RELAXED));
     __atomic_store_n(&e->state, COLL_REC_DONE, __ATOMIC_RELEASE);
     if (c->rec->trace)
@@ -175,7 +152,7 @@ static inline uint32_t cl_rec_p2p(coll_comm *c, const cl_op *op, int status, uin
         return 0;
     uint32_t n = ++r->p2p_n;
     struct cl_rec_entry *e = &r->p2p[n & r->mask];
-    uint64_t now = cl_rec_clock();
+    uint64_t now = cl_clock_ticks();
     __atomic_store_n(&e->seq, 0, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     CL_REC_PUT(e->kind, (uint8_t)op->kind);

@@ -53,7 +53,7 @@ static struct {
     double offset_us;   /* rank 0's clock less this process's */
     double rtt_us;      /* the round trip it was measured over */
     double skew_us;     /* COLL_TRACE_SKEW_US: a test's clock, off by this much */
-    cl_rec_timebase base; /* the file's conversion of ticks, one for all its times */
+    cl_timebase base; /* the file's conversion of ticks, one for all its times */
     char job[CL_JOB_NAME];
     char comms[CL_TRACE_NAMED][20]; /* the first communicators' ids, by tid, for their names */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .rank = -1};
@@ -140,7 +140,7 @@ void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e, const cl_spans *kid
 /* Now on this process's clock (the test's skew included). */
 static double local_us(void)
 {
-    return cl_rec_us(cl_rec_clock()) + g.skew_us;
+    return cl_clock_us(cl_clock_ticks()) + g.skew_us;
 }
 
 /* Rank 0 answers each of `peer`'s pings with its clock, aligned: where c is a grown
@@ -239,7 +239,7 @@ static int is_p2p(int kind)
  * its parent's rounded alike still nest (Perfetto reads whole nanoseconds). */
 static double aligned_us(uint64_t t)
 {
-    double ns = (cl_rec_us_in(&g.base, t) + g.skew_us + g.offset_us) * 1000;
+    double ns = (cl_timebase_us(&g.base, t) + g.skew_us + g.offset_us) * 1000;
     return (double)(int64_t)(ns + (ns < 0 ? -0.5 : 0.5)) / 1000;
 }
 
@@ -358,7 +358,7 @@ static void put_names(FILE *f)
 
 static void put_file(FILE *f)
 {
-    g.base = cl_rec_timebase_now();
+    g.base = cl_timebase_now();
     fputs("{\"traceEvents\": [\n", f);
     put_names(f);
     put_track_names(f);
