@@ -790,6 +790,23 @@ int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_
     return COLL_OK;
 }
 
+int cl_tcp_irecv_frames(cl_tr_conn *c, cl_msg_hdr *hdr, cl_tcp_fhook on_hdr, cl_tcp_frame on_frame,
+                        void *arg, cl_tr_req **out)
+{
+    cl_tr_req *r = new_req(c);
+    if (!r)
+        return COLL_ENOMEM;
+    r->on_fhdr = on_hdr;
+    r->on_frame = on_frame;
+    r->hook_arg = arg;
+    r->hdr_in = hdr;
+    r->len = 1u << 30;
+    *out = r;
+    if (cl_tcp_enqueue(c, r, 1))
+        cl_tcp_arm(c);
+    return COLL_OK;
+}
+
 static int tcp_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
 {
     return cl_tcp_irecv_hook(c, hdr, buf, cap, NULL, NULL, out);

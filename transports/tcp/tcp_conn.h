@@ -33,6 +33,8 @@ struct cl_tr_req {
      * (under c->io), says less. */
     size_t span;
     cl_tcp_hook on_hdr;
+    cl_tcp_fhook on_fhdr;    /* a frame receiver (cl_tcp_irecv_frames): never completes */
+    cl_tcp_frame on_frame;
     void *hook_arg;
     int status;
     int owned; /* the rest of a fast-path send: freed when done, by the transport */
@@ -75,6 +77,8 @@ struct cl_tr_conn {
     cl_tr_req *recvq_head, *recvq_tail;
     char *rb; /* bytes read past a header, not yet claimed by a receive */
     size_t rb_at, rb_end;
+    size_t recvs_ok; /* receives completed whole (cl_tcp_halt's answer) */
+    size_t rx_total; /* bytes received (read without the lock: cl_tcp_rx_bytes) */
 };
 
 struct cl_tr_ctx {

@@ -182,11 +182,16 @@ static int took(cl_tr_conn *c, cl_tr_req *r, size_t n)
         return 1;
     if (!had_header && !header_ok(c, r->hdr_in, r->len))
         return 0;
-    if (!had_header) {
-        r->span = r->on_hdr ? r->on_hdr(r->hook_arg, r->hdr_in) : r->hdr_in->len;
-    }
-    if (r->got == HDR + r->span) {
+    if (!had_header)
+        r->span = r->on_fhdr  ? r->on_fhdr(r->hook_arg, r->hdr_in, &r->buf)
+                  : r->on_hdr ? r->on_hdr(r->hook_arg, r->hdr_in)
+                              : r->hdr_in->len;
+    if (r->got == HDR + r->span && r->on_frame) { /* a frame receiver waits for the next */
+        r->on_frame(r->hook_arg, r->hdr_in, r->buf);
+        r->got = 0;
+    } else if (r->got == HDR + r->span) {
         r->len = r->hdr_in->len;
+        c->recvs_ok++;
         cl_tcp_complete(pop(&c->recvq_head, &c->recvq_tail), COLL_OK);
     }
     return 1;
@@ -388,13 +393,29 @@ int cl_tcp_progress(cl_tr_conn *c, size_t *moved)
     size_t m = 0;
     if (c->fd >= 0 && !c->dead) {
         m = send_some(c);
-        m += recv_some(c);
+        size_t in = recv_some(c);
+        __atomic_store_n(&c->rx_total, c->rx_total + in, __ATOMIC_RELAXED);
+        m += in;
     }
     if (moved)
         *moved += m;
     int want = loop_must_watch(c), more = want & ~c->asked;
     c->asked |= want;
     return more != 0;
+}
+
+size_t cl_tcp_halt(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->io);
+    size_t n = c->recvs_ok;
+    fail_io(c, COLL_EPEER, "halted");
+    pthread_mutex_unlock(&c->io);
+    return n;
+}
+
+size_t cl_tcp_rx_bytes(cl_tr_conn *c)
+{
+    return __atomic_load_n(&c->rx_total, __ATOMIC_RELAXED);
 }
 
 int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)

@@ -20,4 +20,18 @@ int cl_tcp_isend_span(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, siz
 int cl_tcp_irecv_hook(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tcp_hook on_hdr,
                       void *arg, cl_tr_req **out);
 
+/* A receive that takes frame after frame and never completes (it fails only with the
+ * connection): at each frame's header on_hdr says how many payload bytes follow and sets
+ * where they go (*buf, at most 1 GiB), then on_frame has the whole frame. Both are called
+ * under the connection's lock, on whichever thread reads: they must not call into c. */
+typedef size_t (*cl_tcp_fhook)(void *arg, const cl_msg_hdr *hdr, void **buf);
+typedef void (*cl_tcp_frame)(void *arg, const cl_msg_hdr *hdr, void *buf);
+int cl_tcp_irecv_frames(cl_tr_conn *c, cl_msg_hdr *hdr, cl_tcp_fhook on_hdr, cl_tcp_frame on_frame,
+                        void *arg, cl_tr_req **out);
+/* Stops c at once, both ways: every queued request fails (COLL_EPEER), nothing moves
+ * after it returns. Answers how many receives c completed whole before. */
+size_t cl_tcp_halt(cl_tr_conn *c);
+/* Bytes received on c so far (a stall is a count that stays). */
+size_t cl_tcp_rx_bytes(cl_tr_conn *c);
+
 #endif
