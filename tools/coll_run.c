@@ -36,7 +36,8 @@ static const char usage[] =
     "  Exits with the first failed rank's status (128+signal for a signal death).\n";
 
 /* Where spec's ":SLOTS" begins, or NULL; an IPv6 literal is bare (no slots: every ':'
- * is its own) or in brackets, which *name is set past and the ']' cut off. */
+ * is its own) or in brackets, which *name is set past and the ']' cut off (a '[' left
+ * open, or followed by anything but ":SLOTS" or " slots=N", leaves *name at spec). */
 static char *slots_colon(char *spec, char **name)
 {
     *name = spec;
@@ -45,7 +46,7 @@ static char *slots_colon(char *spec, char **name)
         return colon && !strchr(colon + 1, ':') ? colon : NULL;
     }
     char *close = strchr(spec, ']');
-    if (!close)
+    if (!close || (close[1] && !strchr(": \t", close[1])))
         return NULL;
     *close = 0;
     *name = spec + 1;
@@ -56,7 +57,7 @@ static char *slots_colon(char *spec, char **name)
  * "HOST slots=N" from a hostfile. */
 static int add_host(hosts *h, char *spec)
 {
-    char *name, *colon = slots_colon(spec, &name), *eq = strstr(spec, "slots="), *end = NULL;
+    char *eq = strstr(spec, "slots="), *name, *colon = slots_colon(spec, &name), *end = NULL;
     if (h->n == MAX_HOSTS || (*spec == '[' && name == spec))
         return -1;
     int slots = 1;

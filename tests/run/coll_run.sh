@@ -147,8 +147,13 @@ COLL_RUN_SSH="$tmp/ssh" timeout 60 "$run" --np 2 --host "[::1]:2" "$prog" > "$tm
     no "mpi_rank on [::1]:2: exit status $?: $(cat "$tmp/out")"
 [ "$(count "^rank [01] of 2: success, 0 wrong$")" -eq 2 ] && [ "$(sort -u "$tmp/hosts")" = "::1" ] ||
     no "[::1]:2: $(cat "$tmp/out") hosts: $(cat "$tmp/hosts")"
-COLL_RUN_SSH="$tmp/ssh" "$run" --np 3 --host "fe80::1%lo,[::2" true > "$tmp/out" 2>&1
-[ $? -eq 2 ] || no "an unclosed [ was taken: $(cat "$tmp/out")"
+for bad in "fe80::1%lo,[::2" "[::1]x"; do
+    COLL_RUN_SSH="$tmp/ssh" "$run" --np 3 --host "$bad" true > "$tmp/out" 2>&1
+    [ $? -eq 2 ] || no "--host $bad was taken: $(cat "$tmp/out")"
+done
+printf '[::1] slots=3\nnodeB slots=1\n' > "$tmp/hostfile"
+COLL_RUN_SSH="$tmp/ssh" "$run" --np 4 --hostfile "$tmp/hostfile" sh -c 'echo "f $RANK $LOCAL_RANK $LOCAL_WORLD_SIZE"' > "$tmp/out" 2>&1
+[ "$(sort "$tmp/out" | tr '\n' ' ')" = "f 0 0 3 f 1 1 3 f 2 2 3 f 3 0 1 " ] || no "hostfile [::1] slots=3: $(cat "$tmp/out")"
 COLL_RUN_SSH="$tmp/ssh" "$run" --np 2 --host "fe80::1%lo,nodeB" sh -c 'echo "v6 $RANK $LOCAL_WORLD_SIZE"' > "$tmp/out" 2>&1
 [ "$(sort "$tmp/out" | tr '\n' ' ')" = "v6 0 1 v6 1 1 " ] && grep -qx "fe80::1%lo" "$tmp/hosts" ||
     no "a bare IPv6 literal as a host: $(cat "$tmp/out") hosts: $(cat "$tmp/hosts")"
