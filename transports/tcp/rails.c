@@ -177,6 +177,7 @@ struct cl_tr_req {
     atomic_int via[MAX_RAILS]; /* a receive's part k came over ctl */
     size_t seen[MAX_RAILS];    /* stall check: the rail's bytes at `since` */
     int64_t since[MAX_RAILS];
+    int64_t looked[MAX_RAILS]; /* the stall check's last look */
 };
 
 /* The cut of a len-byte payload over n rails: part k's offset and length. */
@@ -214,13 +215,16 @@ static const char *rail0_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 
 static void *worker_main(void *arg);
 
-static void start_worker(cl_tr_ctx *ctx)
+/* 0, or -1 when several rails need the worker and it did not start (without it no
+ * failover message would go and no stall be looked for: a failed rail would hang). */
+static int start_worker(cl_tr_ctx *ctx)
 {
     const char *e = getenv("COLL_RAILS_STALL_MS");
     ctx->stall_ms = e && atoi(e) > 0 ? atoi(e) : 1000;
     pthread_mutex_init(&ctx->wmu, NULL);
     pthread_cond_init(&ctx->wcv, NULL);
     ctx->has_worker = ctx->n > 1 && pthread_create(&ctx->worker, NULL, worker_main, ctx) == 0;
+    return ctx->n > 1 && !ctx->has_worker ? -1 : 0;
 }
 
 static void stop_worker(cl_tr_ctx *ctx)
@@ -279,7 +283,16 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         ctx->n = k + 1;
         snprintf(ctx->ifname[k], sizeof(ctx->ifname[k]), "%.15s", ifs[k].name);
     }
-    start_worker(ctx);
+    if (start_worker(ctx) != 0) {
+        cl_tr_error(cfg, "rails: cannot start the failover thread");
+        for (int k = 0; k < n; k++)
+            TCP->ctx_destroy(ctx->rail[k]);
+        pthread_cond_destroy(&ctx->wcv);
+        pthread_mutex_destroy(&ctx->wmu);
+        pthread_mutex_destroy(&ctx->mu);
+        free(ctx);
+        return COLL_ESYS;
+    }
     cl_log(COLL_LOG_INFO, "rails: %d rail%s", n, n == 1 ? "" : "s");
     *out = ctx;
     return COLL_OK;
@@ -912,7 +925,9 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* A receive's part k > 0 that has not moved for stall_ms: its rail is taken as failed. */
+/* A receive's part k > 0 that has not moved for stall_ms: its rail is taken as failed.
+ * A look long after the last one (the worker wakes waiters every 200 ms, so this process
+ * was not running) starts the count again: bytes may wait in the socket unread. */
 static void stall_check(cl_tr_req *r, int k)
 {
     cl_tr_conn *c = r->conn;
@@ -920,7 +935,9 @@ static void stall_check(cl_tr_req *r, int k)
         return;
     size_t rx = cl_tcp_rx_bytes(c->rail[k]);
     int64_t now = cl_now_ms();
-    if (!r->since[k] || rx != r->seen[k]) {
+    int away = r->looked[k] && now - r->looked[k] > 500;
+    r->looked[k] = now;
+    if (!r->since[k] || rx != r->seen[k] || away) {
         r->seen[k] = rx;
         r->since[k] = now;
     } else if (now - r->since[k] >= c->ctx->stall_ms) {
