@@ -162,21 +162,26 @@ static int parse(int argc, char **argv, cl_launch *l, hosts *h)
     return l->np >= 1 && l->max_restarts >= 0 && l->grace_ms >= 0 && optind < argc ? 0 : -1;
 }
 
+static void hosts_free(hosts *h)
+{
+    for (int i = 0; i < h->n; i++)
+        free(h->name[i]);
+}
+
 int main(int argc, char **argv)
 {
     cl_launch l = { .who = "coll_run" };
     hosts h = { 0 };
     int asked = parse(argc, argv, &l, &h);
-    if (asked) {
-        fputs(usage, asked > 0 ? stdout : stderr);
+    if (asked || (h.n && !(l.host = place(&h, l.np)))) {
+        hosts_free(&h);
+        if (asked)
+            fputs(usage, asked > 0 ? stdout : stderr);
         return asked > 0 ? 0 : 2;
     }
-    if (h.n && !(l.host = place(&h, l.np)))
-        return 2;
     int rank, status = 0;
     int rc = cl_launch_run(&l, &rank, &status);
     free((void *)l.host);
-    for (int i = 0; i < h.n; i++)
-        free(h.name[i]);
+    hosts_free(&h);
     return rc < 0 ? 2 : status;
 }
