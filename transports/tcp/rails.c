@@ -113,6 +113,7 @@ struct cl_tr_conn {
     cl_tr_conn *ctl;
     cl_tr_req *ctl_rx;
     cl_msg_hdr ctl_hdr;
+    void *ctl_buf; /* a MOVED frame's payload being read (ctl's lock), until it is whole */
     pthread_mutex_t ctl_mu; /* ctl's sends: ctl_out */
     cl_tr_req *ctl_out[MAX_CTL_OUT];
     pthread_mutex_t fo_mu; /* the rest; taken under ctl's and rail 0's locks, never above */
@@ -227,6 +228,8 @@ static int start_worker(cl_tr_ctx *ctx)
     return ctx->n > 1 && !ctx->has_worker ? -1 : 0;
 }
 
+/* The thread ends here; its mutex and condition outlive it, for the tcp contexts: until
+ * they are gone their threads may still read a control frame that wakes the worker. */
 static void stop_worker(cl_tr_ctx *ctx)
 {
     pthread_mutex_lock(&ctx->wmu);
@@ -235,8 +238,6 @@ static void stop_worker(cl_tr_ctx *ctx)
     pthread_mutex_unlock(&ctx->wmu);
     if (ctx->has_worker)
         pthread_join(ctx->worker, NULL);
-    pthread_cond_destroy(&ctx->wcv);
-    pthread_mutex_destroy(&ctx->wmu);
 }
 
 /* Tests over one interface: COLL_RAILS_REPEAT=N uses the first one N times. */
@@ -300,6 +301,8 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 
 static void free_kept(cl_tr_conn *c)
 {
+    free(c->ctl_buf); /* a frame cut short by the control connection's end */
+    c->ctl_buf = NULL;
     for (keep *p = c->kept, *n; p; p = n) {
         n = p->next;
         free(p);
@@ -316,6 +319,8 @@ static void rails_ctx_destroy(cl_tr_ctx *ctx)
     stop_worker(ctx);
     for (int k = 0; k < ctx->n; k++)
         TCP->ctx_destroy(ctx->rail[k]);
+    pthread_cond_destroy(&ctx->wcv);
+    pthread_mutex_destroy(&ctx->wmu);
     for (cl_tr_conn *c = ctx->conns, *n; c; c = n) {
         n = c->next;
         free_kept(c);
@@ -730,8 +735,11 @@ static int ctl_dead(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->fo_mu);
     int d = 0;
-    if (!c->ctl_dead && c->ctl_rx && (TCP->test(c->ctl_rx, &d, NULL), d))
-        c->ctl_rx = NULL;
+    if (!c->ctl_dead && c->ctl_rx && (TCP->test(c->ctl_rx, &d, NULL), d)) {
+        c->ctl_rx = NULL; /* no hook runs after: a frame it cut short is ours to free */
+        free(c->ctl_buf);
+        c->ctl_buf = NULL;
+    }
     c->ctl_dead |= d;
     d = c->ctl_dead;
     pthread_mutex_unlock(&c->fo_mu);
@@ -798,14 +806,17 @@ static void drop_kept(cl_tr_conn *c, uint64_t s)
         }
 }
 
+/* The payload's buffer is the connection's until the frame is whole (ctl_frame_cb takes
+ * it): a frame cut short leaves it to ctl_dead or the context's end. */
 static size_t ctl_hdr_cb(void *arg, const cl_msg_hdr *h, void **buf)
 {
-    (void)arg;
+    cl_tr_conn *c = arg;
     *buf = NULL;
     if (h->coll != RAIL_MOVED || h->len == 0)
         return 0;
     if (!(*buf = malloc(h->len)))
         abort();
+    c->ctl_buf = *buf;
     return h->len;
 }
 
@@ -814,6 +825,7 @@ static void ctl_frame_cb(void *arg, const cl_msg_hdr *h, void *buf)
 {
     cl_tr_conn *c = arg;
     int k = (int)h->unit, rail = k > 0 && k < c->n, kick = 0;
+    c->ctl_buf = NULL;
     pthread_mutex_lock(&c->fo_mu);
     if (h->coll == RAIL_ACK)
         drop_kept(c, h->count);
