@@ -55,6 +55,7 @@
 #include "base/util.h"
 #include "collective.h"
 #include "transports/iface.h"
+#include "transports/tcp/rails_test.h"
 #include "transports/tcp/tcp_span.h"
 #include "transports/transport.h"
 
@@ -69,6 +70,16 @@
 
 enum { MAX_RAILS = 4, STRIPE_MIN = 128 << 10, ALIGN = 4096, MAX_SPARE = 64 };
 enum { CTL = MAX_RAILS, MAX_CTL_OUT = 64 }; /* hello[16] of the control connection */
+/* A rail found failed here (not told by the peer) fails over only if rail 0 and the
+ * control connection still work GRACE_MS later: a peer that dies or closes ends every
+ * connection at once, and its other ends are seen within that time. */
+enum { GRACE_MS = 100 };
+/* The copies kept for a failover, per connection: what the peer has not acknowledged
+ * yet, normally what the sockets and the receives posted hold (a few MiB). Past the cap
+ * (or with the control connection gone: no ACK comes) a striped send keeps no copy and
+ * nothing waits; if its rail then fails before the message is in, nothing can resend it,
+ * so the connection fails (COLL_EPEER, with a warning) instead of losing it. */
+enum { KEEP_MIB = 64 };
 /* cl_msg_hdr.coll of the rails' own messages; on the control connection: ACK (count: a
  * striped message's number, received whole), GOT (unit: a rail, count: the parts it
  * delivered before it stopped) and MOVED (a part of rail `unit` of striped message
@@ -86,6 +97,7 @@ struct cl_tr_ctx {
     void *vet_arg;
     cl_notifier *notifier;
     int stall_ms;
+    size_t keep_cap; /* bytes of copies a connection keeps, at most (COLL_RAILS_KEEP_MIB) */
     pthread_t worker; /* failover work, and a wake-up for stall checks (n > 1) */
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
@@ -120,10 +132,18 @@ struct cl_tr_conn {
     uint64_t ss, rs;       /* striped messages sent (send_mu) and received (rail 0's lock) */
     int state[MAX_RAILS];  /* changed under send_mu and fo_mu */
     int halt_asked[MAX_RAILS], ctl_dead, work;
+    int64_t asked_ms[MAX_RAILS]; /* when the halt was asked */
+    int closed;                  /* closed by the caller: no rail is touched again */
+    int down;                    /* the whole connection is going down: no failover */
+    int said_failed;             /* part_failed spoke */
+    int shut[MAX_RAILS + 1];     /* tcp connection k (CTL: ctl) closed: once only */
     int64_t peer_n[MAX_RAILS]; /* the peer's GOT for rail k, -1 before */
     const char *why[MAX_RAILS];
     struct keep *kept;   /* striped sends' parts k > 0, until acknowledged */
-    size_t nkept;
+    size_t nkept, kept_bytes;
+    int64_t uncopied; /* the last striped message sent without a copy (-1: none) */
+    int ctl_status;   /* the control connection's receiver's end (ctl_dead) */
+    int ctl_gone;     /* ctl_check saw it: copies dropped, ctl closed */
     struct scrap *scraps; /* moved parts that came before their receive */
 };
 
@@ -131,7 +151,8 @@ struct cl_tr_conn {
 typedef struct keep {
     struct keep *next;
     uint64_t s;
-    size_t len; /* the whole message's */
+    size_t len;  /* the whole message's */
+    size_t from; /* data's offset in it: rail 1's part's */
     char data[];
 } keep;
 
@@ -179,6 +200,8 @@ struct cl_tr_req {
     size_t seen[MAX_RAILS];    /* stall check: the rail's bytes at `since` */
     int64_t since[MAX_RAILS];
     int64_t looked[MAX_RAILS]; /* the stall check's last look */
+    atomic_int over_ctl; /* a part goes over the control connection: its bytes count */
+    size_t ctl_base;     /* the control connection's bytes when r was made */
 };
 
 /* The cut of a len-byte payload over n rails: part k's offset and length. */
@@ -222,6 +245,8 @@ static int start_worker(cl_tr_ctx *ctx)
 {
     const char *e = getenv("COLL_RAILS_STALL_MS");
     ctx->stall_ms = e && atoi(e) > 0 ? atoi(e) : 1000;
+    e = getenv("COLL_RAILS_KEEP_MIB");
+    ctx->keep_cap = (size_t)(e && atoi(e) >= 0 ? atoi(e) : KEEP_MIB) << 20;
     pthread_mutex_init(&ctx->wmu, NULL);
     pthread_cond_init(&ctx->wcv, NULL);
     ctx->has_worker = ctx->n > 1 && pthread_create(&ctx->worker, NULL, worker_main, ctx) == 0;
@@ -352,6 +377,7 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx)
     pthread_mutex_init(&c->ctl_mu, NULL);
     for (int k = 0; k < MAX_RAILS; k++)
         c->peer_n[k] = -1;
+    c->uncopied = -1;
     pthread_mutex_lock(&ctx->mu);
     c->next = ctx->conns;
     ctx->conns = c;
@@ -363,6 +389,18 @@ static void name_conn(cl_tr_conn *c)
 {
     snprintf(c->name, sizeof(c->name), "%s (%d rail%s)", TCP->peer_name(c->rail[0]), c->n,
              c->n == 1 ? "" : "s");
+}
+
+/* Closes tcp connection k of c (CTL: the control connection), once: tcp frees one that
+ * never carried a request as it closes it, so nothing may touch it after. */
+static void close_tcp(cl_tr_conn *c, int k)
+{
+    pthread_mutex_lock(&c->fo_mu);
+    int first = !c->shut[k];
+    c->shut[k] = 1;
+    pthread_mutex_unlock(&c->fo_mu);
+    if (first)
+        TCP->close_conn(k == CTL ? c->ctl : c->rail[k]);
 }
 
 /* ---- listening and accepting ------------------------------------------------------- */
@@ -625,11 +663,14 @@ static int rails_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     if (rc == COLL_OK)
         rc = dial_rails(c, h, theirs, want);
     if (rc != COLL_OK) {
+        pthread_mutex_lock(&c->fo_mu);
+        c->closed = 1; /* the worker passes it by */
+        pthread_mutex_unlock(&c->fo_mu);
         for (int k = 0; k < c->n; k++)
             if (c->rail[k])
-                TCP->close_conn(c->rail[k]);
+                close_tcp(c, k);
         if (c->ctl)
-            TCP->close_conn(c->ctl);
+            close_tcp(c, CTL);
         c->n = 0;
         return rc;
     }
@@ -640,6 +681,12 @@ static int rails_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
 
 /* ---- requests -------------------------------------------------------------------- */
 
+/* Bytes the control connection moved either way (moved(): a part resent over it). */
+static size_t ctl_bytes(cl_tr_conn *c)
+{
+    return c->ctl ? cl_tcp_rx_bytes(c->ctl) + cl_tcp_tx_bytes(c->ctl) : 0;
+}
+
 static cl_tr_req *req_new(cl_tr_conn *c)
 {
     cl_tr_req *r = calloc(1, sizeof(*r));
@@ -647,6 +694,7 @@ static cl_tr_req *req_new(cl_tr_conn *c)
         return NULL;
     r->head.tr = &cl_transport_rails;
     r->conn = c;
+    r->ctl_base = ctl_bytes(c);
     cl_tr_ctx *ctx = c->ctx;
     pthread_mutex_lock(&ctx->mu);
     r->next = ctx->reqs;
@@ -683,11 +731,14 @@ static void wake_worker(cl_tr_ctx *ctx)
     pthread_mutex_unlock(&ctx->wmu);
 }
 
+static const char NO_PROGRESS[] = "no progress"; /* a stall: no grace (halt_rail) */
+
 static void ask_halt_locked(cl_tr_conn *c, int k, const char *why)
 {
     if (c->state[k] == LIVE && !c->halt_asked[k]) {
         c->halt_asked[k] = 1;
         c->why[k] = why;
+        c->asked_ms[k] = cl_now_ms();
     }
     c->work = 1;
 }
@@ -731,17 +782,19 @@ static int ctl_send(cl_tr_conn *c, cl_msg_hdr h, const void *buf, cl_tr_req **ou
     return rc;
 }
 
+/* 1 when no rail can fail over any more: the control connection ended, or the whole
+ * connection is going down (halt_rail). */
 static int ctl_dead(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->fo_mu);
     int d = 0;
-    if (!c->ctl_dead && c->ctl_rx && (TCP->test(c->ctl_rx, &d, NULL), d)) {
+    if (!c->ctl_dead && c->ctl_rx && (c->ctl_status = TCP->test(c->ctl_rx, &d, NULL), d)) {
         c->ctl_rx = NULL; /* no hook runs after: a frame it cut short is ours to free */
         free(c->ctl_buf);
         c->ctl_buf = NULL;
     }
     c->ctl_dead |= d;
-    d = c->ctl_dead;
+    d = c->ctl_dead || c->down;
     pthread_mutex_unlock(&c->fo_mu);
     return d;
 }
@@ -801,6 +854,7 @@ static void drop_kept(cl_tr_conn *c, uint64_t s)
             keep *p = *pp;
             *pp = p->next;
             c->nkept--;
+            c->kept_bytes -= p->len - p->from;
             free(p);
             return;
         }
@@ -848,32 +902,55 @@ static void ctl_start(cl_tr_conn *c)
         c->ctl_dead = 1;
 }
 
-static void halt_rail(cl_tr_conn *c, int k)
+/* Rail k's end, if it may fail over: 1 to look again soon (the grace has not passed). A
+ * halt asked here goes only if rail 0 and the control connection still work, after
+ * GRACE_MS for a socket error (a stall has waited long enough); otherwise the whole
+ * connection is going down, it fails on its own, and a warning that one rail failed
+ * would mislead. The peer's GOT says the peer is alive. */
+static int halt_rail(cl_tr_conn *c, int k)
 {
-    pthread_mutex_lock(&c->send_mu);
+    pthread_mutex_lock(&c->send_mu); /* rails_close_conn waits: the rail is not freed */
     pthread_mutex_lock(&c->fo_mu);
-    int go = c->halt_asked[k] && c->state[k] == LIVE;
-    if (go)
+    int go = c->halt_asked[k] && c->state[k] == LIVE && !c->closed && !c->shut[k];
+    int told = c->peer_n[k] >= 0, early = c->why[k] != NO_PROGRESS &&
+                                          cl_now_ms() - c->asked_ms[k] < GRACE_MS;
+    pthread_mutex_unlock(&c->fo_mu);
+    if (go && !told && early) {
+        pthread_mutex_unlock(&c->send_mu);
+        return 1;
+    }
+    int down = go && !told && (ctl_dead(c) || cl_tcp_broken(c->rail[0]));
+    pthread_mutex_lock(&c->fo_mu);
+    if (down) /* a failed part fails the connection from now on (part_over) */
+        c->down = 1;
+    else if (go)
         c->state[k] = HALTED;
     pthread_mutex_unlock(&c->fo_mu);
-    size_t got = go ? cl_tcp_halt(c->rail[k]) : 0;
+    if (down)
+        cl_log(COLL_LOG_DEBUG, "rails: rail %d to %s failed (%s) as the whole connection ends",
+               k, c->name, c->why[k]);
+    size_t got = go && !down ? cl_tcp_halt(c->rail[k]) : 0;
+    if (go && !down)
+        cl_log(COLL_LOG_WARN, "rails: rail %d (%s) to %s failed (%s): its parts go over rail 0's "
+               "interface (%s) from now on", k, c->ctx->ifname[k], TCP->peer_name(c->rail[k]),
+               c->why[k], c->ctx->ifname[0]);
     pthread_mutex_unlock(&c->send_mu);
-    if (!go)
-        return;
-    cl_log(COLL_LOG_WARN, "rails: rail %d (%s) to %s failed (%s): its parts go over rail 0's "
-           "interface (%s) from now on", k, c->ctx->ifname[k], TCP->peer_name(c->rail[k]),
-           c->why[k], c->ctx->ifname[0]);
-    TCP->close_conn(c->rail[k]);
+    if (!go || down)
+        return 0;
+    close_tcp(c, k);
     ctl_send(c, (cl_msg_hdr){.coll = RAIL_GOT, .unit = (uint32_t)k, .count = got}, NULL, NULL);
+    return 0;
 }
 
-/* Part k of a kept send, over the control connection; *out as ctl_send's. */
-static int send_moved(cl_tr_conn *c, const keep *p, int k, cl_tr_req **out)
+/* Part k of striped message s (len bytes, `rest` its bytes from rail 1's part on) over
+ * the control connection; *out as ctl_send's. */
+static int send_moved(cl_tr_conn *c, uint64_t s, size_t len, const char *rest, int k,
+                      cl_tr_req **out)
 {
     size_t off[MAX_RAILS], plen[MAX_RAILS];
-    cut(p->len, c->n, off, plen);
-    cl_msg_hdr h = {.coll = RAIL_MOVED, .unit = (uint32_t)k, .count = p->s, .len = (uint32_t)plen[k]};
-    return ctl_send(c, h, p->data + (off[k] - off[1]), out);
+    cut(len, c->n, off, plen);
+    cl_msg_hdr h = {.coll = RAIL_MOVED, .unit = (uint32_t)k, .count = s, .len = (uint32_t)plen[k]};
+    return ctl_send(c, h, rest + (off[k] - off[1]), out);
 }
 
 /* Rail k halted here and the peer's GOT in: our parts it did not get go again, and the
@@ -882,7 +959,18 @@ static void route_rail(cl_tr_conn *c, int k)
 {
     pthread_mutex_lock(&c->send_mu);
     pthread_mutex_lock(&c->fo_mu);
-    int go = c->state[k] == HALTED && c->peer_n[k] >= 0, n = 0;
+    int go = c->state[k] == HALTED && c->peer_n[k] >= 0 && !c->closed, n = 0;
+    if (go && c->uncopied >= c->peer_n[k]) { /* a message it lacks has no copy */
+        c->down = 1;
+        pthread_mutex_unlock(&c->fo_mu);
+        pthread_mutex_unlock(&c->send_mu);
+        cl_log(COLL_LOG_WARN, "rails: rail %d to %s failed with a message of its not acknowledged "
+               "and not copied (copies kept: %zu MiB, COLL_RAILS_KEEP_MIB %zu): the connection "
+               "fails", k, c->name, c->kept_bytes >> 20, c->ctx->keep_cap >> 20);
+        for (int j = 0; j < c->n; j++)
+            close_tcp(c, j);
+        return;
+    }
     keep **again = go && c->nkept ? malloc(sizeof(*again) * c->nkept) : NULL;
     if (go && c->nkept && !again)
         abort(); /* a small allocation failing leaves nothing sane to do */
@@ -893,32 +981,72 @@ static void route_rail(cl_tr_conn *c, int k)
         c->state[k] = ROUTED;
     pthread_mutex_unlock(&c->fo_mu);
     for (int i = 0; i < n; i++) /* not acknowledged before they are in: they stay */
-        send_moved(c, again[i], k, NULL);
+        send_moved(c, again[i]->s, again[i]->len, again[i]->data, k, NULL);
     pthread_mutex_unlock(&c->send_mu);
     free(again);
 }
 
-static void conn_work(cl_tr_conn *c)
+/* The control connection ended (or the whole connection goes down): no rail can fail
+ * over now, so the copies are of no use, and no ACK would free them. It closes, so that
+ * the peer stops counting on it too (its receiver may have died alone: a bad frame). */
+static void ctl_check(cl_tr_conn *c)
+{
+    if (!c->ctl || !ctl_dead(c))
+        return;
+    pthread_mutex_lock(&c->send_mu); /* rail 0 stays (rails_close_conn) */
+    pthread_mutex_lock(&c->fo_mu);
+    keep *p = c->kept;
+    int first = !c->ctl_gone, status = c->ctl_status, down = c->down || c->closed || !first;
+    c->kept = NULL;
+    c->nkept = c->kept_bytes = 0;
+    c->ctl_gone = 1;
+    pthread_mutex_unlock(&c->fo_mu);
+    for (keep *n; p; p = n) {
+        n = p->next;
+        free(p);
+    }
+    /* A warning only where the rest works: the peer's end (EPEER), a shutdown, rail 0's
+     * failure are the whole connection's. */
+    down = down || status == COLL_EPEER || cl_tcp_broken(c->rail[0]);
+    pthread_mutex_unlock(&c->send_mu);
+    if (!first)
+        return;
+    cl_log(down ? COLL_LOG_DEBUG : COLL_LOG_WARN, "rails: the control connection to %s ended "
+           "(%s): a rail that fails from now on fails the connection", c->name,
+           coll_strerror(status));
+    close_tcp(c, CTL);
+}
+
+/* 1 when c wants another look soon. */
+static int conn_work(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->fo_mu);
-    int work = c->work;
+    int work = c->work, later = 0;
     c->work = 0;
     pthread_mutex_unlock(&c->fo_mu);
     for (int k = 1; work && k < c->n; k++) {
-        halt_rail(c, k);
+        later |= halt_rail(c, k);
         route_rail(c, k);
     }
+    if (later) {
+        pthread_mutex_lock(&c->fo_mu);
+        c->work = 1;
+        pthread_mutex_unlock(&c->fo_mu);
+    }
+    ctl_check(c);
+    return later;
 }
 
 /* Failover work, and every 200 ms a wake-up for waiters, whose tests look for stalls. */
 static void *worker_main(void *arg)
 {
     cl_tr_ctx *ctx = arg;
+    int later = 0;
     pthread_mutex_lock(&ctx->wmu);
     while (!ctx->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
+        ts.tv_nsec += (later ? GRACE_MS / 4 : 200) * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
         if (!ctx->kick)
@@ -928,8 +1056,8 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&ctx->mu);
         cl_tr_conn *c = ctx->conns;
         pthread_mutex_unlock(&ctx->mu);
-        for (; c; c = c->next)
-            conn_work(c);
+        for (later = 0; c; c = c->next)
+            later |= conn_work(c);
         cl_notify(ctx->notifier);
         pthread_mutex_lock(&ctx->wmu);
     }
@@ -953,28 +1081,46 @@ static void stall_check(cl_tr_req *r, int k)
         r->seen[k] = rx;
         r->since[k] = now;
     } else if (now - r->since[k] >= c->ctx->stall_ms) {
-        ask_halt(c, k, "no progress");
+        ask_halt(c, k, NO_PROGRESS);
     }
 }
 
-static keep *keep_new(size_t len, const char *buf, size_t from)
+/* A copy of striped send s's bytes from `from` on, kept until the peer acknowledges s;
+ * NULL (s noted as uncopied) past the cap, with the control connection gone, or without
+ * memory. Under send_mu. */
+static keep *keep_copy(cl_tr_conn *c, uint64_t s, size_t len, const char *buf, size_t from)
 {
-    keep *p = malloc(sizeof(*p) + (len - from));
+    size_t bytes = len - from;
+    pthread_mutex_lock(&c->fo_mu);
+    int ok = !c->ctl_gone && !c->down && c->kept_bytes + bytes <= c->ctx->keep_cap;
+    c->kept_bytes += ok ? bytes : 0;
+    pthread_mutex_unlock(&c->fo_mu);
+    keep *p = ok ? malloc(sizeof(*p) + bytes) : NULL;
+    pthread_mutex_lock(&c->fo_mu);
     if (p) {
-        p->len = len;
-        memcpy(p->data, buf + from, len - from);
+        *p = (keep){.next = c->kept, .s = s, .len = len, .from = from};
+        memcpy(p->data, buf + from, bytes);
+        c->kept = p;
+        c->nkept++;
+    } else {
+        c->kept_bytes -= ok ? bytes : 0;
+        c->uncopied = (int64_t)s;
     }
+    pthread_mutex_unlock(&c->fo_mu);
     return p;
 }
 
 /* Part k of send r: on its rail, or where its rail's parts go now. */
-static int post_part(cl_tr_conn *c, cl_tr_req *r, int k, const char *buf, const size_t *off, keep *kp)
+static int post_part(cl_tr_conn *c, cl_tr_req *r, int k, const char *buf, const size_t *off)
 {
     int st = k > 0 && c->ctl ? c->state[k] : LIVE;
-    if (st == HALTED) /* sent with the others when the peer's GOT comes */
+    if (st != LIVE)
+        atomic_store(&r->over_ctl, 1);
+    if (st == HALTED) /* sent with the others when the peer's GOT comes (or fails then) */
         return COLL_OK;
-    if (st == ROUTED)
-        return send_moved(c, kp, k, &r->sub[k]);
+    if (st == ROUTED) /* r is done when this is sent: the caller's buffer will do */
+        return send_moved(c, r->s, off[c->n - 1] + r->part_len[c->n - 1], buf + off[1], k,
+                          &r->sub[k]);
     return cl_tcp_isend_span(c->rail[k], &r->part[k], buf + off[k], r->part_len[k], &r->sub[k]);
 }
 
@@ -986,26 +1132,17 @@ static int rails_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl
     size_t off[MAX_RAILS];
     cut(hdr->len, c->n, off, r->part_len);
     int parts = r->part_len[c->n - 1] ? c->n : 1, rc = COLL_OK;
-    keep *kp = parts > 1 && c->ctl ? keep_new(hdr->len, buf, off[1]) : NULL;
-    if (parts > 1 && c->ctl && !kp) {
-        req_free(r);
-        return COLL_ENOMEM;
-    }
     pthread_mutex_lock(&c->send_mu);
-    if (kp) {
-        kp->s = r->s = c->ss++;
-        pthread_mutex_lock(&c->fo_mu);
-        kp->next = c->kept;
-        c->kept = kp;
-        c->nkept++;
-        pthread_mutex_unlock(&c->fo_mu);
+    if (parts > 1 && c->ctl) { /* numbered as the receiver numbers it, copied or not */
+        r->s = c->ss++;
+        keep_copy(c, r->s, hdr->len, buf, off[1]);
     }
     for (int k = 0; k < parts && rc == COLL_OK; k++) {
         r->part[k] = k ? (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = RAIL_PART,
                                       .len = (uint32_t)r->part_len[k], .seq = hdr->seq,
                                       .unit = (uint32_t)k}
                        : *hdr;
-        rc = post_part(c, r, k, buf, off, kp);
+        rc = post_part(c, r, k, buf, off);
         if (rc == COLL_OK)
             atomic_store(&r->nsub, k + 1);
     }
@@ -1039,8 +1176,10 @@ static size_t on_header(void *arg, const cl_msg_hdr *hdr)
     }
     for (int k = 1; k < parts; k++) {
         int rc = COLL_OK;
-        if (fo && c->state[k] != LIVE) /* its part comes over the control connection */
+        if (fo && c->state[k] != LIVE) { /* its part comes over the control connection */
+            atomic_store(&r->over_ctl, 1);
             take_scrap(c, r, k);
+        }
         else
             rc = cl_tcp_irecv_hook(c->rail[k], &r->part[k], r->buf + r->off[k],
                                    r->part_len[k], NULL, NULL, &r->sub[k]);
@@ -1075,18 +1214,28 @@ static int rails_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl
 }
 
 /* A part failed: the others may never come, so every rail of the connection closes and
- * fails them (they must be done before the caller's buffer goes back). */
-static void part_failed(cl_tr_req *r, int rc)
+ * fails them (they must be done before the caller's buffer goes back). A warning only
+ * where one rail (k > 0) takes down a connection that would go on: rail 0's failure, or
+ * the peer's end (the control connection's too), is the connection's own, which its
+ * caller reports; said once per connection. */
+static void part_failed(cl_tr_req *r, int k, int rc)
 {
+    cl_tr_conn *c = r->conn;
     if (r->status == COLL_OK)
         r->status = rc;
     if (r->closed || atomic_load(&r->nsub) < 2) /* one part: tcp's failure as it is */
         return;
     r->closed = 1;
-    cl_log(COLL_LOG_WARN, "rails: a part on %s failed (%s): closing its rails", r->conn->name,
-           coll_strerror(rc));
-    for (int k = 0; k < r->conn->n; k++)
-        TCP->close_conn(r->conn->rail[k]);
+    int rail0 = cl_tcp_broken(c->rail[0]); /* a request of r is on it: it is there */
+    pthread_mutex_lock(&c->fo_mu);
+    int warn = k > 0 && !c->down && !c->said_failed && !rail0 &&
+               (rc == COLL_EPROTO || c->ctl_status != COLL_EPEER);
+    c->said_failed = 1;
+    pthread_mutex_unlock(&c->fo_mu);
+    cl_log(warn ? COLL_LOG_WARN : COLL_LOG_DEBUG, "rails: part %d of a message on %s failed "
+           "(%s): closing its rails", k, c->name, coll_strerror(rc));
+    for (int j = 0; j < c->n; j++)
+        close_tcp(c, j);
 }
 
 /* Part k's tcp request, tested (none: its rail had halted); 0 while not done. */
@@ -1122,10 +1271,11 @@ static int part_over(cl_tr_req *r, int k)
     if (rc == COLL_OK)
         return 1;
     if (k > 0 && c->ctl && rc != COLL_EPROTO && !ctl_dead(c)) {
+        atomic_store(&r->over_ctl, 1);
         ask_halt(c, k, coll_strerror(rc));
         return r->is_send || atomic_load(&r->via[k]);
     }
-    part_failed(r, rc);
+    part_failed(r, k, rc);
     return 1;
 }
 
@@ -1152,9 +1302,13 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
     return status;
 }
 
+/* A part over the control connection counts its bytes: a resend of several messages
+ * ahead of r's part there is progress, not a stall. */
 static size_t rails_moved(cl_tr_req *r)
 {
     size_t m = r->moved_done;
+    if (atomic_load(&r->over_ctl))
+        m += ctl_bytes(r->conn) - r->ctl_base;
     for (int k = 0; k < atomic_load(&r->nsub); k++)
         if (!r->fin[k] && r->sub[k])
             m += TCP->moved(r->sub[k]);
@@ -1163,12 +1317,19 @@ static size_t rails_moved(cl_tr_req *r)
 
 /* ---- the rest of the contract ---------------------------------------------------- */
 
+/* Under send_mu: the worker halts a rail under it, so it never touches a rail that tcp
+ * may free once closed (one that never carried a request). */
 static void rails_close_conn(cl_tr_conn *c)
 {
+    pthread_mutex_lock(&c->send_mu);
+    pthread_mutex_lock(&c->fo_mu);
+    c->closed = 1;
+    pthread_mutex_unlock(&c->fo_mu);
     for (int k = 0; k < c->n; k++)
-        TCP->close_conn(c->rail[k]);
+        close_tcp(c, k);
     if (c->ctl)
-        TCP->close_conn(c->ctl);
+        close_tcp(c, CTL);
+    pthread_mutex_unlock(&c->send_mu);
 }
 
 static void rails_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
@@ -1225,3 +1386,19 @@ const cl_transport cl_transport_rails = {
     .recv_now = rails_recv_now,
     .peer_name = rails_peer_name,
 };
+
+/* ---- for tests only (rails_test.h) -------------------------------------------------- */
+
+size_t cl_rails_kept_bytes(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->fo_mu);
+    size_t n = c->kept_bytes;
+    pthread_mutex_unlock(&c->fo_mu);
+    return n;
+}
+
+int cl_rails_ctl_send_raw(cl_tr_conn *c, const cl_msg_hdr *h)
+{
+    cl_tr_req *r; /* freed with the tcp context */
+    return c->ctl ? cl_tcp_isend_span(c->ctl, h, NULL, 0, &r) : COLL_EINVAL;
+}

@@ -79,6 +79,7 @@ struct cl_tr_conn {
     size_t rb_at, rb_end;
     size_t recvs_ok; /* receives completed whole (cl_tcp_halt's answer) */
     size_t rx_total; /* bytes received (read without the lock: cl_tcp_rx_bytes) */
+    size_t tx_total; /* bytes sent by queued sends (read without the lock: cl_tcp_tx_bytes) */
 };
 
 struct cl_tr_ctx {

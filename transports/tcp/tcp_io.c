@@ -393,6 +393,7 @@ int cl_tcp_progress(cl_tr_conn *c, size_t *moved)
     size_t m = 0;
     if (c->fd >= 0 && !c->dead) {
         m = send_some(c);
+        __atomic_store_n(&c->tx_total, c->tx_total + m, __ATOMIC_RELAXED);
         size_t in = recv_some(c);
         __atomic_store_n(&c->rx_total, c->rx_total + in, __ATOMIC_RELAXED);
         m += in;
@@ -416,6 +417,19 @@ size_t cl_tcp_halt(cl_tr_conn *c)
 size_t cl_tcp_rx_bytes(cl_tr_conn *c)
 {
     return __atomic_load_n(&c->rx_total, __ATOMIC_RELAXED);
+}
+
+size_t cl_tcp_tx_bytes(cl_tr_conn *c)
+{
+    return __atomic_load_n(&c->tx_total, __ATOMIC_RELAXED);
+}
+
+int cl_tcp_broken(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->io);
+    int rc = c->dead ? c->dead : c->recvs_dead ? c->recvs_dead : c->sends_dead;
+    pthread_mutex_unlock(&c->io);
+    return rc;
 }
 
 int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)

@@ -31,7 +31,11 @@ int cl_tcp_irecv_frames(cl_tr_conn *c, cl_msg_hdr *hdr, cl_tcp_fhook on_hdr, cl_
 /* Stops c at once, both ways: every queued request fails (COLL_EPEER), nothing moves
  * after it returns. Answers how many receives c completed whole before. */
 size_t cl_tcp_halt(cl_tr_conn *c);
-/* Bytes received on c so far (a stall is a count that stays). */
+/* Bytes received on c so far (a stall is a count that stays), and sent by its queued
+ * sends (isend's, not send_now's). */
 size_t cl_tcp_rx_bytes(cl_tr_conn *c);
+size_t cl_tcp_tx_bytes(cl_tr_conn *c);
+/* 0 while c works both ways, else the status that ended it or one way of it. */
+int cl_tcp_broken(cl_tr_conn *c);
 
 #endif

@@ -1,0 +1,204 @@
+/* The rails transport's own promises, beyond the conformance suite's: two rails on
+ * loopback (COLL_RAILS_REPEAT=2), one process. The copies kept for a failover stay under
+ * COLL_RAILS_KEEP_MIB while the peer acknowledges nothing, and go once it does; a control
+ * connection whose receiving side dies (a bad frame) takes the copies with it while the
+ * data goes on. */
+#include "base/addr.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "collective.h"
+#include "transports/tcp/rails_test.h"
+#include "transports/transport.h"
+
+#include "common/suite.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MSG = 512 << 10, NMSG = 16, CAP_MIB = 1 };
+
+typedef struct {
+    const cl_transport *tr;
+    cl_notifier na, nb;
+    cl_tr_ctx *a, *b;
+    cl_tr_listener *l;
+    cl_tr_conn *send, *recv;
+    char handle[CL_HANDLE_BYTES];
+} pair;
+
+/* ---- what the library logs -------------------------------------------------------- */
+
+static char said[8192];
+static pthread_mutex_t said_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep_log(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)arg;
+    pthread_mutex_lock(&said_mu);
+    size_t at = strlen(said);
+    snprintf(said + at, sizeof(said) - at, "%s\n", msg);
+    pthread_mutex_unlock(&said_mu);
+}
+
+static int log_says(const char *what)
+{
+    pthread_mutex_lock(&said_mu);
+    int yes = strstr(said, what) != NULL;
+    pthread_mutex_unlock(&said_mu);
+    return yes;
+}
+
+/* ---- a pair of rails contexts ------------------------------------------------------ */
+
+static void pair_listen(pair *p)
+{
+    memset(p, 0, sizeof(*p));
+    said[0] = 0;
+    coll_set_log(keep_log, NULL, COLL_LOG_DEBUG);
+    p->tr = cl_transport_find("rails");
+    ck_assert_ptr_nonnull(p->tr);
+    cl_notifier_init(&p->na);
+    cl_notifier_init(&p->nb);
+    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
+                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
+    ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
+    ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
+    ck_assert_int_eq(p->tr->listen(p->b, p->handle, &p->l), COLL_OK);
+}
+
+static void pair_open(pair *p)
+{
+    pair_listen(p);
+    uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    ck_assert_int_eq(p->tr->connect(p->a, p->handle, hello, 1 << 20, &p->send), COLL_OK);
+    int64_t deadline = cl_now_ms() + 5000;
+    while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
+        ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");
+        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 5);
+    }
+}
+
+static void pair_close(pair *p)
+{
+    p->tr->ctx_destroy(p->a);
+    p->tr->ctx_destroy(p->b);
+    cl_notifier_destroy(&p->na);
+    cl_notifier_destroy(&p->nb);
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+}
+
+static int wait_req(pair *p, cl_tr_req *r, size_t *nbytes)
+{
+    int64_t deadline = cl_now_ms() + 10000;
+    for (;;) {
+        int done = 0, rc = p->tr->test(r, &done, nbytes);
+        if (done)
+            return rc;
+        ck_assert_msg(cl_now_ms() < deadline, "request never completed");
+        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 2);
+    }
+}
+
+/* Waits up to 3 s for c's copies to be `want` bytes; what they are then. */
+static size_t kept_settles(cl_tr_conn *c, size_t want)
+{
+    int64_t deadline = cl_now_ms() + 3000;
+    while (cl_rails_kept_bytes(c) != want && cl_now_ms() < deadline)
+        usleep(10000);
+    return cl_rails_kept_bytes(c);
+}
+
+static char *pattern(int i)
+{
+    char *b = malloc(MSG);
+    for (size_t j = 0; j < MSG; j++)
+        b[j] = (char)(i * 31 + (int)(j % 251));
+    return b;
+}
+
+/* NMSG striped messages from a to b, b's receives posted at once but tested (so
+ * acknowledged) only after a's sends are done; every payload checked. */
+static void send_all_acks_late(pair *p, size_t *kept_before_acks)
+{
+    char *out[NMSG], *in[NMSG];
+    cl_msg_hdr h[NMSG], hin[NMSG];
+    cl_tr_req *rs[NMSG], *rr[NMSG];
+    for (int i = 0; i < NMSG; i++) {
+        out[i] = pattern(i);
+        in[i] = calloc(1, MSG);
+        ck_assert_int_eq(p->tr->irecv(p->recv, &hin[i], in[i], MSG, &rr[i]), COLL_OK);
+    }
+    for (int i = 0; i < NMSG; i++) {
+        h[i] = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .len = MSG, .seq = (uint32_t)i};
+        ck_assert_int_eq(p->tr->isend(p->send, &h[i], out[i], &rs[i]), COLL_OK);
+    }
+    for (int i = 0; i < NMSG; i++)
+        ck_assert_int_eq(wait_req(p, rs[i], NULL), COLL_OK);
+    *kept_before_acks = cl_rails_kept_bytes(p->send);
+    for (int i = 0; i < NMSG; i++) {
+        size_t nb = 0;
+        ck_assert_int_eq(wait_req(p, rr[i], &nb), COLL_OK);
+        ck_assert_uint_eq(nb, MSG);
+        ck_assert_msg(memcmp(in[i], out[i], MSG) == 0, "message %d arrived wrong", i);
+        free(in[i]);
+        free(out[i]);
+    }
+}
+
+/* 16 messages of 512 KiB keep 256 KiB each past rail 0's part: 4 MiB unacknowledged,
+ * against a cap of 1 MiB. */
+START_TEST(copies_stay_under_the_cap_while_nothing_is_acknowledged)
+{
+    pair p;
+    pair_open(&p);
+    size_t before = 0;
+    send_all_acks_late(&p, &before);
+    ck_assert_msg(before > 0 && before <= (size_t)CAP_MIB << 20,
+                  "%zu bytes kept before any ACK, want 1 to %d MiB", before, CAP_MIB);
+    size_t after = kept_settles(p.send, 0);
+    ck_assert_msg(after == 0, "%zu bytes still kept after every ACK", after);
+    pair_close(&p);
+}
+END_TEST
+
+/* b sends a frame of bad magic on its control connection: a's receiver of control
+ * frames ends (EPROTO) while its sends go on. a drops its copies (no ACK can free them
+ * now) and closes the control connection; messages still arrive whole. */
+START_TEST(a_control_connection_that_cannot_receive_drops_the_copies)
+{
+    pair p;
+    pair_open(&p);
+    size_t before = 0;
+    send_all_acks_late(&p, &before); /* copies made, then freed by the ACKs */
+    cl_msg_hdr bad = {.magic = 0x0bad, .coll = 0xED};
+    ck_assert_int_eq(cl_rails_ctl_send_raw(p.recv, &bad), COLL_OK);
+    int64_t deadline = cl_now_ms() + 3000;
+    while (!log_says("rails: the control connection to") && cl_now_ms() < deadline)
+        usleep(10000);
+    ck_assert_msg(log_says("rails: the control connection to"), "no word of it:\n%s", said);
+    send_all_acks_late(&p, &before);
+    ck_assert_msg(before == 0, "%zu bytes kept with no control connection", before);
+    pair_close(&p);
+}
+END_TEST
+
+int main(void)
+{
+    setenv("COLL_RAILS_REPEAT", "2", 1);
+    char cap[16];
+    snprintf(cap, sizeof(cap), "%d", CAP_MIB);
+    setenv("COLL_RAILS_KEEP_MIB", cap, 1);
+    Suite *s = suite_create("rails");
+    TCase *t = tcase_create("rails");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, copies_stay_under_the_cap_while_nothing_is_acknowledged);
+    tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
+    suite_add_tcase(s, t);
+    return run_suite(s);
+}

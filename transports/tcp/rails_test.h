@@ -1,0 +1,15 @@
+/* What tests/transport/test_rails.c looks at and does inside a rails connection; the
+ * library itself calls none of it. */
+#ifndef CL_RAILS_TEST_H
+#define CL_RAILS_TEST_H
+
+#include "transports/transport.h"
+
+#include <stddef.h>
+
+/* Bytes of striped sends' copies c keeps for a failover now. */
+size_t cl_rails_kept_bytes(cl_tr_conn *c);
+/* Sends h (no payload, as it is: magic too) on c's control connection. */
+int cl_rails_ctl_send_raw(cl_tr_conn *c, const cl_msg_hdr *h);
+
+#endif
