@@ -2,7 +2,8 @@
  * loopback (COLL_RAILS_REPEAT=2), one process. The copies kept for a failover stay under
  * COLL_RAILS_KEEP_MIB while the peer acknowledges nothing, and go once it does; a control
  * connection whose receiving side dies (a bad frame) takes the copies with it while the
- * data goes on. */
+ * data goes on; a rails hello of another version, or of none (an older library), is
+ * refused with a message naming both versions. */
 #include "base/addr.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 enum { MSG = 512 << 10, NMSG = 16, CAP_MIB = 1 };
@@ -188,6 +190,40 @@ START_TEST(a_control_connection_that_cannot_receive_drops_the_copies)
 }
 END_TEST
 
+/* A raw connection to b's rail 1 with a rails hello of version v: closed at once, and
+ * b's log names both versions. */
+static void hello_of_version(int v)
+{
+    pair p;
+    pair_listen(&p);
+    const char *rail1 = p.handle + strlen(p.handle) + 1;
+    cl_addr to;
+    ck_assert_int_eq(cl_addr_parse(rail1, &to), 0);
+    int fd = socket(to.sa.ss_family, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&to.sa, to.len), 0);
+    uint8_t hello[CL_HELLO_BYTES] = {0};
+    memcpy(hello, "collrail", 8);
+    hello[16] = 1;
+    hello[17] = (uint8_t)v;
+    ck_assert_int_eq(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    ck_assert_msg(recv(fd, &c, 1, 0) == 0, "the connection was not closed");
+    close(fd);
+    char want[96];
+    snprintf(want, sizeof(want), "rails wire version %d, this library's is 1", v);
+    ck_assert_msg(log_says(want), "want '%s' in:\n%s", want, said);
+    pair_close(&p);
+}
+
+START_TEST(a_rails_hello_of_another_version_is_refused_naming_both)
+{
+    hello_of_version(_i == 0 ? 0 : 2);
+}
+END_TEST
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -199,6 +235,7 @@ int main(void)
     tcase_set_timeout(t, 30);
     tcase_add_test(t, copies_stay_under_the_cap_while_nothing_is_acknowledged);
     tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
+    tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

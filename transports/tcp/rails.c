@@ -23,10 +23,11 @@
  * The set-up. The handle lists one address per rail ("a0\0a1\0", cl_addr text; the
  * first reads as a tcp handle). The dialer connects rail 0 with the caller's hello, which
  * the caller's vet judges as on tcp, and rails k > 0 with a hello of ours (RAIL_MAGIC, a
- * random 64-bit id, k), then, with two rails or more, a control connection on rail 0's
- * interface (the same hello, k = CTL); its first message on rail 0 says the id and the
- * rail count used. The acceptor holds a rail-0 connection until that message and every
- * connection it names are in, then hands the whole out. A peer with one rail uses one.
+ * random 64-bit id, k, RAIL_VERSION), then, with two rails or more, a control
+ * connection on rail 0's interface (the same hello, k = CTL); its first message on rail
+ * 0 says the id and the rail count used. The acceptor holds a rail-0 connection until
+ * that message and every connection it names are in, then hands the whole out. A peer
+ * with one rail uses one. A rails hello of another RAIL_VERSION is refused.
  *
  * A rail that fails. Rail k > 0 is taken as failed at either end when a part on it fails
  * (a socket error) or when a receive's part on it makes no progress (no byte on the rail)
@@ -87,6 +88,11 @@ enum { KEEP_MIB = 64 };
 enum { RAIL_PART = 0xEF, RAIL_ID = 0xEE, RAIL_ACK = 0xED, RAIL_GOT = 0xEC, RAIL_MOVED = 0xEB };
 enum { LIVE, HALTED, ROUTED }; /* a rail k > 0 of a connection */
 static const char RAIL_MAGIC[8] = "collrail";
+/* hello[17] of a rails hello: what this file's own messages (the id, ACK, GOT, MOVED)
+ * and the hellos mean. A peer of another version is refused at its hello, naming both:
+ * the rails of a version 0 peer (before the field) could not fail over, and its rail 0
+ * waits for a control connection it never dials. Raise it with any change of them. */
+enum { RAIL_VERSION = 1 };
 
 #define TCP (&cl_transport_tcp)
 
@@ -222,10 +228,21 @@ static int is_rail_hello(const uint8_t hello[CL_HELLO_BYTES])
     return memcmp(hello, RAIL_MAGIC, sizeof(RAIL_MAGIC)) == 0;
 }
 
+/* NULL for a rails hello of our version, else why not (tcp's warning carries it). */
+static const char *version_refused(const uint8_t hello[CL_HELLO_BYTES])
+{
+    static _Thread_local char why[200];
+    if (hello[17] == RAIL_VERSION)
+        return NULL;
+    snprintf(why, sizeof(why), "a rails peer of rails wire version %d, this library's is %d: "
+             "run the same library version on every host", hello[17], RAIL_VERSION);
+    return why;
+}
+
 static const char *rail_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
     (void)arg;
-    return is_rail_hello(hello) ? NULL : "not a rail's hello";
+    return is_rail_hello(hello) ? version_refused(hello) : "not a rail's hello";
 }
 
 /* Rail 0 takes the caller's hellos and the control connections. */
@@ -233,7 +250,7 @@ static const char *rail0_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
     cl_tr_ctx *ctx = arg;
     if (is_rail_hello(hello))
-        return hello[16] == CTL ? NULL : "a rail's hello on rail 0";
+        return hello[16] != CTL ? "a rail's hello on rail 0" : version_refused(hello);
     return ctx->vet ? ctx->vet(ctx->vet_arg, hello) : NULL;
 }
 
@@ -634,6 +651,7 @@ static int dial_rails(cl_tr_conn *c, char h[MAX_RAILS][CL_HANDLE_BYTES], int the
         memcpy(hello, RAIL_MAGIC, sizeof(RAIL_MAGIC));
         memcpy(hello + 8, &c->id[0], 8);
         hello[16] = (uint8_t)(ctl ? CTL : k);
+        hello[17] = RAIL_VERSION;
         int rc = TCP->connect(c->ctx->rail[ctl ? 0 : k], h[ctl ? 0 : k], hello, want,
                               ctl ? &c->ctl : &c->rail[k]);
         if (rc != COLL_OK)
