@@ -107,7 +107,8 @@ int cl_config_resolve(const coll_config *user, const cl_rdzv *rv, cl_config *out
         return COLL_EINVAL;
     job_name(out);
     out->device = u.device ? u.device : env_or("COLL_SOCKET_IFNAME", default_device(rv));
-    /* A caller's store names no host: only COLL_SOCKET_FAMILY can choose. */
+    /* A store with no host (file, mem): only COLL_SOCKET_FAMILY can choose (a caller's
+     * store: cl_rdzv_caller chose, from it or MASTER_ADDR). */
     out->family = rv->family;
     if (out->family == AF_UNSPEC && cl_family_env(&out->family, err, errlen) != 0)
         return COLL_EINVAL;

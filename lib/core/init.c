@@ -459,7 +459,7 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
     if (!out)
         return COLL_EINVAL;
     *out = NULL;
-    cl_rdzv rv = {.scheme = "store", .where = "caller", .rank = rank, .size = size};
+    cl_rdzv rv;
     cl_config conf;
     cl_store *s = NULL;
     int rc = COLL_EINVAL;
@@ -467,7 +467,7 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
         snprintf(init_err, sizeof(init_err), "the store's ops, set or get is NULL");
     else if (size < 1 || rank < 0 || rank >= size)
         snprintf(init_err, sizeof(init_err), "rank %d is not within a world of %d", rank, size);
-    else
+    else if ((rc = cl_rdzv_caller(rank, size, &rv, init_err, sizeof(init_err))) == COLL_OK)
         rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
     if (rc == COLL_OK)
         rc = cl_store_caller_open(ops, ctx, &s);

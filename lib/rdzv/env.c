@@ -36,6 +36,21 @@ static int launcher_rank_size(int *rank, int *size)
     return 0;
 }
 
+/* A resolved host's family into out (unless COLL_SOCKET_FAMILY set one): IPv4 where it
+ * has an IPv4 address, else IPv6; and whether every address is a loopback one. */
+static void host_family(cl_rdzv *out, const struct addrinfo *res)
+{
+    int pick = out->family == AF_UNSPEC ? AF_INET6 : out->family;
+    out->loopback = 1;
+    for (const struct addrinfo *r = res; r; r = r->ai_next) {
+        cl_addr a = {.len = r->ai_addrlen};
+        memcpy(&a.sa, r->ai_addr, r->ai_addrlen);
+        out->loopback &= cl_addr_is_loopback(&a);
+        pick = out->family == AF_UNSPEC && r->ai_family == AF_INET ? AF_INET : pick;
+    }
+    out->family = pick;
+}
+
 /* The job's socket family: COLL_SOCKET_FAMILY's, else the tcp host's (IPv4 where it has
  * an IPv4 address: every rank resolves it alike, so all agree). A host that does not
  * resolve fails here, at once: the connect loop would retry it until the timeout. */
@@ -53,15 +68,7 @@ static int rdzv_family(cl_rdzv *out, const char *from, char *err, size_t errlen)
                  out->family != AF_UNSPEC ? " (COLL_SOCKET_FAMILY)" : "");
         return COLL_EINVAL;
     }
-    int pick = out->family == AF_UNSPEC ? AF_INET6 : out->family;
-    out->loopback = 1;
-    for (struct addrinfo *r = res; r; r = r->ai_next) {
-        cl_addr a = {.len = r->ai_addrlen};
-        memcpy(&a.sa, r->ai_addr, r->ai_addrlen);
-        out->loopback &= cl_addr_is_loopback(&a);
-        pick = out->family == AF_UNSPEC && r->ai_family == AF_INET ? AF_INET : pick;
-    }
-    out->family = pick;
+    host_family(out, res);
     freeaddrinfo(res);
     cl_log(COLL_LOG_INFO, "rendezvous at %s over %s", out->where, cl_family_name(out->family));
     return COLL_OK;
@@ -129,5 +136,41 @@ int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, 
     }
     out->rank = rank;
     out->size = size;
+    return COLL_OK;
+}
+
+/* A caller's store names no host, but the launcher's MASTER_ADDR does (torch's store
+ * listens there; issue 55): the family is COLL_SOCKET_FAMILY's, else MASTER_ADDR's by
+ * rdzv_family's rule, else AF_UNSPEC (the interfaces choose). A MASTER_ADDR that does
+ * not resolve here chooses nothing: the caller's store met already, it is not ours to
+ * judge. loopback stays 0: the ranks of a caller's store may be anywhere. */
+int cl_rdzv_caller(int rank, int size, cl_rdzv *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->scheme, sizeof(out->scheme), "store");
+    snprintf(out->where, sizeof(out->where), "caller");
+    out->rank = rank;
+    out->size = size;
+    if (cl_family_env(&out->family, err, errlen) != 0)
+        return COLL_EINVAL;
+    const char *a = getenv("MASTER_ADDR");
+    if (out->family != AF_UNSPEC || !a || !*a)
+        return COLL_OK;
+    char host[256], why[400];
+    size_t len = strlen(a);
+    if (a[0] == '[' && len > 2 && a[len - 1] == ']') /* as torchrun users may write it */
+        snprintf(host, sizeof(host), "%.*s", (int)(len - 2), a + 1);
+    else
+        snprintf(host, sizeof(host), "%s", a);
+    struct addrinfo *res;
+    if (cl_addr_resolve(host, NULL, AF_UNSPEC, &res, why, sizeof(why)) != 0) {
+        cl_log(COLL_LOG_INFO, "MASTER_ADDR: %s: the interfaces choose the socket family", why);
+        return COLL_OK;
+    }
+    host_family(out, res);
+    freeaddrinfo(res);
+    out->loopback = 0;
+    cl_log(COLL_LOG_INFO, "the caller's store: sockets over %s (MASTER_ADDR %s)",
+           cl_family_name(out->family), a);
     return COLL_OK;
 }

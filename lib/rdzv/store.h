@@ -54,6 +54,9 @@ typedef struct cl_rdzv {
  * from the environment. A tcp host is resolved here, so one that does not resolve fails at
  * once. Writes a sentence into err on failure. */
 int cl_rdzv_parse(const char *url, int rank, int size, cl_rdzv *out, char *err, size_t errlen);
+/* The rendezvous of a caller's store (coll_init_store): scheme "store", the family from
+ * COLL_SOCKET_FAMILY, else from MASTER_ADDR where it is set and resolves. */
+int cl_rdzv_caller(int rank, int size, cl_rdzv *out, char *err, size_t errlen);
 
 int cl_store_open(const cl_rdzv *r, int timeout_ms, cl_store **out, char *err, size_t errlen);
 /* Refuses (COLL_EINVAL, the reason in err) a directory others can write, unless sticky. */

@@ -1,6 +1,7 @@
 /* coll_init_store: ranks (threads here, each with its own communicator over real
  * sockets) meet through a store the test owns, as a framework's store would be: an
- * in-process table, the same table slowed down, and one where a rank never comes. */
+ * in-process table, the same table slowed down, and one where a rank never comes; the
+ * sockets' family follows MASTER_ADDR, as torch's store path sets it. */
 #include "collective.h"
 
 #include "common/suite.h"
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 enum { MAX_KEYS = 64 };
@@ -205,6 +208,65 @@ START_TEST(bad_arguments_and_a_failing_store_are_errors)
 }
 END_TEST
 
+/* ---- the socket family from MASTER_ADDR (issue 55) ----------------------------------- */
+
+static char said[16384];
+static pthread_mutex_t said_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep_addresses(coll_log_level level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)arg;
+    if (!strstr(msg, "address"))
+        return;
+    pthread_mutex_lock(&said_mu);
+    size_t at = strlen(said);
+    snprintf(said + at, sizeof(said) - at, "%s\n", msg);
+    pthread_mutex_unlock(&said_mu);
+}
+
+static int have_ipv6_loopback(void)
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* torch's store path: MASTER_ADDR as torchrun users write it (bare, in brackets), no
+ * COLL_SOCKET_FAMILY; lo as the interface, so the family alone picks the address. An
+ * IPv4 MASTER_ADDR stays on IPv4. */
+START_TEST(the_callers_store_takes_the_family_of_master_addr)
+{
+    const char *addr[] = {"::1", "[::1]", "127.0.0.1"};
+    const char *v6 = "using interface lo address [::1]:0";
+    const char *want[] = {v6, v6, "using interface lo address 127.0.0.1:0"};
+    if (_i < 2 && !have_ipv6_loopback()) {
+        printf("::1 cannot be bound (no IPv6 on loopback): skipped\n");
+        return;
+    }
+    said[0] = 0;
+    setenv("MASTER_ADDR", addr[_i], 1);
+    setenv("COLL_SOCKET_IFNAME", "lo", 1);
+    unsetenv("COLL_SOCKET_FAMILY");
+    coll_set_log(keep_addresses, NULL, COLL_LOG_DEBUG);
+    table *t = table_new(0);
+    rank_arg a[2];
+    run(t, 2, 2, "tcp", a);
+    coll_set_log(NULL, NULL, COLL_LOG_WARN);
+    unsetenv("MASTER_ADDR");
+    unsetenv("COLL_SOCKET_IFNAME");
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(a[r].rc == COLL_OK && a[r].got == 3.0f, "rank %d: %s (%s), got %g", r,
+                      coll_strerror(a[r].rc), a[r].err, a[r].got);
+    ck_assert_msg(strstr(said, want[_i]), "MASTER_ADDR=%s: want '%s' in:\n%s", addr[_i],
+                  want[_i], said);
+    table_free(t);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("init_store");
@@ -213,6 +275,7 @@ int main(void)
     tcase_add_loop_test(t, ranks_meet_through_the_callers_store, 0, 2);
     tcase_add_test(t, a_missing_rank_times_out_naming_it);
     tcase_add_test(t, bad_arguments_and_a_failing_store_are_errors);
+    tcase_add_loop_test(t, the_callers_store_takes_the_family_of_master_addr, 0, 3);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
