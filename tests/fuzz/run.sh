@@ -14,7 +14,7 @@ wire) srcs="$top/lib/wire/wire.c"; opts="" ;;
 store) srcs="$top/lib/rdzv/tcp_server.c $top/lib/base/util.c $top/lib/base/log.c"
        opts="-max_len=512" ;;
 shm) t=$top/transports
-     srcs="$t/shm/shm.c $t/accept.c $t/progress.c $t/reqq.c $top/lib/base/util.c
+     srcs="$t/shm/shm.c $t/conn.c $t/accept.c $t/progress.c $t/reqq.c $top/lib/base/util.c
            $top/lib/base/log.c $top/lib/base/notifier.c $top/lib/base/lock.c $top/lib/base/names.c"
      opts="-max_len=4096" ;;
 life) srcs="$top/lib/core/life.c $top/lib/base/auth.c $top/lib/base/util.c $top/lib/base/log.c

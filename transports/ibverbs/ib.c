@@ -6,7 +6,6 @@
 #include "transports/ibverbs/ib_conn.h"
 
 #include "transports/accept.h"
-#include "transports/progress.h"
 
 #include "transports/iface.h"
 #include "base/log.h"
@@ -29,9 +28,8 @@ static char tag_channel, tag_async; /* epoll data for the two device fds */
 _Static_assert(BOOT_BYTES <= CL_PENDING_BYTES, "the bootstrap fits a pending buffer");
 
 struct cl_tr_listener {
+    cl_listener base; /* first */
     cl_tr_ctx *ctx;
-    struct cl_tr_listener *next_all;
-    cl_listen_fd lfd;
 };
 
 static void drain_channel(cl_tr_ctx *ctx)
@@ -64,9 +62,9 @@ static void drain_async(cl_tr_ctx *ctx)
                        t == IBV_EVENT_QP_ACCESS_ERR;
         int all_fatal = t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL ||
                         t == IBV_EVENT_CQ_ERR;
-        for (cl_tr_conn *c = ctx->conns; c && (qp_fatal || all_fatal); c = c->next_all)
+        for (cl_tr_conn *c = ctx->set.all; c && (qp_fatal || all_fatal); c = c->base.next)
             if (all_fatal || c->qp == ev.element.qp) {
-                if (!c->dead)
+                if (!c->base.dead)
                     cl_log(COLL_LOG_ERROR, "ibverbs: %s: %s", c->name, event_name(t));
                 cl_ib_fail_all(c, COLL_EPEER);
             }
@@ -74,19 +72,11 @@ static void drain_async(cl_tr_ctx *ctx)
     }
 }
 
-static void close_sock(cl_tr_conn *c)
-{
-    if (c->sock >= 0) {
-        cl_progress_unwatch(&c->ctx->pg, c->sock);
-        close(c->sock);
-        c->sock = -1;
-    }
-}
-
 static void on_lifeline(cl_tr_conn *c)
 {
     if (!c->is_recv && !c->ready) { /* the acceptor's answer */
-        ssize_t n = recv(c->sock, c->boot + c->nboot, sizeof(cl_ib_addr) - c->nboot, MSG_DONTWAIT);
+        ssize_t n =
+            recv(c->base.sock, c->boot + c->nboot, sizeof(cl_ib_addr) - c->nboot, MSG_DONTWAIT);
         if (n > 0 && (c->nboot += (size_t)n) == sizeof(cl_ib_addr)) {
             cl_ib_addr a;
             memcpy(&a, c->boot, sizeof(a));
@@ -102,12 +92,12 @@ static void on_lifeline(cl_tr_conn *c)
             return;
     } else {
         char b;
-        ssize_t n = recv(c->sock, &b, 1, MSG_DONTWAIT);
+        ssize_t n = recv(c->base.sock, &b, 1, MSG_DONTWAIT);
         if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
             return;
     }
     c->peer_gone = 1;
-    close_sock(c);
+    cl_conn_close_sock(c);
     if (!c->is_recv) { /* a write acknowledged before the EOF counts; one in flight decides
                         * by its own completion (success, or an error once retries run out) */
         cl_ib_poll(c);
@@ -128,11 +118,13 @@ static void on_ready(void *arg, void *tag)
 
 static void on_round(void *arg)
 {
-    for (cl_tr_conn *c = ((cl_tr_ctx *)arg)->conns; c; c = c->next_all) {
+    for (cl_tr_conn *c = ((cl_tr_ctx *)arg)->set.all; c; c = c->base.next) {
         cl_ib_poll(c);
         cl_ib_pump(c);
     }
 }
+
+static const cl_conn_ops ib_ops;
 
 static int ctx_create(const cl_transport *tr, const cl_verbs *v, const char *verr,
                       const cl_tr_config *cfg, cl_tr_ctx **out)
@@ -162,16 +154,13 @@ static int ctx_create(const cl_transport *tr, const cl_verbs *v, const char *ver
         free(ctx);
         return rc;
     }
-    ctx->notifier = cfg->notifier;
-    ctx->vet = cfg->vet;
-    ctx->vet_arg = cfg->vet_arg;
-    ctx->reqs = (cl_req_owner){ tr, &ctx->pg.mu, cfg->notifier, NULL };
+    cl_conns_init(&ctx->set, &ib_ops, tr, cfg);
     ctx->timeout_ms = cfg->timeout_ms;
-    if ((rc = cl_progress_start(&ctx->pg, on_ready, on_round, ctx)) == COLL_OK &&
-        (cl_progress_watch(&ctx->pg, ctx->dev.channel->fd, &tag_channel) ||
-         cl_progress_watch(&ctx->pg, ctx->dev.ctx->async_fd, &tag_async))) {
-        cl_progress_stop(&ctx->pg);
-        cl_progress_close(&ctx->pg);
+    if ((rc = cl_progress_start(&ctx->set.pg, on_ready, on_round, ctx)) == COLL_OK &&
+        (cl_progress_watch(&ctx->set.pg, ctx->dev.channel->fd, &tag_channel) ||
+         cl_progress_watch(&ctx->set.pg, ctx->dev.ctx->async_fd, &tag_async))) {
+        cl_progress_stop(&ctx->set.pg);
+        cl_progress_close(&ctx->set.pg);
         rc = COLL_ESYS;
     }
     if (rc != COLL_OK) {
@@ -228,8 +217,8 @@ static void conn_free(cl_tr_conn *c)
     if (c->box_mr)
         v->dereg_mr(c->box_mr);
     free(c->slots);
-    if (c->sock >= 0)
-        close(c->sock);
+    if (c->base.sock >= 0)
+        close(c->base.sock);
     free(c);
 }
 
@@ -240,10 +229,10 @@ static void drain_writes(cl_tr_ctx *ctx)
     int64_t deadline = cl_now_ms() + ctx->timeout_ms;
     for (int busy = 1; busy && cl_now_ms() < deadline;) {
         busy = 0;
-        cl_lock_take(&ctx->pg.mu);
-        for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
-            busy |= !c->is_recv && !c->dead && (c->written != c->posted || c->pieces_out);
-        cl_lock_give(&ctx->pg.mu);
+        cl_lock_take(&ctx->set.pg.mu);
+        for (cl_tr_conn *c = ctx->set.all; c; c = c->base.next)
+            busy |= !c->is_recv && !c->base.dead && (c->written != c->posted || c->pieces_out);
+        cl_lock_give(&ctx->set.pg.mu);
         if (busy)
             cl_sleep_ms(1);
     }
@@ -252,22 +241,9 @@ static void drain_writes(cl_tr_ctx *ctx)
 static void ib_ctx_destroy(cl_tr_ctx *ctx)
 {
     drain_writes(ctx);
-    cl_progress_stop(&ctx->pg);
+    cl_progress_stop(&ctx->set.pg);
     drain_channel(ctx); /* every event acknowledged before its CQ goes */
-    for (cl_tr_conn *c = ctx->conns; c;) {
-        cl_tr_conn *n = c->next_all;
-        cl_ib_fail_all(c, COLL_EABORTED);
-        conn_free(c);
-        c = n;
-    }
-    for (cl_tr_listener *l = ctx->listeners; l;) {
-        cl_tr_listener *n = l->next_all;
-        cl_listen_close(&l->lfd);
-        free(l);
-        l = n;
-    }
-    cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
-    cl_progress_close(&ctx->pg);
+    cl_conns_free(&ctx->set);
     cl_mr_cache_free(ctx->mrs);
     cl_ib_dev_close(&ctx->dev);
     free(ctx);
@@ -279,20 +255,16 @@ static int ib_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listene
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
-    l->lfd.vet = ctx->vet;
-    l->lfd.vet_arg = ctx->vet_arg;
     cl_addr a = ctx->at;
-    if ((l->lfd.fd = cl_addr_listen(&a, SOCK_NONBLOCK, 128)) < 0) {
+    int fd = cl_addr_listen(&a, SOCK_NONBLOCK, 128);
+    if (fd < 0) {
         free(l);
         return COLL_ESYS;
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     memcpy(handle, "ib:", 3);
     cl_addr_text(&a, handle + 3, CL_HANDLE_BYTES - 3);
-    cl_lock_take(&ctx->pg.mu);
-    l->next_all = ctx->listeners;
-    ctx->listeners = l;
-    cl_lock_give(&ctx->pg.mu);
+    cl_conns_add_listener(&ctx->set, l, fd);
     *out = l;
     return COLL_OK;
 }
@@ -304,7 +276,8 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv, size_t slot_b
     cl_tr_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->ctx = ctx, c->sock = sock, c->is_recv = is_recv, c->slot_bytes = slot_bytes;
+    c->base.set = &ctx->set, c->base.sock = sock;
+    c->ctx = ctx, c->is_recv = is_recv, c->slot_bytes = slot_bytes;
     c->psn = (uint32_t)(cl_hash(&c, sizeof(c), (uint64_t)cl_now_us()) & 0xffffff);
     int remote = is_recv ? IBV_ACCESS_REMOTE_WRITE : 0;
     c->slots = aligned_alloc(4096, SLOTS * slot_bytes);
@@ -317,23 +290,11 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv, size_t slot_b
                                    IBV_ACCESS_LOCAL_WRITE | (is_recv ? 0 : IBV_ACCESS_REMOTE_WRITE))) ||
         v->req_notify_cq(c->cq, 0)) {
         cl_log(COLL_LOG_ERROR, "ibverbs: cannot create a queue pair or register its slots");
-        c->sock = -1;
+        c->base.sock = -1;
         conn_free(c);
         return NULL;
     }
     return c;
-}
-
-/* Registers a connection with the progress thread. */
-static void conn_link(cl_tr_conn *c)
-{
-    cl_lock_take(&c->ctx->pg.mu);
-    c->next_all = c->ctx->conns;
-    c->ctx->conns = c;
-    if (c->ctx->down)
-        cl_ib_fail_all(c, c->ctx->down);
-    cl_progress_watch(&c->ctx->pg, c->sock, c);
-    cl_lock_give(&c->ctx->pg.mu);
 }
 
 static int send_all(int fd, const void *p, size_t n)
@@ -349,7 +310,7 @@ static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_B
     cl_ib_addr peer, mine;
     memcpy(&peer, p->buf + CL_HELLO_BYTES, sizeof(peer));
     size_t slot = (size_t)peer.slot_kib << 10;
-    if (!cl_listen_vet(&l->lfd, p->buf, "ibverbs"))
+    if (!cl_listen_vet(&l->base.lfd, p->buf, "ibverbs"))
         return -1;
     if (slot < SLOT_MIN || slot > SLOT_MAX || (slot & (slot - 1))) {
         cl_log(COLL_LOG_WARN, "ibverbs: dropped a connection asking for %zu-byte slots", slot);
@@ -364,14 +325,14 @@ static int accept_one(cl_tr_listener *l, cl_pending *p, uint8_t hello[CL_HELLO_B
     if (cl_ib_qp_connect(&l->ctx->dev, c->qp, &peer, c->psn) || cl_ib_post_recvs(c, RECV_DEPTH) ||
         send_all(p->fd, &mine, sizeof(mine))) {
         cl_log(COLL_LOG_WARN, "ibverbs: cannot bring up the queue pair of a connection");
-        c->sock = -1;
+        c->base.sock = -1;
         conn_free(c);
         return -1;
     }
     c->ready = 1;
     snprintf(c->name, sizeof(c->name), "qp %u <- qp %u", mine.qpn, peer.qpn);
     memcpy(hello, p->buf, CL_HELLO_BYTES);
-    conn_link(c);
+    cl_conn_link(c);
     *out = c;
     return 1;
 }
@@ -394,12 +355,7 @@ static int take_boot(void *arg, cl_pending *p)
 static int ib_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     cl_accepting a = {l, hello, out};
-    return cl_listen_accept(&l->lfd, take_boot, &a);
-}
-
-static void ib_close_listener(cl_tr_listener *l)
-{
-    cl_listen_close(&l->lfd);
+    return cl_listen_accept(&l->base.lfd, take_boot, &a);
 }
 
 /* A TCP connection to "ib:IP:PORT" within the timeout, or -1. */
@@ -452,55 +408,21 @@ static int ib_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         return COLL_EPEER;
     }
     snprintf(c->name, sizeof(c->name), "qp %u -> %s", mine.qpn, h + 3);
-    conn_link(c);
+    cl_conn_link(c);
     *out = c;
     return COLL_OK;
 }
 
-/* Queues r on c and moves what can move now, in the caller's thread. */
-static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
-{
-    if (!r)
-        return COLL_ENOMEM;
-    cl_lock_take(&c->ctx->pg.mu);
-    cl_reqq_push(&c->q, r);
-    if (c->dead)
-        cl_ib_fail_all(c, c->dead);
-    else
-        cl_ib_pump(c);
-    cl_lock_give(&c->ctx->pg.mu);
-    *out = r;
-    return COLL_OK;
-}
-
-static int ib_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
-{
-    return enqueue(c, cl_req_send(&c->ctx->reqs, hdr, buf), out);
-}
-
-static int ib_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
-{
-    return enqueue(c, cl_req_recv(&c->ctx->reqs, hdr, buf, cap), out);
-}
-
-static void ib_close_conn(cl_tr_conn *c)
-{
-    cl_lock_take(&c->ctx->pg.mu);
-    cl_ib_fail_all(c, COLL_EPEER);
-    close_sock(c);
-    cl_lock_give(&c->ctx->pg.mu);
-}
-
 /* Waits (briefly) until the farewells have landed: closing the lifeline first could let
  * the peer see EOF before the message that says why. */
-static void flush_farewells(cl_tr_ctx *ctx)
+static void flush_farewells(cl_conns *s)
 {
     int64_t deadline = cl_now_ms() + 200;
     for (;;) {
         int waiting = 0;
-        for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
+        for (cl_tr_conn *c = s->all; c; c = c->base.next) {
             cl_ib_poll(c);
-            waiting |= !c->is_recv && !c->dead && c->written != c->posted;
+            waiting |= !c->is_recv && !c->base.dead && c->written != c->posted;
         }
         if (!waiting || cl_now_ms() > deadline)
             return;
@@ -510,20 +432,16 @@ static void flush_farewells(cl_tr_ctx *ctx)
 
 static void ib_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    cl_lock_take(&ctx->pg.mu);
-    if (!ctx->down)
-        ctx->down = status;
-    int said = 0;
-    for (cl_tr_conn *c = ctx->conns; c && farewell; c = c->next_all)
-        said |= cl_ib_farewell(c, farewell);
-    if (said)
-        flush_farewells(ctx);
-    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-        cl_ib_fail_all(c, status);
-        close_sock(c);
-    }
-    cl_lock_give(&ctx->pg.mu);
+    cl_conns_shutdown(&ctx->set, status, farewell);
 }
+
+static const cl_conn_ops ib_ops = {
+    .fail = cl_ib_fail_all,
+    .queued = cl_ib_pump,
+    .farewell = cl_ib_farewell,
+    .flush = flush_farewells,
+    .release = conn_free,
+};
 
 static const char *ib_peer_name(cl_tr_conn *c)
 {
@@ -532,8 +450,9 @@ static const char *ib_peer_name(cl_tr_conn *c)
 
 #define IB_OPS                                                                              \
     .ctx_destroy = ib_ctx_destroy, .listen = ib_listen, .accept = ib_accept,                \
-    .close_listener = ib_close_listener, .connect = ib_connect, .isend = ib_isend,          \
-    .irecv = ib_irecv, .test = cl_req_test, .moved = cl_req_moved, .close_conn = ib_close_conn, .shutdown = ib_shutdown, \
+    .close_listener = cl_listener_close, .connect = ib_connect, .isend = cl_conn_isend,     \
+    .irecv = cl_conn_irecv, .test = cl_req_test, .moved = cl_req_moved,                     \
+    .close_conn = cl_conn_close, .shutdown = ib_shutdown,                                   \
     .peer_name = ib_peer_name
 
 const cl_transport cl_transport_ibverbs = { .name = "ibverbs", .ctx_create = ib_ctx_create,

@@ -8,8 +8,7 @@
 #include "transports/ibverbs/ib_dev.h"
 #include "transports/ibverbs/mr_cache.h"
 
-#include "transports/progress.h"
-#include "transports/reqq.h"
+#include "transports/conn.h"
 #include "transports/transport.h"
 
 /* A connection's slots: SLOTS of a size its sender chooses from the bytes the link asked
@@ -44,9 +43,9 @@ typedef struct cl_ib_flight {
 } cl_ib_flight;
 
 struct cl_tr_conn {
+    cl_conn base; /* first: the lifeline, the queue, the failure (conn.h) */
     cl_tr_ctx *ctx;
-    struct cl_tr_conn *next_all;
-    int is_recv, sock, ready, dead, peer_gone;
+    int is_recv, ready, peer_gone;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
     uint32_t psn;
@@ -74,23 +73,15 @@ struct cl_tr_conn {
     int done_seen;                     /* recv: the zero-copy payload has landed */
     uint8_t boot[BOOT_BYTES];          /* send: the acceptor's answer, as it arrives */
     size_t nboot;
-    cl_reqq q;
     char name[CL_HANDLE_BYTES + 32];
 };
 
 struct cl_tr_ctx {
     cl_ib_dev dev;
     cl_mr_cache *mrs;
-    cl_notifier *notifier;
-    cl_tr_vet vet; /* cl_tr_config's, for the listeners */
-    void *vet_arg;
     int timeout_ms;
-    cl_addr at; /* where the bootstrap socket listens (port 0) */
-    cl_progress pg; /* its mutex guards everything here */
-    cl_tr_conn *conns;
-    cl_tr_listener *listeners;
-    cl_req_owner reqs;
-    int down;
+    cl_addr at;   /* where the bootstrap socket listens (port 0) */
+    cl_conns set; /* its progress mutex guards everything here */
 };
 
 /* Fails every request of c with status (the first status sticks). */

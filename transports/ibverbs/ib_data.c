@@ -34,14 +34,12 @@ enum { IMM_GRANT, IMM_CTS };                 /* receiver to sender */
  * owner got back. */
 void cl_ib_fail_queued(cl_tr_conn *c, int status)
 {
-    if (!c->dead)
-        c->dead = status;
     if (c->src_mr)
         cl_mr_put(c->ctx->mrs, c->src_mr);
     if (c->dst_mr)
         cl_mr_put(c->ctx->mrs, c->dst_mr);
     c->src_mr = c->dst_mr = NULL;
-    cl_reqq_fail(&c->q, c->dead);
+    cl_conn_fail(c, status);
 }
 
 void cl_ib_fail_all(cl_tr_conn *c, int status)
@@ -49,7 +47,7 @@ void cl_ib_fail_all(cl_tr_conn *c, int status)
     cl_ib_fail_queued(c, status);
     for (int i = 0; i < c->nfly; i++) {
         cl_mr_put(c->ctx->mrs, c->fly[i].mr);
-        cl_req_complete(c->fly[i].req, c->dead);
+        cl_req_complete(c->fly[i].req, c->base.dead);
     }
     c->nfly = 0;
 }
@@ -115,7 +113,7 @@ static int send_chunk(cl_tr_conn *c, cl_tr_req *r)
         return 0;
     r->moved += h + p;
     if (r->moved == HDR + r->len)
-        cl_reqq_finish_head(&c->q, COLL_OK);
+        cl_reqq_finish_head(&c->base.q, COLL_OK);
     return 1;
 }
 
@@ -146,7 +144,7 @@ static int send_direct(cl_tr_conn *c, cl_tr_req *r)
     }
     if (!c->cts || c->sent < r->len || c->nfly == FLIGHTS)
         return 0;
-    cl_reqq_pop(&c->q);
+    cl_reqq_pop(&c->base.q);
     if (c->pieces == c->pieces_done)
         landed(c, r, c->src_mr);
     else
@@ -172,8 +170,8 @@ static void piece_done(cl_tr_conn *c)
 
 static void pump_send(cl_tr_conn *c)
 {
-    for (int moved = 1; moved && c->q.head && !c->dead && c->ready;) {
-        cl_tr_req *r = c->q.head;
+    for (int moved = 1; moved && c->base.q.head && !c->base.dead && c->ready;) {
+        cl_tr_req *r = c->base.q.head;
         /* A buffer that cannot be registered still goes, through the slots. */
         if (r->moved == 0 && r->len >= c->slot_bytes && !c->src_mr)
             c->src_mr = cl_mr_get(c->ctx->mrs, r->buf, r->len, 0);
@@ -249,7 +247,7 @@ static int take_chunk(cl_tr_conn *c, cl_tr_req *r)
         return 0;
     }
     r->len = r->hdr_in->len;
-    cl_reqq_finish_head(&c->q, COLL_OK);
+    cl_reqq_finish_head(&c->base.q, COLL_OK);
     return 1;
 }
 
@@ -262,7 +260,7 @@ static int take_direct(cl_tr_conn *c, cl_tr_req *r)
     c->dst_mr = NULL;
     c->done_seen = 0;
     r->len = r->hdr_in->len;
-    cl_reqq_finish_head(&c->q, COLL_OK);
+    cl_reqq_finish_head(&c->base.q, COLL_OK);
     return 1;
 }
 
@@ -270,7 +268,7 @@ static int take_direct(cl_tr_conn *c, cl_tr_req *r)
 static void grant(cl_tr_conn *c)
 {
     uint32_t fresh = c->consumed - c->acked;
-    if (fresh == 0 || c->grants_out >= SLOTS || c->dead)
+    if (fresh == 0 || c->grants_out >= SLOTS || c->base.dead)
         return;
     if (fresh < SLOTS / 2 && c->arrived != c->consumed)
         return;
@@ -285,13 +283,14 @@ static void pump_recv(cl_tr_conn *c)
 {
     if (c->peer_gone) /* what landed before the peer left must be seen before judging */
         cl_ib_poll(c);
-    while (c->q.head && !c->dead &&
-           (c->dst_mr ? take_direct(c, c->q.head)
-                      : c->consumed != c->arrived && take_chunk(c, c->q.head)))
+    while (c->base.q.head && !c->base.dead &&
+           (c->dst_mr ? take_direct(c, c->base.q.head)
+                      : c->consumed != c->arrived && take_chunk(c, c->base.q.head)))
         ;
     grant(c);
     /* The sender is gone and nothing more can land for the waiting receive. */
-    if (c->peer_gone && c->q.head && !c->dead && c->consumed == c->arrived && !c->done_seen)
+    if (c->peer_gone && c->base.q.head && !c->base.dead && c->consumed == c->arrived &&
+        !c->done_seen)
         cl_ib_fail_all(c, COLL_EPEER);
 }
 
@@ -362,7 +361,7 @@ void cl_ib_poll(cl_tr_conn *c)
 
 int cl_ib_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
-    if (c->is_recv || c->dead || c->q.head || !slot_free(c))
+    if (c->is_recv || c->base.dead || c->base.q.head || !slot_free(c))
         return 0;
     return post_slot(c, h, NULL, 0, IMM_CHUNK) == 0;
 }

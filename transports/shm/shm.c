@@ -14,8 +14,7 @@
 #include "base/util.h"
 #include "collective.h"
 #include "transports/accept.h"
-#include "transports/progress.h"
-#include "transports/reqq.h"
+#include "transports/conn.h"
 #include "transports/transport.h"
 
 #include <errno.h>
@@ -87,37 +86,26 @@ typedef struct lane {
 } lane;
 
 struct cl_tr_conn {
+    cl_conn base; /* first: the lifeline, the queue, the failure (conn.h) */
     cl_tr_ctx *ctx;
-    struct cl_tr_conn *next_all, *next_ready;
-    int is_recv, sock, peer_efd;
+    int is_recv, peer_efd;
     struct ring *ring;
     lane big, small;
     unsigned small_wait; /* sender: fast-path sends before the main ring's tail is read again */
     uint64_t key;        /* the ring's stamp key, kept here */
-    cl_reqq q;           /* pending sends or receives, in order */
-    int dead;            /* status that fails every request from now on */
     int peer_gone;       /* EOF on the lifeline: deliver what is in the ring, then fail */
-    uint8_t hello[CL_HELLO_BYTES];
     char name[CL_HANDLE_BYTES + 16];
 };
 
 struct cl_tr_listener {
+    cl_listener base; /* first */
     cl_tr_ctx *ctx;
-    struct cl_tr_listener *next_all; /* ctx->listeners: freed with the context */
-    cl_listen_fd lfd;
     char name[64];
 };
 
 struct cl_tr_ctx {
-    cl_notifier *notifier;
-    cl_tr_vet vet; /* cl_tr_config's, for the listeners */
-    void *vet_arg;
-    cl_progress pg; /* its mutex guards the connections */
-    cl_tr_conn *conns;
-    cl_tr_listener *listeners;
-    cl_req_owner reqs;
-    int down;    /* shutdown status */
-    int pollers; /* threads between CL_POLL_BEGIN and CL_POLL_END */
+    cl_conns set; /* its progress mutex guards the connections */
+    int pollers;  /* threads between CL_POLL_BEGIN and CL_POLL_END */
 };
 
 static _Atomic uint32_t *wake_flag(cl_tr_conn *c, int peer)
@@ -134,7 +122,7 @@ static void update_wake(cl_tr_conn *c)
         return;
     /* Stored only on a change: the peer reads this flag after every move, and a store
      * would take its line away from the peer each poll. */
-    uint32_t want = c->q.head && !c->ctx->pollers;
+    uint32_t want = c->base.q.head && !c->ctx->pollers;
     if (atomic_load_explicit(wake_flag(c, 0), memory_order_relaxed) != want)
         atomic_store_explicit(wake_flag(c, 0), want, memory_order_relaxed);
 }
@@ -148,13 +136,6 @@ static void ring_peer(cl_tr_conn *c)
         return;
     if (c->peer_efd >= 0 && write(c->peer_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         cl_log(COLL_LOG_DEBUG, "shm: cannot wake %s: %s", c->name, strerror(errno));
-}
-
-static void fail_all(cl_tr_conn *c, int status)
-{
-    if (!c->dead)
-        c->dead = status;
-    cl_reqq_fail(&c->q, c->dead);
 }
 
 /* Every message starts on a cache line of the ring: the sender writing the next message
@@ -239,7 +220,7 @@ static int lied(cl_tr_conn *c)
 {
     cl_log(COLL_LOG_WARN, "shm: %s: the peer wrote an impossible ring position: %s", c->name,
            coll_strerror(COLL_EPROTO));
-    fail_all(c, COLL_EPROTO);
+    cl_conn_fail(c, COLL_EPROTO);
     return -1;
 }
 
@@ -269,8 +250,8 @@ static int receiver_avail(cl_tr_conn *c, uint64_t *avail)
 static size_t pump_send(cl_tr_conn *c)
 {
     size_t moved = 0;
-    while (c->q.head && !c->dead) {
-        cl_tr_req *r = c->q.head;
+    while (c->base.q.head && !c->base.dead) {
+        cl_tr_req *r = c->base.q.head;
         uint64_t skip = r->moved ? 0 : lead(c->big.pos), head = c->big.pos + skip;
         size_t total = sizeof(cl_msg_hdr) + r->len, n = total - r->moved;
         /* The tail's line is the receiver's: read it only when the room known is short. */
@@ -298,7 +279,7 @@ static size_t pump_send(cl_tr_conn *c)
         moved += n;
         if (r->moved < total)
             break;
-        cl_reqq_finish_head(&c->q, COLL_OK);
+        cl_reqq_finish_head(&c->base.q, COLL_OK);
     }
     return moved;
 }
@@ -307,7 +288,7 @@ static size_t pump_send(cl_tr_conn *c)
 static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
 {
     if (h->magic != CL_MSG_MAGIC) {
-        fail_all(c, COLL_EPROTO);
+        cl_conn_fail(c, COLL_EPROTO);
         return 0;
     }
     if (h->len > cap) {
@@ -315,7 +296,7 @@ static int header_ok(cl_tr_conn *c, const cl_msg_hdr *h, size_t cap)
          * receive) that meets a data message is no error. */
         cl_log(COLL_LOG_DEBUG, "shm: %s sent a %u-byte message for a %zu-byte receive", c->name,
                h->len, cap);
-        fail_all(c, COLL_EMISMATCH);
+        cl_conn_fail(c, COLL_EMISMATCH);
         return 0;
     }
     return 1;
@@ -348,11 +329,11 @@ static int small_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size
         return COLL_INPROGRESS;
     ring_copy(&c->small, at, hdr, sizeof(*hdr), 0);
     if (!header_ok(c, hdr, cap))
-        return c->dead;
+        return c->base.dead;
     /* No sender writes a message longer than the ring: it would overlap itself. */
     if (STAMP + sizeof(*hdr) + hdr->len > c->small.cap) {
-        fail_all(c, COLL_EPROTO);
-        return c->dead;
+        cl_conn_fail(c, COLL_EPROTO);
+        return c->base.dead;
     }
     take_payload(&c->small, at, hdr, buf);
     *nbytes = hdr->len;
@@ -370,7 +351,7 @@ static int small_into(cl_tr_conn *c, cl_tr_req *r, size_t *moved)
     if (rc == COLL_OK) {
         r->len = n;
         *moved += sizeof(*r->hdr_in) + n;
-        cl_reqq_finish_head(&c->q, COLL_OK);
+        cl_reqq_finish_head(&c->base.q, COLL_OK);
     }
     return 1;
 }
@@ -380,8 +361,8 @@ static size_t pump_recv(cl_tr_conn *c)
 {
     size_t moved = 0;
     const size_t h = sizeof(cl_msg_hdr);
-    while (c->q.head && !c->dead) {
-        cl_tr_req *r = c->q.head;
+    while (c->base.q.head && !c->base.dead) {
+        cl_tr_req *r = c->base.q.head;
         uint64_t skip = r->moved ? 0 : lead(c->big.pos), tail = c->big.pos + skip, avail;
         if (receiver_avail(c, &avail) != 0)
             break;
@@ -411,13 +392,13 @@ static size_t pump_recv(cl_tr_conn *c)
         if (r->moved < h || r->moved < h + r->hdr_in->len)
             continue;
         r->len = r->hdr_in->len;
-        cl_reqq_finish_head(&c->q, COLL_OK);
+        cl_reqq_finish_head(&c->base.q, COLL_OK);
     }
     /* The sender is gone and the rings hold no more for the waiting receive. */
     uint64_t avail, at;
-    if (c->peer_gone && c->q.head && !c->dead && receiver_avail(c, &avail) == 0 && avail == 0 &&
-        !stamped(c, &c->small, &at))
-        fail_all(c, COLL_EPEER);
+    if (c->peer_gone && c->base.q.head && !c->base.dead && receiver_avail(c, &avail) == 0 &&
+        avail == 0 && !stamped(c, &c->small, &at))
+        cl_conn_fail(c, COLL_EPEER);
     return moved;
 }
 
@@ -441,7 +422,7 @@ static void on_lifeline(cl_tr_conn *c)
                        .msg_iovlen = 1,
                        .msg_control = ctl.buf,
                        .msg_controllen = CMSG_SPACE(sizeof(int))};
-    ssize_t n = recvmsg(c->sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = recvmsg(c->base.sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n > 0) {
         struct cmsghdr *h = CMSG_FIRSTHDR(&m);
         if (h && h->cmsg_type == SCM_RIGHTS && c->peer_efd < 0)
@@ -451,9 +432,9 @@ static void on_lifeline(cl_tr_conn *c)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     c->peer_gone = 1;
-    cl_progress_unwatch(&c->ctx->pg, c->sock);
+    cl_progress_unwatch(&c->ctx->set.pg, c->base.sock);
     if (!c->is_recv)
-        fail_all(c, COLL_EPEER);
+        cl_conn_fail(c, COLL_EPEER);
     cl_log(COLL_LOG_DEBUG, "shm: %s: peer closed", c->name);
 }
 
@@ -466,7 +447,7 @@ static void on_ready(void *arg, void *conn)
 static size_t pump_all(cl_tr_ctx *ctx)
 {
     size_t moved = 0;
-    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
+    for (cl_tr_conn *c = ctx->set.all; c; c = c->base.next)
         moved += pump(c);
     return moved;
 }
@@ -476,57 +457,6 @@ static void on_round(void *arg)
     pump_all(arg);
 }
 
-static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
-{
-    cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
-    if (!ctx)
-        return COLL_ENOMEM;
-    ctx->notifier = cfg->notifier;
-    ctx->vet = cfg->vet;
-    ctx->vet_arg = cfg->vet_arg;
-    ctx->reqs = (cl_req_owner){&cl_transport_shm, &ctx->pg.mu, cfg->notifier, NULL};
-    if (cl_progress_start(&ctx->pg, on_ready, on_round, ctx) != COLL_OK) {
-        free(ctx);
-        return COLL_ESYS;
-    }
-    *out = ctx;
-    return COLL_OK;
-}
-
-static void close_sock(cl_tr_conn *c)
-{
-    if (c->sock >= 0) {
-        cl_progress_unwatch(&c->ctx->pg, c->sock);
-        close(c->sock);
-        c->sock = -1;
-    }
-}
-
-static void shm_ctx_destroy(cl_tr_ctx *ctx)
-{
-    cl_progress_stop(&ctx->pg);
-    for (cl_tr_conn *c = ctx->conns; c;) {
-        cl_tr_conn *n = c->next_all;
-        fail_all(c, COLL_EABORTED);
-        close_sock(c);
-        if (c->peer_efd >= 0)
-            close(c->peer_efd);
-        if (c->ring)
-            munmap(c->ring, ring_bytes(c->big.cap));
-        free(c);
-        c = n;
-    }
-    for (cl_tr_listener *l = ctx->listeners; l;) {
-        cl_tr_listener *n = l->next_all;
-        cl_listen_close(&l->lfd);
-        free(l);
-        l = n;
-    }
-    cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
-    cl_progress_close(&ctx->pg);
-    free(ctx);
-}
-
 static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     static atomic_uint counter;
@@ -534,26 +464,21 @@ static int shm_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
-    l->lfd.vet = ctx->vet;
-    l->lfd.vet_arg = ctx->vet_arg;
     snprintf(l->name, sizeof(l->name), "libcollective-shm-%d-%u-%llx", (int)getpid(),
              atomic_fetch_add(&counter, 1), (unsigned long long)cl_now_ms());
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, l->name, strlen(l->name)); /* abstract: no file to clean up */
     socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(l->name));
-    l->lfd.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->lfd.fd < 0 || bind(l->lfd.fd, (struct sockaddr *)&a, len) || listen(l->lfd.fd, 128)) {
-        if (l->lfd.fd >= 0)
-            close(l->lfd.fd);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, len) || listen(fd, 128)) {
+        if (fd >= 0)
+            close(fd);
         free(l);
         return COLL_ESYS;
     }
     memset(handle, 0, CL_HANDLE_BYTES);
     snprintf(handle, CL_HANDLE_BYTES, "shm:%s", l->name);
-    cl_lock_take(&ctx->pg.mu);
-    l->next_all = ctx->listeners;
-    ctx->listeners = l;
-    cl_lock_give(&ctx->pg.mu);
+    cl_conns_add_listener(&ctx->set, l, fd);
     *out = l;
     return COLL_OK;
 }
@@ -639,23 +564,12 @@ static cl_tr_conn *conn_new(cl_tr_ctx *ctx, int sock, int is_recv)
     cl_tr_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
+    c->base.set = &ctx->set;
+    c->base.sock = sock;
     c->ctx = ctx;
-    c->sock = sock;
     c->peer_efd = -1;
     c->is_recv = is_recv;
     return c;
-}
-
-/* Registers a connection with the progress thread. */
-static void conn_link(cl_tr_conn *c)
-{
-    cl_lock_take(&c->ctx->pg.mu);
-    c->next_all = c->ctx->conns;
-    c->ctx->conns = c;
-    if (c->ctx->down)
-        fail_all(c, c->ctx->down);
-    cl_progress_watch(&c->ctx->pg, c->sock, c);
-    cl_lock_give(&c->ctx->pg.mu);
 }
 
 /* The two descriptors a hello carries (ring, eventfd) into fds; any other number of
@@ -708,7 +622,7 @@ static int take_hello(void *arg, cl_pending *p)
     int fds[2] = {-1, -1};
     take_fds(&m, fds);
     cl_tr_conn *c = n == CL_HELLO_BYTES && fds[0] >= 0 && fds[1] >= 0 && same_user(s, l) &&
-                            cl_listen_vet(&l->lfd, h, "shm")
+                            cl_listen_vet(&l->base.lfd, h, "shm")
                         ? conn_new(l->ctx, s, 1)
                         : NULL;
     int ok = c && map_ring(c, fds[0], 0) == 0;
@@ -723,7 +637,7 @@ static int take_hello(void *arg, cl_pending *p)
                        .msg_controllen = CMSG_SPACE(sizeof(int))};
     struct cmsghdr *rh = CMSG_FIRSTHDR(&r);
     rh->cmsg_level = SOL_SOCKET, rh->cmsg_type = SCM_RIGHTS, rh->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(rh), &l->ctx->pg.efd, sizeof(int));
+    memcpy(CMSG_DATA(rh), &l->ctx->set.pg.efd, sizeof(int));
     /* A sender whose messages all fit in the ring may have finished and left before we
      * took its link: nobody waits for our eventfd then, and the ring still holds them. */
     if (ok && sendmsg(s, &r, MSG_NOSIGNAL) != 1 && errno != EPIPE && errno != ECONNRESET)
@@ -738,10 +652,9 @@ static int take_hello(void *arg, cl_pending *p)
         return -1;
     }
     c->peer_efd = fds[1];
-    memcpy(c->hello, h, sizeof(h));
     snprintf(c->name, sizeof(c->name), "%s/in", l->name);
     memcpy(a->hello, h, sizeof(h));
-    conn_link(c);
+    cl_conn_link(c);
     *a->out = c;
     return 1;
 }
@@ -749,12 +662,7 @@ static int take_hello(void *arg, cl_pending *p)
 static int shm_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     cl_accepting a = {l, hello, out};
-    return cl_listen_accept(&l->lfd, take_hello, &a);
-}
-
-static void shm_close_listener(cl_tr_listener *l)
-{
-    cl_listen_close(&l->lfd);
+    return cl_listen_accept(&l->base.lfd, take_hello, &a);
 }
 
 static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
@@ -789,7 +697,7 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    memcpy(CMSG_DATA(h), (int[]){memfd, ctx->pg.efd}, 2 * sizeof(int));
+    memcpy(CMSG_DATA(h), (int[]){memfd, ctx->set.pg.efd}, 2 * sizeof(int));
     ok = ok && sendmsg(s, &m, MSG_NOSIGNAL) == CL_HELLO_BYTES;
     if (memfd >= 0)
         close(memfd);
@@ -801,57 +709,38 @@ static int shm_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         return COLL_EPEER;
     }
     snprintf(c->name, sizeof(c->name), "%s/out", name + 4);
-    conn_link(c);
+    cl_conn_link(c);
     *out = c;
     return COLL_OK;
 }
 
-/* Queues r on c and moves what can move now, in the caller's thread. */
-static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
+/* A request joined c's queue (cl_conn_enqueue): our wake flag goes up before the pump,
+ * with the fence update_wake asks for, so the peer rings if the pump misses its bytes. */
+static void queued(cl_tr_conn *c)
 {
-    if (!r)
-        return COLL_ENOMEM;
-    cl_lock_take(&c->ctx->pg.mu);
-    cl_reqq_push(&c->q, r);
     update_wake(c);
     atomic_thread_fence(memory_order_seq_cst);
-    if (c->dead)
-        fail_all(c, c->dead);
-    else
-        pump(c);
-    cl_lock_give(&c->ctx->pg.mu);
-    *out = r;
-    return COLL_OK;
-}
-
-static int shm_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
-{
-    return enqueue(c, cl_req_send(&c->ctx->reqs, hdr, buf), out);
+    pump(c);
 }
 
 static int shm_irecv_sink(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap,
                           const cl_tr_sink *sink, cl_tr_req **out)
 {
-    cl_tr_req *r = cl_req_recv(&c->ctx->reqs, hdr, buf, cap);
+    cl_tr_req *r = cl_req_recv(&c->ctx->set.reqs, hdr, buf, cap);
     if (r)
         r->sink = sink;
-    return enqueue(c, r, out);
-}
-
-static int shm_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
-{
-    return shm_irecv_sink(c, hdr, buf, cap, NULL, out);
+    return cl_conn_enqueue(c, r, out);
 }
 
 /* The fast path (transport.h): a caller that finds the connection idle copies a whole
  * message in or out under the context's mutex, if nobody else holds it. */
 static int now_ok(cl_tr_conn *c)
 {
-    if (!cl_lock_try(&c->ctx->pg.mu))
+    if (!cl_lock_try(&c->ctx->set.pg.mu))
         return COLL_INPROGRESS;
-    int rc = c->dead ? c->dead : c->q.head || !c->ring ? COLL_INPROGRESS : COLL_OK;
+    int rc = c->base.dead ? c->base.dead : c->base.q.head || !c->ring ? COLL_INPROGRESS : COLL_OK;
     if (rc != COLL_OK)
-        cl_lock_give(&c->ctx->pg.mu);
+        cl_lock_give(&c->ctx->set.pg.mu);
     return rc;
 }
 
@@ -910,15 +799,15 @@ static int shm_send_now(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf)
     size_t h = sizeof(*hdr), n = lead(c->big.pos) + h + hdr->len;
     lane *l = small_takes(c, h + hdr->len) ? &c->small : &c->big;
     uint64_t room = c->big.cap - (c->big.pos - c->big.seen);
-    if (c->dead)
-        rc = c->dead;
+    if (c->base.dead)
+        rc = c->base.dead;
     else if (l == &c->big && room < n && lane_room(c, l, &room) != 0)
-        rc = c->dead;
+        rc = c->base.dead;
     else if (l == &c->big && room < n)
         rc = COLL_INPROGRESS;
     if (rc == COLL_OK)
         put_whole(c, l, hdr, buf);
-    cl_lock_give(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->set.pg.mu);
     return rc;
 }
 
@@ -927,7 +816,7 @@ static int not_whole(cl_tr_conn *c)
 {
     if (!c->peer_gone)
         return COLL_INPROGRESS;
-    fail_all(c, COLL_EPEER);
+    cl_conn_fail(c, COLL_EPEER);
     return COLL_EPEER;
 }
 
@@ -940,7 +829,7 @@ static int news(cl_tr_conn *c)
 {
     uint64_t at;
     return !c->ring || stamped(c, &c->big, &at) || stamped(c, &c->small, &at) || c->peer_gone ||
-           c->dead;
+           c->base.dead;
 }
 
 /* The fast path's receive, under the mutex: the small ring's next message if there is
@@ -957,7 +846,7 @@ static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
     uint64_t at, avail = c->big.cap;
     int whole = stamped(c, &c->big, &at);
     if (!whole && receiver_avail(c, &avail) != 0)
-        return c->dead;
+        return c->base.dead;
     if ((rc = small_now(c, hdr, buf, cap, nbytes)) != COLL_INPROGRESS)
         return rc;
     uint64_t skip = at - c->big.pos;
@@ -966,7 +855,7 @@ static int take_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_
     avail -= skip;
     ring_copy(&c->big, at, hdr, h, 0);
     if (!header_ok(c, hdr, cap))
-        return c->dead;
+        return c->base.dead;
     if (avail < h + hdr->len)
         return not_whole(c);
     take_payload(&c->big, at, hdr, buf);
@@ -983,61 +872,46 @@ static int shm_recv_now(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, s
     if (rc != COLL_OK)
         return rc;
     rc = take_now(c, hdr, buf, cap, nbytes);
-    cl_lock_give(&c->ctx->pg.mu);
+    cl_lock_give(&c->ctx->set.pg.mu);
     return rc;
 }
 
-static void shm_close_conn(cl_tr_conn *c)
-{
-    cl_lock_take(&c->ctx->pg.mu);
-    fail_all(c, COLL_EPEER);
-    close_sock(c);
-    cl_lock_give(&c->ctx->pg.mu);
-}
-
-/* Only a send connection with no message half written may carry the farewell. */
-static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
+/* Only a send connection with no message half written may carry the farewell. It is in
+ * the ring when this returns: nothing to wait for (0). */
+static int say_farewell(cl_tr_conn *c, const cl_msg_hdr *h)
 {
     uint64_t room;
-    if (c->is_recv || c->dead || c->q.head || !c->ring || lane_room(c, &c->big, &room) != 0 ||
-        room < lead(c->big.pos) + sizeof(*h))
-        return;
+    if (c->is_recv || c->base.dead || c->base.q.head || !c->ring ||
+        lane_room(c, &c->big, &room) != 0 || room < lead(c->big.pos) + sizeof(*h))
+        return 0;
     put_whole(c, &c->big, h, NULL); /* header only: its len is 0 */
+    return 0;
 }
 
 static void shm_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    cl_lock_take(&ctx->pg.mu);
-    if (!ctx->down)
-        ctx->down = status;
-    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all) {
-        if (farewell)
-            say_farewell(c, farewell);
-        fail_all(c, status);
-        close_sock(c);
-    }
-    cl_lock_give(&ctx->pg.mu);
+    cl_conns_shutdown(&ctx->set, status, farewell);
 }
 
 /* A poller never waits for the mutex: the progress thread holding it is moving bytes. */
 static size_t shm_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode == CL_POLL) {
-        if (!cl_lock_try(&ctx->pg.mu))
+        if (!cl_lock_try(&ctx->set.pg.mu))
             return 0;
         size_t moved = pump_all(ctx);
-        cl_lock_give(&ctx->pg.mu);
+        cl_lock_give(&ctx->set.pg.mu);
         return moved;
     }
-    cl_lock_take(&ctx->pg.mu);
+    cl_lock_take(&ctx->set.pg.mu);
     ctx->pollers += mode == CL_POLL_BEGIN ? 1 : -1;
-    for (cl_tr_conn *c = ctx->conns; c; c = c->next_all)
+    for (cl_tr_conn *c = ctx->set.all; c; c = c->base.next)
         update_wake(c);
     if (mode == CL_POLL_END && ctx->pollers == 0) {
         atomic_thread_fence(memory_order_seq_cst);
         pump_all(ctx);
     }
-    cl_lock_give(&ctx->pg.mu);
+    cl_lock_give(&ctx->set.pg.mu);
     return 0;
 }
 
@@ -1046,20 +920,59 @@ static const char *shm_peer_name(cl_tr_conn *c)
     return c->name;
 }
 
+/* At destroy, after the progress thread stopped. */
+static void conn_free(cl_tr_conn *c)
+{
+    cl_conn_close_sock(c);
+    if (c->peer_efd >= 0)
+        close(c->peer_efd);
+    if (c->ring)
+        munmap(c->ring, ring_bytes(c->big.cap));
+    free(c);
+}
+
+static const cl_conn_ops shm_ops = {
+    .fail = cl_conn_fail,
+    .queued = queued,
+    .farewell = say_farewell,
+    .release = conn_free,
+};
+
+static int shm_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
+{
+    cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return COLL_ENOMEM;
+    cl_conns_init(&ctx->set, &shm_ops, &cl_transport_shm, cfg);
+    if (cl_progress_start(&ctx->set.pg, on_ready, on_round, ctx) != COLL_OK) {
+        free(ctx);
+        return COLL_ESYS;
+    }
+    *out = ctx;
+    return COLL_OK;
+}
+
+static void shm_ctx_destroy(cl_tr_ctx *ctx)
+{
+    cl_progress_stop(&ctx->set.pg);
+    cl_conns_free(&ctx->set);
+    free(ctx);
+}
+
 const cl_transport cl_transport_shm = {
     .name = "shm",
     .ctx_create = shm_ctx_create,
     .ctx_destroy = shm_ctx_destroy,
     .listen = shm_listen,
     .accept = shm_accept,
-    .close_listener = shm_close_listener,
+    .close_listener = cl_listener_close,
     .connect = shm_connect,
-    .isend = shm_isend,
-    .irecv = shm_irecv,
+    .isend = cl_conn_isend,
+    .irecv = cl_conn_irecv,
     .irecv_sink = shm_irecv_sink,
     .test = cl_req_test,
     .moved = cl_req_moved,
-    .close_conn = shm_close_conn,
+    .close_conn = cl_conn_close,
     .shutdown = shm_shutdown,
     .poll = shm_poll,
     .send_now = shm_send_now,
