@@ -56,6 +56,7 @@ H=$(echo $hosts | wc -w)
 cleanup() {
     for k in $(seq 0 $((H - 1))); do ip netns del "$tag-h$k" 2>/dev/null || true; done
     ip link del "$br" 2>/dev/null || true
+    ip link del "${br}b" 2>/dev/null || true
     rm -rf "$out"
 }
 trap cleanup EXIT INT TERM

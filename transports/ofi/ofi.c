@@ -7,7 +7,9 @@
  * One reliable-datagram endpoint (FI_EP_RDM) per plugin context, with tagged messages,
  * one address vector and one completion queue, polled inside test() and accept() (the
  * ABI's "progress inside test()"). COLL_OFI_PROVIDER picks the provider (fi_getinfo's
- * FI_PROVIDER syntax; default "tcp;ofi_rxm"; "shm" for one host).
+ * FI_PROVIDER syntax; default "tcp;ofi_rxm"; "shm" for one host). The interface is
+ * the user's (COLL_SOCKET_IFNAME: a prefix of the offer's domain name), else the first
+ * of fi_getinfo's offers that opens, those at an IPv6 link-local address only last.
  *
  * Connections: RDM has none, so a comm is a 40-bit id drawn at random by the sender
  * (getrandom) and carried in the tag of every message; a per-comm sequence number in the
@@ -28,6 +30,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +113,8 @@ typedef struct ofi_peer {
 } ofi_peer;
 
 struct ofi_net {
-    struct fi_info *info;
+    struct fi_info *infos; /* what fi_getinfo offered, in its order */
+    struct fi_info *info;  /* the one of them the endpoint opened on */
     struct fid_fabric *fabric;
     struct fid_domain *domain;
     struct fid_av *av;
@@ -306,20 +310,21 @@ static int progress(ofi_net *n)
     }
 }
 
+/* The endpoint and what holds it, as far as open_fids got. */
+static void close_fids(ofi_net *n)
+{
+    struct fid **f[] = {(struct fid **)&n->ep, (struct fid **)&n->av, (struct fid **)&n->cq,
+                        (struct fid **)&n->domain, (struct fid **)&n->fabric};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (*f[i])
+            fi_close(*f[i]), *f[i] = NULL;
+}
+
 static void net_close(ofi_net *n)
 {
-    if (n->ep)
-        fi_close(&n->ep->fid);
-    if (n->av)
-        fi_close(&n->av->fid);
-    if (n->cq)
-        fi_close(&n->cq->fid);
-    if (n->domain)
-        fi_close(&n->domain->fid);
-    if (n->fabric)
-        fi_close(&n->fabric->fid);
-    if (n->info)
-        fi_freeinfo(n->info);
+    close_fids(n);
+    if (n->infos)
+        fi_freeinfo(n->infos);
     for (ofi_op *o = n->ops, *x; o; o = x)
         x = o->next, free(o);
     for (ofi_peer *p = n->peers, *x; p; p = x)
@@ -339,7 +344,7 @@ static int get_info(ofi_net *n, const char *prov, void (*log)(int, const char *)
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
     hints->fabric_attr->prov_name = strdup(prov);
-    int rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &n->info);
+    int rc = fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &n->infos);
     fi_freeinfo(hints);
     if (rc) {
         say(NULL, log, COLL_NET_LOG_ERROR,
@@ -351,8 +356,8 @@ static int get_info(ofi_net *n, const char *prov, void (*log)(int, const char *)
     return COLL_NET_OK;
 }
 
-/* Fabric, domain, completion queue, address vector, endpoint; its address. */
-static int open_endpoint(ofi_net *n)
+/* Fabric, domain, completion queue, address vector, endpoint over n->info; its address. */
+static int open_fids(ofi_net *n)
 {
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .size = 0};
     struct fi_av_attr ava = {.type = FI_AV_TABLE};
@@ -374,11 +379,47 @@ static int open_endpoint(ofi_net *n)
     n->addrlen = sizeof(n->addr);
     if (!rc)
         rc = fi_getname(&n->ep->fid, n->addr, &n->addrlen);
-    if (rc) {
-        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: cannot open an endpoint of provider '%s': %s",
-            n->info->fabric_attr->prov_name, fi_strerror(-rc));
-        return COLL_NET_ERR_SYSTEM;
+    return rc;
+}
+
+/* Whether offer i is worth a try on the first pass: on the interface the user named
+ * (COLL_SOCKET_IFNAME, a prefix of the offer's domain), and, unless named, not at an IPv6
+ * link-local source address only (a veth or a bridge without an address of its own:
+ * fi_getinfo lists them first, and no peer reaches them). */
+static int preferred(const struct fi_info *i, const char *device)
+{
+    const char *dom = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "";
+    if (device && *device)
+        return strncmp(dom, device, strlen(device)) == 0;
+    const struct sockaddr_in6 *a = i->src_addr;
+    return !(i->addr_format == FI_SOCKADDR_IN6 && a && IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr));
+}
+
+/* The first offer whose endpoint opens, preferred ones first: an interface that is
+ * down, or an address that cannot be bound, fails its offer (EADDRNOTAVAIL) and the
+ * next one is tried. */
+static int open_endpoint(ofi_net *n, const char *device)
+{
+    int rc = -FI_ENODATA, passes = device && *device ? 1 : 2; /* a named one, or none */
+    for (int pass = 0; pass < passes && (!n->info || rc); pass++) {
+        for (n->info = n->infos; n->info; n->info = n->info->next) {
+            if (preferred(n->info, device) != !pass)
+                continue;
+            if ((rc = open_fids(n)) == 0)
+                break;
+            say(n, NULL, COLL_NET_LOG_INFO, "ofi: %s on %s did not open (%s): trying the next",
+                n->info->fabric_attr->prov_name, n->info->domain_attr->name, fi_strerror(-rc));
+            close_fids(n);
+        }
     }
+    if (!n->info && passes == 1 && rc == -FI_ENODATA) /* the device matched no offer */
+        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: provider '%s' offers no interface named %s* "
+            "(COLL_SOCKET_IFNAME)", n->infos->fabric_attr->prov_name, device);
+    else if (!n->info)
+        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: cannot open an endpoint of provider '%s': %s",
+            n->infos->fabric_attr->prov_name, fi_strerror(-rc));
+    if (!n->info)
+        return COLL_NET_ERR_SYSTEM;
     for (int i = 0; i < OFI_CTRL_POSTED; i++) {
         ofi_op *o = op_new(n, OP_CTRL_RECV);
         if (!o)
@@ -399,7 +440,7 @@ static int ofi_init(const coll_net_init_args *args, void **net)
     int rc = get_info(n, prov && *prov ? prov : "tcp;ofi_rxm", log);
     n->log = log;
     if (!rc)
-        rc = open_endpoint(n);
+        rc = open_endpoint(n, args->device);
     if (rc) {
         net_close(n);
         return rc;
