@@ -30,7 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CL_HANDLE_BYTES 128
+/* A listener's handle: room for auto's, which carries every transport's (plugins' too). */
+#define CL_HANDLE_BYTES 256
 #define CL_HELLO_BYTES 64
 #define CL_MSG_MAGIC 0xC011u
 #define CL_NOW_BYTES 8192 /* the largest payload sent by send_now (the fast path) */
@@ -155,6 +156,9 @@ typedef struct cl_transport {
     int (*recv_now)(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, size_t *nbytes);
     /* A human-readable peer address for messages ("127.0.0.1:41711"). */
     const char *(*peer_name)(cl_tr_conn *c);
+    /* Optional (NULL: not known): the link speed in Mb/s of the device ctx serves, as
+     * its driver or plugin says (0: not known). auto takes the fastest for other hosts. */
+    uint32_t (*speed_mbps)(cl_tr_ctx *ctx);
 } cl_transport;
 
 /* The registered transport called `name`, or NULL. */

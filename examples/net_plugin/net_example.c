@@ -12,6 +12,9 @@
  * connection that has sent COLL_NET_EXAMPLE_FAIL_AFTER messages fails every request
  * after with COLL_NET_ERR_INTERNAL, and one that has sent COLL_NET_EXAMPLE_STALL_AFTER
  * sends nothing more and never completes a request (unset: never).
+ * COLL_NET_EXAMPLE_SPEED_MBPS is the speed its device reports (10000): auto takes the
+ * fastest transport to another host. A build with EX_NAME="x" and EX_ENV="COLL_NET_X"
+ * reads COLL_NET_X_ADDR and so on instead (the tests' second plugin).
  * It implements ABI version 2's progress(). Built with EX_VERSION=1 it is a version-1
  * plugin (a test's: a library of version 2 must still load it).
  * Everything progresses inside test(); the library serializes the calls of a context, so
@@ -42,6 +45,9 @@
 #ifndef EX_NAME
 #define EX_NAME "example"
 #endif
+#ifndef EX_ENV
+#define EX_ENV "COLL_NET_EXAMPLE"
+#endif
 #ifdef EX_NO_TEST
 #define EX_TEST NULL
 static int ex_test(void *request, int *done, size_t *size) __attribute__((unused));
@@ -54,6 +60,7 @@ typedef struct ex_net {
     int64_t delay_us;
     uint64_t bytes_per_s; /* 0: no limit */
     uint64_t fail_after, stall_after; /* 0: never */
+    uint32_t speed_mbps;
 } ex_net;
 
 typedef struct ex_req ex_req;
@@ -113,20 +120,20 @@ static int ex_init(const coll_net_init_args *args, void **net)
     ex_net *n = calloc(1, sizeof(*n));
     if (!n)
         return COLL_NET_ERR_NOMEM;
-    const char *a = getenv("COLL_NET_EXAMPLE_ADDR"), *d = getenv("COLL_NET_EXAMPLE_DELAY_US");
+    const char *a = getenv(EX_ENV "_ADDR"), *d = getenv(EX_ENV "_DELAY_US");
     if (inet_pton(AF_INET, a && *a ? a : "127.0.0.1", &n->addr) != 1) {
         if (args->log)
-            args->log(COLL_NET_LOG_ERROR, "example: COLL_NET_EXAMPLE_ADDR is no IPv4 address");
+            args->log(COLL_NET_LOG_ERROR, EX_NAME ": " EX_ENV "_ADDR is no IPv4 address");
         free(n);
         return COLL_NET_ERR_INVALID;
     }
-    const char *f = getenv("COLL_NET_EXAMPLE_FAIL_AFTER"),
-               *st = getenv("COLL_NET_EXAMPLE_STALL_AFTER"),
-               *kib = getenv("COLL_NET_EXAMPLE_KIB_PER_S");
+    const char *f = getenv(EX_ENV "_FAIL_AFTER"), *st = getenv(EX_ENV "_STALL_AFTER"),
+               *kib = getenv(EX_ENV "_KIB_PER_S"), *mbps = getenv(EX_ENV "_SPEED_MBPS");
     n->delay_us = d ? atoll(d) : 0;
     n->bytes_per_s = kib ? strtoull(kib, NULL, 10) << 10 : 0;
     n->fail_after = f ? strtoull(f, NULL, 10) : 0;
     n->stall_after = st ? strtoull(st, NULL, 10) : 0;
+    n->speed_mbps = mbps ? (uint32_t)strtoul(mbps, NULL, 10) : 10000;
     *net = n;
     return COLL_NET_OK;
 }
@@ -149,7 +156,7 @@ static int ex_get_properties(void *net, int dev, coll_net_props *props)
     if (dev != 0)
         return COLL_NET_ERR_INVALID;
     snprintf(props->name, sizeof(props->name), "example-tcp");
-    props->speed_mbps = 10000;
+    props->speed_mbps = n->speed_mbps;
     props->latency_us = 20.0f + (float)n->delay_us;
     props->max_requests = 0;
     return COLL_NET_OK;

@@ -89,7 +89,7 @@ static int sweep_cards(coll_comm *c, meeting *m, cl_card *cards, uint8_t *have,
 /* Rank 0 reads every card and publishes them all, CARDS_PER_KEY to a value ("cards/K"),
  * so every other rank reads n/CARDS_PER_KEY values instead of n: O(n) requests on the
  * store in all, not n^2 (256 ranks made 65k on rank 0's store thread). */
-enum { CARDS_PER_KEY = 256 };
+enum { CARDS_PER_KEY = 128 };
 /* A card that grows past this fails every job of more than CARDS_PER_KEY ranks at init. */
 _Static_assert(CARDS_PER_KEY * sizeof(cl_card) <= CL_STORE_MAX_VALUE,
                "CARDS_PER_KEY cards fit in one store value");

@@ -202,6 +202,80 @@ START_TEST(a_plugin_stalling_on_one_rank_fails_every_rank_in_time)
 }
 END_TEST
 
+/* auto, the default transport, with both example plugins loaded on 4 ranks: ranks 0-1
+ * on host "a" and 2-3 on host "b" (COLL_HOST), or all four on "a". Which transport
+ * carries what shows by a fault: rank 1's connections of the plugin named by `faulty`
+ * fail after 40 messages. Another host's peers go over the faster plugin (`faster`
+ * reports 40000 Mb/s, the other 10000), this host's over shm. */
+typedef struct auto_case {
+    int split;          /* ranks 2-3 on another host */
+    const char *faster; /* the ..._SPEED_MBPS variable set to 40000 */
+    const char *faulty; /* the ..._FAIL_AFTER variable set on rank 1, or NULL */
+    int bare_rank;      /* a rank that loads no plugin (its peers reach it by tcp), or -1 */
+} auto_case;
+
+static void auto_setup(int rank, void *arg)
+{
+    const auto_case *a = arg;
+    if (rank != a->bare_rank)
+        setenv("COLL_NET_PLUGIN", NET_DIR "/libcollective-net-example.so," NET_DIR
+                                          "/libcollective-net-example2.so", 1);
+    setenv("COLL_HOST", a->split && rank >= 2 ? "b" : "a", 1);
+    setenv(a->faster, "40000", 1);
+    if (rank == 1 && a->faulty)
+        setenv(a->faulty, "40", 1);
+}
+
+/* 300 all-reduces of 2048 floats, every one right. */
+static int sums_hold(coll_comm *c, void *arg)
+{
+    (void)arg;
+    static float in[2048], out[2048];
+    int n = coll_size(c);
+    for (int i = 0; i < 300; i++) {
+        for (int k = 0; k < 2048; k++)
+            in[k] = (float)(coll_rank(c) + k % 7);
+        EXPECT_RC(coll_allreduce(c, in, out, 2048, COLL_F32, COLL_SUM), COLL_OK);
+        for (int k = 0; k < 2048; k++)
+            FAIL_IF(out[k] != (float)(n * (n - 1) / 2 + n * (k % 7)), "[%d] = %g", k, out[k]);
+    }
+    return 0;
+}
+
+static void over_auto(auto_case a, rank_fn fn)
+{
+    run_opts o = {.nranks = 4, .rdzv = RDZV_FILE, .transport = "auto", .timeout_ms = 3000,
+                  .op_timeout_ms = 3000, .deadline_s = 60, .setup = auto_setup};
+    ck_assert_int_eq(run_ranks(&o, fn, &a), 0);
+}
+
+START_TEST(auto_takes_the_faster_plugin_to_another_host)
+{
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1},
+              until_an_error);
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+              sums_hold);
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+              until_an_error);
+}
+END_TEST
+
+START_TEST(auto_keeps_shm_on_one_host)
+{
+    over_auto((auto_case){0, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1},
+              sums_hold);
+    over_auto((auto_case){0, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+              sums_hold);
+}
+END_TEST
+
+/* Rank 3 loads no plugin: its peers on host "a" reach it by tcp, the others as before. */
+START_TEST(auto_reaches_a_rank_without_the_plugin_by_tcp)
+{
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", NULL, 3}, sums_hold);
+}
+END_TEST
+
 /* coll_init with COLL_NET_PLUGIN=spec (this process, forked by Check) fails with code
  * and a message holding every one of the NULL-ended parts. */
 static void refused(const char *spec, int code, ...)
@@ -296,6 +370,9 @@ int main(void)
     tcase_add_test(t, a_slow_message_without_progress_fails_on_the_operation_timeout);
     tcase_add_test(t, a_plugin_failing_on_one_rank_fails_every_rank_cleanly);
     tcase_add_test(t, a_plugin_stalling_on_one_rank_fails_every_rank_in_time);
+    tcase_add_test(t, auto_takes_the_faster_plugin_to_another_host);
+    tcase_add_test(t, auto_keeps_shm_on_one_host);
+    tcase_add_test(t, auto_reaches_a_rank_without_the_plugin_by_tcp);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
     tcase_add_test(t, a_plugin_with_a_short_table_is_refused);
     tcase_add_test(t, a_plugin_missing_an_operation_is_refused_naming_it);

@@ -1,6 +1,7 @@
-/* The auto transport, the default: shm to peers on this host, ibverbs to other hosts
- * when both ends have an RDMA device, tcp to the rest, within one communicator. It
- * listens on each; its handle carries a host key (hostname, boot id and network
+/* The auto transport, the default: shm to peers on this host; to other hosts the
+ * fastest transport both ends have among ibverbs (when both have an RDMA device) and
+ * the loaded plugins (COLL_NET_PLUGIN), by the speed their devices report; tcp to the
+ * rest. It listens on each; its handle carries a host key (hostname, boot id and network
  * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
  * handles, and connect() picks shm when the peer's key equals ours. The connection keeps
  * the chosen transport's operations (as NCCL's connectors do) and every call on it goes
@@ -8,6 +9,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
+#include "transports/plugin/plugin.h"
 #include "transports/transport.h"
 
 #include <pthread.h>
@@ -17,10 +19,12 @@
 #include <unistd.h>
 
 #define KEY_HEX 16
-#define NINNER 3 /* tcp, shm, ibverbs (optional) */
+enum { TCP, SHM, IB, NFIXED };            /* the built-in inner transports, in this order */
+#define NINNER (NFIXED + CL_NET_MAX_PLUGINS) /* then the plugins, in load order */
 
 struct cl_tr_ctx {
-    cl_tr_ctx *inner[NINNER]; /* [0] tcp, [1] shm, [2] ibverbs or NULL */
+    const cl_transport *tr[NINNER]; /* what serves inner[k]; NULL where none runs */
+    cl_tr_ctx *inner[NINNER];
     char key[KEY_HEX + 1];
     pthread_mutex_t mu;
     cl_tr_conn *conns; /* every wrapper, freed with the context */
@@ -39,11 +43,7 @@ struct cl_tr_conn {
     char name[CL_HANDLE_BYTES + 24]; /* "tcp 10.0.0.2:41711", "shm ..." */
 };
 
-#ifdef CL_HAVE_IBVERBS
-static const cl_transport *const inner_tr[NINNER] = {&cl_transport_tcp, &cl_transport_shm,
-                                                     &cl_transport_ibverbs};
-#else
-static const cl_transport *const inner_tr[NINNER] = {&cl_transport_tcp, &cl_transport_shm, NULL};
+#ifndef CL_HAVE_IBVERBS
 /* transport.h's, for a build without rdma-core's headers (no ib.c to define it). */
 int cl_ibverbs_present(void)
 {
@@ -57,24 +57,48 @@ static void host_key(char key[KEY_HEX + 1])
     snprintf(key, KEY_HEX + 1, "%016llx", (unsigned long long)cl_host_id());
 }
 
+static void destroy_inner(cl_tr_ctx *ctx)
+{
+    for (int k = 0; k < NINNER; k++)
+        if (ctx->inner[k])
+            ctx->tr[k]->ctx_destroy(ctx->inner[k]);
+}
+
+/* A transport beyond tcp and shm is a bonus: one that does not start (no RDMA device
+ * after all, a plugin's init failing) leaves its peers to tcp, said at info. */
+static void start_bonus(cl_tr_ctx *ctx, int k, const cl_transport *tr, const cl_tr_config *cfg)
+{
+    char why[256] = "";
+    cl_tr_config mine = *cfg;
+    mine.err = why, mine.errlen = sizeof(why);
+    if (tr->ctx_create(&mine, &ctx->inner[k]) == COLL_OK)
+        ctx->tr[k] = tr;
+    else
+        cl_log(COLL_LOG_INFO, "auto: %s is not used: %s", tr->name, why[0] ? why : "it did not start");
+}
+
 static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return COLL_ENOMEM;
     host_key(ctx->key);
-    for (int k = 0; k < 2; k++) {
-        int rc = inner_tr[k]->ctx_create(cfg, &ctx->inner[k]);
+    const cl_transport *const must[] = {&cl_transport_tcp, &cl_transport_shm};
+    for (int k = TCP; k <= SHM; k++) {
+        int rc = must[k]->ctx_create(cfg, &ctx->inner[k]);
         if (rc != COLL_OK) {
-            if (k)
-                inner_tr[0]->ctx_destroy(ctx->inner[0]);
+            destroy_inner(ctx);
             free(ctx);
             return rc;
         }
+        ctx->tr[k] = must[k];
     }
-    /* RDMA is a bonus: without it (or if it fails to start) other hosts get tcp. */
-    if (cl_ibverbs_present() && inner_tr[2]->ctx_create(cfg, &ctx->inner[2]) != COLL_OK)
-        ctx->inner[2] = NULL;
+#ifdef CL_HAVE_IBVERBS
+    if (cl_ibverbs_present())
+        start_bonus(ctx, IB, &cl_transport_ibverbs, cfg);
+#endif
+    for (int i = 0; i < CL_NET_MAX_PLUGINS && cl_net_at(i); i++)
+        start_bonus(ctx, NFIXED + i, cl_net_at(i), cfg);
     pthread_mutex_init(&ctx->mu, NULL);
     *out = ctx;
     return COLL_OK;
@@ -82,9 +106,7 @@ static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 
 static void auto_ctx_destroy(cl_tr_ctx *ctx)
 {
-    for (int k = 0; k < NINNER; k++)
-        if (ctx->inner[k])
-            inner_tr[k]->ctx_destroy(ctx->inner[k]);
+    destroy_inner(ctx);
     for (cl_tr_conn *c = ctx->conns; c;) {
         cl_tr_conn *n = c->next;
         free(c);
@@ -99,43 +121,67 @@ static void auto_ctx_destroy(cl_tr_ctx *ctx)
     free(ctx);
 }
 
+static void close_inner_listener(cl_tr_listener *l, int k)
+{
+    if (l->inner[k])
+        l->ctx->tr[k]->close_listener(l->inner[k]);
+    l->inner[k] = NULL;
+}
+
 static void close_inner_listeners(cl_tr_listener *l)
 {
     for (int k = 0; k < NINNER; k++)
-        if (l->inner[k])
-            inner_tr[k]->close_listener(l->inner[k]);
+        close_inner_listener(l, k);
 }
 
-/* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|-": inner handles never hold spaces. */
+/* Appends listener k's handle to all (of room CL_HANDLE_BYTES): ibverbs's as a field of
+ * its own ("-" without one), a plugin's as NAME=HANDLE (ranks may load different ones).
+ * One that does not fit is closed: its peers take another transport. */
+static void add_handle(cl_tr_listener *l, int k, const char *h, char *all)
+{
+    size_t at = strlen(all);
+    int n = k < NFIXED   ? snprintf(all + at, CL_HANDLE_BYTES - at, " %s", l->inner[k] ? h : "-")
+            : l->inner[k] ? snprintf(all + at, CL_HANDLE_BYTES - at, " %s=%s", l->ctx->tr[k]->name, h)
+                          : 0;
+    if (n >= 0 && (size_t)n < CL_HANDLE_BYTES - at)
+        return;
+    all[at] = 0;
+    cl_log(COLL_LOG_INFO, "auto: no room for %s's handle: other hosts use another transport",
+           l->ctx->tr[k]->name);
+    close_inner_listener(l, k);
+    if (k < NFIXED)
+        strcat(all, " -"); /* auto_listen kept the room */
+}
+
+/* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|- [PLUGIN=HANDLE]...": no handle holds a space. */
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
-    char h[NINNER][CL_HANDLE_BYTES + 1] = {{0}, {0}, "-"};
+    char h[NINNER][CL_HANDLE_BYTES + 1] = {{0}};
     if (!l)
         return COLL_ENOMEM;
     l->ctx = ctx;
     for (int k = 0; k < NINNER; k++) {
-        int rc = ctx->inner[k] ? inner_tr[k]->listen(ctx->inner[k], h[k], &l->inner[k]) : COLL_OK;
-        if (rc != COLL_OK) {
+        int rc = ctx->inner[k] ? ctx->tr[k]->listen(ctx->inner[k], h[k], &l->inner[k]) : COLL_OK;
+        if (rc != COLL_OK && k <= SHM) {
             close_inner_listeners(l);
             free(l);
             return rc;
         }
+        if (rc != COLL_OK) /* a bonus: its peers take another transport */
+            cl_log(COLL_LOG_INFO, "auto: %s cannot listen: %s", ctx->tr[k]->name, coll_strerror(rc));
     }
-    char all[4 * CL_HANDLE_BYTES];
-    int n = snprintf(all, sizeof(all), "auto %s %s %s %s", ctx->key, h[0], h[1], h[2]);
-    if (n >= CL_HANDLE_BYTES && l->inner[2]) { /* no room for RDMA: other hosts get tcp */
-        inner_tr[2]->close_listener(l->inner[2]);
-        l->inner[2] = NULL;
-        n = snprintf(all, sizeof(all), "auto %s %s %s -", ctx->key, h[0], h[1]);
-    }
-    if (n < 0 || n >= CL_HANDLE_BYTES) {
+    char all[CL_HANDLE_BYTES];
+    int n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[TCP], h[SHM]);
+    if (n < 0 || n + 2 >= CL_HANDLE_BYTES) { /* room for " -" at least */
         close_inner_listeners(l);
         free(l);
         return COLL_EINVAL;
     }
+    for (int k = IB; k < NINNER; k++)
+        add_handle(l, k, h[k], all);
     memset(handle, 0, CL_HANDLE_BYTES);
-    memcpy(handle, all, (size_t)n);
+    memcpy(handle, all, strlen(all));
     pthread_mutex_lock(&ctx->mu);
     l->next = ctx->listeners;
     ctx->listeners = l;
@@ -167,9 +213,9 @@ static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_c
         cl_tr_conn *inner;
         if (!l->inner[k])
             continue;
-        int rc = inner_tr[k]->accept(l->inner[k], hello, &inner);
+        int rc = l->ctx->tr[k]->accept(l->inner[k], hello, &inner);
         if (rc == COLL_OK)
-            return wrap_conn(l->ctx, inner_tr[k], inner, out);
+            return wrap_conn(l->ctx, l->ctx->tr[k], inner, out);
         if (rc != COLL_INPROGRESS)
             return rc;
     }
@@ -184,20 +230,60 @@ static void auto_close_listener(cl_tr_listener *l)
     l->closed = 1;
 }
 
+/* The peer's handle split into its fields, at[k] for inner transport k of ctx (NULL
+ * where the peer has none); the key in key. Fields are cut in place in text. */
+static int split_handle(cl_tr_ctx *ctx, char *text, char **key, char *at[NINNER])
+{
+    char *save = NULL, *f[NFIXED + 2] = {0};
+    f[0] = strtok_r(text, " ", &save);
+    for (int n = 1; f[n - 1] && n < NFIXED + 2; n++)
+        f[n] = strtok_r(NULL, " ", &save);
+    if (!f[NFIXED + 1] || strcmp(f[0], "auto") != 0)
+        return COLL_EINVAL;
+    *key = f[1];
+    at[TCP] = f[2], at[SHM] = f[3];
+    at[IB] = strcmp(f[4], "-") != 0 ? f[4] : NULL;
+    for (char *t = strtok_r(NULL, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        for (int k = NFIXED; eq && k < NINNER; k++)
+            if (ctx->tr[k] && strlen(ctx->tr[k]->name) == (size_t)(eq - t) &&
+                strncmp(t, ctx->tr[k]->name, (size_t)(eq - t)) == 0)
+                at[k] = eq + 1;
+    }
+    return COLL_OK;
+}
+
+/* Of the transports both ends run (at[k] set, ours started), the one whose device is
+ * fastest, the first of equals (ibverbs, then the plugins in load order); else tcp. */
+static int fastest(const cl_tr_ctx *ctx, char *const at[NINNER])
+{
+    int best = TCP;
+    uint32_t top = 0;
+    for (int k = IB; k < NINNER; k++) {
+        if (!at[k] || !ctx->inner[k])
+            continue;
+        uint32_t s = ctx->tr[k]->speed_mbps ? ctx->tr[k]->speed_mbps(ctx->inner[k]) : 0;
+        if (best == TCP || s > top)
+            best = k, top = s;
+    }
+    return best;
+}
+
 static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                         const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
-    char all[CL_HANDLE_BYTES + 1], key[KEY_HEX + 1], h[NINNER][CL_HANDLE_BYTES + 1] = {{0}};
-    memcpy(all, handle, CL_HANDLE_BYTES);
-    all[CL_HANDLE_BYTES] = 0;
-    if (sscanf(all, "auto %16s %128s %128s %128s", key, h[0], h[1], h[2]) != 4)
+    char text[CL_HANDLE_BYTES + 1], *key, *at[NINNER] = {0}, h[CL_HANDLE_BYTES] = {0};
+    memcpy(text, handle, CL_HANDLE_BYTES);
+    text[CL_HANDLE_BYTES] = 0;
+    if (split_handle(ctx, text, &key, at) != COLL_OK)
         return COLL_EINVAL;
-    int k = strcmp(key, ctx->key) == 0                ? 1 /* this host: shm */
-            : ctx->inner[2] && strcmp(h[2], "-") != 0 ? 2
-                                                      : 0; /* RDMA at both ends */
+    int k = strcmp(key, ctx->key) == 0 ? SHM : fastest(ctx, at);
+    if (strlen(at[k]) >= CL_HANDLE_BYTES)
+        return COLL_EINVAL;
+    memcpy(h, at[k], strlen(at[k]));
     cl_tr_conn *inner;
-    int rc = inner_tr[k]->connect(ctx->inner[k], h[k], hello, want, &inner);
-    return rc == COLL_OK ? wrap_conn(ctx, inner_tr[k], inner, out) : rc;
+    int rc = ctx->tr[k]->connect(ctx->inner[k], h, hello, want, &inner);
+    return rc == COLL_OK ? wrap_conn(ctx, ctx->tr[k], inner, out) : rc;
 }
 
 /* Requests are the inner transport's own (their head names it): no wrapper per message. */
@@ -243,7 +329,7 @@ static void auto_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell
 {
     for (int k = 0; k < NINNER; k++)
         if (ctx->inner[k])
-            inner_tr[k]->shutdown(ctx->inner[k], status, farewell);
+            ctx->tr[k]->shutdown(ctx->inner[k], status, farewell);
 }
 
 static size_t auto_moved(cl_tr_req *r)
@@ -256,8 +342,8 @@ static size_t auto_poll(cl_tr_ctx *ctx, int mode)
 {
     size_t moved = 0;
     for (int k = 0; k < NINNER; k++)
-        if (ctx->inner[k] && inner_tr[k]->poll)
-            moved += inner_tr[k]->poll(ctx->inner[k], mode);
+        if (ctx->inner[k] && ctx->tr[k]->poll)
+            moved += ctx->tr[k]->poll(ctx->inner[k], mode);
     return moved;
 }
 

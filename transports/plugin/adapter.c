@@ -85,6 +85,7 @@ struct cl_tr_ctx {
     const coll_net_ops *ops;
     void *net;
     int dev;
+    uint32_t speed_mbps; /* dev's, as get_properties() said */
     cl_notifier *notifier;
     cl_tr_vet vet;
     void *vet_arg;
@@ -432,6 +433,7 @@ static int pick_device(cl_tr_ctx *ctx, const cl_tr_config *cfg)
         if (d == 0 || pr.speed_mbps > best)
             ctx->dev = d, best = pr.speed_mbps;
     }
+    ctx->speed_mbps = best;
     return COLL_OK;
 }
 
@@ -544,10 +546,22 @@ static int new_conn(cl_tr_ctx *ctx, void *comm, int send, cl_tr_conn **out)
     return COLL_OK;
 }
 
-/* "hex of the plugin's handle": a handle travels as text, which messages may print. */
+/* The plugin's handle in hex, without its trailing zero bytes (at least one byte): a
+ * handle travels as text, which messages may print, and auto fits several in its own. */
+static void hex_handle(const unsigned char raw[COLL_NET_HANDLE_BYTES], char handle[CL_HANDLE_BYTES])
+{
+    _Static_assert(2 * COLL_NET_HANDLE_BYTES < CL_HANDLE_BYTES, "a hex handle fits");
+    static const char hex[] = "0123456789abcdef";
+    int n = COLL_NET_HANDLE_BYTES;
+    while (n > 1 && raw[n - 1] == 0)
+        n--;
+    memset(handle, 0, CL_HANDLE_BYTES);
+    for (int i = 0; i < n; i++)
+        handle[2 * i] = hex[raw[i] >> 4], handle[2 * i + 1] = hex[raw[i] & 15];
+}
+
 static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
-    _Static_assert(2 * COLL_NET_HANDLE_BYTES <= CL_HANDLE_BYTES, "a hex handle fits");
     cl_tr_listener *l = calloc(1, sizeof(*l));
     unsigned char raw[COLL_NET_HANDLE_BYTES] = {0};
     if (!l)
@@ -558,10 +572,7 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
         l->ctx = ctx;
         l->next = ctx->listeners;
         ctx->listeners = l;
-        static const char hex[] = "0123456789abcdef";
-        memset(handle, 0, CL_HANDLE_BYTES);
-        for (int i = 0; i < COLL_NET_HANDLE_BYTES; i++) /* all 128 bytes: no room for a NUL */
-            handle[2 * i] = hex[raw[i] >> 4], handle[2 * i + 1] = hex[raw[i] & 15];
+        hex_handle(raw, handle);
         *out = l;
     }
     pthread_mutex_unlock(&ctx->mu);
@@ -570,13 +581,18 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     return rc != COLL_NET_OK ? failed(ctx, "listen", rc) : COLL_OK;
 }
 
+/* hex_handle's inverse: the bytes it left out are zeros. */
 static int unhex(const char handle[CL_HANDLE_BYTES], unsigned char raw[COLL_NET_HANDLE_BYTES])
 {
-    for (int i = 0; i < COLL_NET_HANDLE_BYTES; i++) {
+    size_t len = strnlen(handle, CL_HANDLE_BYTES);
+    if (len < 2 || len % 2 || len > 2 * COLL_NET_HANDLE_BYTES ||
+        strspn(handle, "0123456789abcdef") != len)
+        return COLL_EINVAL;
+    memset(raw, 0, COLL_NET_HANDLE_BYTES);
+    for (size_t i = 0; i < len / 2; i++) {
         unsigned v;
         char two[3] = {handle[2 * i], handle[2 * i + 1], 0};
-        if (strspn(two, "0123456789abcdef") != 2 || sscanf(two, "%2x", &v) != 1)
-            return COLL_EINVAL;
+        sscanf(two, "%2x", &v);
         raw[i] = (unsigned char)v;
     }
     return COLL_OK;
@@ -808,6 +824,11 @@ static const char *net_peer_name(cl_tr_conn *c)
     return c->name;
 }
 
+static uint32_t net_speed_mbps(cl_tr_ctx *ctx)
+{
+    return ctx->speed_mbps;
+}
+
 const cl_transport cl_net_adapter = {
     .name = "plugin",
     .ctx_destroy = net_ctx_destroy,
@@ -823,4 +844,5 @@ const cl_transport cl_net_adapter = {
     .shutdown = net_shutdown,
     .poll = net_poll,
     .peer_name = net_peer_name,
+    .speed_mbps = net_speed_mbps,
 };

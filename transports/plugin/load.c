@@ -187,6 +187,11 @@ const cl_transport *cl_net_find(const char *name)
     return NULL;
 }
 
+const cl_transport *cl_net_at(int i)
+{
+    return i >= 0 && i < __atomic_load_n(&nplugins, __ATOMIC_ACQUIRE) ? &plugins[i].tr : NULL;
+}
+
 void cl_net_names(char *buf, size_t len)
 {
     int n = __atomic_load_n(&nplugins, __ATOMIC_ACQUIRE);

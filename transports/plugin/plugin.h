@@ -28,6 +28,8 @@ int cl_net_load_env(char *err, size_t errlen);
 int cl_net_open(const char *spec, const cl_transport **out, char *err, size_t errlen);
 /* The loaded plugin's transport called name, or NULL. */
 const cl_transport *cl_net_find(const char *name);
+/* The i-th loaded plugin's transport (in load order), or NULL past the last. */
+const cl_transport *cl_net_at(int i);
 /* Appends ", NAME" for each loaded plugin to buf (a C string of room len). */
 void cl_net_names(char *buf, size_t len);
 
