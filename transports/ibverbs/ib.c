@@ -448,12 +448,17 @@ static const char *ib_peer_name(cl_tr_conn *c)
     return c->name;
 }
 
+static uint32_t ib_speed_mbps(cl_tr_ctx *ctx)
+{
+    return ctx->dev.speed_mbps;
+}
+
 #define IB_OPS                                                                              \
     .ctx_destroy = ib_ctx_destroy, .listen = ib_listen, .accept = ib_accept,                \
     .close_listener = cl_listener_close, .connect = ib_connect, .isend = cl_conn_isend,     \
     .irecv = cl_conn_irecv, .test = cl_req_test, .moved = cl_req_moved,                     \
     .close_conn = cl_conn_close, .shutdown = ib_shutdown,                                   \
-    .peer_name = ib_peer_name
+    .peer_name = ib_peer_name, .speed_mbps = ib_speed_mbps
 
 const cl_transport cl_transport_ibverbs = { .name = "ibverbs", .ctx_create = ib_ctx_create,
                                             IB_OPS };

@@ -56,6 +56,24 @@ static int open_named(cl_ib_dev *d, struct ibv_device **list, int n, const char 
     return -1;
 }
 
+/* The port's speed from its width and lane rate (ibv_port_attr's codes, as
+ * ibv_devinfo prints them), 0 for a code this does not know. */
+static uint32_t port_mbps(const struct ibv_port_attr *pa)
+{
+    static const struct {
+        uint8_t code;
+        uint32_t mbps;
+    } lane[] = {{1, 2500}, {2, 5000}, {4, 10000}, {8, 10000}, {16, 14000},
+                {32, 25000}, {64, 50000}, {128, 100000}},
+      width[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+    uint32_t rate = 0, lanes = 0;
+    for (size_t i = 0; i < sizeof(lane) / sizeof(lane[0]); i++)
+        rate = lane[i].code == pa->active_speed ? lane[i].mbps : rate;
+    for (size_t i = 0; i < sizeof(width) / sizeof(width[0]); i++)
+        lanes = width[i].code == pa->active_width ? width[i].mbps : lanes;
+    return rate * lanes;
+}
+
 static int fail(cl_ib_dev *d, char *err, size_t errlen, const char *what)
 {
     snprintf(err, errlen, "ibverbs: %s", what);
@@ -93,6 +111,7 @@ int cl_ib_dev_open(const cl_verbs *v, cl_ib_dev *d, char *err, size_t errlen)
     }
     d->lid = pa.lid;
     d->mtu = pa.active_mtu;
+    d->speed_mbps = port_mbps(&pa);
     d->gid_index = pa.link_layer == IBV_LINK_LAYER_INFINIBAND ? -1 : pick_gid(d, &pa);
     if (d->gid_index >= 0 && d->v->query_gid(d->ctx, d->port, d->gid_index, &d->gid) != 0)
         return fail(d, err, errlen, "cannot read the GID");
@@ -101,8 +120,9 @@ int cl_ib_dev_open(const cl_verbs *v, cl_ib_dev *d, char *err, size_t errlen)
     /* Both are polled from an epoll loop: never block in get_cq_event/get_async_event. */
     fcntl(d->channel->fd, F_SETFL, fcntl(d->channel->fd, F_GETFL) | O_NONBLOCK);
     fcntl(d->ctx->async_fd, F_SETFL, fcntl(d->ctx->async_fd, F_GETFL) | O_NONBLOCK);
-    cl_log(COLL_LOG_INFO, "ibverbs: %s (%s), %s, GID index %d, MTU %d", d->name, v->name,
-           d->gid_index < 0 ? "InfiniBand" : "RoCE", d->gid_index, 128 << d->mtu);
+    cl_log(COLL_LOG_INFO, "ibverbs: %s (%s), %s, GID index %d, MTU %d, %u Mb/s", d->name,
+           v->name, d->gid_index < 0 ? "InfiniBand" : "RoCE", d->gid_index, 128 << d->mtu,
+           d->speed_mbps);
     return COLL_OK;
 }
 

@@ -15,6 +15,7 @@ typedef struct cl_ib_dev {
     union ibv_gid gid;
     uint16_t lid;
     enum ibv_mtu mtu;
+    uint32_t speed_mbps; /* the port's, lanes x lane rate; 0: not known */
     char name[64];
 } cl_ib_dev;
 

@@ -132,6 +132,8 @@ static int f_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_a
     a->max_mtu = a->active_mtu = IBV_MTU_4096;
     a->gid_tbl_len = 2;
     a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    a->active_width = 2;  /* 4x */
+    a->active_speed = 32; /* EDR: 100 Gb/s in all */
     return 0;
 }
 
