@@ -4,11 +4,13 @@
 #include "core/args.h"
 
 #include "algo/algo.h"
-#include "kernels/codec.h"
-#include "kernels/reduce.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "base/util.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "kernels/codec.h"
+#include "kernels/reduce.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -4,6 +4,11 @@
 #include "core/args.h"
 
 #include "base/log.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/p2p.h"
+#include "core/req.h"
 #include "kernels/reduce.h"
 #include "wire/wire.h"
 

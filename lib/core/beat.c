@@ -31,7 +31,11 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/comm.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fail.h"
 #include "core/family.h"
+#include "core/lifecycle.h"
 #include "core/status.h"
 
 #include <errno.h>

@@ -5,6 +5,7 @@
  * TCP's slow start), then rank 0 broadcasts what it measured, so every rank prices alike
  * and chooses alike. Once per job: a few round trips and 6 MiB (about 60 ms over
  * 1 Gbit/s), left out of the communicator's counters. */
+#include "core/calibrate.h"
 #include "core/comm.h"
 
 #include "base/log.h"

@@ -7,6 +7,7 @@
  * named algorithm serves. COLL_DEBUG=info names the choice, with the prices it compared,
  * once per collective and size class. The model reads nothing but the topology value
  * (topo.h): a communicator's, or the cluster perf/model.c describes. */
+#include "core/choose.h"
 #include "core/comm.h"
 
 #include "base/log.h"

@@ -6,8 +6,17 @@
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/beat.h"
 #include "core/config.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/family.h"
+#include "core/lifecycle.h"
+#include "core/link.h"
+#include "core/p2p.h"
 #include "core/record.h"
+#include "core/req.h"
 #include "core/status.h"
 #include "rdzv/tcp_server.h"
 
@@ -25,7 +34,8 @@ static void free_all(coll_comm *c, int own_transport)
     cl_beat_close(c); /* its thread may be failing c */
     if (c->rdzv) /* first: its thread may be failing c */
         cl_store_server_stop(c->rdzv);
-    cl_grow_stop(c);
+    if (c->grow) /* rank 0's, for the grow it made an id for (grow.c) */
+        cl_store_server_stop(c->grow);
     if (c->listener && own_transport)
         c->tr->close_listener(c->listener);
     cl_life_close(&c->life);
@@ -396,8 +406,7 @@ int coll_abort(coll_comm *comm)
 {
     if (!comm)
         return COLL_EINVAL;
-    atomic_store(&comm->aborted, 1);
-    cl_comm_fail(comm, COLL_EABORTED, "rank %d: aborted by the application", comm->rank);
+    cl_comm_abort(comm);
     return COLL_OK;
 }
 

@@ -1,15 +1,14 @@
-/* The communicator and request structures, shared by the core and the algorithms. */
+/* The communicator and request structures: data only. What acts on them is declared by
+ * concern: lifecycle.h (create, connect, free), error.h (the failure's state), fail.h
+ * (failing), engine.h, link.h, p2p.h, req.h. */
 #ifndef CL_COMM_H
 #define CL_COMM_H
 
 #include "collective.h"
 
-#include "core/config.h"
-#include "core/family.h"
-
 #include "algo/algo.h"
+#include "base/auth.h"
 #include "base/lock.h"
-#include "core/beat.h"
 #include "core/life.h"
 #include "core/topo.h"
 #include "rdzv/store.h"
@@ -19,8 +18,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-
-enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
 
 /* Every field is set by req_init (args.c), not by zeroing the whole: a new field goes
  * there too. */
@@ -147,133 +144,5 @@ struct coll_comm {
     cl_buf scratch; /* the running collective's (see busy) */
     cl_buf staging; /* the running pass's receive and send slots */
 };
-
-/* What each rank publishes when a communicator is built: where its transport listens,
- * its machine, its lifeline. */
-typedef struct cl_card {
-    char handle[CL_HANDLE_BYTES];
-    uint64_t machine; /* cl_machine_id: whose CPUs */
-    uint64_t host;    /* cl_host_id: whose memory and network link */
-    char life[CL_LIFE_ADDR];
-    uint8_t nonce[CL_NONCE_BYTES]; /* drawn for this communicator: links to it prove it */
-    uint16_t beat;                 /* its heartbeat's UDP port, at its life address (beat.h) */
-    uint16_t status;               /* its status endpoint's UDP port, there too (status.h) */
-} cl_card;
-
-/* A communicator of `size` with its transport context, listener and lifeline, not yet
- * connected; *mine is this rank's card. */
-int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_comm **out,
-                   cl_tr_listener **l, cl_card *mine);
-/* Where c stands, when it is learnt after cl_comm_create (shrink): size no more than
- * the size c was created with. */
-void cl_comm_place(coll_comm *c, int rank, int size, uint64_t id);
-/* Connects c given every rank's card (rank order), then starts its engine. */
-int cl_comm_connect(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
-void cl_comm_free(coll_comm *c);
-/* The configuration a communicator derived from c (split, shrink) inherits. */
-cl_config cl_comm_config(const coll_comm *c);
-/* Where the last failed init, split, shrink or grow on this thread said why. */
-void cl_comm_init_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* coll_init's meeting (init.c): cfg's ranks meet at rv through store (the caller's, or
- * NULL to open the one rv names; the communicator owns it, failed or not). */
-int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store);
-/* Rank 0: stops the grow's rendezvous, if it serves one (grow.c). */
-void cl_grow_stop(coll_comm *c);
-
-/* Records the communicator's first failure with its sentence, closes every link so the
- * peers notice, and wakes every waiter. Later failures only count as errors. */
-void cl_comm_fail(coll_comm *c, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* cl_comm_fail's parts: records c's first failure (1: it was the first; later ones
- * change nothing), reads where it began, and closes c's links with the farewell. */
-int cl_comm_record(coll_comm *c, int status, const char *msg);
-void cl_comm_cause(coll_comm *c, int *rank, int *status, int *silent_ms);
-void cl_comm_close_links(coll_comm *c, int status);
-/* A call on c (fn) that cannot get the memory it needs: fails c, so the peers waiting
- * on this rank hear at once. Returns COLL_ENOMEM. */
-int cl_comm_no_memory(coll_comm *c, const char *fn);
-/* Before cl_comm_fail: the failure began at `rank` with `status`, not here; silent_ms >
- * 0: the heartbeat found that rank silent this long (beat.c), and the farewell says so. */
-void cl_comm_blame(coll_comm *c, int rank, int status, int silent_ms);
-/* Where the communicator's algorithms report failures: cl_comm_fail and cl_comm_blame. */
-cl_fail_hooks cl_comm_hooks(coll_comm *c);
-/* COLL_OK, or what a new or queued operation must return on a failed communicator. */
-int cl_comm_state(coll_comm *c);
-
-/* Engine: runs queued collectives in order on the communicator's own thread. */
-int cl_engine_start(coll_comm *c);
-void cl_engine_stop(coll_comm *c);
-void cl_engine_submit(coll_comm *c, coll_req *r);
-/* The collectives issued on c so far (the last one's sequence number). */
-uint32_t cl_engine_issued(const coll_comm *c);
-/* Whether no collective runs nor waits in the queue. */
-int cl_engine_idle(const coll_comm *c);
-/* A blocking collective: runs r on the calling thread when nothing is queued or running,
- * else queues it behind the others and waits. r is the caller's; returns its status. */
-int cl_engine_call(coll_comm *c, coll_req *r);
-
-/* Measures the link between hosts for the cost model, on every rank at the end of
- * init (calibrate.c): nothing on one host or where the environment gave the link. */
-int cl_calibrate(coll_comm *c);
-
-/* COLL_AVG on a narrow integer type: run in int64 (widen.c). */
-int cl_widen_wanted(const cl_op *op);
-/* Runs r through `run` on int64 copies of its buffers and narrows the result back. */
-int cl_run_widened(coll_comm *c, coll_req *r, int (*run)(coll_comm *, coll_req *));
-
-/* Runs one collective to completion (engine thread or cl_engine_call); returns its status. */
-int cl_run_collective(coll_comm *c, coll_req *r);
-
-/* At COLL_DEBUG=info, names the choice for op's collective and size class, once. */
-void cl_tell_choice(coll_comm *c, const cl_algo *chosen, const cl_op *op);
-
-/* Point-to-point requests bypass the engine: posted to the transport at once. */
-int cl_p2p_post(coll_comm *c, coll_req *r);
-/* A blocking send or receive by the transport's fast path, done on return, or
- * COLL_INPROGRESS: it did not apply and nothing was done (post it instead). */
-int cl_p2p_now(coll_comm *c, coll_req *q);
-int cl_p2p_test(coll_req *r, int *done);
-/* A family member going away: its held requests (left to the transport by destroy)
- * leave its root's list. */
-void cl_p2p_forget(coll_comm *c);
-/* Posts the held p2p requests whose links opened: 1 while some are still held. */
-int cl_p2p_progress(coll_comm *c);
-
-/* Waits until a request is done; frees it; returns its status. */
-int cl_req_wait(coll_req *r);
-/* r goes to the caller: it stays valid until coll_wait, whatever happens to its comm. */
-void cl_req_hand_out(coll_comm *c, coll_req *r);
-/* coll_destroy's first part: aborts c if anything is unfinished, waits (bounded by the
- * timeout) for the callers inside c to leave, stops the engine, and leaves every
- * request handed out finished, with its status and no communicator. COLL_ETIMEDOUT
- * when a caller stayed inside (c must not be freed then). */
-int cl_comm_settle(coll_comm *c);
-
-/* Links (link.c): made when first used, by their sender; the listener takes them. */
-/* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
- * from the previous one) and waits for them. l NULL: a shared split's, whose links are
- * its family root's (it opens them in its turn). */
-int cl_link_start(coll_comm *c, cl_tr_listener *l, const cl_card *cards);
-/* After cl_link_start, rank 0's word to every rank, once around the ring: status is
- * rank 0's (COLL_OK: carry on); every rank returns what rank 0 said, or why it did not
- * hear it (the communicator has failed then). */
-int cl_link_verdict(coll_comm *c, int status);
-/* Opens link (ch, dir, peer) without blocking: COLL_OK once it is in c->conns;
- * COLL_INPROGRESS while the peer has not connected (dir 1) or its listener is full
- * (dir 0); else the communicator's failure or why the peer cannot be reached. Takes
- * every connection waiting on the listener meanwhile. */
-int cl_link_open(coll_comm *c, int ch, int dir, int peer);
-/* A failure, before the links close: the farewell goes to every rank on the collective
- * channel, queued behind what each link carries, over a link dialed for it where there
- * was none (a rank may be waiting for the link this one would have opened), waiting at
- * most min(timeout, 1 s) for them to go out. Each failing rank does it, so a failure
- * costs O(n) connections per rank, once. */
-void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye);
-/* A transport's vet (cl_tr_config): why a hello is not one of communicator comm's
- * links, or NULL (also before cl_link_start, when there is nothing yet to judge by:
- * accept's caller judges those). Safe on a transport's thread. */
-const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
-/* The link as it stands (NULL: not opened). */
-cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
 
 #endif

@@ -2,7 +2,6 @@
  * environment variables, and says which was used at info level. */
 #include "core/config.h"
 
-#include "core/comm.h"
 #include "core/record.h"
 
 #include "base/addr.h"

@@ -2,16 +2,22 @@
  * like a stream. Callers enqueue and return (non-blocking) or enqueue and wait; a
  * blocking call that finds nothing queued or running runs on its own thread instead, as
  * MPI does: two thread hand-offs (to the engine and back) cost more than a small
- * all-reduce itself. One collective runs at a time either way (GATE_BUSY), in issue order.
+ * all-reduce itself. One collective runs at a time either way (CL_GATE_BUSY), in issue order.
  * It never runs point-to-point messages: those go to the transport directly so a
  * receive never queues behind a send. The members of a family that shares links
  * (family.h) run their collectives in their turns, in issue order across the family. */
+#include "core/engine.h"
 #include "core/comm.h"
 #include "core/record.h"
 
 #include "base/log.h"
 #include "base/names.h"
 #include "base/util.h"
+#include "core/choose.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/family.h"
+#include "core/widen.h"
 #include "kernels/codec.h"
 
 #include <stdlib.h>
@@ -66,24 +72,7 @@ int cl_run_collective(coll_comm *c, coll_req *r)
     return cl_widen_wanted(&r->op) ? cl_run_widened(c, r, run_one) : run_one(c, r);
 }
 
-/* The gate (comm.h): one word for the collectives issued, whether one runs and whether
- * any is queued, so that a blocking call on an idle communicator claims it, and later
- * lets it go, with one atomic operation each and no lock. The two lock pairs it took
- * before cost a 2-rank 8-byte all-reduce 5-7% of its time here. The queue's writers hold
- * c->mu too; QUEUED stays set while the queue holds anything, so a claim never jumps it. */
-enum { GATE_BUSY = 1, GATE_QUEUED = 2, GATE_ISSUE = 4 };
-
-uint32_t cl_engine_issued(const coll_comm *c)
-{
-    return (uint32_t)(atomic_load_explicit(&c->gate, memory_order_relaxed) / GATE_ISSUE);
-}
-
-int cl_engine_idle(const coll_comm *c)
-{
-    return !(atomic_load(&c->gate) & (GATE_BUSY | GATE_QUEUED));
-}
-
-/* In one step: adds `add` (GATE_ISSUE: one more collective issued), sets `set` and
+/* In one step: adds `add` (CL_GATE_ISSUE: one more collective issued), sets `set` and
  * clears `clear`; 0 with nothing changed if a bit of `unless` is set. *seq: the
  * collectives issued after it, the number of the one it issued. */
 static int gate_move(coll_comm *c, uint64_t unless, uint64_t add, uint64_t set, uint64_t clear,
@@ -97,21 +86,21 @@ static int gate_move(coll_comm *c, uint64_t unless, uint64_t add, uint64_t set, 
     } while (!atomic_compare_exchange_weak_explicit(&c->gate, &g, to, memory_order_acq_rel,
                                                     memory_order_relaxed));
     if (seq)
-        *seq = (uint32_t)(to / GATE_ISSUE);
+        *seq = (uint32_t)(to / CL_GATE_ISSUE);
     return 1;
 }
 
 static coll_req *next_request(coll_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    while ((!c->qhead || (atomic_load(&c->gate) & GATE_BUSY)) && !c->stop)
+    while ((!c->qhead || (atomic_load(&c->gate) & CL_GATE_BUSY)) && !c->stop)
         pthread_cond_wait(&c->cv, &c->mu);
     coll_req *r = c->qhead;
     if (r) {
         c->qhead = r->next;
         if (!c->qhead)
             c->qtail = NULL;
-        gate_move(c, 0, 0, GATE_BUSY, c->qhead ? 0 : GATE_QUEUED, NULL);
+        gate_move(c, 0, 0, CL_GATE_BUSY, c->qhead ? 0 : CL_GATE_QUEUED, NULL);
     }
     pthread_mutex_unlock(&c->mu);
     return r;
@@ -126,14 +115,14 @@ static void finish(coll_comm *c, coll_req *r, int status, int by_caller)
     if (by_caller) {
         r->status = status;
         r->done = 1;
-        if (!(atomic_fetch_and(&c->gate, ~(uint64_t)GATE_BUSY) & GATE_QUEUED))
+        if (!(atomic_fetch_and(&c->gate, ~(uint64_t)CL_GATE_BUSY) & CL_GATE_QUEUED))
             return;
     }
     pthread_mutex_lock(&c->mu);
     if (!by_caller) {
         r->status = status;
         r->done = 1;
-        atomic_fetch_and(&c->gate, ~(uint64_t)GATE_BUSY);
+        atomic_fetch_and(&c->gate, ~(uint64_t)CL_GATE_BUSY);
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -191,7 +180,7 @@ void cl_engine_stop(coll_comm *c)
 void cl_engine_submit(coll_comm *c, coll_req *r)
 {
     pthread_mutex_lock(&c->mu);
-    gate_move(c, 0, GATE_ISSUE, GATE_QUEUED, 0, &r->op.seq);
+    gate_move(c, 0, CL_GATE_ISSUE, CL_GATE_QUEUED, 0, &r->op.seq);
     cl_rec_issue(c, &r->op, 0);
     r->ticket = c->fam ? cl_family_ticket(c) : 0;
     r->next = NULL;
@@ -207,7 +196,7 @@ void cl_engine_submit(coll_comm *c, coll_req *r)
 /* Claims the idle communicator for the caller's thread: 1 with r's sequence number. */
 static int claim(coll_comm *c, coll_req *r)
 {
-    return gate_move(c, GATE_BUSY | GATE_QUEUED, GATE_ISSUE, GATE_BUSY, 0, &r->op.seq);
+    return gate_move(c, CL_GATE_BUSY | CL_GATE_QUEUED, CL_GATE_ISSUE, CL_GATE_BUSY, 0, &r->op.seq);
 }
 
 /* A family's turns are handed out under c->mu with the sequence numbers (submit): a

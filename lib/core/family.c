@@ -4,6 +4,7 @@
 #include "core/comm.h"
 
 #include "base/log.h"
+#include "core/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +128,7 @@ static int root_rank(const coll_comm *c, int r)
     return c->to_root && r >= 0 && r < c->size ? c->to_root[r] : r;
 }
 
-void cl_family_fail(coll_comm *c, int status, const char *msg)
+coll_comm *cl_family_fail(coll_comm *c, int status, const char *msg)
 {
     struct cl_family *f = c->fam;
     char other[512];
@@ -149,8 +150,7 @@ void cl_family_fail(coll_comm *c, int status, const char *msg)
     }
     coll_comm *root = f->root;
     pthread_mutex_unlock(&f->mu);
-    if (close) /* the root's state failed first here: once */
-        cl_comm_close_links(root, status);
+    return close ? root : NULL; /* the root's state failed first here: once */
 }
 
 /* The root stays on the list after its coll_destroy (root_left): it fails with the

@@ -34,9 +34,10 @@ uint64_t cl_family_ticket(coll_comm *c);
 void cl_family_turn(coll_comm *c, uint64_t ticket);
 /* The operation holding this turn is over: the next may run. */
 void cl_family_done(coll_comm *c, uint64_t ticket);
-/* Member c fails with status and msg: every member fails with it, and the root closes
- * the links. */
-void cl_family_fail(coll_comm *c, int status, const char *msg);
+/* Member c fails with status and msg: every member's failure is recorded with it.
+ * Returns the root when its state failed first here (its links must close now, once),
+ * else NULL: closing is the caller's (error.c), so the family never calls back up. */
+coll_comm *cl_family_fail(coll_comm *c, int status, const char *msg);
 /* c leaves its family (coll_destroy): 1 when its memory may go now, 0 when c is a root
  * whose links members still use (freed when the last of them leaves). *last is set to
  * a root left behind that goes now too, else NULL. */

@@ -13,6 +13,8 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
+#include "core/error.h"
+#include "core/lifecycle.h"
 #include "rdzv/store.h"
 #include "rdzv/tcp_server.h"
 
@@ -42,7 +44,8 @@ static int parse_id(const char *id, grow_id *g)
     return COLL_OK;
 }
 
-void cl_grow_stop(coll_comm *c)
+/* Rank 0: stops the grow's rendezvous, if it serves one. */
+static void grow_stop(coll_comm *c)
 {
     if (c->grow)
         cl_store_server_stop(c->grow);
@@ -58,7 +61,7 @@ int coll_grow_id(coll_comm *c, int size, char *id, size_t len)
                            c ? c->size : 0, COLL_GROW_ID_BYTES, c ? c->rank : -1, size, len);
         return COLL_EINVAL;
     }
-    cl_grow_stop(c);
+    grow_stop(c);
     uint8_t raw[16];
     char nonce[2 * sizeof(raw) + 1];
     cl_life l;
@@ -140,7 +143,7 @@ int coll_grow(coll_comm *c, coll_comm **out)
             rc = meet(&g, &rv, &cfg, s, out);
     }
     if (c->rank == 0)
-        cl_grow_stop(c); /* every rank has read what it needs, or the grow failed */
+        grow_stop(c); /* every rank has read what it needs, or the grow failed */
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_grow: %s", coll_last_error(NULL));
     return rc;

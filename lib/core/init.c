@@ -8,7 +8,13 @@
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/beat.h"
+#include "core/calibrate.h"
 #include "core/config.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/lifecycle.h"
+#include "core/link.h"
 #include "core/terms.h"
 #include "core/trace.h"
 #include "rdzv/tcp_server.h"
@@ -18,16 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static __thread char init_err[512];
-
-void cl_comm_init_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(init_err, sizeof(init_err), fmt, ap);
-    va_end(ap);
-}
 
 /* What init knows besides the communicator. */
 typedef struct {
@@ -53,8 +49,8 @@ static int late(coll_comm *c, const meeting *m)
 static int await(coll_comm *c, meeting *m, const char *key, void *buf, size_t cap,
                  size_t *len, int64_t deadline)
 {
-    int rc = cl_terms_wait(c->store, m->plain, key, buf, cap, len, deadline, init_err,
-                           sizeof(init_err));
+    int rc = cl_terms_wait(c->store, m->plain, key, buf, cap, len, deadline, cl_init_err,
+                           sizeof(cl_init_err));
     m->noted |= rc == COLL_EMISMATCH;
     return rc == CL_TERMS_LATE ? late(c, m) : rc;
 }
@@ -144,7 +140,7 @@ static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *
     }
     free(have);
     if (missing > 0)
-        snprintf(init_err, sizeof(init_err),
+        snprintf(cl_init_err, sizeof(cl_init_err),
                  "rendezvous: %d/%d ranks joined after %lld ms: missing rank(s) %s%s",
                  c->size - missing, c->size, (long long)(cl_now_ms() - start), list,
                  lost ? " (rank 0 closed the store: it gave up or failed, its error says why)"
@@ -158,11 +154,11 @@ static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *
 static int clash(const meeting *m, const char *what)
 {
     if (strcmp(m->rv->scheme, "file") == 0)
-        snprintf(init_err, sizeof(init_err),
+        snprintf(cl_init_err, sizeof(cl_init_err),
                  "file://%.300s already holds another job's files (%s): use a fresh directory",
                  m->rv->where, what);
     else
-        snprintf(init_err, sizeof(init_err),
+        snprintf(cl_init_err, sizeof(cl_init_err),
                  "another job is using this rendezvous (%s://%.300s: %s): use another port "
                  "or store, or set COLL_JOB_ID",
                  m->rv->scheme, m->rv->where, what);
@@ -177,16 +173,16 @@ static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
     int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, deadline, why, sizeof(why));
     m->terms_owner = c->rank == 0 && rc == COLL_OK;
     if (rc == CL_TERMS_LATE) {
-        snprintf(init_err, sizeof(init_err), "%s", why);
+        snprintf(cl_init_err, sizeof(cl_init_err), "%s", why);
         return late(c, m);
     }
     if (rc == CL_TERMS_CLASH)
         return clash(m, why);
     m->noted = rc == COLL_EMISMATCH;
     if (rc == COLL_EMISMATCH)
-        snprintf(init_err, sizeof(init_err), "%s", why);
+        snprintf(cl_init_err, sizeof(cl_init_err), "%s", why);
     if (rc == COLL_ETIMEDOUT)
-        snprintf(init_err, sizeof(init_err),
+        snprintf(cl_init_err, sizeof(cl_init_err),
                  "rendezvous at %s://%.300s: rank 0's terms were not there within %d ms: "
                  "rank 0 never came (start it, or check the URL), or its job formed without "
                  "this rank",
@@ -322,7 +318,7 @@ static int verdict(coll_comm *c, const meeting *m)
     if (rc == COLL_EMISMATCH && c->rank != 0)
         clash(m, "rank 0 found a rank registered twice");
     if (rc != COLL_OK)
-        cl_comm_fail(c, rc, "%s", init_err[0] ? init_err : "rank 0's verdict did not come");
+        cl_comm_fail(c, rc, "%s", cl_init_err[0] ? cl_init_err : "rank 0's verdict did not come");
     return rc;
 }
 
@@ -378,16 +374,16 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     cl_card *cards = NULL;
     int rc = cl_comm_create(cfg, rv->rank, rv->size, 0, &c, &l, &mine);
     if (rc != COLL_OK) {
-        if (!init_err[0])
-            snprintf(init_err, sizeof(init_err), "transport %s: %s", cfg->transport->name,
+        if (!cl_init_err[0])
+            snprintf(cl_init_err, sizeof(cl_init_err), "transport %s: %s", cfg->transport->name,
                      coll_strerror(rc));
         if (store)
             store->ops->close(store);
         return rc;
     }
     c->store = store;
-    if (!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, init_err,
-                                      sizeof(init_err))) == CL_STORE_HELD) {
+    if (!store && (rc = cl_store_open(rv, cfg->timeout_ms, &c->store, cl_init_err,
+                                      sizeof(cl_init_err))) == CL_STORE_HELD) {
         tell_holder(cfg, rv);
         rc = COLL_ESYS;
     }
@@ -404,7 +400,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         goto fail;
     serve_status_at(c, rv); /* coll_status asks the job where its ranks met */
     if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
-        snprintf(init_err, sizeof(init_err), "%.500s", c->err);
+        snprintf(cl_init_err, sizeof(cl_init_err), "%.500s", c->err);
         goto fail;
     }
     free(cards);
@@ -413,7 +409,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         return rc;
     }
     if ((rc = cl_calibrate(c)) != COLL_OK) {
-        snprintf(init_err, sizeof(init_err), "measuring the host link: %.480s", c->err);
+        snprintf(cl_init_err, sizeof(cl_init_err), "measuring the host link: %.480s", c->err);
         coll_destroy(c);
         return rc;
     }
@@ -421,9 +417,9 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     *out = c;
     return COLL_OK;
 fail:
-    if (!init_err[0])
-        snprintf(init_err, sizeof(init_err), "rendezvous at %s://%.300s: %s", rv->scheme, rv->where,
-                 coll_strerror(rc));
+    if (!cl_init_err[0])
+        snprintf(cl_init_err, sizeof(cl_init_err), "rendezvous at %s://%.300s: %s", rv->scheme,
+                 rv->where, coll_strerror(rc));
     free(cards);
     if (m.terms_owner && m.noted)
         cl_sleep_ms(CL_TERMS_LINGER_MS); /* the others read the note while the store is up */
@@ -434,28 +430,28 @@ fail:
 
 int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_config *cfg)
 {
-    init_err[0] = 0;
+    cl_init_err[0] = 0;
     if (!out)
         return COLL_EINVAL;
     *out = NULL;
     cl_rdzv rv;
     cl_config conf;
-    int rc = cl_rdzv_parse(url, rank, size, &rv, init_err, sizeof(init_err));
+    int rc = cl_rdzv_parse(url, rank, size, &rv, cl_init_err, sizeof(cl_init_err));
     if (rc == COLL_OK)
-        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+        rc = cl_config_resolve(cfg, &rv, &conf, cl_init_err, sizeof(cl_init_err));
     if (rc == COLL_OK) {
         warn_unkeyed(&conf, &rv);
         rc = cl_init_meet(out, &conf, &rv, NULL);
     }
     if (rc != COLL_OK)
-        cl_log(COLL_LOG_ERROR, "coll_init: %s", init_err);
+        cl_log(COLL_LOG_ERROR, "coll_init: %s", cl_init_err);
     return rc;
 }
 
 int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int rank, int size,
                     const coll_config *cfg)
 {
-    init_err[0] = 0;
+    cl_init_err[0] = 0;
     if (!out)
         return COLL_EINVAL;
     *out = NULL;
@@ -464,23 +460,19 @@ int coll_init_store(coll_comm **out, const coll_store_ops *ops, void *ctx, int r
     cl_store *s = NULL;
     int rc = COLL_EINVAL;
     if (!ops || !ops->set || !ops->get)
-        snprintf(init_err, sizeof(init_err), "the store's ops, set or get is NULL");
+        snprintf(cl_init_err, sizeof(cl_init_err), "the store's ops, set or get is NULL");
     else if (size < 1 || rank < 0 || rank >= size)
-        snprintf(init_err, sizeof(init_err), "rank %d is not within a world of %d", rank, size);
-    else if ((rc = cl_rdzv_caller(rank, size, &rv, init_err, sizeof(init_err))) == COLL_OK)
-        rc = cl_config_resolve(cfg, &rv, &conf, init_err, sizeof(init_err));
+        snprintf(cl_init_err, sizeof(cl_init_err), "rank %d is not within a world of %d", rank,
+                 size);
+    else if ((rc = cl_rdzv_caller(rank, size, &rv, cl_init_err, sizeof(cl_init_err))) == COLL_OK)
+        rc = cl_config_resolve(cfg, &rv, &conf, cl_init_err, sizeof(cl_init_err));
     if (rc == COLL_OK)
         rc = cl_store_caller_open(ops, ctx, &s);
     if (rc == COLL_OK) {
         rc = cl_init_meet(out, &conf, &rv, s);
     }
     if (rc != COLL_OK)
-        cl_log(COLL_LOG_ERROR, "coll_init_store: %s", init_err);
+        cl_log(COLL_LOG_ERROR, "coll_init_store: %s", cl_init_err);
     return rc;
-}
-
-const char *coll_last_error(const coll_comm *comm)
-{
-    return comm ? comm->err : init_err;
 }
 

@@ -10,11 +10,16 @@
  * the job's key over the link (channel, sender, receiver) and the nonce its receiver drew
  * for this communicator and published on its card. A slot is taken once, so a proof
  * seen on the wire cannot be replayed into it, nor into another link or communicator. */
+#include "core/link.h"
 #include "core/comm.h"
 
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/family.h"
+#include "core/lifecycle.h"
 #include "wire/wire.h"
 
 #include <stdio.h>

@@ -6,12 +6,17 @@
  * held, in issue order, and posted once it is, so posting order stays matching order.
  * The members of a family that shares links (family.h) share its root's posting order
  * and held list (the hub), since their messages to a peer share one link. */
+#include "core/p2p.h"
 #include "core/comm.h"
 #include "core/record.h"
 
 #include "base/log.h"
 #include "base/names.h"
 #include "base/util.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/family.h"
+#include "core/link.h"
 #include "kernels/reduce.h"
 
 static cl_msg_hdr header(const coll_comm *c, const cl_op *r, size_t len, uint32_t seq)

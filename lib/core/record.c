@@ -8,6 +8,9 @@
 #include "base/log.h"
 #include "base/names.h"
 #include "base/util.h"
+#include "core/beat.h"
+#include "core/engine.h"
+#include "core/error.h"
 #include "core/status.h"
 #include "kernels/codec.h"
 

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "core/comm.h"
+#include "core/config.h"
 #include "core/trace.h"
 
 #include <stdint.h>

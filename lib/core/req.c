@@ -1,9 +1,13 @@
 /* Waiting on and testing requests. A collective is done when the engine says so; a
  * point-to-point request when its transport request completes, bounded by the timeout
  * since the last progress. */
+#include "core/req.h"
 #include "core/comm.h"
 
 #include "base/util.h"
+#include "core/engine.h"
+#include "core/fail.h"
+#include "core/p2p.h"
 
 #include <stdlib.h>
 
@@ -183,7 +187,7 @@ static int someone_inside(coll_comm *c)
 int cl_comm_settle(coll_comm *c)
 {
     if (unfinished(c))
-        coll_abort(c);
+        cl_comm_abort(c);
     int64_t deadline = cl_now_ms() + c->timeout_ms;
     while (someone_inside(c) && cl_now_ms() < deadline)
         cl_sleep_ms(1);

@@ -32,6 +32,10 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/fail.h"
+#include "core/lifecycle.h"
 
 #include <errno.h>
 #include <poll.h>

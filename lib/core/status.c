@@ -11,6 +11,9 @@
 #include "base/util.h"
 #include "core/beat.h"
 #include "core/comm.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/lifecycle.h"
 #include "core/record.h"
 #include "rdzv/store.h"
 

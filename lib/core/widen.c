@@ -8,6 +8,7 @@
  * contribution by n first would not overflow either, but flushes small values into f16's
  * subnormals and rounds every contribution once more; a sum in f32 is what every
  * algorithm carries unchanged, at twice the bytes on the wire. */
+#include "core/widen.h"
 #include "core/comm.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"

@@ -21,6 +21,10 @@ enum { CL_SHARE = 0x7e };
 
 enum { CL_HELLO_PROOF = 24 };
 
+/* The channels a hello may name: a communicator has a link per channel, peer and
+ * direction, one channel for its collectives and one for its point-to-point. */
+enum { CL_CH_COLL = 0, CL_CH_P2P = 1, CL_CHANNELS = 2 };
+
 typedef struct cl_hello {
     uint32_t magic;
     uint16_t proto, libver;

@@ -2,7 +2,6 @@
  * segment header checks and the farewell (lib/wire/wire.c). Beyond "no crash, no sanitizer report",
  * it checks that nothing is accepted that differs from what was expected. */
 #include "wire/wire.h"
-#include "core/comm.h"
 
 #include <stdint.h>
 #include <string.h>

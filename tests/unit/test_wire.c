@@ -1,6 +1,5 @@
 /* The handshake and header checks: a hello from a valid peer is accepted at the slot it
  * names; each wrong field is refused with its reason; header verdicts. */
-#include "core/comm.h"
 #include "wire/wire.h"
 
 #include "common/suite.h"

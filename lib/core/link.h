@@ -1,0 +1,41 @@
+/* A communicator's links (link.c): made when first used, by their sender; the listener
+ * takes them. */
+#ifndef CL_LINK_H
+#define CL_LINK_H
+
+#include "collective.h"
+
+#include "transports/transport.h"
+#include "wire/wire.h"
+
+#include <stdint.h>
+
+struct cl_card;
+
+/* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
+ * from the previous one) and waits for them. l NULL: a shared split's, whose links are
+ * its family root's (it opens them in its turn). */
+int cl_link_start(coll_comm *c, cl_tr_listener *l, const struct cl_card *cards);
+/* After cl_link_start, rank 0's word to every rank, once around the ring: status is
+ * rank 0's (COLL_OK: carry on); every rank returns what rank 0 said, or why it did not
+ * hear it (the communicator has failed then). */
+int cl_link_verdict(coll_comm *c, int status);
+/* Opens link (ch, dir, peer) without blocking: COLL_OK once it is in c->conns;
+ * COLL_INPROGRESS while the peer has not connected (dir 1) or its listener is full
+ * (dir 0); else the communicator's failure or why the peer cannot be reached. Takes
+ * every connection waiting on the listener meanwhile. */
+int cl_link_open(coll_comm *c, int ch, int dir, int peer);
+/* A failure, before the links close: the farewell goes to every rank on the collective
+ * channel, queued behind what each link carries, over a link dialed for it where there
+ * was none (a rank may be waiting for the link this one would have opened), waiting at
+ * most min(timeout, 1 s) for them to go out. Each failing rank does it, so a failure
+ * costs O(n) connections per rank, once. */
+void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye);
+/* A transport's vet (cl_tr_config): why a hello is not one of communicator comm's
+ * links, or NULL (also before cl_link_start, when there is nothing yet to judge by:
+ * accept's caller judges those). Safe on a transport's thread. */
+const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
+/* The link as it stands (NULL: not opened). */
+cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
+
+#endif
