@@ -16,7 +16,6 @@
 #include "core/lifecycle.h"
 #include "core/link.h"
 #include "core/terms.h"
-#include "core/trace.h"
 #include "rdzv/tcp_server.h"
 
 #include <stdarg.h>
@@ -413,7 +412,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         coll_destroy(c);
         return rc;
     }
-    cl_trace_align(c);
+    cl_calibrate_clock(c);
     *out = c;
     return COLL_OK;
 fail:

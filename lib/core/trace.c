@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { ALIGN_ROUNDS = 8, ALIGN_TAG = 0x7ffffffe, DEFAULT_MAX_EVENTS = 1 << 20 };
+enum { DEFAULT_MAX_EVENTS = 1 << 20 };
 #define CL_TRACE_NAMED 64 /* communicators named in the file (the rest by number) */
 
 struct cl_trace {
@@ -137,46 +137,19 @@ void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e, const cl_spans *kid
     pthread_mutex_unlock(&g.mu);
 }
 
-/* Now on this process's clock (the test's skew included). */
-static double local_us(void)
+double cl_trace_now_us(void)
 {
     return cl_clock_us(cl_clock_ticks()) + g.skew_us;
 }
 
-/* Rank 0 answers each of `peer`'s pings with its clock, aligned: where c is a grown
- * communicator, its rank 0 may be any rank of the first, whose offset it has. */
-static int answer(coll_comm *c, int peer, double mine)
+int cl_trace_offset(const coll_comm *c, double *offset)
 {
-    int rc = COLL_OK;
-    for (int i = 0; i < ALIGN_ROUNDS && rc == COLL_OK; i++) {
-        char ping;
-        rc = coll_recv(c, &ping, 1, COLL_U8, peer, ALIGN_TAG);
-        double now = local_us() + mine;
-        if (rc == COLL_OK)
-            rc = coll_send(c, &now, 1, COLL_F64, peer, ALIGN_TAG);
-    }
-    return rc;
-}
-
-/* A rank other than 0 pings it: the offset from the fastest round trip, whose midpoint
- * is the likeliest moment rank 0 read its clock. */
-static int ask(coll_comm *c, double *offset, double *rtt)
-{
-    int rc = COLL_OK;
-    *rtt = -1;
-    for (int i = 0; i < ALIGN_ROUNDS && rc == COLL_OK; i++) {
-        char ping = 0;
-        double theirs = 0, t1 = local_us();
-        rc = coll_send(c, &ping, 1, COLL_U8, 0, ALIGN_TAG);
-        if (rc == COLL_OK)
-            rc = coll_recv(c, &theirs, 1, COLL_F64, 0, ALIGN_TAG);
-        double t2 = local_us();
-        if (rc == COLL_OK && (*rtt < 0 || t2 - t1 < *rtt)) {
-            *rtt = t2 - t1;
-            *offset = theirs - (t1 + t2) / 2;
-        }
-    }
-    return rc;
+    if (!c->rec || !c->rec->trace)
+        return 0;
+    pthread_mutex_lock(&g.mu);
+    *offset = g.offset_us;
+    pthread_mutex_unlock(&g.mu);
+    return 1;
 }
 
 /* Drops what traced communicator tid did so far (under g.mu). */
@@ -194,19 +167,9 @@ static void forget(int tid)
     g.nk = k;
 }
 
-void cl_trace_align(coll_comm *c)
+void cl_trace_aligned(coll_comm *c, int rc, double offset, double rtt)
 {
-    cl_trace *t = c->rec ? c->rec->trace : NULL;
-    if (!t)
-        return;
-    pthread_mutex_lock(&g.mu);
-    double offset = g.offset_us, rtt = 0;
-    pthread_mutex_unlock(&g.mu);
-    int rc = COLL_OK;
-    for (int p = 1; c->rank == 0 && p < c->size && rc == COLL_OK; p++)
-        rc = answer(c, p, offset);
-    if (c->rank != 0)
-        rc = ask(c, &offset, &rtt);
+    cl_trace *t = c->rec->trace;
     if (rc != COLL_OK)
         cl_log(COLL_LOG_WARN, "rank %d: COLL_TRACE: clocks not aligned with rank 0 (%s): "
                "this rank's times are its own", c->rank, coll_strerror(rc));

@@ -11,7 +11,7 @@
 #define CL_TRACE_H
 
 #include "algo/tally.h"
-#include "core/comm.h"
+#include "collective.h"
 
 #include <stdint.h>
 
@@ -28,9 +28,12 @@ cl_trace *cl_trace_open(const char *job);
 void cl_trace_add(cl_trace *t, const struct cl_rec_entry *e, const cl_spans *kids);
 /* c goes: the process's file is written when its last traced communicator goes. */
 void cl_trace_close(cl_trace *t, const coll_comm *c);
-/* coll_init, on every rank of c (a collective, after the link is measured): this
- * process's clock offset against rank 0's, from the fastest of a few round trips; what
- * c did before is left out of the trace. A failure is a warning (the trace unaligned). */
-void cl_trace_align(coll_comm *c);
+/* The alignment of clocks at init (calibrate.c): whether c is traced, with *offset the
+ * process's offset to rank 0 so far (a grown communicator's rank 0 answers with it);
+ * now on this process's clock (a test's skew included); and the outcome, kept for the
+ * file (the first communicator's), what c did before left out of it. */
+int cl_trace_offset(const coll_comm *c, double *offset);
+double cl_trace_now_us(void);
+void cl_trace_aligned(coll_comm *c, int rc, double offset, double rtt);
 
 #endif
