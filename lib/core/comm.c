@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "core/beat.h"
 #include "core/config.h"
+#include "core/connect.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/fail.h"

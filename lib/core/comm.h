@@ -1,6 +1,6 @@
 /* The communicator and request structures: data only. What acts on them is declared by
  * concern: lifecycle.h (create, connect, free), error.h (the failure's state), fail.h
- * (failing), engine.h, link.h, p2p.h, req.h. */
+ * (failing), engine.h, link.h, connect.h (at init), p2p.h, req.h. */
 #ifndef CL_COMM_H
 #define CL_COMM_H
 

@@ -11,10 +11,10 @@
 #include "core/beat.h"
 #include "core/calibrate.h"
 #include "core/config.h"
+#include "core/connect.h"
 #include "core/error.h"
 #include "core/fail.h"
 #include "core/lifecycle.h"
-#include "core/link.h"
 #include "core/terms.h"
 #include "rdzv/tcp_server.h"
 

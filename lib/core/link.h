@@ -12,14 +12,9 @@
 
 struct cl_card;
 
-/* Keeps l and every rank's card, then opens this rank's ring links (to the next rank,
- * from the previous one) and waits for them. l NULL: a shared split's, whose links are
- * its family root's (it opens them in its turn). */
-int cl_link_start(coll_comm *c, cl_tr_listener *l, const struct cl_card *cards);
-/* After cl_link_start, rank 0's word to every rank, once around the ring: status is
- * rank 0's (COLL_OK: carry on); every rank returns what rank 0 said, or why it did not
- * hear it (the communicator has failed then). */
-int cl_link_verdict(coll_comm *c, int status);
+/* Keeps l and every rank's card (where each listens, the nonce each proves links
+ * over), and starts judging hellos by them (cl_link_vet). */
+int cl_link_keep(coll_comm *c, cl_tr_listener *l, const struct cl_card *cards);
 /* Opens link (ch, dir, peer) without blocking: COLL_OK once it is in c->conns;
  * COLL_INPROGRESS while the peer has not connected (dir 1) or its listener is full
  * (dir 0); else the communicator's failure or why the peer cannot be reached. Takes
@@ -35,6 +30,9 @@ void cl_link_spread(coll_comm *c, const cl_msg_hdr *bye);
  * links, or NULL (also before cl_link_start, when there is nothing yet to judge by:
  * accept's caller judges those). Safe on a transport's thread. */
 const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
+/* Waits for a request posted on a link, by deadline: done (then *r is NULL) and its
+ * status, or COLL_ETIMEDOUT, the request still with the transport. */
+int cl_link_await(coll_comm *c, cl_tr_req **r, int64_t deadline);
 /* The link as it stands (NULL: not opened). */
 cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
 
