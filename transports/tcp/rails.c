@@ -34,10 +34,12 @@
  * for COLL_RAILS_STALL_MS (1000) while the part is posted, which is once rail 0's header
  * of its message came, so the sender has posted it too. The sender cannot know what TCP
  * delivered, so the receiver says it: each striped send's parts past rail 0's are copied
- * and kept until the receiver acknowledges the message (ACK on the control connection);
- * the end that finds rail k failed stops it at once (cl_tcp_halt: nothing moves on it
- * after) and sends GOT, how many of the peer's parts rail k delivered whole; the other
- * end, told so, stops its rail k too and sends its own GOT. Each end then sends its kept
+ * and kept until the receiver acknowledges the message (ACK on the control connection;
+ * at most COLL_RAILS_KEEP_MIB a connection, see KEEP_MIB for past it); the end that
+ * finds rail k failed (after GRACE_MS for a socket error, and only while rail 0 and the
+ * control connection work) stops it at once (cl_tcp_halt: nothing moves on it after)
+ * and sends GOT, how many of the peer's parts rail k delivered whole; the other end,
+ * told so, stops its rail k too and sends its own GOT. Each end then sends its kept
  * parts of rail k that the peer did not get, and every later part of rail k, over the
  * control connection (MOVED frames, keyed by message number and rail); the receiver puts
  * each in place, or keeps it until its message's header comes on rail 0. The cut does
@@ -916,7 +918,8 @@ static void ctl_frame_cb(void *arg, const cl_msg_hdr *h, void *buf)
 
 static void ctl_start(cl_tr_conn *c)
 {
-    if (cl_tcp_irecv_frames(c->ctl, &c->ctl_hdr, ctl_hdr_cb, ctl_frame_cb, c, &c->ctl_rx) != COLL_OK)
+    if (cl_tcp_irecv_frames(c->ctl, &c->ctl_hdr, ctl_hdr_cb, ctl_frame_cb, c, &c->ctl_rx) !=
+        COLL_OK)
         c->ctl_dead = 1;
 }
 
