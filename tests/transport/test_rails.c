@@ -3,7 +3,8 @@
  * COLL_RAILS_KEEP_MIB while the peer acknowledges nothing, and go once it does; a control
  * connection whose receiving side dies (a bad frame) takes the copies with it while the
  * data goes on; a rails hello of another version, or of none (an older library), is
- * refused with a message naming both versions. */
+ * refused with a message naming both versions; a rail failed on purpose fails over to
+ * the control connection, and a halt asked after a local close touches nothing. */
 #include "base/addr.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -190,6 +191,45 @@ START_TEST(a_control_connection_that_cannot_receive_drops_the_copies)
 }
 END_TEST
 
+static void wait_log(const char *what)
+{
+    int64_t deadline = cl_now_ms() + 3000;
+    while (!log_says(what) && cl_now_ms() < deadline)
+        usleep(10000);
+    ck_assert_msg(log_says(what), "want '%s' in:\n%s", what, said);
+}
+
+/* Rail 1 taken as failed at a's end: both ends stop it (a warns, b is told by a's GOT),
+ * and every later message's rail-1 part goes over the control connection, whole. */
+START_TEST(a_failed_rail_s_parts_go_over_the_control_connection)
+{
+    pair p;
+    pair_open(&p);
+    cl_rails_fail_rail(p.send, 1, "failed by the test");
+    wait_log("failed (failed by the test): its parts go over rail 0's interface");
+    wait_log("failed (its peer found it failed): its parts go over rail 0's interface");
+    size_t before = 0;
+    send_all_acks_late(&p, &before);
+    pair_close(&p);
+}
+END_TEST
+
+/* The use-after-free of the review: a GOT for rail 1 that comes after b's connection
+ * was closed here (a rail that never carried a request, which tcp frees as it closes it)
+ * asks b's worker to halt it, as this does; the worker touches nothing of a closed
+ * connection (ASan would say), and nothing is said of the rail. */
+START_TEST(a_halt_asked_after_a_local_close_touches_nothing)
+{
+    pair p;
+    pair_open(&p);
+    p.tr->close_conn(p.recv);
+    cl_rails_fail_rail(p.recv, 1, "asked after the close");
+    usleep(500 * 1000); /* the grace and two turns of b's worker */
+    ck_assert_msg(!log_says("asked after the close"), "b acted after its close:\n%s", said);
+    pair_close(&p);
+}
+END_TEST
+
 /* A raw connection to b's rail 1 with a rails hello of version v: closed at once, and
  * b's log names both versions. */
 static void hello_of_version(int v)
@@ -236,6 +276,8 @@ int main(void)
     tcase_add_test(t, copies_stay_under_the_cap_while_nothing_is_acknowledged);
     tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
     tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 2);
+    tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
+    tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

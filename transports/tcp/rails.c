@@ -1418,6 +1418,11 @@ size_t cl_rails_kept_bytes(cl_tr_conn *c)
     return n;
 }
 
+void cl_rails_fail_rail(cl_tr_conn *c, int k, const char *why)
+{
+    ask_halt(c, k, why);
+}
+
 int cl_rails_ctl_send_raw(cl_tr_conn *c, const cl_msg_hdr *h)
 {
     cl_tr_req *r; /* freed with the tcp context */

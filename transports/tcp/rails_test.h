@@ -9,6 +9,8 @@
 
 /* Bytes of striped sends' copies c keeps for a failover now. */
 size_t cl_rails_kept_bytes(cl_tr_conn *c);
+/* Takes rail k of c as failed here (why: the warning's reason), as a part's error would. */
+void cl_rails_fail_rail(cl_tr_conn *c, int k, const char *why);
 /* Sends h (no payload, as it is: magic too) on c's control connection. */
 int cl_rails_ctl_send_raw(cl_tr_conn *c, const cl_msg_hdr *h);
 
