@@ -1,7 +1,7 @@
 #!/bin/sh
 # Many ranks on one machine (issue 26): 128 shared-memory ranks (past the 66 where a
 # dial-everything-first init hung for good) init and all-reduce with the machine's shared
-# memory growing by under 2 GiB, and 260 tcp ranks (rank 0 publishes their cards in two
+# memory growing by under 2 GiB, and 260 tcp ranks (rank 0 publishes their cards in three
 # store values) init and all-reduce with fewer than 128 descriptors each (links open as
 # they are used: a full mesh needed over 1024). Skips (77) on a machine without the memory.
 # Usage: scale.sh PATH_TO_SCALE_INIT

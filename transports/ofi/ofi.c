@@ -7,9 +7,10 @@
  * One reliable-datagram endpoint (FI_EP_RDM) per plugin context, with tagged messages,
  * one address vector and one completion queue, polled inside test() and accept() (the
  * ABI's "progress inside test()"). COLL_OFI_PROVIDER picks the provider (fi_getinfo's
- * FI_PROVIDER syntax; default "tcp;ofi_rxm"; "shm" for one host). The interface is
- * the user's (COLL_SOCKET_IFNAME: a prefix of the offer's domain name), else the first
- * of fi_getinfo's offers that opens, those at an IPv6 link-local address only last.
+ * FI_PROVIDER syntax; default "tcp;ofi_rxm"; "shm" for one host). Where an offer's
+ * domain is a network interface (tcp's), the device the library passes selects it
+ * (COLL_SOCKET_IFNAME's syntax); without one, the first offer that opens, those at an
+ * IPv6 link-local address only last.
  *
  * Connections: RDM has none, so a comm is a 40-bit id drawn at random by the sender
  * (getrandom) and carried in the tag of every message; a per-comm sequence number in the
@@ -30,6 +31,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -382,15 +384,37 @@ static int open_fids(ofi_net *n)
     return rc;
 }
 
-/* Whether offer i is worth a try on the first pass: on the interface the user named
- * (COLL_SOCKET_IFNAME, a prefix of the offer's domain), and, unless named, not at an IPv6
- * link-local source address only (a veth or a bridge without an address of its own:
- * fi_getinfo lists them first, and no peer reaches them). */
+/* Whether interface `name` is one `spec` selects, in NCCL_SOCKET_IFNAME's syntax (as the
+ * library reads COLL_SOCKET_IFNAME): a comma-separated list of prefixes, exact names
+ * after a leading '=', and after a leading '^' the ones to leave out instead. */
+static int iface_selected(const char *name, const char *spec)
+{
+    int out = spec[0] == '^';
+    spec += out;
+    int exact = spec[0] == '=';
+    spec += exact;
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len && (exact ? strlen(name) == len : 1) && strncmp(name, p, len) == 0)
+            return !out;
+        p += len + (p[len] == ',');
+    }
+    return out;
+}
+
+/* Whether offer i is worth a try on the first pass. Only offers whose domain is a network
+ * interface (tcp's; not shm's "shm" nor a verbs device's "mlx5_0") are judged: by the
+ * device the library passed (COLL_SOCKET_IFNAME, or its own choice, "lo" for a loopback
+ * rendezvous) when there is one, else by their source address, which must not be IPv6
+ * link-local only (a veth or a bridge without an address of its own: fi_getinfo lists
+ * them first, and no peer reaches them). */
 static int preferred(const struct fi_info *i, const char *device)
 {
     const char *dom = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "";
+    if (if_nametoindex(dom) == 0)
+        return 1;
     if (device && *device)
-        return strncmp(dom, device, strlen(device)) == 0;
+        return iface_selected(dom, device);
     const struct sockaddr_in6 *a = i->src_addr;
     return !(i->addr_format == FI_SOCKADDR_IN6 && a && IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr));
 }
@@ -413,8 +437,9 @@ static int open_endpoint(ofi_net *n, const char *device)
         }
     }
     if (!n->info && passes == 1 && rc == -FI_ENODATA) /* the device matched no offer */
-        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: provider '%s' offers no interface named %s* "
-            "(COLL_SOCKET_IFNAME)", n->infos->fabric_attr->prov_name, device);
+        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: provider '%s' offers no interface that "
+            "'%s' selects (COLL_SOCKET_IFNAME, or the library's choice for the rendezvous)",
+            n->infos->fabric_attr->prov_name, device);
     else if (!n->info)
         say(n, NULL, COLL_NET_LOG_ERROR, "ofi: cannot open an endpoint of provider '%s': %s",
             n->infos->fabric_attr->prov_name, fi_strerror(-rc));
