@@ -212,6 +212,7 @@ typedef struct auto_case {
     const char *faster; /* the ..._SPEED_MBPS variable set to 40000 */
     const char *faulty; /* the ..._FAIL_AFTER variable set on rank 1, or NULL */
     int bare_rank;      /* a rank that loads no plugin (its peers reach it by tcp), or -1 */
+    const char *faster_b; /* host b's instead of faster, or NULL */
 } auto_case;
 
 static void auto_setup(int rank, void *arg)
@@ -221,7 +222,7 @@ static void auto_setup(int rank, void *arg)
         setenv("COLL_NET_PLUGIN", NET_DIR "/libcollective-net-example.so," NET_DIR
                                           "/libcollective-net-example2.so", 1);
     setenv("COLL_HOST", a->split && rank >= 2 ? "b" : "a", 1);
-    setenv(a->faster, "40000", 1);
+    setenv(a->faster_b && rank >= 2 ? a->faster_b : a->faster, "40000", 1);
     if (rank == 1 && a->faulty)
         setenv(a->faulty, "40", 1);
 }
@@ -251,28 +252,42 @@ static void over_auto(auto_case a, rank_fn fn)
 
 START_TEST(auto_takes_the_faster_plugin_to_another_host)
 {
-    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1},
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1, NULL},
               until_an_error);
-    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1, NULL},
               sums_hold);
-    over_auto((auto_case){1, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1, NULL},
               until_an_error);
 }
 END_TEST
 
 START_TEST(auto_keeps_shm_on_one_host)
 {
-    over_auto((auto_case){0, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1},
+    over_auto((auto_case){0, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1, NULL},
               sums_hold);
-    over_auto((auto_case){0, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1},
+    over_auto((auto_case){0, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1, NULL},
               sums_hold);
+}
+END_TEST
+
+/* Each host's example2 is faster on host a and example on host b: a pair weighs the
+ * slower end's device (10000 Mb/s both), so both directions take the first loaded,
+ * example, and a fault in example2 on rank 1 stops nothing. */
+START_TEST(auto_weighs_the_slower_end_of_a_pair)
+{
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE2_FAIL_AFTER", -1,
+                          "COLL_NET_EXAMPLE_SPEED_MBPS"},
+              sums_hold);
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1,
+                          "COLL_NET_EXAMPLE_SPEED_MBPS"},
+              until_an_error);
 }
 END_TEST
 
 /* Rank 3 loads no plugin: its peers on host "a" reach it by tcp, the others as before. */
 START_TEST(auto_reaches_a_rank_without_the_plugin_by_tcp)
 {
-    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", NULL, 3}, sums_hold);
+    over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", NULL, 3, NULL}, sums_hold);
 }
 END_TEST
 
@@ -372,6 +387,7 @@ int main(void)
     tcase_add_test(t, a_plugin_stalling_on_one_rank_fails_every_rank_in_time);
     tcase_add_test(t, auto_takes_the_faster_plugin_to_another_host);
     tcase_add_test(t, auto_keeps_shm_on_one_host);
+    tcase_add_test(t, auto_weighs_the_slower_end_of_a_pair);
     tcase_add_test(t, auto_reaches_a_rank_without_the_plugin_by_tcp);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
     tcase_add_test(t, a_plugin_with_a_short_table_is_refused);

@@ -134,14 +134,21 @@ static void close_inner_listeners(cl_tr_listener *l)
         close_inner_listener(l, k);
 }
 
+static uint32_t speed_of(const cl_tr_ctx *ctx, int k)
+{
+    return ctx->tr[k]->speed_mbps ? ctx->tr[k]->speed_mbps(ctx->inner[k]) : 0;
+}
+
 /* Appends listener k's handle to all (of room CL_HANDLE_BYTES): ibverbs's as a field of
- * its own ("-" without one), a plugin's as NAME=HANDLE (ranks may load different ones).
- * One that does not fit is closed: its peers take another transport. */
+ * its own ("-" without one), a plugin's as NAME:MBPS=HANDLE (ranks may load different
+ * ones; MBPS its device's speed). One that does not fit is closed: its peers take
+ * another transport. */
 static void add_handle(cl_tr_listener *l, int k, const char *h, char *all)
 {
-    size_t at = strlen(all);
-    int n = k < NFIXED   ? snprintf(all + at, CL_HANDLE_BYTES - at, " %s", l->inner[k] ? h : "-")
-            : l->inner[k] ? snprintf(all + at, CL_HANDLE_BYTES - at, " %s=%s", l->ctx->tr[k]->name, h)
+    size_t at = strlen(all), room = CL_HANDLE_BYTES - at;
+    int n = k < NFIXED    ? snprintf(all + at, room, " %s", l->inner[k] ? h : "-")
+            : l->inner[k] ? snprintf(all + at, room, " %s:%u=%s", l->ctx->tr[k]->name,
+                                     speed_of(l->ctx, k), h)
                           : 0;
     if (n >= 0 && (size_t)n < CL_HANDLE_BYTES - at)
         return;
@@ -153,7 +160,8 @@ static void add_handle(cl_tr_listener *l, int k, const char *h, char *all)
         strcat(all, " -"); /* auto_listen kept the room */
 }
 
-/* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|- [PLUGIN=HANDLE]...": no handle holds a space. */
+/* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|- [PLUGIN:MBPS=HANDLE]...": no handle holds a
+ * space. */
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
@@ -231,8 +239,10 @@ static void auto_close_listener(cl_tr_listener *l)
 }
 
 /* The peer's handle split into its fields, at[k] for inner transport k of ctx (NULL
- * where the peer has none); the key in key. Fields are cut in place in text. */
-static int split_handle(cl_tr_ctx *ctx, char *text, char **key, char *at[NINNER])
+ * where the peer has none) and mbps[k] the speed it gives (0: none); the key in key.
+ * Fields are cut in place in text. */
+static int split_handle(cl_tr_ctx *ctx, char *text, char **key, char *at[NINNER],
+                        uint32_t mbps[NINNER])
 {
     char *save = NULL, *f[NFIXED + 2] = {0};
     f[0] = strtok_r(text, " ", &save);
@@ -244,25 +254,30 @@ static int split_handle(cl_tr_ctx *ctx, char *text, char **key, char *at[NINNER]
     at[TCP] = f[2], at[SHM] = f[3];
     at[IB] = strcmp(f[4], "-") != 0 ? f[4] : NULL;
     for (char *t = strtok_r(NULL, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(t, '=');
+        char *eq = strchr(t, '='), *colon = eq ? memchr(t, ':', (size_t)(eq - t)) : NULL;
+        size_t len = eq ? (size_t)((colon ? colon : eq) - t) : 0;
         for (int k = NFIXED; eq && k < NINNER; k++)
-            if (ctx->tr[k] && strlen(ctx->tr[k]->name) == (size_t)(eq - t) &&
-                strncmp(t, ctx->tr[k]->name, (size_t)(eq - t)) == 0)
+            if (ctx->tr[k] && strlen(ctx->tr[k]->name) == len &&
+                strncmp(t, ctx->tr[k]->name, len) == 0) {
                 at[k] = eq + 1;
+                mbps[k] = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
+            }
     }
     return COLL_OK;
 }
 
-/* Of the transports both ends run (at[k] set, ours started), the one whose device is
- * fastest, the first of equals (ibverbs, then the plugins in load order); else tcp. */
-static int fastest(const cl_tr_ctx *ctx, char *const at[NINNER])
+/* Of the transports both ends run (at[k] set, ours started), the fastest by the slower
+ * of the two ends' devices (so both ends of a pair rank them alike), the first of equals
+ * (ibverbs, then the plugins in load order); else tcp. */
+static int fastest(const cl_tr_ctx *ctx, char *const at[NINNER], const uint32_t mbps[NINNER])
 {
     int best = TCP;
     uint32_t top = 0;
     for (int k = IB; k < NINNER; k++) {
         if (!at[k] || !ctx->inner[k])
             continue;
-        uint32_t s = ctx->tr[k]->speed_mbps ? ctx->tr[k]->speed_mbps(ctx->inner[k]) : 0;
+        uint32_t s = speed_of(ctx, k);
+        s = !s || (mbps[k] && mbps[k] < s) ? mbps[k] : s; /* 0: not known */
         if (best == TCP || s > top)
             best = k, top = s;
     }
@@ -273,11 +288,12 @@ static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
                         const uint8_t hello[CL_HELLO_BYTES], size_t want, cl_tr_conn **out)
 {
     char text[CL_HANDLE_BYTES + 1], *key, *at[NINNER] = {0}, h[CL_HANDLE_BYTES] = {0};
+    uint32_t mbps[NINNER] = {0};
     memcpy(text, handle, CL_HANDLE_BYTES);
     text[CL_HANDLE_BYTES] = 0;
-    if (split_handle(ctx, text, &key, at) != COLL_OK)
+    if (split_handle(ctx, text, &key, at, mbps) != COLL_OK)
         return COLL_EINVAL;
-    int k = strcmp(key, ctx->key) == 0 ? SHM : fastest(ctx, at);
+    int k = strcmp(key, ctx->key) == 0 ? SHM : fastest(ctx, at, mbps);
     if (strlen(at[k]) >= CL_HANDLE_BYTES)
         return COLL_EINVAL;
     memcpy(h, at[k], strlen(at[k]));
