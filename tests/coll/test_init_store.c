@@ -4,6 +4,7 @@
  * sockets' family follows MASTER_ADDR, as torch's store path sets it. */
 #include "collective.h"
 
+#include "common/ipv6.h"
 #include "common/suite.h"
 
 #include <check.h>
@@ -13,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 enum { MAX_KEYS = 64 };
@@ -223,16 +222,6 @@ static void keep_addresses(coll_log_level level, const char *msg, void *arg)
     size_t at = strlen(said);
     snprintf(said + at, sizeof(said) - at, "%s\n", msg);
     pthread_mutex_unlock(&said_mu);
-}
-
-static int have_ipv6_loopback(void)
-{
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
 }
 
 /* torch's store path: MASTER_ADDR as torchrun users write it (bare, in brackets), no

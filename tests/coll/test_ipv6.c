@@ -9,6 +9,7 @@
  * Skips (77) where ::1 cannot be bound. */
 #include "common/harness.h"
 
+#include "common/ipv6.h"
 #include "common/suite.h"
 #include "fault/survivors.h"
 
@@ -282,16 +283,6 @@ START_TEST(an_ipv6_url_without_brackets_is_refused)
 }
 END_TEST
 
-/* ::1 can be bound: this machine runs IPv6 on its loopback. */
-static int have_ipv6_loopback(void)
-{
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
 
 int main(void)
 {
