@@ -102,7 +102,7 @@ static void report(trainer *t, int epoch, size_t steps, double wall, const doubl
     ex_memory mem[4]; /* K <= layers = 4 */
     for (int k = 0; k < K; k++) {
         double P = 4.0 * pipe_stage_params(&t->net, K, k);
-        char who[16];
+        char who[24]; /* "stage " and any int: gcc checks the bound without LTO */
         mem[k] = (ex_memory){P, P, P, all[NSTAT * k + STASH_BYTES], 0};
         snprintf(who, sizeof(who), "stage %d", k);
         ex_print_memory(who, &mem[k]);

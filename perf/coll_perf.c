@@ -217,7 +217,7 @@ static int parse(int argc, char **argv, opts *o)
                                      { 0, 0, 0, 0 } };
     *o = (opts){ AR, 8, 256u << 20, 2, 20, 5, 1, 2, 0, 1, 0, 0, COLL_CODEC_NONE, COLL_F32,
                  COLL_SUM, NULL, NULL };
-    int c, k;
+    int c, k = 0;
     static const char *codecs[] = { "none", "fp16", "bf16", "int8" };
     while ((c = getopt_long(argc, argv, "C:b:e:f:n:w:c:I:d:o:T:z:J:h", longs, NULL)) != -1) {
         switch (c) {
