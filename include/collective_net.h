@@ -21,12 +21,19 @@
  * COLL_NET_ERR_TRUNCATED. Sends and receives of one comm complete in posting order.
  * The library frames its own headers inside those messages; a plugin never reads them.
  *
+ * Contexts: one per process and device choice, as NCCL up to its v10 net API inits its
+ * plugin once per process. The first communicator that runs the plugin (auto's included) calls init(),
+ * every later one of the same device choice shares its context, and the last one to end
+ * calls finalize(); init() and finalize() of a plugin never run at once. An init() that
+ * failed is not remembered: the next communicator that wants the plugin calls it again.
+ *
  * Threads: the library calls a plugin context's operations (those given that context,
- * or a comm or request made from it) one at a time, under a lock of its own: a plugin
- * needs no locking for what it does inside them. Progress may happen inside test() only
- * (the library then calls test() from its own thread while requests are pending); a
- * plugin with a thread of its own calls init's notify() when a request may be done, so
- * the library looks at once instead of at its next poll.
+ * or a comm or request made from it) one at a time, whichever communicator they serve,
+ * under a lock of its own: a plugin needs no locking for what it does inside them.
+ * Progress may happen inside test() only (the library then calls test() from its own
+ * thread while requests are pending); a plugin with a thread of its own calls init's
+ * notify() when a request may be done, so the library looks at once instead of at its
+ * next poll.
  *
  * Versions: `version` is the ABI version the plugin was built against
  * (COLL_NET_ABI_VERSION then) and `size` is sizeof(coll_net_ops) then. A later version
@@ -71,9 +78,10 @@ enum { COLL_NET_LOG_ERROR = 0, COLL_NET_LOG_WARN, COLL_NET_LOG_INFO, COLL_NET_LO
 typedef struct coll_net_init_args {
     size_t size;        /* sizeof(coll_net_init_args) of the library */
     const char *device; /* the user's device choice (COLL_SOCKET_IFNAME or coll_config's
-                           device), NULL for the plugin's own; a plugin may ignore it */
-    int timeout_ms;     /* the communicator's bound on a silent peer, for the plugin's
-                           own handshakes; the library times its operations itself */
+                           device), NULL for the plugin's own; a plugin may ignore it.
+                           Communicators of another choice get a context of their own */
+    int timeout_ms;     /* the first communicator's bound on a silent peer, for the
+                           plugin's own handshakes; the library times its operations */
     /* Any thread may call notify(notify_arg), also from inside an operation: a request
      * may have completed, or a connection arrived. Optional to use. */
     void (*notify)(void *notify_arg);
@@ -97,8 +105,9 @@ typedef struct coll_net_ops {
     uint32_t size;    /* sizeof(coll_net_ops) the plugin was built with */
     const char *name; /* COLL_TRANSPORT's name for it: 1-31 of [a-z0-9_-], not a built-in's */
 
-    /* Required. Starts a plugin context for one communicator (a process may hold
-     * several at once, of several communicators) and returns it in *net. */
+    /* Required. Starts a plugin context and returns it in *net: once per process and
+     * device choice, shared by every communicator (see Contexts above); a process may
+     * hold several at once, of several device choices. */
     int (*init)(const coll_net_init_args *args, void **net);
     /* Required. Ends a context; its comms were closed before. */
     void (*finalize)(void *net);

@@ -85,6 +85,10 @@ typedef struct cl_tr_config {
     cl_tr_vet vet;
     void *vet_arg;
     int family; /* socket transports: AF_INET, AF_INET6, AF_UNSPEC (IPv4 where there is one) */
+    /* 1: the caller does without this transport when it does not start or listen (auto
+     * with a plugin) and says so itself: the transport says its own reasons at info,
+     * not as errors. 0: they are the user's errors. */
+    int optional;
 } cl_tr_config;
 
 /* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */

@@ -15,6 +15,9 @@
  * COLL_NET_EXAMPLE_SPEED_MBPS is the speed its device reports (10000): auto takes the
  * fastest transport to another host. A build with EX_NAME="x" and EX_ENV="COLL_NET_X"
  * reads COLL_NET_X_ADDR and so on instead (the tests' second plugin).
+ * Each init() and finalize() says at info how many contexts this process started and
+ * holds ("example: init 1, 1 open"): the library starts one per process and device
+ * choice, whatever the number of communicators (the tests count them).
  * It implements ABI version 2's progress(). Built with EX_VERSION=1 it is a version-1
  * plugin (a test's: a library of version 2 must still load it).
  * Everything progresses inside test(); the library serializes the calls of a context, so
@@ -61,6 +64,7 @@ typedef struct ex_net {
     uint64_t bytes_per_s; /* 0: no limit */
     uint64_t fail_after, stall_after; /* 0: never */
     uint32_t speed_mbps;
+    void (*log)(int level, const char *msg);
 } ex_net;
 
 typedef struct ex_req ex_req;
@@ -115,6 +119,19 @@ static int err_of(int e)
                : COLL_NET_ERR_SYSTEM;
 }
 
+/* This process's contexts: started, and open now. */
+static int inits, open_now;
+
+static void say_count(const ex_net *n, const char *what)
+{
+    char line[96];
+    snprintf(line, sizeof(line), EX_NAME ": %s %d, %d open", what,
+             __atomic_load_n(&inits, __ATOMIC_RELAXED),
+             __atomic_load_n(&open_now, __ATOMIC_RELAXED));
+    if (n->log)
+        n->log(COLL_NET_LOG_INFO, line);
+}
+
 static int ex_init(const coll_net_init_args *args, void **net)
 {
     ex_net *n = calloc(1, sizeof(*n));
@@ -134,12 +151,18 @@ static int ex_init(const coll_net_init_args *args, void **net)
     n->fail_after = f ? strtoull(f, NULL, 10) : 0;
     n->stall_after = st ? strtoull(st, NULL, 10) : 0;
     n->speed_mbps = mbps ? (uint32_t)strtoul(mbps, NULL, 10) : 10000;
+    n->log = args->log;
+    __atomic_add_fetch(&inits, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&open_now, 1, __ATOMIC_RELAXED);
+    say_count(n, "init");
     *net = n;
     return COLL_NET_OK;
 }
 
 static void ex_finalize(void *net)
 {
+    __atomic_sub_fetch(&open_now, 1, __ATOMIC_RELAXED);
+    say_count(net, "finalize");
     free(net);
 }
 

@@ -65,12 +65,13 @@ static void destroy_inner(cl_tr_ctx *ctx)
 }
 
 /* A transport beyond tcp and shm is a bonus: one that does not start (no RDMA device
- * after all, a plugin's init failing) leaves its peers to tcp, said at info. */
+ * after all, a plugin's init failing) leaves its peers to tcp, said at info, and so are
+ * its own reasons (cl_tr_config's optional): COLL_TRANSPORT=<it> makes them errors. */
 static void start_bonus(cl_tr_ctx *ctx, int k, const cl_transport *tr, const cl_tr_config *cfg)
 {
     char why[256] = "";
     cl_tr_config mine = *cfg;
-    mine.err = why, mine.errlen = sizeof(why);
+    mine.err = why, mine.errlen = sizeof(why), mine.optional = 1;
     if (tr->ctx_create(&mine, &ctx->inner[k]) == COLL_OK)
         ctx->tr[k] = tr;
     else

@@ -10,10 +10,14 @@
  * A send connection's first message is the hello; the listener keeps what the plugin's
  * accept() gives until its hello came and passed the vet.
  *
- * Threads: one mutex per context serializes every call into the plugin (the ABI
- * promises plugins that). A progress thread calls test() while requests are pending,
- * napping between looks from 10 us up to 1 ms while nothing moves (a plugin's notify()
- * cuts the nap short); a waiter that polls (CL_POLL) moves them on its own thread. */
+ * Contexts: a communicator's context here holds its own listeners, connections and
+ * requests, over the plugin context of the process (shared.c) that every communicator
+ * running the plugin shares. Threads: that shared context's mutex serializes every call
+ * into the plugin, from any communicator (the ABI promises plugins that), and guards
+ * this file's state too. Each communicator's progress thread calls test() while its
+ * requests are pending, napping between looks from 10 us up to 1 ms while nothing moves
+ * (the plugin's notify() wakes every communicator's); a waiter that polls (CL_POLL)
+ * moves them on its own thread. */
 #include "transports/plugin/plugin.h"
 
 #include "base/log.h"
@@ -83,14 +87,14 @@ struct cl_tr_listener {
 struct cl_tr_ctx {
     const cl_net_plugin *p;
     const coll_net_ops *ops;
-    void *net;
-    int dev;
-    uint32_t speed_mbps; /* dev's, as get_properties() said */
+    cl_net_shared *sh; /* the process's plugin context: net, dev, speed */
+    cl_net_user user;  /* on sh's notify() list: wakes this context's thread */
+    int optional;      /* auto's: a listen that fails is said at info */
     cl_notifier *notifier;
     cl_tr_vet vet;
     void *vet_arg;
     int timeout_ms;
-    pthread_mutex_t mu; /* every plugin call and everything below */
+    pthread_mutex_t *mu; /* sh->mu: every plugin call and everything below */
     cl_tr_conn *conns;
     cl_tr_listener *listeners;
     cl_tr_req *reqs;
@@ -106,7 +110,7 @@ struct cl_tr_ctx {
 
 /* ---- errors and completion ------------------------------------------------------ */
 
-static int status_of(int net_rc)
+int cl_net_status(int net_rc)
 {
     switch (net_rc) {
     case COLL_NET_OK: return COLL_OK;
@@ -118,16 +122,23 @@ static int status_of(int net_rc)
     }
 }
 
-/* A plugin operation's failure: said once where it happens, with the plugin's name and
- * its own code (the COLL_E* code alone would not name either), then mapped. */
+/* A plugin operation's failure: said once where it happens (at level), with the
+ * plugin's name and its own code (the COLL_E* code alone would not name either), then
+ * mapped. */
+static int failed_at(const cl_tr_ctx *ctx, const char *op, int net_rc, coll_log_level level)
+{
+    static const char *const names[] = {"ok",     "system",    "invalid", "nomem",
+                                        "remote", "truncated", "internal"};
+    const char *name = net_rc >= 0 && net_rc <= COLL_NET_ERR_INTERNAL ? names[net_rc] : "unknown";
+    cl_log(level, "transport plugin '%s': %s() failed: %s (%d)", ctx->p->name, op, name, net_rc);
+    return cl_net_status(net_rc);
+}
+
+/* A warning, or info for the peer's doing (the peer's side says why). */
 static int failed(const cl_tr_ctx *ctx, const char *op, int net_rc)
 {
-    static const char *const names[] = {"ok", "system", "invalid", "nomem", "remote",
-                                        "truncated", "internal"};
-    const char *name = net_rc >= 0 && net_rc <= COLL_NET_ERR_INTERNAL ? names[net_rc] : "unknown";
-    cl_log(net_rc == COLL_NET_ERR_REMOTE ? COLL_LOG_INFO : COLL_LOG_WARN,
-           "transport plugin '%s': %s() failed: %s (%d)", ctx->p->name, op, name, net_rc);
-    return status_of(net_rc);
+    return failed_at(ctx, op, net_rc,
+                     net_rc == COLL_NET_ERR_REMOTE ? COLL_LOG_INFO : COLL_LOG_WARN);
 }
 
 static void wake(cl_tr_ctx *ctx)
@@ -141,15 +152,6 @@ static void wake(cl_tr_ctx *ctx)
 static void on_notify(void *arg)
 {
     wake(arg);
-}
-
-static void plugin_log(int level, const char *msg)
-{
-    coll_log_level l = level <= COLL_NET_LOG_ERROR ? COLL_LOG_ERROR
-                       : level == COLL_NET_LOG_WARN ? COLL_LOG_WARN
-                       : level == COLL_NET_LOG_INFO ? COLL_LOG_INFO
-                                                    : COLL_LOG_DEBUG;
-    cl_log(l, "plugin: %s", msg);
 }
 
 /* Takes the queue's head off as done with status (n payload bytes). */
@@ -394,15 +396,15 @@ static void *progress_main(void *arg)
     uint64_t seen = 0;
     int64_t us = 0;
     for (;;) {
-        pthread_mutex_lock(&ctx->mu);
+        pthread_mutex_lock(ctx->mu);
         if (ctx->stop) {
-            pthread_mutex_unlock(&ctx->mu);
+            pthread_mutex_unlock(ctx->mu);
             return NULL;
         }
         size_t before = ctx->moved;
         int busy = step_all(ctx);
         int moved = ctx->moved != before;
-        pthread_mutex_unlock(&ctx->mu);
+        pthread_mutex_unlock(ctx->mu);
         us = moved ? 0 : busy ? CL_MIN(us * 2 + 10, NAP_MAX_US) : -1;
         if (us)
             nap(ctx, &seen, us);
@@ -411,61 +413,38 @@ static void *progress_main(void *arg)
 
 /* ---- contexts ---------------------------------------------------------------------- */
 
-/* The device with the highest speed (the first of equals). */
-static int pick_device(cl_tr_ctx *ctx, const cl_tr_config *cfg)
-{
-    int n = 0, rc = ctx->ops->devices(ctx->net, &n);
-    if (rc != COLL_NET_OK || n < 1) {
-        cl_tr_error(cfg, "transport plugin '%s': devices() found none (%d)", ctx->p->name, rc);
-        return rc != COLL_NET_OK ? status_of(rc) : COLL_ENOTSUP;
-    }
-    uint32_t best = 0;
-    for (int d = 0; d < n; d++) {
-        coll_net_props pr = {0};
-        if ((rc = ctx->ops->get_properties(ctx->net, d, &pr)) != COLL_NET_OK) {
-            cl_tr_error(cfg, "transport plugin '%s': get_properties(%d) failed (%d)",
-                        ctx->p->name, d, rc);
-            return status_of(rc);
-        }
-        pr.name[sizeof(pr.name) - 1] = 0;
-        cl_log(COLL_LOG_INFO, "transport plugin '%s': device %d %s, %u Mb/s, %.1f us",
-               ctx->p->name, d, pr.name, pr.speed_mbps, (double)pr.latency_us);
-        if (d == 0 || pr.speed_mbps > best)
-            ctx->dev = d, best = pr.speed_mbps;
-    }
-    ctx->speed_mbps = best;
-    return COLL_OK;
-}
-
-int cl_net_ctx_create(const cl_net_plugin *p, const cl_tr_config *cfg, cl_tr_ctx **out)
+/* The communicator's context: the process's plugin context (shared.c; started here
+ * when this is its first user) and a progress thread of its own. */
+int cl_net_ctx_create(cl_net_plugin *p, const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return COLL_ENOMEM;
-    *ctx = (cl_tr_ctx){.p = p, .ops = &p->ops, .notifier = cfg->notifier, .vet = cfg->vet,
-                       .vet_arg = cfg->vet_arg, .timeout_ms = cfg->timeout_ms};
-    pthread_mutex_init(&ctx->mu, NULL);
-    pthread_mutex_init(&ctx->wake_mu, NULL);
-    pthread_cond_init(&ctx->wake_cv, NULL);
-    coll_net_init_args a = {.size = sizeof(a), .device = cfg->device,
-                            .timeout_ms = cfg->timeout_ms, .notify = on_notify,
-                            .notify_arg = ctx, .log = plugin_log};
-    int rc = p->ops.init(&a, &ctx->net);
-    if (rc != COLL_NET_OK)
-        cl_tr_error(cfg, "transport plugin '%s' (%s): init failed (%d)", p->name, p->path, rc);
-    rc = rc != COLL_NET_OK ? status_of(rc) : pick_device(ctx, cfg);
-    if (rc == COLL_OK && pthread_create(&ctx->thread, NULL, progress_main, ctx) != 0) {
-        cl_tr_error(cfg, "transport plugin '%s': no progress thread", p->name);
-        rc = COLL_ESYS;
-    }
+    *ctx = (cl_tr_ctx){.p = p,
+                       .ops = &p->ops,
+                       .optional = cfg->optional,
+                       .notifier = cfg->notifier,
+                       .vet = cfg->vet,
+                       .vet_arg = cfg->vet_arg,
+                       .timeout_ms = cfg->timeout_ms};
+    int rc = cl_net_shared_get(p, cfg, &ctx->sh);
     if (rc != COLL_OK) {
-        if (ctx->net)
-            p->ops.finalize(ctx->net);
-        pthread_cond_destroy(&ctx->wake_cv);
-        pthread_mutex_destroy(&ctx->wake_mu);
-        pthread_mutex_destroy(&ctx->mu);
         free(ctx);
         return rc;
+    }
+    ctx->mu = &ctx->sh->mu;
+    pthread_mutex_init(&ctx->wake_mu, NULL);
+    pthread_cond_init(&ctx->wake_cv, NULL);
+    ctx->user = (cl_net_user){on_notify, ctx, NULL};
+    cl_net_shared_watch(ctx->sh, &ctx->user);
+    if (pthread_create(&ctx->thread, NULL, progress_main, ctx) != 0) {
+        cl_tr_error(cfg, "transport plugin '%s': no progress thread", p->name);
+        cl_net_shared_unwatch(ctx->sh, &ctx->user);
+        cl_net_shared_put(ctx->sh);
+        pthread_cond_destroy(&ctx->wake_cv);
+        pthread_mutex_destroy(&ctx->wake_mu);
+        free(ctx);
+        return COLL_ESYS;
     }
     *out = ctx;
     return COLL_OK;
@@ -495,11 +474,13 @@ static void close_listener_locked(cl_tr_listener *l)
 
 static void net_ctx_destroy(cl_tr_ctx *ctx)
 {
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     ctx->stop = 1;
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     wake(ctx);
     pthread_join(ctx->thread, NULL);
+    cl_net_shared_unwatch(ctx->sh, &ctx->user);
+    pthread_mutex_lock(ctx->mu); /* other communicators call the plugin meanwhile */
     for (cl_tr_listener *l = ctx->listeners, *n; l; l = n) {
         n = l->next;
         close_listener_locked(l);
@@ -515,10 +496,10 @@ static void net_ctx_destroy(cl_tr_ctx *ctx)
         n = r->all_next;
         free(r);
     }
-    ctx->ops->finalize(ctx->net);
+    pthread_mutex_unlock(ctx->mu);
+    cl_net_shared_put(ctx->sh);
     pthread_cond_destroy(&ctx->wake_cv);
     pthread_mutex_destroy(&ctx->wake_mu);
-    pthread_mutex_destroy(&ctx->mu);
     free(ctx);
 }
 
@@ -536,7 +517,7 @@ static int new_conn(cl_tr_ctx *ctx, void *comm, int send, cl_tr_conn **out)
         (send ? ctx->ops->close_send : ctx->ops->close_recv)(comm);
         free(stage);
         free(c);
-        return status_of(rc);
+        return cl_net_status(rc);
     }
     c->ctx = ctx, c->comm = comm, c->send = send, c->stage = stage;
     snprintf(c->name, sizeof(c->name), "%s conn %u", ctx->p->name, ctx->nconns++);
@@ -566,8 +547,8 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
     unsigned char raw[COLL_NET_HANDLE_BYTES] = {0};
     if (!l)
         return COLL_ENOMEM;
-    pthread_mutex_lock(&ctx->mu);
-    int rc = ctx->ops->listen(ctx->net, ctx->dev, raw, &l->comm);
+    pthread_mutex_lock(ctx->mu);
+    int rc = ctx->ops->listen(ctx->sh->net, ctx->sh->dev, raw, &l->comm);
     if (rc == COLL_NET_OK) {
         l->ctx = ctx;
         l->next = ctx->listeners;
@@ -575,10 +556,12 @@ static int net_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listen
         hex_handle(raw, handle);
         *out = l;
     }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     if (rc != COLL_NET_OK)
         free(l);
-    return rc != COLL_NET_OK ? failed(ctx, "listen", rc) : COLL_OK;
+    if (rc == COLL_NET_OK)
+        return COLL_OK;
+    return failed_at(ctx, "listen", rc, ctx->optional ? COLL_LOG_INFO : COLL_LOG_WARN);
 }
 
 /* hex_handle's inverse: the bytes it left out are zeros. */
@@ -605,9 +588,9 @@ static int net_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     unsigned char raw[COLL_NET_HANDLE_BYTES];
     if (unhex(handle, raw) != COLL_OK)
         return COLL_EINVAL;
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     void *comm = NULL;
-    int rc = ctx->ops->connect(ctx->net, ctx->dev, raw, &comm);
+    int rc = ctx->ops->connect(ctx->sh->net, ctx->sh->dev, raw, &comm);
     rc = rc != COLL_NET_OK ? failed(ctx, "connect", rc) : COLL_OK;
     if (rc == COLL_OK && !comm)
         rc = COLL_ESYS; /* the ABI promises a comm */
@@ -615,7 +598,7 @@ static int net_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
         memcpy((*out)->hello, hello, CL_HELLO_BYTES);
         send_step(*out);
     }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     if (rc == COLL_OK)
         wake(ctx);
     return rc;
@@ -658,18 +641,18 @@ static int listener_step(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr
 
 static int net_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
-    pthread_mutex_lock(&l->ctx->mu);
+    pthread_mutex_lock(l->ctx->mu);
     int rc = listener_step(l, hello, out);
-    pthread_mutex_unlock(&l->ctx->mu);
+    pthread_mutex_unlock(l->ctx->mu);
     return rc;
 }
 
 /* The wrapper goes with the context. */
 static void net_close_listener(cl_tr_listener *l)
 {
-    pthread_mutex_lock(&l->ctx->mu);
+    pthread_mutex_lock(l->ctx->mu);
     close_listener_locked(l);
-    pthread_mutex_unlock(&l->ctx->mu);
+    pthread_mutex_unlock(l->ctx->mu);
 }
 
 /* ---- requests ---------------------------------------------------------------------- */
@@ -679,7 +662,7 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
     cl_tr_ctx *ctx = c->ctx;
     r->head.tr = &cl_net_adapter; /* every plugin's table has the adapter's test() */
     r->c = c, r->slot = -1;
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     r->all_next = ctx->reqs;
     if (ctx->reqs)
         ctx->reqs->all_prev = r;
@@ -696,7 +679,7 @@ static int enqueue(cl_tr_conn *c, cl_tr_req *r, cl_tr_req **out)
     if (ctx->completions)
         cl_notify(ctx->notifier);
     ctx->completions = 0;
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     wake(ctx);
     *out = r;
     return COLL_OK;
@@ -723,7 +706,7 @@ static int net_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_t
 static int net_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
     cl_tr_ctx *ctx = r->c->ctx;
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     if (!r->done) {
         conn_step(r->c);
         if (ctx->completions)
@@ -743,17 +726,17 @@ static int net_test(cl_tr_req *r, int *done, size_t *nbytes)
             r->all_next->all_prev = r->all_prev;
         free(r);
     }
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     return status;
 }
 
 /* The wrapper stays until the context goes: the core may still name the peer. */
 static void net_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->mu);
+    pthread_mutex_lock(c->ctx->mu);
     fail_conn(c, COLL_EPEER);
     cl_notify(c->ctx->notifier);
-    pthread_mutex_unlock(&c->ctx->mu);
+    pthread_mutex_unlock(c->ctx->mu);
 }
 
 /* Farewell only where no message is half posted (its peer would read the farewell as
@@ -776,7 +759,7 @@ static void say_farewell(cl_tr_conn *c, const cl_msg_hdr *farewell)
 
 static void net_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     for (cl_tr_listener *l = ctx->listeners; l; l = l->next)
         close_listener_locked(l);
     for (cl_tr_conn *c = ctx->conns; c; c = c->next) {
@@ -785,18 +768,18 @@ static void net_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
         fail_conn(c, status);
     }
     cl_notify(ctx->notifier);
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
 }
 
 static size_t net_poll(cl_tr_ctx *ctx, int mode)
 {
     if (mode != CL_POLL)
         return 0;
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     size_t before = ctx->moved;
     step_all(ctx);
     size_t moved = ctx->moved - before;
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     return moved;
 }
 
@@ -809,13 +792,13 @@ static size_t net_moved(cl_tr_req *r)
     cl_tr_ctx *ctx = r->c->ctx;
     int (*progress)(void *, size_t *) = ctx->ops->progress;
     size_t n = 0, part;
-    pthread_mutex_lock(&ctx->mu);
+    pthread_mutex_lock(ctx->mu);
     for (int k = 0; k < 2 && !r->done && progress; k++)
         if (r->preq[k] && progress(r->preq[k], &part) == COLL_NET_OK)
             n += part;
     if (!r->done && r->stage > 0 && !r->preq[0])
         n += sizeof(cl_msg_hdr);
-    pthread_mutex_unlock(&ctx->mu);
+    pthread_mutex_unlock(ctx->mu);
     return n;
 }
 
@@ -826,7 +809,7 @@ static const char *net_peer_name(cl_tr_conn *c)
 
 static uint32_t net_speed_mbps(cl_tr_ctx *ctx)
 {
-    return ctx->speed_mbps;
+    return ctx->sh->speed_mbps;
 }
 
 const cl_transport cl_net_adapter = {

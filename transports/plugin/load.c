@@ -135,6 +135,7 @@ int cl_net_open(const char *spec, const cl_transport **out, char *err, size_t er
         memcpy(&p->ops, t, t->size < sizeof(p->ops) ? t->size : sizeof(p->ops));
         snprintf(p->name, sizeof(p->name), "%s", t->name);
         snprintf(p->path, sizeof(p->path), "%s", path);
+        pthread_mutex_init(&p->share_mu, NULL);
         p->tr = cl_net_adapter;
         p->tr.name = p->name;
         p->tr.ctx_create = creates[nplugins];

@@ -8,16 +8,46 @@
 #include "collective_net.h"
 #include "transports/transport.h"
 
+#include <pthread.h>
 #include <stddef.h>
 
 #define CL_NET_MAX_PLUGINS 8
+
+typedef struct cl_net_shared cl_net_shared;
 
 typedef struct cl_net_plugin {
     cl_transport tr;  /* the adapter's operations under the plugin's name */
     coll_net_ops ops; /* the plugin's table, members past its size cleared */
     char name[COLL_NET_NAME_BYTES];
-    char path[256]; /* as COLL_NET_PLUGIN (or the caller) named it */
+    char path[256];           /* as COLL_NET_PLUGIN (or the caller) named it */
+    pthread_mutex_t share_mu; /* shared, and every init() and finalize() (shared.c) */
+    cl_net_shared *shared;    /* the process's contexts of this plugin */
 } cl_net_plugin;
+
+/* One who wants to hear of the plugin's notify(): an adapter context. */
+typedef struct cl_net_user {
+    void (*wake)(void *arg);
+    void *arg;
+    struct cl_net_user *next;
+} cl_net_user;
+
+/* A plugin context of this process (shared.c), shared by every communicator that runs
+ * the plugin on the same device choice; reference-counted. */
+struct cl_net_shared {
+    cl_net_plugin *p;
+    cl_net_shared *next; /* p->shared's list */
+    char *device;        /* the key: cl_tr_config's device, "" for none */
+    int refs;            /* under p->share_mu */
+    void *net;           /* the plugin's context */
+    int dev;             /* its fastest device */
+    uint32_t speed_mbps; /* dev's, as get_properties() said */
+    /* Every call into the plugin on net, its comms or their requests, by any user: the
+     * ABI promises a plugin its context's calls one at a time. Users keep their own
+     * state under it too. */
+    pthread_mutex_t mu;
+    pthread_mutex_t users_mu; /* users: notify() may come from inside a call under mu */
+    cl_net_user *users;
+};
 
 /* Loads every plugin COLL_NET_PLUGIN names (comma-separated), once per process; later
  * calls answer the same. COLL_OK, or a COLL_E* code with the sentence in err. */
@@ -33,8 +63,19 @@ const cl_transport *cl_net_at(int i);
 /* Appends ", NAME" for each loaded plugin to buf (a C string of room len). */
 void cl_net_names(char *buf, size_t len);
 
-/* The adapter: a context of the internal contract over plugin p. */
-int cl_net_ctx_create(const cl_net_plugin *p, const cl_tr_config *cfg, cl_tr_ctx **out);
+/* The context of p for cfg's device, started (init(), the device's choice) by its first
+ * user; errors go to cfg. COLL_OK with a reference the caller puts back. */
+int cl_net_shared_get(cl_net_plugin *p, const cl_tr_config *cfg, cl_net_shared **out);
+/* The last reference finalizes the context: its users' comms are closed before. */
+void cl_net_shared_put(cl_net_shared *s);
+/* u->wake(u->arg) on each of the plugin's notify() calls, until unwatched. */
+void cl_net_shared_watch(cl_net_shared *s, cl_net_user *u);
+void cl_net_shared_unwatch(cl_net_shared *s, cl_net_user *u);
+/* A coll_net_error as a COLL_E* code. */
+int cl_net_status(int net_rc);
+
+/* The adapter: a communicator's context of the internal contract over plugin p. */
+int cl_net_ctx_create(cl_net_plugin *p, const cl_tr_config *cfg, cl_tr_ctx **out);
 /* The adapter's operations; the loader copies them and sets name and ctx_create. */
 extern const cl_transport cl_net_adapter;
 
