@@ -93,7 +93,9 @@ typedef struct coll_net_init_args {
 /* A device, as get_properties() describes it. */
 typedef struct coll_net_props {
     char name[64];         /* for logs: "eth0", "mlx5_0:1", "example" */
-    uint32_t speed_mbps;   /* link speed (0: unknown); the library picks the fastest */
+    uint32_t speed_mbps;   /* link speed; the library picks the fastest. 0 (unknown) keeps
+                              auto from taking it to other hosts: report 0 for a device
+                              that reaches this host only (auto uses shm there anyway) */
     float latency_us;      /* one-way latency (0: unknown) */
     uint32_t max_requests; /* requests one comm takes in flight (0: no limit) */
 } coll_net_props;

@@ -215,6 +215,10 @@ typedef struct auto_case {
     const char *faster_b; /* host b's instead of faster, or NULL */
 } auto_case;
 
+/* For the cases of speed 0: ..._SPEED_MBPS variables set to 0 on host b, and a second
+ * ..._FAIL_AFTER variable set on rank 1 (NULL: none). */
+static const char *zero_b[2], *faulty2;
+
 static void auto_setup(int rank, void *arg)
 {
     const auto_case *a = arg;
@@ -223,8 +227,13 @@ static void auto_setup(int rank, void *arg)
                                           "/libcollective-net-example2.so", 1);
     setenv("COLL_HOST", a->split && rank >= 2 ? "b" : "a", 1);
     setenv(a->faster_b && rank >= 2 ? a->faster_b : a->faster, "40000", 1);
+    for (int i = 0; i < 2 && rank >= 2; i++)
+        if (zero_b[i])
+            setenv(zero_b[i], "0", 1);
     if (rank == 1 && a->faulty)
         setenv(a->faulty, "40", 1);
+    if (rank == 1 && faulty2)
+        setenv(faulty2, "40", 1);
 }
 
 /* 300 all-reduces of 2048 floats, every one right. */
@@ -281,6 +290,23 @@ START_TEST(auto_weighs_the_slower_end_of_a_pair)
     over_auto((auto_case){1, "COLL_NET_EXAMPLE2_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1,
                           "COLL_NET_EXAMPLE_SPEED_MBPS"},
               until_an_error);
+}
+END_TEST
+
+/* A device of speed 0 may reach its own host only (the ABI has no word for reach;
+ * libfabric's shm provider reports none): auto does not take it to another host, where
+ * either end says 0. Host b's example says 0 (host a's 40000): example2 carries the
+ * pair, and a fault in example stops nothing. Both say 0 on host b: tcp carries it, and
+ * a fault in both stops nothing. (Before, 0 counted as "not known" and the other end's
+ * 40000 won: example carried, and its fault stopped the job.) */
+START_TEST(auto_takes_no_plugin_of_speed_0_to_another_host)
+{
+    const auto_case a = {1, "COLL_NET_EXAMPLE_SPEED_MBPS", "COLL_NET_EXAMPLE_FAIL_AFTER", -1, NULL};
+    zero_b[0] = "COLL_NET_EXAMPLE_SPEED_MBPS";
+    over_auto(a, sums_hold);
+    zero_b[1] = "COLL_NET_EXAMPLE2_SPEED_MBPS";
+    faulty2 = "COLL_NET_EXAMPLE2_FAIL_AFTER";
+    over_auto(a, sums_hold);
 }
 END_TEST
 
@@ -389,6 +415,7 @@ int main(void)
     tcase_add_test(t, auto_keeps_shm_on_one_host);
     tcase_add_test(t, auto_weighs_the_slower_end_of_a_pair);
     tcase_add_test(t, auto_reaches_a_rank_without_the_plugin_by_tcp);
+    tcase_add_test(t, auto_takes_no_plugin_of_speed_0_to_another_host);
     tcase_add_test(t, a_plugin_of_another_version_is_refused_naming_both);
     tcase_add_test(t, a_plugin_with_a_short_table_is_refused);
     tcase_add_test(t, a_plugin_missing_an_operation_is_refused_naming_it);

@@ -269,13 +269,17 @@ static int split_handle(cl_tr_ctx *ctx, char *text, char **key, char *at[NINNER]
 
 /* Of the transports both ends run (at[k] set, ours started), the fastest by the slower
  * of the two ends' devices (so both ends of a pair rank them alike), the first of equals
- * (ibverbs, then the plugins in load order); else tcp. */
+ * (ibverbs, then the plugins in load order); else tcp. A plugin whose device either end
+ * reports at speed 0 is left to the peers of its own host, which shm serves: the ABI has
+ * no word for a device that reaches this host only (libfabric's shm provider reports
+ * no speed) or for reach at all, and tcp, which every end runs, is known to cross hosts.
+ * ibverbs's 0 is a port code it does not know: its device is a network's all the same. */
 static int fastest(const cl_tr_ctx *ctx, char *const at[NINNER], const uint32_t mbps[NINNER])
 {
     int best = TCP;
     uint32_t top = 0;
     for (int k = IB; k < NINNER; k++) {
-        if (!at[k] || !ctx->inner[k])
+        if (!at[k] || !ctx->inner[k] || (k >= NFIXED && (!speed_of(ctx, k) || !mbps[k])))
             continue;
         uint32_t s = speed_of(ctx, k);
         s = !s || (mbps[k] && mbps[k] < s) ? mbps[k] : s; /* 0: not known */

@@ -486,6 +486,26 @@ static int ofi_devices(void *net, int *ndev)
     return COLL_NET_OK;
 }
 
+/* The speed in Mb/s the kernel gives a network interface (/sys/class/net/IF/speed), 0
+ * where it gives none (a virtual interface says -1) or dom is no interface (shm's). */
+static uint32_t iface_speed(const char *dom)
+{
+    char path[64 + IF_NAMESIZE];
+    long v = 0;
+    if (if_nametoindex(dom) == 0)
+        return 0;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", dom);
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%ld", &v) != 1)
+        v = 0;
+    if (f)
+        fclose(f);
+    return v > 0 ? (uint32_t)v : 0;
+}
+
+/* The provider's link speed, else its interface's: a speed of 0 keeps auto from taking
+ * the plugin to other hosts (collective_net.h), right for shm's, which reaches this host
+ * only, but not for tcp's over a NIC, which libfabric 1.17 gives no speed. */
 static int ofi_get_properties(void *net, int dev, coll_net_props *props)
 {
     ofi_net *n = net;
@@ -496,6 +516,8 @@ static int ofi_get_properties(void *net, int dev, coll_net_props *props)
              i->domain_attr->name);
     if (i->nic && i->nic->link_attr && i->nic->link_attr->speed)
         props->speed_mbps = (uint32_t)(i->nic->link_attr->speed / 1000000);
+    else
+        props->speed_mbps = iface_speed(i->domain_attr->name);
     return COLL_NET_OK;
 }
 
