@@ -31,6 +31,18 @@
 #   RAILS=1          interfaces per host: RAILS=2 adds eth1 on a second bridge (10.78.0.0/24),
 #                    shaped alike; ranks then filter "eth" (both), and the script prints
 #                    each host's bytes sent per interface ("# rail bytes: ...")
+#   FAMILY=4         the hosts' addresses: 4 (10.77.0.k), 6 (IPv6 only, fd77::k; RAILS=2's
+#                    eth1 fd78::k), dual (both), ll (IPv6 link-local only, fe80::k, the
+#                    rendezvous at fe80::1%eth0). Hosts skip IPv6's duplicate address
+#                    detection (accept_dad=0): it holds a new address back a second or
+#                    two, the kernel's own link-local one too. DAD=1 keeps it (the
+#                    kernel's default): ranks start while their addresses are tentative.
+#                    The script prints each host's IP bytes sent per family ("# family
+#                    bytes: ...", lo's included)
+#   MASTER=          MASTER_ADDR: 4 or 6 (rank 0's host's address of that family; by
+#                    default 6 under FAMILY 6 or ll, else 4), or name: "master", which
+#                    every rank's /etc/hosts (bound over it in the mount namespace of ip
+#                    netns exec) gives as rank 0's host's addresses of FAMILY (not ll's)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
 #   KEEP=DIR         keep rank 0's output of every run there
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
@@ -48,6 +60,12 @@ args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
 rounds=${ROUNDS:-3}
 rails=${RAILS:-1}
 envs=${ENVS:-}
+family=${FAMILY:-4}
+case $family in 4 | 6 | dual | ll) ;; *) echo "FAMILY must be 4, 6, dual or ll" >&2; exit 2 ;; esac
+master_by=${MASTER:-4}
+case $family in 6 | ll) master_by=${MASTER:-6} ;; esac
+# glibc's /etc/hosts takes no "%eth0" (it skips the line), and fe80::1 without is unreachable
+[ "$family$master_by" != llname ] || { echo "MASTER=name: not with FAMILY=ll" >&2; exit 2; }
 tag=c$$
 br=br$tag
 out=$(mktemp -d /tmp/cluster.XXXXXX)
@@ -69,13 +87,22 @@ ip link set "$br" up
 shape() {
     ${2:+ip netns exec "$2"} tc qdisc add dev "$1" root tbf rate "$rate" burst "$burst" latency 50ms
 }
+# addrs NS DEV K NET: host K's addresses on DEV, of FAMILY's kinds, in subnet NET (77, 78)
+addrs() {
+    case $family in 4 | dual) ip -n "$1" addr add "10.$4.0.$(($3 + 1))/24" dev "$2" ;; esac
+    case $family in 6 | dual) ip -n "$1" addr add "fd$4::$(($3 + 1))/64" dev "$2" ;; esac
+    [ "$family" != ll ] || ip -n "$1" addr add "fe80::$(($3 + 1))/64" dev "$2"
+}
 k=0
 for r in $hosts; do
     ns=$tag-h$k
     ip netns add "$ns"
+    [ "${DAD:-0}" = 1 ] ||
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 ||
+        echo "# $ns: cannot turn IPv6's duplicate address detection off" >&2
     ip link add "v$tag$k" type veth peer name eth0 netns "$ns"
     ip link set "v$tag$k" master "$br" up
-    ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
+    addrs "$ns" eth0 $k 77
     ip -n "$ns" link set lo up
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$idle_restart" ||
         echo "# $ns: cannot set tcp_slow_start_after_idle" >&2
@@ -94,7 +121,7 @@ for r in $hosts; do
     if [ "$rails" != 1 ]; then # the second rail, on its own bridge and subnet
         ip link add "w$tag$k" type veth peer name eth1 netns "$ns"
         ip link set "w$tag$k" master "${br}b" up
-        ip -n "$ns" addr add "10.78.0.$((k + 1))/24" dev eth1
+        addrs "$ns" eth1 $k 78
         ip -n "$ns" link set eth1 up
         shape eth1 "$ns"
         shape "w$tag$k"
@@ -130,6 +157,7 @@ slow start after idle $idle_restart); coll_perf $args; $rounds rounds"
 ompi_setup() {
     [ -n "${ompi_ready:-}" ] && return 0
     [ "$order" != random ] || { echo "ompi: ORDER rr or blocked only" >&2; exit 2; }
+    [ "$family" = 4 ] || { echo "ompi: FAMILY=4 only" >&2; exit 2; }
     here=$(cd "$(dirname "$0")" && pwd)
     mpicc.openmpi -O2 -o "$out/mpi_bench" "$here/compare/mpi_bench.c" || exit 2
     printf '#!/bin/sh\nh=$1; shift\nexec ip netns exec "$h" unshare --uts sh -c "hostname $h; $*"\n' \
@@ -160,9 +188,9 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     perf=$(cd "$1" && pwd)/perf/coll_perf
     port=$((20000 + ($$ + $3 * 7 + $2) % 20000))
     r=0
-    master=10.77.0.$(($(head -1 "$out/host_of") + 1)) # rank 0's host serves the store
+    master=$(master_addr)
     for h in $(cat "$out/host_of"); do
-        ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; exec env RANK=$r \
+        ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; $bind exec env RANK=$r \
             WORLD_SIZE=$n MASTER_ADDR=$master MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
             COLL_SOCKET_IFNAME=$ifname COLL_BIND=none $envs $perf $args -I 0 -c 1" \
             > "$out/$3.$2.$r" 2>&1 &
@@ -173,6 +201,21 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     grep -q "Out of bounds values : 0 OK" "$out/$3.$2.0" || { cat "$out/$3.$2.0"; return 1; }
 }
 
+# master_addr: MASTER_ADDR, an address of rank 0's host (it serves the store) or a name
+# that $out/hosts (every rank's /etc/hosts, through $bind) gives it.
+master_addr() {
+    h=$(($(head -1 "$out/host_of") + 1))
+    case $master_by in
+    4) echo "10.77.0.$h" ;;
+    6) if [ "$family" = ll ]; then echo "fe80::$h%eth0"; else echo "fd77::$h"; fi ;;
+    *) { cat /etc/hosts
+         case $family in 4 | dual) echo "10.77.0.$h master" ;; esac
+         case $family in 6 | dual) echo "fd77::$h master" ;; esac; } > "$out/hosts"
+       echo master ;;
+    esac
+}
+bind=
+[ "$master_by" != name ] || bind="mount --bind $out/hosts /etc/hosts;"
 ifname=eth0
 [ "$rails" = 1 ] || ifname=eth
 status=0
@@ -190,6 +233,12 @@ if [ "$rails" != 1 ]; then
             "eth1 $(ip netns exec "$tag-h$k" cat /sys/class/net/eth1/statistics/tx_bytes)"
     done
 fi
+# IP bytes each host sent, per family (every interface's, lo's too): the traffic's family.
+for k in $(seq 0 $((H - 1))); do
+    echo "# family bytes: host $k IPv4 $(ip netns exec "$tag-h$k" awk '/^IpExt:/ { if (c) print $c;
+            else for (i = 1; i <= NF; i++) if ($i == "OutOctets") c = i }' /proc/net/netstat)" \
+        "IPv6 $(ip netns exec "$tag-h$k" awk '$1 == "Ip6OutOctets" { print $2 }' /proc/net/snmp6)"
+done
 echo "# median time (us) per size; build: $*"
 b=0
 for build in "$@"; do

@@ -6,6 +6,7 @@
 #include "transports/iface.h"
 
 #include "base/log.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <ifaddrs.h>
@@ -80,6 +81,55 @@ static void take(const struct ifaddrs *i, cl_addr *out)
     a->sin6_port = 0;
     if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr) && !a->sin6_scope_id)
         a->sin6_scope_id = if_nametoindex(i->ifa_name);
+}
+
+/* An IPv6 address is tentative for a second or two after it comes (duplicate address
+ * detection; Linux's IFA_F_TENTATIVE, and IFA_F_DADFAILED once a duplicate is seen):
+ * bind() refuses it meanwhile ("Cannot assign requested address"), and a rank started
+ * with its network (a container, a namespace just made) would fail at init. */
+#define TENTATIVE 0x40
+#define DAD_FAILED 0x08
+#define SETTLE_MS 5000
+
+/* 1 while the kernel still tests *a (/proc/net/if_inet6: address in hex, interface
+ * index, prefix length, scope, flags, name); 0 where that file is not. */
+static int tentative(const cl_addr *a)
+{
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&a->sa;
+    FILE *f = a->sa.ss_family == AF_INET6 ? fopen("/proc/net/if_inet6", "r") : NULL;
+    char hex[33], name[IF_NAMESIZE + 1];
+    unsigned index, plen, scope, flags;
+    int found = 0;
+    while (f && fscanf(f, "%32s %x %x %x %x %16s", hex, &index, &plen, &scope, &flags, name) == 6) {
+        unsigned char b[16];
+        for (int k = 0; k < 16; k++)
+            sscanf(hex + 2 * k, "%2hhx", &b[k]);
+        found |= memcmp(b, v6->sin6_addr.s6_addr, 16) == 0 &&
+                 (!v6->sin6_scope_id || index == v6->sin6_scope_id) && (flags & TENTATIVE) &&
+                 !(flags & DAD_FAILED);
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Waits, at most SETTLE_MS, while *a is tentative: the usual detection takes 1-2 s. */
+static void settle(const cl_addr *a)
+{
+    char text[CL_ADDR_TEXT];
+    for (int ms = 0; tentative(a); ms += 50) {
+        cl_addr_text(a, text, sizeof(text));
+        if (ms == 0)
+            cl_log(COLL_LOG_INFO,
+                   "address %s is tentative (duplicate address detection): "
+                   "waiting up to %d ms",
+                   text, SETTLE_MS);
+        if (ms >= SETTLE_MS) {
+            cl_log(COLL_LOG_WARN, "address %s still tentative after %d ms", text, SETTLE_MS);
+            return;
+        }
+        cl_sleep_ms(50);
+    }
 }
 
 /* What an interface offers, for the sentence when nothing fits. */
@@ -174,13 +224,16 @@ static int listed(const cl_iface *out, int n, const char *name)
     return 0;
 }
 
-/* Rails are interfaces whose best address (IPv4, else global IPv6) is of the family;
- * one address per interface, the first one of that fitness. */
+/* Rails are interfaces whose best address (IPv4, else global IPv6, else link-local IPv6)
+ * is of the family; one address per interface, the first one of that fitness. Link-local
+ * rails are for a network with nothing else (issue 55): each address carries its
+ * interface's name as its scope, which the peer reads as its own interface of that name,
+ * so such rails join hosts that name their NICs alike. */
 static int rails_of(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
                     int max)
 {
     int n = 0;
-    for (int fit = 0; fit < 2 && n == 0; fit++)
+    for (int fit = 0; fit < 3 && n == 0; fit++)
         for (const struct ifaddrs *i = all; i && n < max; i = i->ifa_next) {
             if (!i->ifa_addr || listed(out, n, i->ifa_name))
                 continue;
@@ -230,6 +283,8 @@ int cl_pick_ifaces(const char *filter, int family, cl_iface *out, int max, char 
     }
     int n = cl_iface_list(all, filter, family, out, max, err, errlen);
     freeifaddrs(all);
+    for (int k = 0; k < n; k++)
+        settle(&out[k].addr);
     return n;
 }
 
@@ -243,5 +298,7 @@ int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_
     }
     int rc = cl_iface_choose(all, filter, family, out, err, errlen);
     freeifaddrs(all);
+    if (rc == 0)
+        settle(out);
     return rc;
 }

@@ -165,6 +165,13 @@ START_TEST(the_rails_are_every_real_interface_up)
                      "docker0 172.17.0.1:0, eth3 10.0.3.5:0, docker1 172.18.0.1:0");
     ck_assert_str_eq(rails(NULL, AF_INET6), "eth1 [fd00::6]:0");
     ck_assert_str_eq(rails("lo", AF_UNSPEC), "lo 127.0.0.1:0");
+    /* eth0's IPv6 is link-local only: a rail with its scope, named as itself */
+    ck_assert_str_eq(rails("eth0", AF_INET6), "eth0 [fe80::5%lo]:0");
+    nlist = 0; /* two NICs of link-local IPv6 only: both are rails */
+    add("lo", 1, "::1");
+    add("eth0", 1, "fe80::5");
+    add("eth1", 1, "fe80::6");
+    ck_assert_str_eq(rails(NULL, AF_INET6), "eth0 [fe80::5%lo]:0, eth1 [fe80::6%lo]:0");
     nlist = 0; /* nothing but loopback and a bridge: loopback, the last resort */
     add("lo", 1, "127.0.0.1");
     add("docker0", 0, "172.17.0.1");
