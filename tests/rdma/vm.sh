@@ -3,8 +3,9 @@
 # RDMA support and its /dev/kvm cannot boot a stock kernel), brings up SoftRoCE (rdma_rxe
 # on a dummy netdev), and runs COMMAND in a copy of DIR with RDMA_DEV, RDMA_GID_INDEX and
 # RDMA_IP set. Exits with COMMAND's status; 124 on timeout, 125 if the VM itself failed.
-# Downloads (the kernel and rdma-core's userland, ~75 MB, with apt-get download) are kept
-# in $COLL_RDMA_CACHE (default /var/cache/libcollective-rdma, outside any clone).
+# Downloads (the kernel, rdma-core's and libfabric's userland, ~77 MB, with apt-get
+# download) are kept in $COLL_RDMA_CACHE (default /var/cache/libcollective-rdma, outside
+# any clone).
 # Learned from ../shared/rdma-vm (module list, PVH boot of the unpacked vmlinux, GID index).
 set -euo pipefail
 DIR=$(cd "$1" && pwd)
@@ -16,6 +17,9 @@ log() { echo "vm.sh: $*" >&2; }
 
 USER_PKGS="busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest librdmacm1
 libnl-3-200 libnl-route-3-200 iproute2 libmnl0 libpci3"
+# libfabric (its verbs provider, for transports/ofi) and what libfabric1 links beyond the
+# above (apt-cache depends libfabric1, and of those): 1 MB of .debs.
+USER_PKGS="$USER_PKGS libfabric1 libfabric-bin libpsm2-2 libpsm-infinipath1 libnuma1 libatomic1"
 KPKG=$(cd "$CACHE/debs" && ls linux-image-*-amd64_*.deb 2>/dev/null | sort -V | tail -1 | cut -d_ -f1 || true)
 [ -n "$KPKG" ] || KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null |
                          awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
@@ -32,7 +36,11 @@ done
 # The kernel, unpacked once: an ELF vmlinux (qemu boots it through the PVH entry point,
 # skipping real mode and the XZ decompression that takes seconds under TCG) and the
 # modules rxe needs, in dependency order from each module's .modinfo.
-K=$CACHE/kernel-$KVER
+# rdma_ucm: rdma_cm from user space (/dev/infiniband/rdma_cm), which libfabric's verbs
+# provider connects with. The list is part of the directory's name, so a cache unpacked
+# for another list is left as it is (a run of the older script may be reading it).
+MODS="rdma_rxe rdma_ucm ib_uverbs crc32_generic dummy"
+K=$CACHE/kernel-$KVER-$(echo "$MODS" | cksum | cut -d' ' -f1)
 if [ ! -f "$K/done" ]; then
   log "unpacking $KPKG"
   rm -rf "$K" && mkdir -p "$K/mods" "$K/x"
@@ -52,11 +60,12 @@ if [ ! -f "$K/done" ]; then
     cp "${where[$n]}" "$K/mods/$n.ko"
     echo "$n" >> "$K/mods/order"
   }
-  for m in rdma_rxe ib_uverbs crc32_generic dummy; do add $m; done
+  for m in $MODS; do add $m; done
   rm -rf "$K/x"
   touch "$K/done"
 fi
-U=$CACHE/userland
+# The package list is part of the name, as the kernel's module list is.
+U=$CACHE/userland-$(echo $USER_PKGS | cksum | cut -d' ' -f1)
 if [ ! -f "$U/done" ]; then
   rm -rf "$U" && mkdir -p "$U"
   for p in $USER_PKGS; do dpkg-deb -x "$CACHE/debs/${p}"_*.deb "$U"; done
@@ -88,6 +97,7 @@ libs_of() {
 put() { mkdir -p "$R$(dirname "$2")"; cp -L "$1" "$R$2"; libs_of "$1"; }
 for f in "$U"/usr/bin/ibv_devinfo "$U"/usr/bin/ib_write_bw; do put "$f" "/usr/bin/$(basename "$f")"; done
 put "$U/usr/bin/rdma" /usr/bin/rdma
+for f in fi_info fi_pingpong; do put "$U/usr/bin/$f" "/usr/bin/$f"; done
 put "$U/bin/ip" /sbin/ip
 put /bin/bash /bin/bash
 for f in "$R"/usr/lib/x86_64-linux-gnu/libibverbs/*.so; do libs_of "$f"; done

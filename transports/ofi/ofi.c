@@ -12,7 +12,7 @@
  * (COLL_SOCKET_IFNAME's syntax); without one, the first offer that opens, those at an
  * IPv6 link-local address only last.
  *
- * Connections: RDM has none, so a comm is a 40-bit id drawn at random by the sender
+ * Connections: RDM has none, so a comm is a 33-bit id drawn at random by the sender
  * (getrandom) and carried in the tag of every message; a per-comm sequence number in the
  * low 23 bits makes the n-th send match the n-th receive even where the provider does
  * not keep the matching order. The listen handle is the endpoint's address (fi_getname)
@@ -20,8 +20,11 @@
  * own address, the comm's id) on the control tag, which accept() turns into a receive
  * comm. A close sends a bye (the comm's id and, from the sender, how many messages it
  * sent), so the peer's requests past that point fail with COLL_NET_ERR_REMOTE instead of
- * waiting for a message that never comes. Message size is the provider's to handle (both
- * providers above take any size); one above its max_msg_size is refused. */
+ * waiting for a message that never comes. The ABI takes messages of any size; a provider
+ * may not (verbs;ofi_rxm: max_msg_size 8 MiB), so a message that is not below
+ * max_msg_size goes as pieces of it, the last shorter, the piece's index in 7 tag bits
+ * (post_pieces; at most 128 pieces). Memory: the hints leave FI_MR_LOCAL out, so rxm
+ * registers (or copies) the buffers itself and the plugin passes no descriptors. */
 #include <collective_net.h>
 
 #include <rdma/fabric.h>
@@ -42,12 +45,15 @@
 #define OFI_CTRL_TAG (1ull << 63)
 #define OFI_SEQ_BITS 23
 #define OFI_SEQ_MASK ((1ull << OFI_SEQ_BITS) - 1)
-#define OFI_ID_MASK ((1ull << 40) - 1)
+#define OFI_PIECE_BITS 7 /* a message of up to 128 x max_msg_size */
+#define OFI_PIECES_MAX (1u << OFI_PIECE_BITS)
+#define OFI_ID_BITS (63 - OFI_PIECE_BITS - OFI_SEQ_BITS)
+#define OFI_ID_MASK ((1ull << OFI_ID_BITS) - 1)
 #define OFI_ADDR_MAX 54 /* what the 64-byte handle leaves for the address */
 #define OFI_CTRL_POSTED 16 /* control receives kept posted */
 #define OFI_MAGIC 0x4f464931u /* "OFI1" */
 
-enum { OP_REQ, OP_CTRL_RECV, OP_CTRL_SEND };         /* what a completion's context is */
+enum { OP_REQ, OP_PIECE, OP_CTRL_RECV, OP_CTRL_SEND }; /* what a completion's context is */
 enum { CTRL_HELLO = 1, CTRL_BYE_FROM_SEND, CTRL_BYE_FROM_RECV };
 
 /* The control message: a hello (connect to accept) or a bye (close to the peer). */
@@ -71,13 +77,18 @@ typedef struct ofi_net ofi_net;
 typedef struct ofi_comm ofi_comm;
 
 /* A transfer: its first member is the context libfabric's completion gives back. It is
- * freed once libfabric is done with it (`queued` and `posted` 0) and so is the library
- * (`owned` 0). */
+ * freed once libfabric is done with it (`queued` and `posted` 0, no `pieces` left) and
+ * so is the library (`owned` 0). A request over max_msg_size is not posted itself: its
+ * pieces are (kind OP_PIECE, `parent` the request). */
 typedef struct ofi_op {
     struct fi_context2 ctx;
     int kind, send;
     int queued, posted, owned;
     int done, err;
+    unsigned pieces;             /* a request's pieces not completed yet */
+    unsigned piece;              /* a piece's index in its request */
+    int ended;                   /* a receive request: its last piece came */
+    struct ofi_op *parent;       /* a piece's request */
     void *buf;
     size_t size, len;
     fi_addr_t peer;
@@ -125,6 +136,7 @@ struct ofi_net {
     unsigned char addr[OFI_ADDR_MAX];
     size_t addrlen;
     uint32_t next_listen;
+    size_t piece; /* a message's piece: max_msg_size, or less (COLL_OFI_PIECE_BYTES) */
     void (*log)(int level, const char *msg);
     ofi_op *ops;     /* every live op */
     ofi_comm *comms; /* every open comm */
@@ -163,7 +175,7 @@ static ofi_op *op_new(ofi_net *n, int kind)
 
 static void op_release(ofi_net *n, ofi_op *o)
 {
-    if (o->queued || o->posted || o->owned)
+    if (o->queued || o->posted || o->owned || o->pieces)
         return;
     if (o->prev)
         o->prev->next = o->next;
@@ -183,20 +195,26 @@ static ssize_t post_now(ofi_net *n, ofi_op *o)
     return rc;
 }
 
+static void piece_done(ofi_net *n, ofi_op *p, size_t len, int err);
+
 /* Posts the queued transfers in order until the provider is busy. A request whose comm
- * closed or failed meanwhile is dropped unposted. A transfer the provider refuses ends with
- * COLL_NET_ERR_SYSTEM. */
+ * closed or failed meanwhile (or a receive's piece past its message's end) is dropped
+ * unposted. A transfer the provider refuses ends with COLL_NET_ERR_SYSTEM. */
 static void post_queued(ofi_net *n)
 {
     for (ofi_op *o; (o = n->queue);) {
-        ssize_t rc = o->kind == OP_REQ && (!o->comm || o->err) ? 0 : post_now(n, o);
+        ofi_op *r = o->parent ? o->parent : o;
+        int drop = r->kind == OP_REQ && (!r->comm || r->err || r->ended);
+        ssize_t rc = drop ? 0 : post_now(n, o);
         if (rc == -FI_EAGAIN)
             return;
         n->queue = o->queue_next;
         if (!n->queue)
             n->queue_tail = &n->queue;
         o->queued = 0;
-        if (rc)
+        if (o->kind == OP_PIECE && (drop || rc))
+            piece_done(n, o, 0, drop ? -FI_ECANCELED : (int)rc);
+        else if (rc)
             o->err = COLL_NET_ERR_SYSTEM;
         op_release(n, o);
     }
@@ -227,6 +245,17 @@ static ofi_comm *comm_find(ofi_net *n, int kind, uint64_t id)
     return NULL;
 }
 
+/* Stops a receive request's transfers in the provider: its own, or its pieces past
+ * `after` (-1: all). Each ends with a cancelled completion; one not posted, nothing. */
+static void cancel_recv(ofi_net *n, ofi_op *o, long after)
+{
+    if (o->posted)
+        fi_cancel(&n->ep->fid, &o->ctx);
+    for (ofi_op *p = n->ops; p; p = p->next)
+        if (p->parent == o && (long)p->piece > after && p->posted)
+            fi_cancel(&n->ep->fid, &p->ctx);
+}
+
 /* The sender closed after `count` messages: the receives past them cannot complete. */
 static void recv_comm_ended(ofi_net *n, ofi_comm *c, uint64_t count)
 {
@@ -234,7 +263,7 @@ static void recv_comm_ended(ofi_net *n, ofi_comm *c, uint64_t count)
     for (ofi_op *o = n->ops; o; o = o->next)
         if (o->comm == c && o->kind == OP_REQ && !o->done && !o->err && o->seq >= count) {
             o->err = COLL_NET_ERR_REMOTE;
-            fi_cancel(&n->ep->fid, &o->ctx);
+            cancel_recv(n, o, -1);
         }
 }
 
@@ -267,6 +296,36 @@ static void on_ctrl(ofi_net *n, const ofi_ctrl *m)
     }
 }
 
+static int net_error(int err)
+{
+    return err == -FI_ETRUNC ? COLL_NET_ERR_TRUNCATED
+           : err == -FI_ECANCELED ? COLL_NET_ERR_REMOTE
+                                  : COLL_NET_ERR_SYSTEM;
+}
+
+/* A piece ended (done, failed, or cancelled). Every piece but a message's last is
+ * max_msg_size long, its last shorter (start() makes it so), so a received piece that
+ * is shorter ends the message: the receive's later pieces are cancelled, and their
+ * cancellation is no error. The request is done once no piece is left in the provider
+ * (its buffer is the library's again). */
+static void piece_done(ofi_net *n, ofi_op *p, size_t len, int err)
+{
+    ofi_op *r = p->parent;
+    r->pieces--;
+    if (!err) {
+        r->len += len;
+        if (!r->send && len < n->piece && !r->ended) {
+            r->ended = 1;
+            cancel_recv(n, r, (long)p->piece);
+        }
+    } else if (!r->err && (err != -FI_ECANCELED || !r->ended)) {
+        r->err = net_error(err);
+    }
+    if (!r->pieces && !r->err)
+        r->done = r->send || r->ended;
+    op_release(n, r);
+}
+
 static void complete(ofi_net *n, ofi_op *o, size_t len, int err)
 {
     o->posted = 0;
@@ -278,9 +337,9 @@ static void complete(ofi_net *n, ofi_op *o, size_t len, int err)
     } else if (o->kind == OP_REQ && !o->err) {
         o->done = !err, o->len = len;
         if (err)
-            o->err = err == -FI_ETRUNC ? COLL_NET_ERR_TRUNCATED
-                     : err == -FI_ECANCELED ? COLL_NET_ERR_REMOTE
-                                            : COLL_NET_ERR_SYSTEM;
+            o->err = net_error(err);
+    } else if (o->kind == OP_PIECE) {
+        piece_done(n, o, len, err);
     }
     op_release(n, o);
 }
@@ -425,10 +484,12 @@ static int preferred(const struct fi_info *i, const char *device)
 static int open_endpoint(ofi_net *n, const char *device)
 {
     int rc = -FI_ENODATA, passes = device && *device ? 1 : 2; /* a named one, or none */
+    int tried = 0;
     for (int pass = 0; pass < passes && (!n->info || rc); pass++) {
         for (n->info = n->infos; n->info; n->info = n->info->next) {
             if (preferred(n->info, device) != !pass)
                 continue;
+            tried++;
             if ((rc = open_fids(n)) == 0)
                 break;
             say(n, NULL, COLL_NET_LOG_INFO, "ofi: %s on %s did not open (%s): trying the next",
@@ -436,7 +497,7 @@ static int open_endpoint(ofi_net *n, const char *device)
             close_fids(n);
         }
     }
-    if (!n->info && passes == 1 && rc == -FI_ENODATA) /* the device matched no offer */
+    if (!n->info && !tried) /* the device matched no offer */
         say(n, NULL, COLL_NET_LOG_ERROR, "ofi: provider '%s' offers no interface that "
             "'%s' selects (COLL_SOCKET_IFNAME, or the library's choice for the rendezvous)",
             n->infos->fabric_attr->prov_name, device);
@@ -454,6 +515,17 @@ static int open_endpoint(ofi_net *n, const char *device)
     return COLL_NET_OK;
 }
 
+/* COLL_OFI_PIECE_BYTES (a test's knob) cuts messages smaller than the provider needs,
+ * so that tcp and shm, which take any size, run the piece path too. */
+static void set_piece(ofi_net *n)
+{
+    const char *e = getenv("COLL_OFI_PIECE_BYTES");
+    size_t want = e && *e ? strtoull(e, NULL, 10) : 0;
+    n->piece = n->info->ep_attr->max_msg_size ? n->info->ep_attr->max_msg_size : SIZE_MAX;
+    if (want && want < n->piece)
+        n->piece = want;
+}
+
 static int ofi_init(const coll_net_init_args *args, void **net)
 {
     ofi_net *n = calloc(1, sizeof(*n));
@@ -466,6 +538,8 @@ static int ofi_init(const coll_net_init_args *args, void **net)
     n->log = log;
     if (!rc)
         rc = open_endpoint(n, args->device);
+    if (!rc)
+        set_piece(n);
     if (rc) {
         net_close(n);
         return rc;
@@ -633,9 +707,32 @@ static int ofi_accept(void *listen_comm, void **recv_comm)
     return COLL_NET_OK;
 }
 
+/* A message's tag: the comm's id, the piece (0 for a message in one piece) and the
+ * message's sequence number. */
 static uint64_t tag_of(const ofi_comm *c, uint64_t seq)
 {
-    return (c->id << OFI_SEQ_BITS) | (seq & OFI_SEQ_MASK);
+    return (c->id << (OFI_PIECE_BITS + OFI_SEQ_BITS)) | (seq & OFI_SEQ_MASK);
+}
+
+/* Posts request r as `count` pieces of max_msg_size, the last one shorter (perhaps
+ * empty), each with its index in the tag. A receive's room is cut the same way, so a
+ * sender's piece i meets the receiver's piece i, and a message longer than the room
+ * truncates the receiver's last piece. */
+static void post_pieces(ofi_net *n, ofi_op *r, size_t count)
+{
+    size_t max = n->piece;
+    for (size_t i = 0; i < count; i++) {
+        ofi_op *p = op_new(n, OP_PIECE);
+        if (!p) { /* the pieces posted end; the request fails */
+            r->err = COLL_NET_ERR_NOMEM;
+            return;
+        }
+        p->send = r->send, p->buf = (char *)r->buf + i * max, p->peer = r->peer;
+        p->size = i + 1 < count ? max : r->size - i * max;
+        p->tag = r->tag | (uint64_t)i << OFI_SEQ_BITS, p->parent = r, p->piece = (unsigned)i;
+        r->pieces++;
+        post(n, p);
+    }
 }
 
 /* Starts one transfer of c: posted now, or queued behind others until the provider
@@ -643,8 +740,13 @@ static uint64_t tag_of(const ofi_comm *c, uint64_t seq)
 static int start(ofi_comm *c, void *data, size_t size, void **request)
 {
     ofi_net *n = c->net;
-    if (size > n->info->ep_attr->max_msg_size)
+    size_t pieces = size / n->piece + 1;
+    if (pieces > OFI_PIECES_MAX) {
+        say(n, NULL, COLL_NET_LOG_ERROR, "ofi: a message of %zu bytes is over %u pieces of "
+            "%zu, the most one message takes over this provider", size, OFI_PIECES_MAX,
+            n->piece);
         return COLL_NET_ERR_INVALID;
+    }
     if (c->closed && (c->kind == 's' || c->posted >= c->peer_end))
         return COLL_NET_ERR_REMOTE;
     ofi_op *o = op_new(n, OP_REQ);
@@ -654,7 +756,10 @@ static int start(ofi_comm *c, void *data, size_t size, void **request)
                   .size = size, .peer = c->peer, .tag = tag_of(c, c->posted),
                   .seq = c->posted, .comm = c, .prev = o->prev, .next = o->next};
     c->posted++;
-    post(n, o);
+    if (pieces == 1)
+        post(n, o);
+    else
+        post_pieces(n, o, pieces);
     *request = o;
     return COLL_NET_OK;
 }
@@ -696,8 +801,8 @@ static void comm_free(ofi_comm *c)
         x = o->next;
         if (o->kind != OP_REQ || o->comm != c)
             continue;
-        if (o->posted && c->kind == 'r')
-            fi_cancel(&n->ep->fid, &o->ctx);
+        if (c->kind == 'r')
+            cancel_recv(n, o, -1);
         o->comm = NULL, o->owned = 0;
         op_release(n, o);
     }
