@@ -43,6 +43,7 @@
 #                    default 6 under FAMILY 6 or ll, else 4), or name: "master", which
 #                    every rank's /etc/hosts (bound over it in the mount namespace of ip
 #                    netns exec) gives as rank 0's host's addresses of FAMILY (not ll's)
+#   RATE_B=$RATE     eth1's rate with RAILS=2, each way (rails of unequal speeds)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
 #   KEEP=DIR         keep rank 0's output of every run there
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
@@ -59,6 +60,7 @@ idle_restart=${IDLE_RESTART:-0}
 args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
 rounds=${ROUNDS:-3}
 rails=${RAILS:-1}
+rate_b=${RATE_B:-$rate}
 envs=${ENVS:-}
 family=${FAMILY:-4}
 case $family in 4 | 6 | dual | ll) ;; *) echo "FAMILY must be 4, 6, dual or ll" >&2; exit 2 ;; esac
@@ -83,9 +85,9 @@ ip link add "$br" type bridge 2>/dev/null || { echo "SKIP: cannot create a bridg
 ip link set "$br" up
 [ "$rails" = 1 ] || { ip link add "${br}b" type bridge; ip link set "${br}b" up; }
 
-# shape DEV [NS]: RATE out of DEV (run in NS when given)
+# shape DEV [NS] [RATE]: RATE (default $rate) out of DEV (run in NS when given)
 shape() {
-    ${2:+ip netns exec "$2"} tc qdisc add dev "$1" root tbf rate "$rate" burst "$burst" latency 50ms
+    ${2:+ip netns exec "$2"} tc qdisc add dev "$1" root tbf rate "${3:-$rate}" burst "$burst" latency 50ms
 }
 # addrs NS DEV K NET: host K's addresses on DEV, of FAMILY's kinds, in subnet NET (77, 78)
 addrs() {
@@ -123,8 +125,8 @@ for r in $hosts; do
         ip link set "w$tag$k" master "${br}b" up
         addrs "$ns" eth1 $k 78
         ip -n "$ns" link set eth1 up
-        shape eth1 "$ns"
-        shape "w$tag$k"
+        shape eth1 "$ns" "$rate_b"
+        shape "w$tag$k" "" "$rate_b"
     fi
     k=$((k + 1))
 done
@@ -152,6 +154,7 @@ n=$(wc -l < "$out/host_of")
 echo "# $H hosts ($hosts ranks), $order numbering: hosts by rank $(tr '\n' ' ' < "$out/host_of")"
 echo "# links $rate each way (burst $burst${gso:+, gso $gso}, tcp $(ip netns exec "$tag-h0" sysctl -n net.ipv4.tcp_congestion_control), \
 slow start after idle $idle_restart); coll_perf $args; $rounds rounds"
+[ "$rails" = 1 ] || echo "# second rails (eth1) $rate_b each way"
 
 # Open MPI: its "ssh" enters the host's namespace, named as the host.
 ompi_setup() {
