@@ -3,7 +3,8 @@
 # eth0 and eth1 on two bridges): checked all-reduces, reduce-scatters and all-gathers
 # over the rails transport, 2 hosts x 2 ranks, large enough to be striped (128 KiB and
 # up), and every host sent a fair share on each rail (eth1 at least a quarter of eth0's
-# bytes: the cut is equal, and rail 0 alone carries the small messages and headers).
+# bytes: the rails are alike, so their measured speeds cut about equally, and rail 0
+# alone carries the small messages and headers).
 # Needs root and namespaces (skips 77 without).
 # Usage: rails.sh CLUSTER_SH BUILD_DIR
 set -u

@@ -4,11 +4,15 @@
  * connection whose receiving side dies (a bad frame) takes the copies with it while the
  * data goes on; a rails hello of another version, or of none (an older library), is
  * refused with a message naming both versions; a rail failed on purpose fails over to
- * the control connection, and a halt asked after a local close touches nothing. */
+ * the control connection, and a halt asked after a local close touches nothing. The
+ * weighted cut (rails_cut.h): its arithmetic, each rail's bytes in proportion to the cut
+ * its sender chose (the receiver reads it from the wire), the caller's tag kept, and a
+ * failed rail's share spread over the rails left by their weights. */
 #include "base/addr.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
+#include "transports/tcp/rails_cut.h"
 #include "transports/tcp/rails_test.h"
 #include "transports/transport.h"
 
@@ -138,7 +142,8 @@ static void send_all_acks_late(pair *p, size_t *kept_before_acks)
         ck_assert_int_eq(p->tr->irecv(p->recv, &hin[i], in[i], MSG, &rr[i]), COLL_OK);
     }
     for (int i = 0; i < NMSG; i++) {
-        h[i] = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .len = MSG, .seq = (uint32_t)i};
+        h[i] = (cl_msg_hdr){
+            .magic = CL_MSG_MAGIC, .len = MSG, .seq = (uint32_t)i, .tag = 0x7a90u + (uint32_t)i};
         ck_assert_int_eq(p->tr->isend(p->send, &h[i], out[i], &rs[i]), COLL_OK);
     }
     for (int i = 0; i < NMSG; i++)
@@ -149,6 +154,7 @@ static void send_all_acks_late(pair *p, size_t *kept_before_acks)
         ck_assert_int_eq(wait_req(p, rr[i], &nb), COLL_OK);
         ck_assert_uint_eq(nb, MSG);
         ck_assert_msg(memcmp(in[i], out[i], MSG) == 0, "message %d arrived wrong", i);
+        ck_assert_uint_eq(hin[i].tag, h[i].tag); /* rail 0's carried the cut */
         free(in[i]);
         free(out[i]);
     }
@@ -206,8 +212,8 @@ START_TEST(a_failed_rail_s_parts_go_over_the_control_connection)
     pair p;
     pair_open(&p);
     cl_rails_fail_rail(p.send, 1, "failed by the test");
-    wait_log("failed (failed by the test): its parts go over rail 0's interface");
-    wait_log("failed (its peer found it failed): its parts go over rail 0's interface");
+    wait_log("failed (failed by the test): its share goes to the other rails");
+    wait_log("failed (its peer found it failed): its share goes to the other rails");
     size_t before = 0;
     send_all_acks_late(&p, &before);
     pair_close(&p);
@@ -253,14 +259,153 @@ static void hello_of_version(int v)
     ck_assert_msg(recv(fd, &c, 1, 0) == 0, "the connection was not closed");
     close(fd);
     char want[96];
-    snprintf(want, sizeof(want), "rails wire version %d, this library's is 1", v);
+    snprintf(want, sizeof(want), "rails wire version %d, this library's is 2", v);
     ck_assert_msg(log_says(want), "want '%s' in:\n%s", want, said);
     pair_close(&p);
 }
 
 START_TEST(a_rails_hello_of_another_version_is_refused_naming_both)
 {
-    hello_of_version(_i == 0 ? 0 : 2);
+    hello_of_version(_i == 0 ? 0 : 1); /* 1: the equal cut's, before the code in hdr.tag */
+}
+END_TEST
+
+/* ---- the weighted cut ------------------------------------------------------------ */
+
+static cl_rails_code code3(unsigned w0, unsigned w1, unsigned w2)
+{
+    return w0 | w1 << 8 | w2 << 16;
+}
+
+/* The equal code cuts as wire version 1 did: rails 1.. len/n rounded down to 4 KiB,
+ * rail 0 the rest. */
+START_TEST(the_equal_code_cuts_as_before)
+{
+    size_t off[CL_RAILS_MAX], plen[CL_RAILS_MAX], len = (1 << 20) + 12345;
+    ck_assert_int_eq(cl_rails_cut(len, 3, cl_rails_equal(3), off, plen), 0);
+    size_t each = len / 3 / CL_RAILS_ALIGN * CL_RAILS_ALIGN;
+    ck_assert_uint_eq(plen[1], each);
+    ck_assert_uint_eq(plen[2], each);
+    ck_assert_uint_eq(plen[0], len - 2 * each);
+    ck_assert_uint_eq(off[1], plen[0]);
+    ck_assert_uint_eq(off[2], plen[0] + each);
+}
+END_TEST
+
+/* Weights 3:1 give rail 1 a quarter in whole units; a weightless rail one unit; codes no
+ * sender makes are refused. */
+START_TEST(a_code_cuts_in_proportion_and_bad_codes_are_refused)
+{
+    size_t off[CL_RAILS_MAX], plen[CL_RAILS_MAX], len = 4 << 20;
+    ck_assert_int_eq(cl_rails_cut(len, 2, code3(192, 64, 0), off, plen), 0);
+    ck_assert_uint_eq(plen[1], len / 4);
+    ck_assert_uint_eq(plen[0], len - len / 4);
+    ck_assert_int_eq(cl_rails_cut(len, 3, code3(100, 0, 100), off, plen), 0);
+    ck_assert_uint_eq(plen[1], CL_RAILS_ALIGN);
+    ck_assert_uint_eq(plen[2], len / 2 / CL_RAILS_ALIGN * CL_RAILS_ALIGN);
+    ck_assert_uint_eq(off[2], off[1] + plen[1]);
+    ck_assert_int_eq(cl_rails_cut(len, 2, code3(0, 64, 0), off, plen), -1);
+    ck_assert_int_eq(cl_rails_cut(len, 2, code3(1, 1, 1), off, plen), -1);
+    ck_assert_int_eq(cl_rails_cut(2 * CL_RAILS_ALIGN, 4, 0x01000001u, off, plen), -1);
+}
+END_TEST
+
+/* A window of CL_RAILS_WINDOW_US busy on rail k at bps, on the kernel's running counts. */
+static void busy_window(cl_rails_speed *sp, int k, double bps)
+{
+    static uint64_t acked[CL_RAILS_MAX], busy[CL_RAILS_MAX];
+    if (busy[k] == 0) { /* the first look starts the count */
+        busy[k] = 5000;
+        cl_rails_speed_add(sp, k, acked[k], busy[k]);
+    }
+    cl_rails_speed_add(sp, k, acked[k] + 1000, busy[k] + CL_RAILS_WINDOW_US / 2); /* too short */
+    acked[k] += (uint64_t)(bps * CL_RAILS_WINDOW_US / 1e6);
+    busy[k] += CL_RAILS_WINDOW_US;
+    cl_rails_speed_add(sp, k, acked[k], busy[k]);
+}
+
+/* Rails measured at 400 and 100 MB/s weigh 4:1; unmeasured, equal; a rail measured far
+ * slower keeps the floor; a dead rail weighs 0; one odd window does not move a speed,
+ * two do. */
+START_TEST(weights_follow_the_measured_speeds_with_a_floor)
+{
+    cl_rails_speed sp = {0};
+    int live[CL_RAILS_MAX] = {1, 1, 1, 1};
+    ck_assert_uint_eq(cl_rails_weigh(&sp, 2, live), code3(16, 16, 0));
+    busy_window(&sp, 0, 400e6);
+    ck_assert_msg(sp.bps[0] > 399e6 && sp.bps[0] < 401e6, "%f, want 400e6", sp.bps[0]);
+    ck_assert_uint_eq(cl_rails_weigh(&sp, 2, live), code3(16, 16, 0)); /* rail 1 unknown */
+    busy_window(&sp, 1, 100e6);
+    ck_assert_uint_eq(cl_rails_weigh(&sp, 2, live), code3(204, 51, 0));
+    busy_window(&sp, 1, 100e6);
+    busy_window(&sp, 1, 900e6); /* a burst */
+    ck_assert_msg(sp.bps[1] > 99e6 && sp.bps[1] < 101e6, "%f after a burst, want 100e6", sp.bps[1]);
+    busy_window(&sp, 1, 300e6);
+    busy_window(&sp, 1, 300e6); /* faster for good */
+    ck_assert_msg(sp.bps[1] > 299e6 && sp.bps[1] < 301e6, "%f, want 300e6", sp.bps[1]);
+    busy_window(&sp, 2, 1e6);
+    ck_assert_uint_eq(cl_rails_weigh(&sp, 3, live) >> 16, 16);
+    live[2] = 0;
+    ck_assert_uint_eq(cl_rails_weigh(&sp, 3, live) >> 16, 0);
+}
+END_TEST
+
+/* A cut in use stays while the speeds say about the same (within 5 points of share),
+ * and moves at once past that, or when a rail dies. */
+START_TEST(a_cut_in_use_stays_within_the_band)
+{
+    ck_assert_uint_eq(cl_rails_settle(0, code3(16, 16, 0), 2), code3(16, 16, 0));
+    ck_assert_uint_eq(cl_rails_settle(code3(16, 16, 0), code3(130, 125, 0), 2), code3(16, 16, 0));
+    ck_assert_uint_eq(cl_rails_settle(code3(16, 16, 0), code3(150, 105, 0), 2), code3(150, 105, 0));
+    ck_assert_uint_eq(cl_rails_settle(code3(16, 16, 16), code3(16, 0, 16), 3), code3(16, 0, 16));
+}
+END_TEST
+
+/* Sends of one pair, their rails' tx bytes meanwhile. */
+static void rails_tx(pair *p, int n, size_t tx[CL_RAILS_MAX])
+{
+    for (int k = 0; k < n; k++)
+        tx[k] = cl_rails_rail_tx(p->send, k);
+}
+
+/* a cuts 4:1 (as speeds of 400 and 100 would): rail 1 carries a fifth of the bytes, b
+ * reassembles each message whole in order, the caller's tag kept. */
+START_TEST(each_rail_carries_its_weight_s_share)
+{
+    pair p;
+    pair_open(&p);
+    cl_rails_pin_cut(p.send, code3(200, 50, 0));
+    ck_assert_uint_eq(cl_rails_next_cut(p.send), code3(200, 50, 0));
+    size_t t0[CL_RAILS_MAX], t1[CL_RAILS_MAX], before = 0;
+    rails_tx(&p, 2, t0);
+    send_all_acks_late(&p, &before);
+    rails_tx(&p, 2, t1);
+    double r1 = (double)(t1[1] - t0[1]) / (double)(t1[0] - t0[0] + t1[1] - t0[1]);
+    ck_assert_msg(r1 > 0.19 && r1 < 0.21, "rail 1 carried %.3f of the bytes, want 0.2", r1);
+    pair_close(&p);
+}
+END_TEST
+
+/* Three rails cut 1:1:2; rail 1 fails: later sends give rail 1 one unit (over the
+ * control connection: the rail itself is closed) and split the rest 1:2 between rails 0
+ * and 2. */
+START_TEST(a_failed_rail_s_share_goes_to_the_rails_left_by_weight)
+{
+    setenv("COLL_RAILS_REPEAT", "3", 1);
+    pair p;
+    pair_open(&p);
+    cl_rails_pin_cut(p.send, code3(64, 64, 128));
+    cl_rails_fail_rail(p.send, 1, "failed by the test");
+    wait_log("failed (its peer found it failed): its share goes to the other rails");
+    ck_assert_uint_eq(cl_rails_next_cut(p.send), code3(64, 0, 128));
+    size_t t0[CL_RAILS_MAX], t1[CL_RAILS_MAX], before = 0;
+    rails_tx(&p, 3, t0);
+    send_all_acks_late(&p, &before);
+    rails_tx(&p, 3, t1);
+    double r2 = (double)(t1[2] - t0[2]) / (double)(t1[0] - t0[0] + t1[2] - t0[2]);
+    ck_assert_msg(r2 > 0.64 && r2 < 0.69, "rail 2 carried %.3f of rails 0 and 2's, want 2/3", r2);
+    ck_assert_uint_eq(t1[1], 0); /* closed at the failure: nothing went on it */
+    pair_close(&p);
 }
 END_TEST
 
@@ -278,6 +423,12 @@ int main(void)
     tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 2);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
+    tcase_add_test(t, the_equal_code_cuts_as_before);
+    tcase_add_test(t, a_code_cuts_in_proportion_and_bad_codes_are_refused);
+    tcase_add_test(t, weights_follow_the_measured_speeds_with_a_floor);
+    tcase_add_test(t, a_cut_in_use_stays_within_the_band);
+    tcase_add_test(t, each_rail_carries_its_weight_s_share);
+    tcase_add_test(t, a_failed_rail_s_share_goes_to_the_rails_left_by_weight);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -10,15 +10,26 @@
  * recovery would have to live in every algorithm. Here the contract (transport.h) does
  * not change: one cl_tr_conn, messages in posting order.
  *
- * The wire. Rail 0 carries every message's header (the caller's, unchanged: hdr.len is
- * the whole payload) and the first part of its payload; a message of STRIPE_MIN bytes or
- * more puts the rest on rails 1.. in parts of equal size (multiples of ALIGN; rail 0
- * keeps the remainder), each part a message of its own on its rail with a rails header
- * (len: the part). Both ends cut by the same rule from hdr.len and the rail count, so
- * nothing says where a part goes: the receiver learns hdr.len from rail 0's header (tcp's
- * header hook, tcp_span.h) and posts the parts' receives then, into their places in the
- * caller's buffer; each rail's stream stays in order, so parts match in order too. Small
- * messages (and the fast path, send_now/recv_now) use rail 0 alone.
+ * The wire. Rail 0 carries every message's header (the caller's: hdr.len is the whole
+ * payload) and the first part of its payload; a message of STRIPE_MIN bytes or more puts
+ * the rest on rails 1.. in parts sized by each rail's weight (rails_cut.c: whole ALIGN
+ * units, rail 0 keeps the remainder), each part a message of its own on its rail with a
+ * rails header (len: the part). The sender weighs the rails by their speeds, per
+ * connection: as its parts on a rail end, the kernel's count of the rail's bytes
+ * acknowledged over its time busy sending (TCP_INFO), in windows (cl_rails_speed). Not
+ * the time a part took to send: a send is done once in a socket buffer of megabytes,
+ * and the receiver's times hold its waits for the scheduler. Equal until every rail is
+ * measured, with a floor for a slow rail, and kept while the speeds say about the same
+ * (cl_rails_settle). The sender says its cut in rail 0's header: a striped message's
+ * hdr.tag there is the cut's code (8 bits a rail), and the caller's tag travels in each
+ * part's header (and MOVED's) instead, put back before the receive completes. The
+ * receiver learns hdr.len
+ * and the code from rail 0's header (tcp's header hook, tcp_span.h) and posts the parts'
+ * receives then, into their places in the caller's buffer; each rail's stream stays in
+ * order, so parts match in order too. Small messages (and the fast path,
+ * send_now/recv_now) use rail 0 alone: the receiver posts on rail 0 before it knows a
+ * message, and the order of a pair's messages lives there, so the fastest rail for
+ * them would need the order told another way (sequence numbers and a reorder step).
  *
  * The set-up. The handle lists one address per rail ("a0\0a1\0", cl_addr text; the
  * first reads as a tcp handle). The dialer connects rail 0 with the caller's hello, which
@@ -42,22 +53,25 @@
  * told so, stops its rail k too and sends its own GOT. Each end then sends its kept
  * parts of rail k that the peer did not get, and every later part of rail k, over the
  * control connection (MOVED frames, keyed by message number and rail); the receiver puts
- * each in place, or keeps it until its message's header comes on rail 0. The cut does
- * not change, only the path of rail k's parts (rail 0's interface carries them), so both
- * ends agree on it without a word, and the job goes on at one rail's speed with a
- * warning naming the rail, its interface and the peer. Rail 0 failing still fails the
+ * each in place, or keeps it until its message's header comes on rail 0. A message's
+ * cut does not change, only the path of rail k's parts (rail 0's interface carries
+ * them), so both ends agree on it without a word, and the job goes on with a warning
+ * naming the rail, its interface and the peer. The sender's later cuts give the failed
+ * rail weight 0, so its share spreads over the rails left by their weights; a part of
+ * one ALIGN unit still goes its way (over the control connection), as every striped
+ * message keeps a part on each rail: the caller's tag rides on it, and the GOT's count
+ * of a rail's parts stays the count of messages. Rail 0 failing still fails the
  * connection (as tcp's failure does): the headers and the order live on rail 0; the
  * control connection's loss fails a message that needed it. A rail that comes back is
  * not used again.
  *
- * Not done yet (see the issue's closing note): weights (the cut is equal, not by each
- * rail's measured speed); a failed rail's share goes to rail 0's interface, not spread
- * over the rails left (with three rails or more); the auto transport still uses plain
- * tcp. */
+ * Not done yet (see the issue's closing note): small messages on the fastest rail (see
+ * the wire above); the auto transport still uses plain tcp. */
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
 #include "transports/iface.h"
+#include "transports/tcp/rails_cut.h"
 #include "transports/tcp/rails_test.h"
 #include "transports/tcp/tcp_span.h"
 #include "transports/transport.h"
@@ -71,7 +85,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAX_RAILS = 4, STRIPE_MIN = 128 << 10, ALIGN = 4096, MAX_SPARE = 64 };
+enum { MAX_RAILS = CL_RAILS_MAX, STRIPE_MIN = 128 << 10, MAX_SPARE = 64 };
 enum { CTL = MAX_RAILS, MAX_CTL_OUT = 64 }; /* hello[16] of the control connection */
 /* A rail found failed here (not told by the peer) fails over only if rail 0 and the
  * control connection still work GRACE_MS later: a peer that dies or closes ends every
@@ -93,8 +107,9 @@ static const char RAIL_MAGIC[8] = "collrail";
 /* hello[17] of a rails hello: what this file's own messages (the id, ACK, GOT, MOVED)
  * and the hellos mean. A peer of another version is refused at its hello, naming both:
  * the rails of a version 0 peer (before the field) could not fail over, and its rail 0
- * waits for a control connection it never dials. Raise it with any change of them. */
-enum { RAIL_VERSION = 1 };
+ * waits for a control connection it never dials; a version 1 peer cuts equally and
+ * reads rail 0's hdr.tag as the caller's. Raise it with any change of them. */
+enum { RAIL_VERSION = 2 };
 
 #define TCP (&cl_transport_tcp)
 
@@ -153,6 +168,9 @@ struct cl_tr_conn {
     int ctl_status;   /* the control connection's receiver's end (ctl_dead) */
     int ctl_gone;     /* ctl_check saw it: copies dropped, ctl closed */
     struct scrap *scraps; /* moved parts that came before their receive */
+    cl_rails_speed speed; /* of our sends, per rail (fo_mu) */
+    cl_rails_code cut;    /* the last striped send's (fo_mu) */
+    cl_rails_code pinned; /* a cut set by a test (rails_test.h), 0: by speed (fo_mu) */
 };
 
 /* A striped send's payload past rail 0's part, copied: resent if its rail fails. */
@@ -161,6 +179,8 @@ typedef struct keep {
     uint64_t s;
     size_t len;  /* the whole message's */
     size_t from; /* data's offset in it: rail 1's part's */
+    cl_rails_code code;
+    uint32_t tag; /* the caller's */
     char data[];
 } keep;
 
@@ -168,6 +188,7 @@ typedef struct scrap {
     struct scrap *next;
     uint64_t s;
     int k;
+    uint32_t tag; /* the caller's, from MOVED's header */
     size_t len;
     char *data;
 } scrap;
@@ -210,17 +231,29 @@ struct cl_tr_req {
     int64_t looked[MAX_RAILS]; /* the stall check's last look */
     atomic_int over_ctl; /* a part goes over the control connection: its bytes count */
     size_t ctl_base;     /* the control connection's bytes when r was made */
+    cl_rails_code code;  /* the cut (0: not striped) */
+    uint32_t tag;        /* a send's caller's tag; a receive's, when part 1 came moved */
+    int timed[MAX_RAILS]; /* a send's part k went on its own rail: a measure of it */
 };
 
-/* The cut of a len-byte payload over n rails: part k's offset and length. */
-static void cut(size_t len, int n, size_t off[MAX_RAILS], size_t plen[MAX_RAILS])
+/* 1 when a len-byte message goes over every rail of c (both ends number those). */
+static int striped(const cl_tr_conn *c, size_t len)
 {
-    size_t each = n > 1 && len >= STRIPE_MIN ? len / (size_t)n / ALIGN * ALIGN : 0;
-    size_t first = len - each * (size_t)(n - 1);
-    for (int k = 0; k < n; k++) {
-        off[k] = k == 0 ? 0 : first + each * (size_t)(k - 1);
-        plen[k] = k == 0 ? first : each;
+    return c->n > 1 && len >= STRIPE_MIN;
+}
+
+/* Part k's offset and length of a len-byte payload on c, by code when striped (else
+ * rail 0 has it all); -1 for a code no sender makes. */
+static int cut(const cl_tr_conn *c, size_t len, cl_rails_code code, size_t off[MAX_RAILS],
+               size_t plen[MAX_RAILS])
+{
+    if (striped(c, len))
+        return cl_rails_cut(len, c->n, code, off, plen);
+    for (int k = 0; k < c->n; k++) {
+        off[k] = k == 0 ? 0 : len;
+        plen[k] = k == 0 ? len : 0;
     }
+    return 0;
 }
 
 /* ---- contexts -------------------------------------------------------------------- */
@@ -820,7 +853,7 @@ static int ctl_dead(cl_tr_conn *c)
 }
 
 /* A moved part into its receive's place (fo_mu held); 0 when no receive is there. */
-static int place(cl_tr_conn *c, int k, uint64_t s, const char *data, size_t len)
+static int place(cl_tr_conn *c, int k, uint64_t s, uint32_t tag, const char *data, size_t len)
 {
     cl_tr_ctx *ctx = c->ctx;
     int found = 0;
@@ -829,6 +862,7 @@ static int place(cl_tr_conn *c, int k, uint64_t s, const char *data, size_t len)
         if (r->conn != c || r->is_send || !r->striped || r->s != s)
             continue;
         memcpy(r->buf + r->off[k], data, CL_MIN(len, r->part_len[k]));
+        r->tag = tag;
         atomic_store(&r->via[k], 1);
         found = 1;
     }
@@ -838,16 +872,16 @@ static int place(cl_tr_conn *c, int k, uint64_t s, const char *data, size_t len)
     return found;
 }
 
-static void moved_in(cl_tr_conn *c, int k, uint64_t s, char *data, size_t len)
+static void moved_in(cl_tr_conn *c, int k, uint64_t s, uint32_t tag, char *data, size_t len)
 {
-    if (place(c, k, s, data, len)) {
+    if (place(c, k, s, tag, data, len)) {
         free(data);
         return;
     }
     scrap *p = malloc(sizeof(*p));
     if (!p)
         abort(); /* a small allocation failing leaves nothing sane to do */
-    *p = (scrap){.next = c->scraps, .s = s, .k = k, .len = len, .data = data};
+    *p = (scrap){.next = c->scraps, .s = s, .k = k, .tag = tag, .len = len, .data = data};
     c->scraps = p;
 }
 
@@ -859,6 +893,7 @@ static void take_scrap(cl_tr_conn *c, cl_tr_req *r, int k)
         if (p->s != r->s || p->k != k)
             continue;
         memcpy(r->buf + r->off[k], p->data, CL_MIN(p->len, r->part_len[k]));
+        r->tag = p->tag;
         atomic_store(&r->via[k], 1);
         *pp = p->next;
         free(p->data);
@@ -909,7 +944,7 @@ static void ctl_frame_cb(void *arg, const cl_msg_hdr *h, void *buf)
         kick = 1;
     }
     if (h->coll == RAIL_MOVED && rail)
-        moved_in(c, k, h->count, buf, h->len), buf = NULL;
+        moved_in(c, k, h->count, h->tag, buf, h->len), buf = NULL;
     pthread_mutex_unlock(&c->fo_mu);
     free(buf);
     if (kick)
@@ -952,9 +987,10 @@ static int halt_rail(cl_tr_conn *c, int k)
                k, c->name, c->why[k]);
     size_t got = go && !down ? cl_tcp_halt(c->rail[k]) : 0;
     if (go && !down)
-        cl_log(COLL_LOG_WARN, "rails: rail %d (%s) to %s failed (%s): its parts go over rail 0's "
-               "interface (%s) from now on", k, c->ctx->ifname[k], TCP->peer_name(c->rail[k]),
-               c->why[k], c->ctx->ifname[0]);
+        cl_log(COLL_LOG_WARN, "rails: rail %d (%s) to %s failed (%s): its share goes to the "
+               "other rails from now on (and one 4 KiB part a message over rail 0's interface, "
+               "%s)", k, c->ctx->ifname[k], TCP->peer_name(c->rail[k]), c->why[k],
+               c->ctx->ifname[0]);
     pthread_mutex_unlock(&c->send_mu);
     if (!go || down)
         return 0;
@@ -963,14 +999,15 @@ static int halt_rail(cl_tr_conn *c, int k)
     return 0;
 }
 
-/* Part k of striped message s (len bytes, `rest` its bytes from rail 1's part on) over
- * the control connection; *out as ctl_send's. */
-static int send_moved(cl_tr_conn *c, uint64_t s, size_t len, const char *rest, int k,
-                      cl_tr_req **out)
+/* Part k of striped message s (len bytes cut by code, `rest` its bytes from rail 1's
+ * part on, tag the caller's) over the control connection; *out as ctl_send's. */
+static int send_moved(cl_tr_conn *c, uint64_t s, size_t len, cl_rails_code code, uint32_t tag,
+                      const char *rest, int k, cl_tr_req **out)
 {
     size_t off[MAX_RAILS], plen[MAX_RAILS];
-    cut(len, c->n, off, plen);
-    cl_msg_hdr h = {.coll = RAIL_MOVED, .unit = (uint32_t)k, .count = s, .len = (uint32_t)plen[k]};
+    cut(c, len, code, off, plen);
+    cl_msg_hdr h = {.coll = RAIL_MOVED, .unit = (uint32_t)k, .count = s, .len = (uint32_t)plen[k],
+                    .tag = tag};
     return ctl_send(c, h, rest + (off[k] - off[1]), out);
 }
 
@@ -1002,7 +1039,8 @@ static void route_rail(cl_tr_conn *c, int k)
         c->state[k] = ROUTED;
     pthread_mutex_unlock(&c->fo_mu);
     for (int i = 0; i < n; i++) /* not acknowledged before they are in: they stay */
-        send_moved(c, again[i]->s, again[i]->len, again[i]->data, k, NULL);
+        send_moved(c, again[i]->s, again[i]->len, again[i]->code, again[i]->tag, again[i]->data,
+                   k, NULL);
     pthread_mutex_unlock(&c->send_mu);
     free(again);
 }
@@ -1109,9 +1147,10 @@ static void stall_check(cl_tr_req *r, int k)
 /* A copy of striped send s's bytes from `from` on, kept until the peer acknowledges s;
  * NULL (s noted as uncopied) past the cap, with the control connection gone, or without
  * memory. Under send_mu. */
-static keep *keep_copy(cl_tr_conn *c, uint64_t s, size_t len, const char *buf, size_t from)
+static keep *keep_copy(cl_tr_conn *c, const cl_tr_req *r, const char *buf, size_t from)
 {
-    size_t bytes = len - from;
+    uint64_t s = r->s;
+    size_t len = r->len, bytes = len - from;
     pthread_mutex_lock(&c->fo_mu);
     int ok = !c->ctl_gone && !c->down && c->kept_bytes + bytes <= c->ctx->keep_cap;
     c->kept_bytes += ok ? bytes : 0;
@@ -1119,7 +1158,8 @@ static keep *keep_copy(cl_tr_conn *c, uint64_t s, size_t len, const char *buf, s
     keep *p = ok ? malloc(sizeof(*p) + bytes) : NULL;
     pthread_mutex_lock(&c->fo_mu);
     if (p) {
-        *p = (keep){.next = c->kept, .s = s, .len = len, .from = from};
+        *p = (keep){.next = c->kept, .s = s, .len = len, .from = from, .code = r->code,
+                    .tag = r->tag};
         memcpy(p->data, buf + from, bytes);
         c->kept = p;
         c->nkept++;
@@ -1137,12 +1177,41 @@ static int post_part(cl_tr_conn *c, cl_tr_req *r, int k, const char *buf, const 
     int st = k > 0 && c->ctl ? c->state[k] : LIVE;
     if (st != LIVE)
         atomic_store(&r->over_ctl, 1);
+    r->timed[k] = st == LIVE;
     if (st == HALTED) /* sent with the others when the peer's GOT comes (or fails then) */
         return COLL_OK;
     if (st == ROUTED) /* r is done when this is sent: the caller's buffer will do */
-        return send_moved(c, r->s, off[c->n - 1] + r->part_len[c->n - 1], buf + off[1], k,
-                          &r->sub[k]);
+        return send_moved(c, r->s, r->len, r->code, r->tag, buf + off[1], k, &r->sub[k]);
     return cl_tcp_isend_span(c->rail[k], &r->part[k], buf + off[k], r->part_len[k], &r->sub[k]);
+}
+
+/* The cut of the next striped send (under send_mu, which state changes under): by the
+ * rails' speeds, a failed rail weightless so that its share goes to the others. */
+static cl_rails_code send_code(cl_tr_conn *c)
+{
+    int live[MAX_RAILS] = {1};
+    for (int k = 1; k < c->n; k++)
+        live[k] = !c->ctl || c->state[k] == LIVE;
+    pthread_mutex_lock(&c->fo_mu);
+    cl_rails_code code = cl_rails_weigh(&c->speed, c->n, live);
+    for (int k = 0; c->pinned && k < c->n; k++)
+        code = (code & ~(0xffu << (8 * k))) | (live[k] ? c->pinned & 0xffu << (8 * k) : 0);
+    code = c->cut = cl_rails_settle(c->cut, code, c->n);
+    pthread_mutex_unlock(&c->fo_mu);
+    return code;
+}
+
+/* Part k of send r, its header: rail 0's is the caller's, the cut's code in place of its
+ * tag when striped (the top of this file); the others are ours and carry that tag. */
+static cl_msg_hdr part_hdr(const cl_tr_req *r, const cl_msg_hdr *hdr, int k)
+{
+    cl_msg_hdr h = *hdr;
+    if (k == 0 && r->code)
+        h.tag = r->code;
+    if (k > 0)
+        h = (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = RAIL_PART, .len = (uint32_t)r->part_len[k],
+                         .seq = hdr->seq, .unit = (uint32_t)k, .tag = hdr->tag};
+    return h;
 }
 
 static int rails_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
@@ -1151,25 +1220,24 @@ static int rails_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl
     if (!r)
         return COLL_ENOMEM;
     size_t off[MAX_RAILS];
-    cut(hdr->len, c->n, off, r->part_len);
-    int parts = r->part_len[c->n - 1] ? c->n : 1, rc = COLL_OK;
+    int parts = striped(c, hdr->len) ? c->n : 1, rc = COLL_OK;
+    r->len = hdr->len;
+    r->tag = hdr->tag;
+    r->is_send = 1;
     pthread_mutex_lock(&c->send_mu);
+    r->code = parts > 1 ? send_code(c) : 0;
+    cut(c, hdr->len, r->code, off, r->part_len);
     if (parts > 1 && c->ctl) { /* numbered as the receiver numbers it, copied or not */
         r->s = c->ss++;
-        keep_copy(c, r->s, hdr->len, buf, off[1]);
+        keep_copy(c, r, buf, off[1]);
     }
     for (int k = 0; k < parts && rc == COLL_OK; k++) {
-        r->part[k] = k ? (cl_msg_hdr){.magic = CL_MSG_MAGIC, .coll = RAIL_PART,
-                                      .len = (uint32_t)r->part_len[k], .seq = hdr->seq,
-                                      .unit = (uint32_t)k}
-                       : *hdr;
+        r->part[k] = part_hdr(r, hdr, k);
         rc = post_part(c, r, k, buf, off);
         if (rc == COLL_OK)
             atomic_store(&r->nsub, k + 1);
     }
     pthread_mutex_unlock(&c->send_mu);
-    r->len = hdr->len;
-    r->is_send = 1;
     atomic_fetch_add(&c->sends, 1);
     if (rc != COLL_OK && atomic_load(&r->nsub) == 0) {
         atomic_fetch_sub(&c->sends, 1);
@@ -1187,9 +1255,13 @@ static size_t on_header(void *arg, const cl_msg_hdr *hdr)
 {
     cl_tr_req *r = arg;
     cl_tr_conn *c = r->conn;
-    cut(hdr->len, c->n, r->off, r->part_len);
+    r->code = striped(c, hdr->len) ? hdr->tag : 0;
     r->len = hdr->len; /* the caller's header may be another receive's too by test() */
-    int parts = r->part_len[c->n - 1] ? c->n : 1, fo = parts > 1 && c->ctl;
+    if (cut(c, hdr->len, r->code, r->off, r->part_len) != 0) {
+        r->status = COLL_EPROTO; /* rail 0's stream is lost: its next header fails it */
+        return 0;
+    }
+    int parts = r->code ? c->n : 1, fo = parts > 1 && c->ctl;
     if (fo) {
         pthread_mutex_lock(&c->fo_mu);
         r->s = c->rs++;
@@ -1259,6 +1331,18 @@ static void part_failed(cl_tr_req *r, int k, int rc)
         close_tcp(c, j);
 }
 
+/* Send r's part k went on its rail and is done: the rail's speed, measured. Under
+ * fo_mu, while the rail is not closed (tcp frees a closed one later). */
+static void timed_part(cl_tr_req *r, int k)
+{
+    cl_tr_conn *c = r->conn;
+    uint64_t acked, busy;
+    pthread_mutex_lock(&c->fo_mu);
+    if (!c->shut[k] && cl_tcp_busy(c->rail[k], &acked, &busy))
+        cl_rails_speed_add(&c->speed, k, acked, busy);
+    pthread_mutex_unlock(&c->fo_mu);
+}
+
 /* Part k's tcp request, tested (none: its rail had halted); 0 while not done. */
 static int reap_part(cl_tr_req *r, int k)
 {
@@ -1271,7 +1355,10 @@ static int reap_part(cl_tr_req *r, int k)
         return 0;
     }
     r->fin[k] = 1;
-    r->moved_done += r->sub[k] ? nb + sizeof(cl_msg_hdr) : 0;
+    /* tcp's nb of rail 0's part is the header's len: the whole message's */
+    r->moved_done += r->sub[k] ? CL_MIN(nb, r->part_len[k]) + sizeof(cl_msg_hdr) : 0;
+    if (r->is_send && rc == COLL_OK && r->timed[k] && r->code)
+        timed_part(r, k);
     /* A part is a rails part of its cut's length, or the stream is not ours: a short
      * one would leave stale bytes in the caller's buffer, reported as received. */
     if (rc == COLL_OK && !r->is_send && k > 0 &&
@@ -1315,6 +1402,8 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
     int status = r->status;
     if (r->striped && status == COLL_OK) /* the sender may drop its copy */
         ctl_send(r->conn, (cl_msg_hdr){.coll = RAIL_ACK, .count = r->s}, NULL, NULL);
+    if (!r->is_send && r->code && status == COLL_OK) /* the caller's tag, from part 1 */
+        r->hdr_in->tag = atomic_load(&r->via[1]) ? r->tag : r->part[1].tag;
     if (r->is_send)
         atomic_fetch_sub(&r->conn->sends, 1);
     if (nbytes)
@@ -1414,6 +1503,29 @@ size_t cl_rails_kept_bytes(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->fo_mu);
     size_t n = c->kept_bytes;
+    pthread_mutex_unlock(&c->fo_mu);
+    return n;
+}
+
+void cl_rails_pin_cut(cl_tr_conn *c, uint32_t code)
+{
+    pthread_mutex_lock(&c->fo_mu);
+    c->pinned = code;
+    pthread_mutex_unlock(&c->fo_mu);
+}
+
+uint32_t cl_rails_next_cut(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->send_mu);
+    cl_rails_code code = c->n > 1 ? send_code(c) : 0;
+    pthread_mutex_unlock(&c->send_mu);
+    return code;
+}
+
+size_t cl_rails_rail_tx(cl_tr_conn *c, int k)
+{
+    pthread_mutex_lock(&c->fo_mu); /* a closed tcp connection may be freed */
+    size_t n = k < c->n && !c->shut[k] ? cl_tcp_tx_bytes(c->rail[k]) : 0;
     pthread_mutex_unlock(&c->fo_mu);
     return n;
 }

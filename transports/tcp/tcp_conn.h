@@ -124,4 +124,7 @@ void cl_tcp_reconcile(cl_tr_conn *c);
 /* Any thread: asks the loop thread to run cl_tcp_progress and cl_tcp_reconcile on c. */
 void cl_tcp_arm(cl_tr_conn *c);
 
+/* TCP_INFO's bytes acknowledged and time busy sending of fd (tcp_rate.c). */
+int cl_tcp_sock_busy(int fd, uint64_t *acked, uint64_t *busy_us);
+
 #endif

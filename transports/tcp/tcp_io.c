@@ -424,6 +424,14 @@ size_t cl_tcp_tx_bytes(cl_tr_conn *c)
     return __atomic_load_n(&c->tx_total, __ATOMIC_RELAXED);
 }
 
+/* No lock (rails asks under its own, which come after c's): a socket closed meanwhile,
+ * or its number taken again, gives no measure or one odd one, which rails smooths. */
+int cl_tcp_busy(cl_tr_conn *c, uint64_t *acked, uint64_t *busy_us)
+{
+    int fd = __atomic_load_n(&c->fd, __ATOMIC_RELAXED);
+    return fd >= 0 && cl_tcp_sock_busy(fd, acked, busy_us);
+}
+
 int cl_tcp_broken(cl_tr_conn *c)
 {
     pthread_mutex_lock(&c->io);
