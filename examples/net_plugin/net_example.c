@@ -13,7 +13,8 @@
  * after with COLL_NET_ERR_INTERNAL, and one that has sent COLL_NET_EXAMPLE_STALL_AFTER
  * sends nothing more and never completes a request (unset: never).
  * COLL_NET_EXAMPLE_SPEED_MBPS is the speed its device reports (10000): auto takes the
- * fastest transport to another host. A build with EX_NAME="x" and EX_ENV="COLL_NET_X"
+ * fastest transport to another host. COLL_NET_EXAMPLE_WARN, when set, is a warning init()
+ * gives (the tests' check of how the library passes it on). A build with EX_NAME="x" and EX_ENV="COLL_NET_X"
  * reads COLL_NET_X_ADDR and so on instead (the tests' second plugin).
  * Each init() and finalize() says at info how many contexts this process started and
  * holds ("example: init 1, 1 open"): the library starts one per process and device
@@ -152,6 +153,9 @@ static int ex_init(const coll_net_init_args *args, void **net)
     n->stall_after = st ? strtoull(st, NULL, 10) : 0;
     n->speed_mbps = mbps ? (uint32_t)strtoul(mbps, NULL, 10) : 10000;
     n->log = args->log;
+    const char *warn = getenv(EX_ENV "_WARN");
+    if (warn && args->log)
+        args->log(COLL_NET_LOG_WARN, warn);
     __atomic_add_fetch(&inits, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&open_now, 1, __ATOMIC_RELAXED);
     say_count(n, "init");

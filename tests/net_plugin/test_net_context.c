@@ -1,7 +1,8 @@
 /* A plugin's context is the process's (transports/plugin/shared.c): every communicator
  * that runs the plugin, auto's included, shares one, started by the first and ended by
  * the last; a failed init is tried again by the next communicator; under auto a plugin
- * left out says its reasons at info, under COLL_TRANSPORT=<it> as errors. The example
+ * left out says its reasons at info, under COLL_TRANSPORT=<it> as errors; a forked child
+ * starts its own context. The example
  * plugin says each init and finalize at info ("example: init 1, 1 open"), which the
  * ranks read from the log. NET_DIR is the folder of the example's builds. */
 #include "collective.h"
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define EXAMPLE NET_DIR "/libcollective-net-example.so"
 
@@ -234,6 +237,67 @@ START_TEST(a_plugin_auto_leaves_out_says_its_errors_at_info)
 }
 END_TEST
 
+/* A warning from an init that succeeds under auto is said as a warning: the plugin is
+ * used, and every communicator after shares the context it warned of. */
+START_TEST(a_plugin_auto_starts_says_its_warnings_as_warnings)
+{
+    setenv("COLL_NET_PLUGIN", EXAMPLE, 1);
+    setenv("COLL_NET_EXAMPLE_WARN", "example: a warning at init", 1);
+    keep_log();
+    coll_comm *c = NULL;
+    ck_assert_int_eq(init_one(&c, "mem://net-context-warn", "auto"), COLL_OK);
+    ck_assert_msg(said_at(COLL_LOG_WARN, "example: a warning at init"),
+                  "the started plugin's warning is not a warning:\n%s", said);
+    ck_assert_int_eq(sum_is(c, 11, 11), 0);
+    coll_destroy(c);
+    unsetenv("COLL_NET_EXAMPLE_WARN");
+}
+END_TEST
+
+/* In a forked child: a communicator of its own over the plugin, in a context of its own
+ * (the parent's holds the parent's sockets, and its lock may have been held by a parent
+ * thread at the fork). 0, or what went wrong; SIGALRM kills a child that hangs. */
+static int child_own_context(int k)
+{
+    alarm(30);
+    keep_log();
+    char url[64];
+    snprintf(url, sizeof(url), "mem://net-context-child-%d", k);
+    coll_comm *c = NULL;
+    if (init_one(&c, url, "example") != COLL_OK)
+        return 2;
+    int bad = sum_is(c, 9, 9) ? 3 : !said_at(COLL_LOG_INFO, "context started") ? 4 : 0;
+    coll_destroy(c);
+    return bad;
+}
+
+/* Children forked while the parent holds a communicator over the plugin: each child
+ * inits a context of its own and the parent's communicator serves on. Before, a child
+ * took the parent's context (and, with parent threads busy in it, hung in about half
+ * the forks on its lock). */
+START_TEST(a_forked_child_starts_a_context_of_its_own)
+{
+    setenv("COLL_NET_PLUGIN", EXAMPLE, 1);
+    keep_log();
+    coll_comm *c = NULL;
+    ck_assert_int_eq(init_one(&c, "mem://net-context-parent", "example"), COLL_OK);
+    for (int k = 0; k < 10; k++) {
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(child_own_context(k));
+        int st = 0;
+        ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "child %d: %s %d (2: init failed, 3: wrong sum, 4: no context of its "
+                      "own; SIGALRM: it hung)",
+                      k, WIFEXITED(st) ? "exit" : "signal",
+                      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        ck_assert_int_eq(sum_is(c, 10, 10), 0);
+    }
+    coll_destroy(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net-plugin-context");
@@ -244,6 +308,8 @@ int main(void)
     tcase_add_test(t, communicators_made_at_once_on_two_threads_share_one_context);
     tcase_add_test(t, a_failed_init_is_an_error_and_tried_again_by_the_next_communicator);
     tcase_add_test(t, a_plugin_auto_leaves_out_says_its_errors_at_info);
+    tcase_add_test(t, a_plugin_auto_starts_says_its_warnings_as_warnings);
+    tcase_add_test(t, a_forked_child_starts_a_context_of_its_own);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

@@ -279,8 +279,15 @@ static int fastest(const cl_tr_ctx *ctx, char *const at[NINNER], const uint32_t 
     int best = TCP;
     uint32_t top = 0;
     for (int k = IB; k < NINNER; k++) {
-        if (!at[k] || !ctx->inner[k] || (k >= NFIXED && (!speed_of(ctx, k) || !mbps[k])))
+        if (!at[k] || !ctx->inner[k])
             continue;
+        if (k >= NFIXED && (!speed_of(ctx, k) || !mbps[k])) {
+            cl_log(COLL_LOG_INFO,
+                   "auto: plugin '%s' reports speed 0 (here %u, the peer %u Mb/s): not taken "
+                   "to another host (COLL_TRANSPORT=%s takes it everywhere)",
+                   ctx->tr[k]->name, speed_of(ctx, k), mbps[k], ctx->tr[k]->name);
+            continue;
+        }
         uint32_t s = speed_of(ctx, k);
         s = !s || (mbps[k] && mbps[k] < s) ? mbps[k] : s; /* 0: not known */
         if (best == TCP || s > top)

@@ -119,8 +119,38 @@ static const coll_net_ops *open_table(const char *spec, char *path, size_t pathl
     return t;
 }
 
+/* A fork waits for a plugin's init() or finalize() under way on another thread (seconds,
+ * with libfabric), so the child finds every plugin's list of contexts whole. */
+static void before_fork(void)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nplugins; i++)
+        cl_net_shared_before_fork(&plugins[i]);
+}
+
+static void in_parent(void)
+{
+    for (int i = 0; i < nplugins; i++)
+        cl_net_shared_in_parent(&plugins[i]);
+    pthread_mutex_unlock(&mu);
+}
+
+static void in_child(void)
+{
+    for (int i = 0; i < nplugins; i++)
+        cl_net_shared_in_child(&plugins[i]);
+    pthread_mutex_unlock(&mu);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(before_fork, in_parent, in_child);
+}
+
 int cl_net_open(const char *spec, const cl_transport **out, char *err, size_t errlen)
 {
+    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_once, watch_forks);
     char path[sizeof(plugins[0].path)];
     const coll_net_ops *t = open_table(spec, path, sizeof(path), err, errlen);
     if (!t)

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define CL_NET_MAX_PLUGINS 8
 
@@ -37,6 +38,7 @@ struct cl_net_shared {
     cl_net_plugin *p;
     cl_net_shared *next; /* p->shared's list */
     char *device;        /* the key: cl_tr_config's device, "" for none */
+    pid_t pid;           /* the process that started it (a forked child starts its own) */
     int refs;            /* under p->share_mu */
     void *net;           /* the plugin's context */
     int dev;             /* its fastest device */
@@ -71,6 +73,11 @@ void cl_net_shared_put(cl_net_shared *s);
 /* u->wake(u->arg) on each of the plugin's notify() calls, until unwatched. */
 void cl_net_shared_watch(cl_net_shared *s, cl_net_user *u);
 void cl_net_shared_unwatch(cl_net_shared *s, cl_net_user *u);
+/* pthread_atfork's three steps for one plugin's contexts (the loader calls them for
+ * every plugin): a forked child keeps none of its parent's. */
+void cl_net_shared_before_fork(cl_net_plugin *p);
+void cl_net_shared_in_parent(cl_net_plugin *p);
+void cl_net_shared_in_child(cl_net_plugin *p);
 /* A coll_net_error as a COLL_E* code. */
 int cl_net_status(int net_rc);
 

@@ -11,6 +11,12 @@
  * comes up later, a device choice that changed). While it keeps failing, each
  * communicator pays init()'s time, as before contexts were shared.
  *
+ * A process forked meanwhile (a data loader's worker that makes a communicator of its
+ * own) starts its own contexts: the parent's hold the parent's endpoints, queues and
+ * threads, which the child must not touch, and locks a parent thread held at the fork.
+ * The child forgets them (they stay allocated there, unfinalized) and its share_mu is
+ * free; a parent's context a child lets go of is dropped untouched.
+ *
  * This file must never hold per-communicator state: listeners, connections, requests
  * and where errors go stay in the adapter's context of each communicator. */
 #include "transports/plugin/plugin.h"
@@ -21,11 +27,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Set while an optional user's (auto's) init() runs on this thread: the plugin's own
- * errors and warnings from it are said at info, since auto leaves the plugin out and
- * says so itself. */
-static __thread int quiet_init;
+/* While an optional user's (auto's) init() runs on this thread, the plugin's lines wait
+ * here: if the plugin then fails, auto leaves it out and says so itself, and its errors
+ * are said at info; if it starts, they are said as the plugin meant them (a warning of
+ * a context every communicator will share). */
+enum { HELD_LINES = 8, HELD_BYTES = 256 };
+static __thread struct {
+    int on, n;
+    coll_log_level level[HELD_LINES];
+    char msg[HELD_LINES][HELD_BYTES];
+} held;
 
 static void plugin_log(int level, const char *msg)
 {
@@ -33,9 +46,20 @@ static void plugin_log(int level, const char *msg)
                        : level == COLL_NET_LOG_WARN ? COLL_LOG_WARN
                        : level == COLL_NET_LOG_INFO ? COLL_LOG_INFO
                                                     : COLL_LOG_DEBUG;
-    if (quiet_init && l < COLL_LOG_INFO)
-        l = COLL_LOG_INFO;
+    if (held.on && l < COLL_LOG_INFO && held.n < HELD_LINES) {
+        held.level[held.n] = l;
+        snprintf(held.msg[held.n++], HELD_BYTES, "%s", msg);
+        return;
+    }
     cl_log(l, "plugin: %s", msg);
+}
+
+/* The held lines, at their own levels if the plugin started, else at info. */
+static void release_held(int started)
+{
+    for (int i = 0; i < held.n; i++)
+        cl_log(started ? held.level[i] : COLL_LOG_INFO, "plugin: %s", held.msg[i]);
+    held.on = held.n = 0;
 }
 
 /* The plugin's notify(): every user may have a request done. */
@@ -90,7 +114,7 @@ static int shared_start(cl_net_plugin *p, const cl_tr_config *cfg, cl_net_shared
         free(s), free(device);
         return COLL_ENOMEM;
     }
-    s->p = p, s->device = device;
+    s->p = p, s->device = device, s->pid = getpid();
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->users_mu, NULL);
     coll_net_init_args a = {.size = sizeof(a),
@@ -99,12 +123,12 @@ static int shared_start(cl_net_plugin *p, const cl_tr_config *cfg, cl_net_shared
                             .notify = on_notify,
                             .notify_arg = s,
                             .log = plugin_log};
-    quiet_init = cfg->optional;
+    held.on = cfg->optional;
     int rc = p->ops.init(&a, &s->net);
-    quiet_init = 0;
     if (rc != COLL_NET_OK)
         cl_tr_error(cfg, "transport plugin '%s' (%s): init failed (%d)", p->name, p->path, rc);
     rc = rc != COLL_NET_OK ? cl_net_status(rc) : pick_device(s, cfg);
+    release_held(rc == COLL_OK);
     if (rc != COLL_OK) {
         if (s->net)
             p->ops.finalize(s->net);
@@ -140,6 +164,8 @@ int cl_net_shared_get(cl_net_plugin *p, const cl_tr_config *cfg, cl_net_shared *
 void cl_net_shared_put(cl_net_shared *s)
 {
     cl_net_plugin *p = s->p;
+    if (s->pid != getpid())
+        return; /* the parent's, in a forked child: not ours to end (above) */
     pthread_mutex_lock(&p->share_mu);
     if (--s->refs == 0) {
         cl_net_shared **at = &p->shared;
@@ -171,4 +197,20 @@ void cl_net_shared_unwatch(cl_net_shared *s, cl_net_user *u)
     if (*at)
         *at = u->next;
     pthread_mutex_unlock(&s->users_mu);
+}
+
+void cl_net_shared_before_fork(cl_net_plugin *p)
+{
+    pthread_mutex_lock(&p->share_mu);
+}
+
+void cl_net_shared_in_parent(cl_net_plugin *p)
+{
+    pthread_mutex_unlock(&p->share_mu);
+}
+
+void cl_net_shared_in_child(cl_net_plugin *p)
+{
+    p->shared = NULL;
+    pthread_mutex_unlock(&p->share_mu);
 }
