@@ -1226,7 +1226,11 @@ static int rails_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl
     r->is_send = 1;
     pthread_mutex_lock(&c->send_mu);
     r->code = parts > 1 ? send_code(c) : 0;
-    cut(c, hdr->len, r->code, off, r->part_len);
+    if (cut(c, hdr->len, r->code, off, r->part_len) != 0) { /* one the receiver refuses */
+        pthread_mutex_unlock(&c->send_mu);
+        req_free(r);
+        return COLL_EINVAL;
+    }
     if (parts > 1 && c->ctl) { /* numbered as the receiver numbers it, copied or not */
         r->s = c->ss++;
         keep_copy(c, r, buf, off[1]);
