@@ -30,15 +30,19 @@
 #include <unistd.h>
 
 /* While an optional user's (auto's) init() runs on this thread, the plugin's lines wait
- * here: if the plugin then fails, auto leaves it out and says so itself, and its errors
- * are said at info; if it starts, they are said as the plugin meant them (a warning of
- * a context every communicator will share). */
+ * in that call's held_lines: if the plugin then fails, auto leaves it out and says so
+ * itself, and its errors are said at info; if it starts, they are said as the plugin
+ * meant them (a warning of a context every communicator will share). Only a pointer is
+ * thread-local: the library is dlopen()ed (Python's ctypes), where static TLS is a few
+ * KiB for every library together, and kilobytes of it made the load fail ("cannot
+ * allocate memory in static TLS block"). */
 enum { HELD_LINES = 8, HELD_BYTES = 256 };
-static __thread struct {
-    int on, n;
+typedef struct {
+    int n;
     coll_log_level level[HELD_LINES];
     char msg[HELD_LINES][HELD_BYTES];
-} held;
+} held_lines;
+static __thread held_lines *held;
 
 static void plugin_log(int level, const char *msg)
 {
@@ -46,9 +50,9 @@ static void plugin_log(int level, const char *msg)
                        : level == COLL_NET_LOG_WARN ? COLL_LOG_WARN
                        : level == COLL_NET_LOG_INFO ? COLL_LOG_INFO
                                                     : COLL_LOG_DEBUG;
-    if (held.on && l < COLL_LOG_INFO && held.n < HELD_LINES) {
-        held.level[held.n] = l;
-        snprintf(held.msg[held.n++], HELD_BYTES, "%s", msg);
+    if (held && l < COLL_LOG_INFO && held->n < HELD_LINES) {
+        held->level[held->n] = l;
+        snprintf(held->msg[held->n++], HELD_BYTES, "%s", msg);
         return;
     }
     cl_log(l, "plugin: %s", msg);
@@ -57,9 +61,10 @@ static void plugin_log(int level, const char *msg)
 /* The held lines, at their own levels if the plugin started, else at info. */
 static void release_held(int started)
 {
-    for (int i = 0; i < held.n; i++)
-        cl_log(started ? held.level[i] : COLL_LOG_INFO, "plugin: %s", held.msg[i]);
-    held.on = held.n = 0;
+    held_lines *h = held;
+    held = NULL;
+    for (int i = 0; h && i < h->n; i++)
+        cl_log(started ? h->level[i] : COLL_LOG_INFO, "plugin: %s", h->msg[i]);
 }
 
 /* The plugin's notify(): every user may have a request done. */
@@ -123,7 +128,8 @@ static int shared_start(cl_net_plugin *p, const cl_tr_config *cfg, cl_net_shared
                             .notify = on_notify,
                             .notify_arg = s,
                             .log = plugin_log};
-    held.on = cfg->optional;
+    held_lines lines = {0};
+    held = cfg->optional ? &lines : NULL;
     int rc = p->ops.init(&a, &s->net);
     if (rc != COLL_NET_OK)
         cl_tr_error(cfg, "transport plugin '%s' (%s): init failed (%d)", p->name, p->path, rc);
