@@ -53,6 +53,7 @@ typedef struct sup {
     rank_proc *rk;
     sigset_t old;      /* the signal mask ranks start with */
     int sfd;           /* signalfd: SIGCHLD and the signals forwarded */
+    int port_fd;       /* holds MASTER_PORT for rank 0 (free_port); -1: none */
     int bind;          /* CL_BIND_CORE or CL_BIND_NONE */
     char job[4][VAR_BYTES]; /* NAME=VALUE the launcher made for every rank (job_vars) */
     int njob;
@@ -108,17 +109,24 @@ static int random_hex(char *out, size_t bytes)
     return 0;
 }
 
-/* A port nobody listens on now; rank 0 binds it moments later (as torchrun's is found). */
-static int free_port(void)
+/* A port for rank 0's rendezvous, held by the launcher for the job's life (*held): bound
+ * with SO_REUSEADDR and never listened on, it lets rank 0's listener (SO_REUSEADDR too)
+ * bind it, while the kernel gives it to no other socket. Closed at once, as torchrun's
+ * is, it was free for anyone until rank 0 came: a rank's own listener bound to port 0
+ * meanwhile could take it, and rank 0 failed "Address already in use" (coll-perf-cli
+ * once in a full run here). */
+static int free_port(int *held)
 {
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
     socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &len) == 0)
         port = ntohs(a.sin_port);
-    if (fd >= 0)
+    if (port < 0 && fd >= 0)
         close(fd);
+    *held = port < 0 ? -1 : fd;
     return port;
 }
 
@@ -132,7 +140,7 @@ static int job_vars(sup *s)
         snprintf(s->job[s->njob++], VAR_BYTES, "MASTER_ADDR=%s",
                  is_local(host0) ? "127.0.0.1" : host0);
     if (!getenv("MASTER_PORT")) {
-        int port = free_port();
+        int port = free_port(&s->port_fd);
         if (port < 0)
             return -1;
         snprintf(s->job[s->njob++], VAR_BYTES, "MASTER_PORT=%d", port);
@@ -268,6 +276,8 @@ static void become_rank(sup *s, int r, pid_t launcher, const int rd[2], const in
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher)
         _exit(128 + SIGKILL);
     close(s->sfd);
+    if (s->port_fd >= 0)
+        close(s->port_fd);
     int null = open("/dev/null", O_RDONLY);
     if (null > 0) {
         dup2(null, 0);
@@ -530,7 +540,8 @@ static int start_all(sup *s, int *rank)
 int cl_launch_run(const cl_launch *l, int *rank, int *status)
 {
     char err[160];
-    sup s = { .l = l, .who = l->who ? l->who : "launch", .sfd = -1, .status = -1 };
+    sup s = { .l = l, .who = l->who ? l->who : "launch", .sfd = -1, .port_fd = -1,
+              .status = -1 };
     s.bind = cl_bind_parse(getenv("COLL_BIND"), err, sizeof(err));
     if (s.bind < 0 || l->np < 1) {
         fprintf(stderr, "%s: %s\n", s.who, s.bind < 0 ? err : "no ranks to start");
@@ -539,6 +550,8 @@ int cl_launch_run(const cl_launch *l, int *rank, int *status)
     }
     if (job_vars(&s) || !(s.rk = calloc((size_t)l->np, sizeof(*s.rk)))) {
         fprintf(stderr, "%s: %s\n", s.who, strerror(errno));
+        if (s.port_fd >= 0)
+            close(s.port_fd);
         return -1;
     }
     for (int r = 0; r < l->np; r++)
@@ -564,6 +577,8 @@ int cl_launch_run(const cl_launch *l, int *rank, int *status)
     int rc = s.sfd >= 0 ? 1 : -1;
     if (s.sfd >= 0)
         close(s.sfd);
+    if (s.port_fd >= 0)
+        close(s.port_fd);
     sigprocmask(SIG_SETMASK, &s.old, NULL);
     free(s.rk);
     *status = s.status < 0 ? 0 : s.status;
