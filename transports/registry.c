@@ -3,6 +3,7 @@
 #include "transports/transport.h"
 #include "transports/plugin/plugin.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,9 +30,13 @@ const cl_transport *cl_transport_find(const char *name)
     return cl_net_find(name); /* a plugin's (COLL_NET_PLUGIN) */
 }
 
-const char *cl_transport_names(void)
+/* Built once, not per thread: a _Thread_local buffer here was 512 of the library's static
+ * TLS, which a dlopen from Python cannot grow past ~1.3 KB. The list does not change
+ * after COLL_NET_PLUGIN's plugins load (cl_net_load_env, which config.c runs first). */
+static char names[512];
+
+static void list_names(void)
 {
-    static _Thread_local char names[512];
 #ifdef CL_HAVE_IBVERBS
     snprintf(names, sizeof(names), "auto, tcp, shm, loop, rails, ibverbs, ibverbs-fake");
 #else
@@ -42,6 +47,12 @@ const char *cl_transport_names(void)
     size_t at = strlen(names);
     snprintf(names + at, sizeof(names) - at, " (built without ibverbs: no infiniband/verbs.h)");
 #endif
+}
+
+const char *cl_transport_names(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_names);
     return names;
 }
 
