@@ -424,12 +424,17 @@ size_t cl_tcp_tx_bytes(cl_tr_conn *c)
     return __atomic_load_n(&c->tx_total, __ATOMIC_RELAXED);
 }
 
-/* No lock (rails asks under its own, which come after c's): a socket closed meanwhile,
- * or its number taken again, gives no measure or one odd one, which rails smooths. */
+/* Under c->io, which keeps c->fd open (close_conn_handles takes it under the lock): read
+ * without, a socket closed and its number taken again gave another socket's counts. Only
+ * tried: rails asks under its own lock, which comes after c's, and a measure missed while
+ * c is busy costs nothing (the counts are running totals; the next one covers both). */
 int cl_tcp_busy(cl_tr_conn *c, uint64_t *acked, uint64_t *busy_us)
 {
-    int fd = __atomic_load_n(&c->fd, __ATOMIC_RELAXED);
-    return fd >= 0 && cl_tcp_sock_busy(fd, acked, busy_us);
+    if (pthread_mutex_trylock(&c->io) != 0)
+        return 0;
+    int ok = c->fd >= 0 && cl_tcp_sock_busy(c->fd, acked, busy_us);
+    pthread_mutex_unlock(&c->io);
+    return ok;
 }
 
 int cl_tcp_broken(cl_tr_conn *c)

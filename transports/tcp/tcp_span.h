@@ -36,8 +36,9 @@ size_t cl_tcp_halt(cl_tr_conn *c);
 size_t cl_tcp_rx_bytes(cl_tr_conn *c);
 size_t cl_tcp_tx_bytes(cl_tr_conn *c);
 /* 1 with the kernel's count of c's bytes acknowledged and of the time (us) c had data
- * to send and the peer room for it; 0 where it has none. Takes no lock: c must not be
- * closed yet. */
+ * to send and the peer room for it; 0 where it has none, or while c's lock is held
+ * elsewhere (only tried: the caller may hold a lock that comes after it). c must not be
+ * freed yet. */
 int cl_tcp_busy(cl_tr_conn *c, uint64_t *acked, uint64_t *busy_us);
 /* 0 while c works both ways, else the status that ended it or one way of it. */
 int cl_tcp_broken(cl_tr_conn *c);
