@@ -44,8 +44,12 @@
 #                    every rank's /etc/hosts (bound over it in the mount namespace of ip
 #                    netns exec) gives as rank 0's host's addresses of FAMILY (not ll's)
 #   RATE_B=$RATE     eth1's rate with RAILS=2, each way (rails of unequal speeds)
+#   SPLIT_B=0        1: host k's eth1 on a subnet of its own (10.(78+k).0.0/24): a second
+#                    NIC that reaches no other host (a management network, say)
+#   IFNAME=          COLL_SOCKET_IFNAME for every rank: eth0, or eth with RAILS=2; set
+#                    empty, none (the defaults choose)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
-#   KEEP=DIR         keep rank 0's output of every run there
+#   KEEP=DIR         keep every rank's output of every run there (rankR.ROUND.BUILD.txt)
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
 # cannot be made.
 set -eu
@@ -61,6 +65,7 @@ args=${ARGS:--b 64K -e 4M -f 4 -n 5 -w 1}
 rounds=${ROUNDS:-3}
 rails=${RAILS:-1}
 rate_b=${RATE_B:-$rate}
+split_b=${SPLIT_B:-0}
 envs=${ENVS:-}
 family=${FAMILY:-4}
 case $family in 4 | 6 | dual | ll) ;; *) echo "FAMILY must be 4, 6, dual or ll" >&2; exit 2 ;; esac
@@ -123,7 +128,7 @@ for r in $hosts; do
     if [ "$rails" != 1 ]; then # the second rail, on its own bridge and subnet
         ip link add "w$tag$k" type veth peer name eth1 netns "$ns"
         ip link set "w$tag$k" master "${br}b" up
-        addrs "$ns" eth1 $k 78
+        addrs "$ns" eth1 $k $((78 + split_b * k))
         ip -n "$ns" link set eth1 up
         shape eth1 "$ns" "$rate_b"
         shape "w$tag$k" "" "$rate_b"
@@ -195,12 +200,12 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     for h in $(cat "$out/host_of"); do
         ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; $bind exec env RANK=$r \
             WORLD_SIZE=$n MASTER_ADDR=$master MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
-            COLL_SOCKET_IFNAME=$ifname COLL_BIND=none $envs $perf $args -I 0 -c 1" \
+            ${ifname:+COLL_SOCKET_IFNAME=$ifname} COLL_BIND=none $envs $perf $args -I 0 -c 1" \
             > "$out/$3.$2.$r" 2>&1 &
         r=$((r + 1))
     done
     wait
-    [ -z "${KEEP:-}" ] || cp "$out/$3.$2.0" "$KEEP/rank0.$3.$2.txt"
+    [ -z "${KEEP:-}" ] || for f in "$out/$3.$2".*; do cp "$f" "$KEEP/rank${f##*.}.$3.$2.txt"; done
     grep -q "Out of bounds values : 0 OK" "$out/$3.$2.0" || { cat "$out/$3.$2.0"; return 1; }
 }
 
@@ -221,6 +226,7 @@ bind=
 [ "$master_by" != name ] || bind="mount --bind $out/hosts /etc/hosts;"
 ifname=eth0
 [ "$rails" = 1 ] || ifname=eth
+ifname=${IFNAME-$ifname}
 status=0
 for round in $(seq "$rounds"); do
     b=0

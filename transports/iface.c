@@ -224,6 +224,42 @@ static int listed(const cl_iface *out, int n, const char *name)
     return 0;
 }
 
+/* The set bits of a netmask (IPv4 or IPv6); a missing one counts as a host's own. */
+static int prefix_of(const struct sockaddr *mask)
+{
+    const uint8_t *b = NULL;
+    int bytes = 0, bits = 0;
+    if (mask && mask->sa_family == AF_INET)
+        b = (const uint8_t *)&((const struct sockaddr_in *)mask)->sin_addr, bytes = 4;
+    else if (mask && mask->sa_family == AF_INET6)
+        b = ((const struct sockaddr_in6 *)mask)->sin6_addr.s6_addr, bytes = 16;
+    for (int k = 0; k < bytes; k++)
+        bits += __builtin_popcount(b[k]);
+    return b ? bits : 128;
+}
+
+/* The address bytes of a, and how many. */
+static const uint8_t *addr_bytes(const cl_addr *a, int *len)
+{
+    if (a->sa.ss_family == AF_INET6) {
+        *len = 16;
+        return ((const struct sockaddr_in6 *)&a->sa)->sin6_addr.s6_addr;
+    }
+    *len = 4;
+    return (const uint8_t *)&((const struct sockaddr_in *)&a->sa)->sin_addr;
+}
+
+int cl_iface_on_net(const cl_iface *i, const cl_addr *peer)
+{
+    int len, plen;
+    const uint8_t *a = addr_bytes(&i->addr, &len), *b = addr_bytes(peer, &plen);
+    if (i->addr.sa.ss_family != peer->sa.ss_family || len != plen)
+        return 0;
+    int bits = CL_MIN(i->prefix, len * 8), whole = bits / 8, rest = bits % 8;
+    uint8_t mask = (uint8_t)(0xff00 >> rest);
+    return memcmp(a, b, (size_t)whole) == 0 && (!rest || ((a[whole] ^ b[whole]) & mask) == 0);
+}
+
 /* Rails are interfaces whose best address (IPv4, else global IPv6, else link-local IPv6)
  * is of the family; one address per interface, the first one of that fitness. Link-local
  * rails are for a network with nothing else (issue 55): each address carries its
@@ -245,6 +281,7 @@ static int rails_of(const struct ifaddrs *all, const char *filter, int family, c
                 continue;
             }
             take(i, &out[n].addr);
+            out[n].prefix = prefix_of(i->ifa_netmask);
             snprintf(out[n].name, sizeof(out[n].name), "%s", i->ifa_name);
             n++;
         }
@@ -261,6 +298,7 @@ int cl_iface_list(const struct ifaddrs *all, const char *filter, int family, cl_
             return -1;
         snprintf(out[0].name, sizeof(out[0].name), "%s", "last-resort");
         out[0].addr = a;
+        out[0].prefix = 128; /* the host's own */
         n = 1;
     }
     for (int k = 0; k < n; k++) {

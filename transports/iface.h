@@ -19,10 +19,11 @@ int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_
 int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, cl_addr *out,
                     char *err, size_t errlen);
 
-/* One rail: an interface and its address (port 0). */
+/* One rail: an interface, its address (port 0) and its network's prefix length. */
 typedef struct cl_iface {
     char name[16];
     cl_addr addr;
+    int prefix;
 } cl_iface;
 /* Every usable interface (up, accepted by `filter`, with an address of `family`; with no
  * filter not loopback or docker bridges, unless nothing else is), at most max, in
@@ -30,6 +31,10 @@ typedef struct cl_iface {
  * count (>= 1), or -1 with a sentence in err as cl_pick_iface. */
 int cl_pick_ifaces(const char *filter, int family, cl_iface *out, int max, char *err,
                    size_t errlen);
+/* 1 when peer (an address of the same family) is on the network of interface i: on its
+ * link, no router between (auto's test of a second NIC, which may be a management
+ * network that the peer's does not reach). */
+int cl_iface_on_net(const cl_iface *i, const cl_addr *peer);
 int cl_iface_list(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
                   int max, char *err, size_t errlen);
 

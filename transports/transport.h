@@ -89,6 +89,10 @@ typedef struct cl_tr_config {
      * with a plugin) and says so itself: the transport says its own reasons at info,
      * not as errors. 0: they are the user's errors. */
     int optional;
+    /* rails: a rail past the first only to a peer whose address for it is on that
+     * interface's network (auto's default: a second NIC may not reach every host);
+     * 0 (COLL_TRANSPORT=rails): every rail both ends have. */
+    int rails_on_net;
 } cl_tr_config;
 
 /* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */
@@ -175,6 +179,10 @@ extern const cl_transport cl_transport_loop;
 extern const cl_transport cl_transport_shm;
 extern const cl_transport cl_transport_auto;
 extern const cl_transport cl_transport_rails; /* tcp striped over every interface */
+/* A rails connection of one rail as the tcp connection it is, which the caller then
+ * owns and drives through cl_transport_tcp (auto: no rails layer per message where
+ * there is nothing to stripe); NULL when c has more rails. */
+cl_tr_conn *cl_rails_sole(cl_tr_conn *c);
 extern const cl_transport cl_transport_ibverbs;      /* libibverbs, dlopen()ed */
 extern const cl_transport cl_transport_ibverbs_fake; /* the same over in-process fake verbs */
 /* 1 when libibverbs loads and lists at least one device (checked once, quietly). */

@@ -63,6 +63,9 @@ static int log_says(const char *what)
 
 /* ---- a pair of rails contexts ------------------------------------------------------ */
 
+/* COLL_RAILS_REPEAT for the listening end, b, where it differs from a's (NULL: alike). */
+static const char *b_rails;
+
 static void pair_listen(pair *p)
 {
     memset(p, 0, sizeof(*p));
@@ -75,7 +78,13 @@ static void pair_listen(pair *p)
     cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
                  cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
     ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
+    char *a_rails = getenv("COLL_RAILS_REPEAT") ? strdup(getenv("COLL_RAILS_REPEAT")) : NULL;
+    if (b_rails)
+        setenv("COLL_RAILS_REPEAT", b_rails, 1);
     ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
+    if (a_rails)
+        setenv("COLL_RAILS_REPEAT", a_rails, 1);
+    free(a_rails);
     ck_assert_int_eq(p->tr->listen(p->b, p->handle, &p->l), COLL_OK);
 }
 
@@ -409,6 +418,33 @@ START_TEST(a_failed_rail_s_share_goes_to_the_rails_left_by_weight)
 }
 END_TEST
 
+/* Ends of unlike rail counts use as many as both have, whichever dials: a dialer of
+ * fewer names its count to the listener, which then hands out a connection of that
+ * many (auto's connections to a host with one NIC, or whose second is on another
+ * network); striped sizes arrive whole. */
+START_TEST(ends_of_unlike_rail_counts_use_the_fewer)
+{
+    const char *counts[][2] = {{"1", "2"}, {"2", "1"}, {"2", "3"}, {"3", "2"}};
+    for (int i = 0; i < 4; i++) {
+        setenv("COLL_RAILS_REPEAT", counts[i][0], 1);
+        b_rails = counts[i][1];
+        pair p;
+        pair_open(&p);
+        b_rails = NULL;
+        char want[16];
+        int n = CL_MIN(atoi(counts[i][0]), atoi(counts[i][1]));
+        snprintf(want, sizeof(want), "(%d rail%s)", n, n == 1 ? "" : "s");
+        ck_assert_msg(strstr(p.tr->peer_name(p.send), want), "dialer %s: %s", counts[i][0],
+                      p.tr->peer_name(p.send));
+        ck_assert_msg(strstr(p.tr->peer_name(p.recv), want), "listener %s: %s", counts[i][1],
+                      p.tr->peer_name(p.recv));
+        size_t before = 0;
+        send_all_acks_late(&p, &before);
+        pair_close(&p);
+    }
+}
+END_TEST
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -428,6 +464,7 @@ int main(void)
     tcase_add_test(t, weights_follow_the_measured_speeds_with_a_floor);
     tcase_add_test(t, a_cut_in_use_stays_within_the_band);
     tcase_add_test(t, each_rail_carries_its_weight_s_share);
+    tcase_add_test(t, ends_of_unlike_rail_counts_use_the_fewer);
     tcase_add_test(t, a_failed_rail_s_share_goes_to_the_rails_left_by_weight);
     suite_add_tcase(s, t);
     return run_suite(s);

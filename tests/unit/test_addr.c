@@ -64,7 +64,7 @@ END_TEST
 
 typedef struct {
     struct ifaddrs ifa;
-    struct sockaddr_storage sa;
+    struct sockaddr_storage sa, mask; /* every network here a /24 or a /64 */
 } entry;
 
 static entry list[10];
@@ -84,11 +84,19 @@ static void add(const char *name, int up, const char *ip)
          * machine has, so the text is the same everywhere */
         a->sin6_scope_id = IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr) ? if_nametoindex("lo") : 0;
         e->ifa.ifa_addr = (struct sockaddr *)a;
+        struct sockaddr_in6 *m = (struct sockaddr_in6 *)&e->mask;
+        m->sin6_family = AF_INET6;
+        memset(m->sin6_addr.s6_addr, 0xff, 8);
+        e->ifa.ifa_netmask = (struct sockaddr *)m;
     } else if (ip) {
         struct sockaddr_in *a = (struct sockaddr_in *)&e->sa;
         a->sin_family = AF_INET;
         inet_pton(AF_INET, ip, &a->sin_addr);
         e->ifa.ifa_addr = (struct sockaddr *)a;
+        struct sockaddr_in *m = (struct sockaddr_in *)&e->mask;
+        m->sin_family = AF_INET;
+        inet_pton(AF_INET, "255.255.255.0", &m->sin_addr);
+        e->ifa.ifa_netmask = (struct sockaddr *)m;
     }
     if (nlist)
         list[nlist - 1].ifa.ifa_next = &e->ifa;
@@ -151,6 +159,39 @@ static const char *rails(const char *filter, int family)
     }
     return text;
 }
+
+/* Whether `peer` is on the network of rail k of the made-up host (filter "eth"). */
+static int on_net(int k, int family, const char *peer)
+{
+    char err[400];
+    cl_iface r[4];
+    cl_addr a;
+    ck_assert_int_gt(cl_iface_list(&list[0].ifa, "eth", family, r, 4, err, sizeof(err)), k);
+    ck_assert_int_eq(cl_addr_parse(peer, &a), 0);
+    return cl_iface_on_net(&r[k], &a);
+}
+
+/* auto's test of a second NIC (a rail past the first only to a peer on its network):
+ * the prefix comes from the interface's netmask. */
+START_TEST(a_rail_reaches_the_peers_on_its_network)
+{
+    host();
+    add("eth3", 1, "10.0.3.5");
+    ck_assert_int_eq(on_net(1, AF_INET, "10.0.3.9:41000"), 1);
+    ck_assert_int_eq(on_net(1, AF_INET, "10.0.4.9:41000"), 0);
+    ck_assert_int_eq(on_net(1, AF_INET, "10.0.0.9:41000"), 0); /* eth0's network */
+    ck_assert_int_eq(on_net(1, AF_INET, "[fd00::9]:41000"), 0); /* another family */
+    ck_assert_int_eq(on_net(0, AF_INET6, "[fd00::1:2]:41000"), 1); /* eth1's /64 */
+    ck_assert_int_eq(on_net(0, AF_INET6, "[fd00:0:0:1::6]:41000"), 0);
+    cl_iface i = {.prefix = 20};
+    cl_addr a;
+    ck_assert_int_eq(cl_addr_parse("10.78.0.1:0", &i.addr), 0);
+    ck_assert_int_eq(cl_addr_parse("10.78.15.200:1", &a), 0);
+    ck_assert_int_eq(cl_iface_on_net(&i, &a), 1);
+    ck_assert_int_eq(cl_addr_parse("10.78.16.1:1", &a), 0);
+    ck_assert_int_eq(cl_iface_on_net(&i, &a), 0);
+}
+END_TEST
 
 /* Issue 55's host: docker bridges, a down interface, loopback and two real NICs. */
 START_TEST(the_rails_are_every_real_interface_up)
@@ -233,6 +274,7 @@ int main(void)
     tcase_add_test(t, the_interface_of_the_family_asked_for_is_chosen);
     tcase_add_test(t, nothing_fits_and_the_sentence_says_what_was_tried);
     tcase_add_test(t, the_rails_are_every_real_interface_up);
+    tcase_add_test(t, a_rail_reaches_the_peers_on_its_network);
     tcase_add_test(t, coll_socket_family_takes_nccls_names);
     suite_add_tcase(s, t);
     return run_suite(s);

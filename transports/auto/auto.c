@@ -1,7 +1,10 @@
 /* The auto transport, the default: shm to peers on this host; to other hosts the
  * fastest transport both ends have among ibverbs (when both have an RDMA device) and
  * the loaded plugins (COLL_NET_PLUGIN), by the speed their devices report; tcp to the
- * rest. It listens on each; its handle carries a host key (hostname, boot id and network
+ * rest, striped over every interface both hosts have on a common network (the rails
+ * transport with rails_on_net: no configuration for two NICs, issue 55; a pair with
+ * one rail between them gets rails' tcp connection itself, cl_rails_sole, so the
+ * common case pays nothing for it). It listens on each; its handle carries a host key (hostname, boot id and network
  * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
  * handles, and connect() picks shm when the peer's key equals ours. The connection keeps
  * the chosen transport's operations (as NCCL's connectors do) and every call on it goes
@@ -20,6 +23,9 @@
 
 #define KEY_HEX 16
 enum { TCP, SHM, IB, NFIXED };            /* the built-in inner transports, in this order */
+/* TCP's: tcp over every interface; its handle's addresses, NUL-separated there, are
+ * separated by RAIL_SEP in auto's. */
+#define RAIL_SEP ','
 #define NINNER (NFIXED + CL_NET_MAX_PLUGINS) /* then the plugins, in load order */
 
 struct cl_tr_ctx {
@@ -84,9 +90,11 @@ static int auto_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     if (!ctx)
         return COLL_ENOMEM;
     host_key(ctx->key);
-    const cl_transport *const must[] = {&cl_transport_tcp, &cl_transport_shm};
+    const cl_transport *const must[] = {&cl_transport_rails, &cl_transport_shm};
+    cl_tr_config on_net = *cfg;
+    on_net.rails_on_net = 1;
     for (int k = TCP; k <= SHM; k++) {
-        int rc = must[k]->ctx_create(cfg, &ctx->inner[k]);
+        int rc = must[k]->ctx_create(k == TCP ? &on_net : cfg, &ctx->inner[k]);
         if (rc != COLL_OK) {
             destroy_inner(ctx);
             free(ctx);
@@ -161,8 +169,16 @@ static void add_handle(cl_tr_listener *l, int k, const char *h, char *all)
         strcat(all, " -"); /* auto_listen kept the room */
 }
 
+/* The rails handle h (addresses NUL-separated) as one field, RAIL_SEP between them. */
+static void join_rails(char h[CL_HANDLE_BYTES + 1])
+{
+    for (size_t at = strlen(h); at + 1 < CL_HANDLE_BYTES && h[at + 1]; at = strlen(h))
+        h[at] = RAIL_SEP;
+}
+
 /* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|- [PLUGIN:MBPS=HANDLE]...": no handle holds a
- * space. */
+ * space. TCP-HANDLE is "ADDR[,ADDR]...", one a rail; the last ones go where there is no
+ * room for them (fewer rails to other hosts). */
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
@@ -180,8 +196,13 @@ static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_liste
         if (rc != COLL_OK) /* a bonus: its peers take another transport */
             cl_log(COLL_LOG_INFO, "auto: %s cannot listen: %s", ctx->tr[k]->name, coll_strerror(rc));
     }
-    char all[CL_HANDLE_BYTES];
-    int n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[TCP], h[SHM]);
+    char all[CL_HANDLE_BYTES], *last;
+    int n;
+    join_rails(h[TCP]);
+    while ((n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[TCP], h[SHM])) + 2 >=
+               CL_HANDLE_BYTES &&
+           (last = strrchr(h[TCP], RAIL_SEP)))
+        *last = 0;
     if (n < 0 || n + 2 >= CL_HANDLE_BYTES) { /* room for " -" at least */
         close_inner_listeners(l);
         free(l);
@@ -216,6 +237,13 @@ static int wrap_conn(cl_tr_ctx *ctx, const cl_transport *tr, cl_tr_conn *inner, 
     return COLL_OK;
 }
 
+/* Inner connection c of transport k, wrapped: a rails one of one rail as its tcp one. */
+static int wrap_inner(cl_tr_ctx *ctx, int k, cl_tr_conn *c, cl_tr_conn **out)
+{
+    cl_tr_conn *sole = k == TCP ? cl_rails_sole(c) : NULL;
+    return sole ? wrap_conn(ctx, &cl_transport_tcp, sole, out) : wrap_conn(ctx, ctx->tr[k], c, out);
+}
+
 static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     for (int k = 0; k < NINNER; k++) {
@@ -224,7 +252,7 @@ static int auto_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_c
             continue;
         int rc = l->ctx->tr[k]->accept(l->inner[k], hello, &inner);
         if (rc == COLL_OK)
-            return wrap_conn(l->ctx, l->ctx->tr[k], inner, out);
+            return wrap_inner(l->ctx, k, inner, out);
         if (rc != COLL_INPROGRESS)
             return rc;
     }
@@ -309,9 +337,11 @@ static int auto_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     if (strlen(at[k]) >= CL_HANDLE_BYTES)
         return COLL_EINVAL;
     memcpy(h, at[k], strlen(at[k]));
+    for (char *sep = k == TCP ? strchr(h, RAIL_SEP) : NULL; sep; sep = strchr(sep + 1, RAIL_SEP))
+        *sep = 0; /* rails' own handle */
     cl_tr_conn *inner;
     int rc = ctx->tr[k]->connect(ctx->inner[k], h, hello, want, &inner);
-    return rc == COLL_OK ? wrap_conn(ctx, ctx->tr[k], inner, out) : rc;
+    return rc == COLL_OK ? wrap_inner(ctx, k, inner, out) : rc;
 }
 
 /* Requests are the inner transport's own (their head names it): no wrapper per message. */

@@ -125,7 +125,8 @@ struct cl_tr_ctx {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     int stop, has_worker, kick;
-    char ifname[MAX_RAILS][16];
+    cl_iface ifs[MAX_RAILS];
+    int on_net; /* cl_tr_config's rails_on_net */
     pthread_mutex_t mu;
     cl_tr_conn *conns; /* every connection, freed with the context */
     cl_tr_req *reqs;   /* requests not yet tested done */
@@ -344,6 +345,7 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
     ctx->notifier = cfg->notifier;
+    ctx->on_net = cfg->rails_on_net;
     for (int k = 0; k < n; k++) {
         char dev[24];
         snprintf(dev, sizeof(dev), "=%.15s", ifs[k].name);
@@ -359,7 +361,7 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
             return rc;
         }
         ctx->n = k + 1;
-        snprintf(ctx->ifname[k], sizeof(ctx->ifname[k]), "%.15s", ifs[k].name);
+        ctx->ifs[k] = ifs[k];
     }
     if (start_worker(ctx) != 0) {
         cl_tr_error(cfg, "rails: cannot start the failover thread");
@@ -572,7 +574,8 @@ static int complete_conn(cl_tr_listener *l, cl_tr_conn *c)
         }
     }
     c->n = n;
-    ctl_start(c);
+    if (c->ctl) /* none where the dialer uses one rail of our several */
+        ctl_start(c);
     return 1;
 }
 
@@ -666,6 +669,24 @@ static int split_handle(const char handle[CL_HANDLE_BYTES], char out[MAX_RAILS][
     return n;
 }
 
+/* How many rails to use with a peer that gives `theirs` addresses: as many as both
+ * ends have; under rails_on_net, rails 1.. only while the peer's address is on the
+ * network of ours (the first that is not ends them: rails are numbered alike). */
+static int rails_with(const cl_tr_ctx *ctx, char h[MAX_RAILS][CL_HANDLE_BYTES], int theirs)
+{
+    int n = CL_MIN(theirs, ctx->n);
+    for (int k = 1; k < n && ctx->on_net; k++) {
+        cl_addr a;
+        if (cl_addr_parse(h[k], &a) != 0 || !cl_iface_on_net(&ctx->ifs[k], &a)) {
+            cl_log(COLL_LOG_INFO,
+                   "rails: %s is not on the network of interface %s: %d rail%s to that peer",
+                   h[k], ctx->ifs[k].name, k, k == 1 ? "" : "s");
+            return k;
+        }
+    }
+    return n;
+}
+
 static uint64_t fresh_id(void)
 {
     uint64_t id;
@@ -711,7 +732,7 @@ static int rails_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     cl_tr_conn *c = conn_new(ctx);
     if (!c)
         return COLL_ENOMEM;
-    c->n = CL_MIN(theirs, ctx->n);
+    c->n = rails_with(ctx, h, theirs);
     int rc = TCP->connect(ctx->rail[0], h[0], hello, want, &c->rail[0]);
     if (rc == COLL_OK)
         rc = dial_rails(c, h, theirs, want);
@@ -989,8 +1010,8 @@ static int halt_rail(cl_tr_conn *c, int k)
     if (go && !down)
         cl_log(COLL_LOG_WARN, "rails: rail %d (%s) to %s failed (%s): its share goes to the "
                "other rails from now on (and one 4 KiB part a message over rail 0's interface, "
-               "%s)", k, c->ctx->ifname[k], TCP->peer_name(c->rail[k]), c->why[k],
-               c->ctx->ifname[0]);
+               "%s)", k, c->ctx->ifs[k].name, TCP->peer_name(c->rail[k]), c->why[k],
+               c->ctx->ifs[0].name);
     pthread_mutex_unlock(&c->send_mu);
     if (!go || down)
         return 0;
@@ -1500,6 +1521,17 @@ const cl_transport cl_transport_rails = {
     .recv_now = rails_recv_now,
     .peer_name = rails_peer_name,
 };
+
+cl_tr_conn *cl_rails_sole(cl_tr_conn *c)
+{
+    if (c->n != 1 || c->ctl)
+        return NULL;
+    pthread_mutex_lock(&c->fo_mu);
+    c->closed = 1;  /* the worker passes it by */
+    c->shut[0] = 1; /* and nothing here closes rail 0: the caller owns it now */
+    pthread_mutex_unlock(&c->fo_mu);
+    return c->rail[0];
+}
 
 /* ---- for tests only (rails_test.h) -------------------------------------------------- */
 
