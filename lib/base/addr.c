@@ -118,7 +118,34 @@ int cl_addr_dial(const cl_addr *a, int flags)
     if (connect(fd, (const struct sockaddr *)&a->sa, a->len) != 0 &&
         !((flags & SOCK_NONBLOCK) && errno == EINPROGRESS))
         return fail_closing(fd);
+    if (!(flags & SOCK_NONBLOCK) && cl_addr_self_dialed(fd)) {
+        char at[CL_ADDR_TEXT];
+        cl_addr_text(a, at, sizeof(at));
+        cl_log(COLL_LOG_DEBUG, "dialing %s met itself: nobody listens there (yet)", at);
+        errno = ECONNREFUSED;
+        return fail_closing(fd);
+    }
     return fd;
+}
+
+static int same_end(const struct sockaddr_storage *x, const struct sockaddr_storage *y)
+{
+    const struct sockaddr_in *x4 = (const void *)x, *y4 = (const void *)y;
+    const struct sockaddr_in6 *x6 = (const void *)x, *y6 = (const void *)y;
+    if (x->ss_family != y->ss_family)
+        return 0;
+    if (x->ss_family == AF_INET)
+        return x4->sin_port == y4->sin_port && x4->sin_addr.s_addr == y4->sin_addr.s_addr;
+    return x->ss_family == AF_INET6 && x6->sin6_port == y6->sin6_port &&
+           memcmp(&x6->sin6_addr, &y6->sin6_addr, sizeof(x6->sin6_addr)) == 0;
+}
+
+int cl_addr_self_dialed(int fd)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    return getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+           getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 && same_end(&me, &peer);
 }
 
 int cl_addr_resolve(const char *host, const char *port, int family, struct addrinfo **res,

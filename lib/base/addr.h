@@ -36,6 +36,12 @@ int cl_addr_listen(cl_addr *a, int flags, int backlog);
 /* A TCP_NODELAY socket (SOCK_CLOEXEC | flags) connecting to *a: the socket (with
  * SOCK_NONBLOCK its connect may be in progress), or -1. */
 int cl_addr_dial(const cl_addr *a, int flags);
+/* 1 when connected socket fd is connected to itself: TCP's simultaneous open lets a dial
+ * of a port of this host's ephemeral range where nobody listens be given that very port
+ * as its own (rarely; source port == destination port), and it then reads what it
+ * writes. A blocking cl_addr_dial takes that as ECONNREFUSED; a non-blocking one's
+ * caller asks once its connect completes. */
+int cl_addr_self_dialed(int fd);
 
 /* getaddrinfo for a stream socket, of `family` (AF_UNSPEC: any): 0, or getaddrinfo's
  * error with a sentence in err naming host and, where one was asked for, the family. */

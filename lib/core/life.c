@@ -58,7 +58,9 @@ int cl_life_dialed(int fd)
         return 0;
     int err = 0;
     socklen_t len = sizeof(err);
-    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 1 : -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)
+        return -1;
+    return cl_addr_self_dialed(fd) ? -1 : 1; /* a dead peer's port, met by ourselves */
 }
 
 int cl_life_send(int fd, const void *buf, size_t n, int64_t deadline_ms)

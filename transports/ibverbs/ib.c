@@ -369,7 +369,8 @@ static int dial(const char *handle, int timeout_ms)
     if (s < 0)
         return -1;
     struct pollfd p = { .fd = s, .events = POLLOUT };
-    if (poll(&p, 1, timeout_ms) != 1 || getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
+    if (poll(&p, 1, timeout_ms) != 1 || getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) || err ||
+        cl_addr_self_dialed(s)) {
         close(s);
         return -1;
     }
