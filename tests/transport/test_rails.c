@@ -445,6 +445,30 @@ START_TEST(ends_of_unlike_rail_counts_use_the_fewer)
 }
 END_TEST
 
+/* A striped message longer than the receive fails it (COLL_EMISMATCH) with the header
+ * that came, for the caller to name: the caller's tag and length, never the cut's code
+ * that rail 0's header carries in its tag. */
+START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
+{
+    pair p;
+    pair_open(&p);
+    cl_rails_pin_cut(p.send, code3(192, 64, 0));
+    char *out = pattern(1), *in = calloc(1, MSG);
+    cl_msg_hdr h = {.magic = CL_MSG_MAGIC, .len = MSG, .seq = 3, .tag = 0x7a90u}, hin;
+    cl_tr_req *rs, *rr;
+    ck_assert_int_eq(p.tr->irecv(p.recv, &hin, in, MSG / 2, &rr), COLL_OK);
+    ck_assert_int_eq(p.tr->isend(p.send, &h, out, &rs), COLL_OK);
+    ck_assert_int_eq(wait_req(&p, rr, NULL), COLL_EMISMATCH);
+    ck_assert_uint_eq(hin.len, MSG);
+    ck_assert_uint_eq(hin.seq, 3);
+    ck_assert_msg(hin.tag == h.tag, "the failed receive says tag %#x, the caller's is %#x",
+                  hin.tag, h.tag);
+    free(in);
+    free(out);
+    pair_close(&p);
+}
+END_TEST
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -466,6 +490,7 @@ int main(void)
     tcase_add_test(t, each_rail_carries_its_weight_s_share);
     tcase_add_test(t, ends_of_unlike_rail_counts_use_the_fewer);
     tcase_add_test(t, a_failed_rail_s_share_goes_to_the_rails_left_by_weight);
+    tcase_add_test(t, a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

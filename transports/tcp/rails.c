@@ -234,6 +234,9 @@ struct cl_tr_req {
     size_t ctl_base;     /* the control connection's bytes when r was made */
     cl_rails_code code;  /* the cut (0: not striped) */
     uint32_t tag;        /* a send's caller's tag; a receive's, when part 1 came moved */
+    cl_tr_req *peek;     /* a receive too short: its message's part 1 header (too_long) */
+    cl_msg_hdr peeked;
+    int peeking;         /* 0: not asked yet, 1: peek under way, 2: over */
     int timed[MAX_RAILS]; /* a send's part k went on its own rail: a measure of it */
 };
 
@@ -1412,6 +1415,47 @@ static int part_over(cl_tr_req *r, int k)
     return 1;
 }
 
+/* The caller's tag into a striped receive's header, where a part brought it (rail 0's
+ * header has the cut's code there), whatever the receive's status. */
+static void callers_tag(cl_tr_req *r)
+{
+    if (atomic_load(&r->via[1]))
+        r->hdr_in->tag = r->tag;
+    else if (r->fin[1] && r->rc[1] == COLL_OK)
+        r->hdr_in->tag = r->part[1].tag;
+}
+
+/* A receive too short for a striped message fails at rail 0's header (COLL_EMISMATCH)
+ * before any part is posted, and the caller is told that header, whose tag is the cut's
+ * code: the caller's comes in the header of the message's part on rail 1, the next on
+ * that rail's stream, read alone (cap 0: rail 1 then receives nothing more, as rail 0
+ * does not). Left as it is where rail 1 failed over (the part comes over ctl) or the
+ * header never comes (the peer gone, the rail halted). 0 while that header is due. */
+static int too_long(cl_tr_req *r)
+{
+    cl_tr_conn *c = r->conn;
+    if (r->peeking == 0) {
+        r->peeking = 2;
+        if (r->rc[0] != COLL_EMISMATCH || r->code || !striped(c, r->hdr_in->len))
+            return 1;
+        pthread_mutex_lock(&c->fo_mu);
+        int live = !c->closed && !c->shut[1] && (!c->ctl || c->state[1] == LIVE);
+        pthread_mutex_unlock(&c->fo_mu);
+        if (!live || cl_tcp_irecv_hook(c->rail[1], &r->peeked, NULL, 0, NULL, NULL, &r->peek))
+            return 1;
+        r->peeking = 1;
+    }
+    int done = 1;
+    int rc = r->peeking == 1 ? TCP->test(r->peek, &done, NULL) : COLL_OK;
+    if (!done)
+        return 0;
+    if (r->peeking == 1 && rc == COLL_EMISMATCH && r->peeked.magic == CL_MSG_MAGIC &&
+        r->peeked.coll == RAIL_PART)
+        r->hdr_in->tag = r->peeked.tag;
+    r->peeking = 2;
+    return 1;
+}
+
 static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
 {
     int all = 1;
@@ -1419,7 +1463,7 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
      * before rail 0's part can complete, so once sub[0] is done nsub is final */
     for (int k = 0; k < atomic_load(&r->nsub); k++)
         all &= part_over(r, k);
-    if (!all) {
+    if (!all || (!r->is_send && !too_long(r))) {
         *done = 0;
         return COLL_INPROGRESS;
     }
@@ -1427,8 +1471,8 @@ static int rails_test(cl_tr_req *r, int *done, size_t *nbytes)
     int status = r->status;
     if (r->striped && status == COLL_OK) /* the sender may drop its copy */
         ctl_send(r->conn, (cl_msg_hdr){.coll = RAIL_ACK, .count = r->s}, NULL, NULL);
-    if (!r->is_send && r->code && status == COLL_OK) /* the caller's tag, from part 1 */
-        r->hdr_in->tag = atomic_load(&r->via[1]) ? r->tag : r->part[1].tag;
+    if (!r->is_send && r->code)
+        callers_tag(r);
     if (r->is_send)
         atomic_fetch_sub(&r->conn->sends, 1);
     if (nbytes)
