@@ -461,8 +461,8 @@ START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
     ck_assert_int_eq(wait_req(&p, rr, NULL), COLL_EMISMATCH);
     ck_assert_uint_eq(hin.len, MSG);
     ck_assert_uint_eq(hin.seq, 3);
-    ck_assert_msg(hin.tag == h.tag, "the failed receive says tag %#x, the caller's is %#x",
-                  hin.tag, h.tag);
+    ck_assert_msg(hin.tag == h.tag, "the failed receive says tag %#x, the caller's %#x", hin.tag,
+                  h.tag);
     free(in);
     free(out);
     pair_close(&p);
