@@ -211,6 +211,8 @@ static const char *unfit(const struct ifaddrs *i, const char *filter)
 {
     if (!(i->ifa_flags & IFF_UP))
         return "down";
+    if (!(i->ifa_flags & IFF_RUNNING))
+        return "no carrier (its link is down)";
     if (!accepted(i->ifa_name, filter))
         return filter && *filter ? "not in the filter" : "loopback or docker bridge";
     return NULL;
@@ -255,6 +257,8 @@ int cl_iface_on_net(const cl_iface *i, const cl_addr *peer)
     const uint8_t *a = addr_bytes(&i->addr, &len), *b = addr_bytes(peer, &plen);
     if (i->addr.sa.ss_family != peer->sa.ss_family || len != plen)
         return 0;
+    if (memcmp(a, b, (size_t)len) == 0 && !cl_addr_is_loopback(peer))
+        return 0; /* the peer has our address: each host has that network to itself */
     int bits = CL_MIN(i->prefix, len * 8), whole = bits / 8, rest = bits % 8;
     uint8_t mask = (uint8_t)(0xff00 >> rest);
     return memcmp(a, b, (size_t)whole) == 0 && (!rest || ((a[whole] ^ b[whole]) & mask) == 0);

@@ -33,7 +33,8 @@ int cl_pick_ifaces(const char *filter, int family, cl_iface *out, int max, char 
                    size_t errlen);
 /* 1 when peer (an address of the same family) is on the network of interface i: on its
  * link, no router between (auto's test of a second NIC, which may be a management
- * network that the peer's does not reach). */
+ * network that the peer's does not reach). Not at i's own address (but loopback's):
+ * a network that every host has to itself, as libvirt's virbr0 at 192.168.122.1. */
 int cl_iface_on_net(const cl_iface *i, const cl_addr *peer);
 int cl_iface_list(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
                   int max, char *err, size_t errlen);

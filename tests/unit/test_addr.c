@@ -75,7 +75,7 @@ static void add(const char *name, int up, const char *ip)
     entry *e = &list[nlist];
     memset(e, 0, sizeof(*e));
     e->ifa.ifa_name = (char *)name;
-    e->ifa.ifa_flags = up ? IFF_UP : 0;
+    e->ifa.ifa_flags = up ? IFF_UP | IFF_RUNNING : 0;
     if (ip && strchr(ip, ':')) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&e->sa;
         a->sin6_family = AF_INET6;
@@ -181,6 +181,7 @@ START_TEST(a_rail_reaches_the_peers_on_its_network)
     ck_assert_int_eq(on_net(1, AF_INET, "10.0.4.9:41000"), 0);
     ck_assert_int_eq(on_net(1, AF_INET, "10.0.0.9:41000"), 0); /* eth0's network */
     ck_assert_int_eq(on_net(1, AF_INET, "[fd00::9]:41000"), 0); /* another family */
+    ck_assert_int_eq(on_net(1, AF_INET, "10.0.3.5:41000"), 0);   /* eth3's own: virbr0's kind */
     ck_assert_int_eq(on_net(0, AF_INET6, "[fd00::1:2]:41000"), 1); /* eth1's /64 */
     ck_assert_int_eq(on_net(0, AF_INET6, "[fd00:0:0:1::6]:41000"), 0);
     cl_iface i = {.prefix = 20};
@@ -190,6 +191,17 @@ START_TEST(a_rail_reaches_the_peers_on_its_network)
     ck_assert_int_eq(cl_iface_on_net(&i, &a), 1);
     ck_assert_int_eq(cl_addr_parse("10.78.16.1:1", &a), 0);
     ck_assert_int_eq(cl_iface_on_net(&i, &a), 0);
+}
+END_TEST
+
+/* An interface up without a carrier (a cable out, libvirt's bridge with no guest) is no
+ * rail. */
+START_TEST(a_rail_needs_a_carrier)
+{
+    host();
+    add("eth3", 1, "10.0.3.5");
+    list[nlist - 1].ifa.ifa_flags = IFF_UP;
+    ck_assert_str_eq(rails(NULL, AF_INET), "eth0 10.0.0.5:0");
 }
 END_TEST
 
@@ -275,6 +287,7 @@ int main(void)
     tcase_add_test(t, nothing_fits_and_the_sentence_says_what_was_tried);
     tcase_add_test(t, the_rails_are_every_real_interface_up);
     tcase_add_test(t, a_rail_reaches_the_peers_on_its_network);
+    tcase_add_test(t, a_rail_needs_a_carrier);
     tcase_add_test(t, coll_socket_family_takes_nccls_names);
     suite_add_tcase(s, t);
     return run_suite(s);
