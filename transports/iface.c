@@ -206,12 +206,13 @@ int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, c
     return 0;
 }
 
-/* Why interface i (with an address of the family) is no rail, or NULL when it is one. */
-static const char *unfit(const struct ifaddrs *i, const char *filter)
+/* Why interface i (with an address of the family) is no rail, or NULL when it is one;
+ * `carrier`: one without is not either. */
+static const char *unfit(const struct ifaddrs *i, const char *filter, int carrier)
 {
     if (!(i->ifa_flags & IFF_UP))
         return "down";
-    if (!(i->ifa_flags & IFF_RUNNING))
+    if (carrier && !(i->ifa_flags & IFF_RUNNING))
         return "no carrier (its link is down)";
     if (!accepted(i->ifa_name, filter))
         return filter && *filter ? "not in the filter" : "loopback or docker bridge";
@@ -268,18 +269,19 @@ int cl_iface_on_net(const cl_iface *i, const cl_addr *peer)
  * is of the family; one address per interface, the first one of that fitness. Link-local
  * rails are for a network with nothing else (issue 55): each address carries its
  * interface's name as its scope, which the peer reads as its own interface of that name,
- * so such rails join hosts that name their NICs alike. */
+ * so such rails join hosts that name their NICs alike. Interfaces with a carrier first:
+ * only where none has one are those without taken (some virtual NICs never say). */
 static int rails_of(const struct ifaddrs *all, const char *filter, int family, cl_iface *out,
                     int max)
 {
     int n = 0;
-    for (int fit = 0; fit < 3 && n == 0; fit++)
+    for (int fit = 0; fit < 6 && n == 0; fit++) /* with a carrier; then, if none, any */
         for (const struct ifaddrs *i = all; i && n < max; i = i->ifa_next) {
             if (!i->ifa_addr || listed(out, n, i->ifa_name))
                 continue;
-            if (fitness(i->ifa_addr, family) != fit)
+            if (fitness(i->ifa_addr, family) != fit % 3)
                 continue;
-            const char *why = unfit(i, filter);
+            const char *why = unfit(i, filter, fit < 3);
             if (why) {
                 cl_log(COLL_LOG_INFO, "rails: not using interface %s: %s", i->ifa_name, why);
                 continue;

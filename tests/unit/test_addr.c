@@ -195,13 +195,14 @@ START_TEST(a_rail_reaches_the_peers_on_its_network)
 END_TEST
 
 /* An interface up without a carrier (a cable out, libvirt's bridge with no guest) is no
- * rail. */
+ * rail, unless no interface has one (a virtual NIC that never says it has). */
 START_TEST(a_rail_needs_a_carrier)
 {
     host();
     add("eth3", 1, "10.0.3.5");
     list[nlist - 1].ifa.ifa_flags = IFF_UP;
     ck_assert_str_eq(rails(NULL, AF_INET), "eth0 10.0.0.5:0");
+    ck_assert_str_eq(rails("eth3", AF_INET), "eth3 10.0.3.5:0"); /* none has one: taken */
 }
 END_TEST
 
