@@ -11,7 +11,15 @@ all_gather_into_tensor at 1, 4 and 16 MiB (bytes of the larger buffer, the reduc
 input and the all-gather output, as coll_perf counts them). Where Gloo has no such call
 (torch 1.13's Gloo has neither; torch 2.6's has both) its column times what a Gloo user
 writes instead, named in the gloo-form column: an all_reduce of the whole input then
-a copy of this rank's block, or all_gather into a list then torch.cat.
+a copy of this rank's block, or all_gather into a list then torch.cat. --ops picks rows
+(comma-separated), among them, on torch 2.x, fc.all_gather_tensor and
+fc.reduce_scatter_tensor: the functional collectives (what DTensor and FSDP2 call; torch
+reaches the backend's coalesced forms from C++), ended in wait_tensor. With --coll-perf,
+each reduce_scatter_tensor and all_gather_into_tensor row also times coll_perf's
+out-of-place reduce_scatter or all_gather of that size and rank count (rank 0 runs it
+while the others wait), in turn with the torch calls: what the torch layer adds. With
+--old FILE, an "old" column times the same calls on another version of
+collective/torch.py (registered as "collective_old", see below), in turn with the rest.
 
 With --coll-perf, the overhead rows: all_reduce at 8 B and 64 KiB through torch
 (async_op=False), through the package's own API (collective.Communicator) and in C
@@ -48,6 +56,9 @@ MiB = 1 << 20
 SIZES = {"all_reduce": [64 << 10, MiB, 16 * MiB],
          "reduce_scatter_tensor": [MiB, 4 * MiB, 16 * MiB],
          "all_gather_into_tensor": [MiB, 4 * MiB, 16 * MiB]}
+FC_ROWS = {"fc.all_gather_tensor": "all_gather_into_tensor",
+           "fc.reduce_scatter_tensor": "reduce_scatter_tensor"}
+C_NAMES = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
 OVERHEAD_SIZES = [8, 64 << 10]
 BINDING_SIZES = [8, 64 << 10, MiB]
 
@@ -76,13 +87,26 @@ def gloo_has(call):
 
 
 def calls(op, size, n, ours, gloo):
-    """(ours, gloo, the form Gloo ran) for one row: zero-argument callables."""
+    """(ours, gloo, the form Gloo ran, native) for one row: zero-argument callables, and
+    native(group), the row's call on another group."""
     count = max(size // 4, 1)
     if op == "all_reduce":
         t = torch.ones(count)
-        return (lambda: dist.all_reduce(t, group=ours),
-                lambda: dist.all_reduce(t, group=gloo), "all_reduce")
+        native = lambda g: lambda: dist.all_reduce(t, group=g)  # noqa: E731
+        return native(ours), native(gloo), "all_reduce", native
     big, small = torch.ones(count), torch.ones(count // n)
+    if op in FC_ROWS:
+        import torch.distributed._functional_collectives as fc
+        if op == "fc.all_gather_tensor":
+            native = lambda g: lambda: fc.wait_tensor(  # noqa: E731
+                fc.all_gather_tensor(small, 0, g))
+        else:
+            native = lambda g: lambda: fc.wait_tensor(  # noqa: E731
+                fc.reduce_scatter_tensor(big, "sum", 0, g))
+        if gloo_has(native(gloo)):
+            return native(ours), native(gloo), op, native
+        _, instead, form, _ = calls(FC_ROWS[op], size, n, ours, gloo)  # Gloo's unfunctional
+        return native(ours), instead, form, native
     if op == "reduce_scatter_tensor":
         native = lambda g: lambda: dist.reduce_scatter_tensor(small, big, group=g)  # noqa: E731
         r = dist.get_rank()
@@ -101,8 +125,8 @@ def calls(op, size, n, ours, gloo):
             torch.cat(parts, out=big)
         form = "all_gather+cat"
     if gloo_has(native(gloo)):
-        return native(ours), native(gloo), op
-    return native(ours), instead, form
+        return native(ours), native(gloo), op, native
+    return native(ours), instead, form, native
 
 
 def cpp_groups(ext_dir):
@@ -161,8 +185,9 @@ def binding_rows(r, n, where, rounds, ours, gloo, ext_dir, old=None):
 
 
 def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=False, old=None,
-              only_overhead=False):
-    """overhead: coll_perf's path for the overhead rows (None: none)."""
+              only_overhead=False, ops=tuple(SIZES), c_perf=None):
+    """overhead: coll_perf's path for the overhead rows (None: none); c_perf: for the
+    reduce_scatter_tensor and all_gather_into_tensor rows' C column."""
     dist.init_process_group("collective", init_method="file://" + where + "/s", rank=r,
                             world_size=n, timeout=datetime.timedelta(seconds=120))
     ours = dist.group.WORLD
@@ -174,18 +199,28 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
             out.put((rows, [], binding))
         dist.destroy_process_group()
         return
-    for op, sizes in ({} if only_overhead else SIZES).items():
-        for size in sizes:
-            mine, theirs, form = calls(op, size, n, ours, gloo)
+    before = old_group(old) if old and not ext_dir else None
+    for op in ([] if only_overhead else ops):
+        for size in SIZES[FC_ROWS.get(op, op)]:
+            mine, theirs, form, native = calls(op, size, n, ours, gloo)
             iters = iters_for(size)
-            runs = {"ours": [], "gloo": []}
-            for k in range(rounds):
-                order = [("ours", mine), ("gloo", theirs)]
-                for name, fn in order if k % 2 == 0 else order[::-1]:
+            ways = [("ours", mine), ("gloo", theirs)]
+            if before is not None:
+                ways.append(("old", native(before)))
+            if c_perf and op in C_NAMES:
+                ways.append(("C", lambda: r == 0 and runs["C"].append(
+                    coll_perf_once(c_perf, n, size, C_NAMES[op])[1])))
+            runs = {name: [] for name, _ in ways}
+            for k in range(rounds):  # the order turns each round, and reverses every other
+                turn = ways[k % len(ways):] + ways[:k % len(ways)]
+                for name, fn in turn if k % 2 == 0 else turn[::-1]:
                     dist.barrier(group=gloo)
-                    runs[name].append(timed(fn, iters))
-            rows.append((op, size, form, statistics.median(runs["ours"]),
-                         statistics.median(runs["gloo"])))
+                    if name == "C":
+                        fn()
+                    else:
+                        runs[name].append(timed(fn, iters))
+            rows.append((op, size, form, *(statistics.median(runs[w]) if runs.get(w) else
+                                           float("nan") for w in ("ours", "gloo", "old", "C"))))
     over = []
     if overhead:
         plain = collective.Communicator("file://" + where + "/plain", r, n)
@@ -217,10 +252,10 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
     dist.destroy_process_group()
 
 
-def coll_perf_once(path, n, size):
-    """coll_perf's all_reduce time (us) at size on n ranks, in place (as torch's
-    all_reduce runs) and out of place: one run, as many calls as a torch round makes."""
-    text = subprocess.run([path, "--np", str(n), "-C", "all_reduce", "-b", str(size),
+def coll_perf_once(path, n, size, coll="all_reduce"):
+    """coll_perf's time (us) for coll at size on n ranks, in place (as torch's all_reduce
+    runs) and out of place: one run, as many calls as a torch round makes."""
+    text = subprocess.run([path, "--np", str(n), "-C", coll, "-b", str(size),
                            "-e", str(size), "-n", str(iters_for(size)), "-w", "20", "-c", "0"],
                           check=True, capture_output=True, text=True).stdout
     for line in text.splitlines():
@@ -256,15 +291,21 @@ def main():
     ap.add_argument("--binding-only", action="store_true",
                     help="the binding rows only (with --cpp)")
     ap.add_argument("--old", metavar="FILE", help="another collective/torch.py, for a "
-                    "column of the binding rows (with --cpp)")
+                    "column of the binding rows (with --cpp) or else of the rows")
+    ap.add_argument("--ops", default=",".join(SIZES),
+                    help=f"rows, comma-separated, of {', '.join([*SIZES, *FC_ROWS])}")
     a = ap.parse_args()
+    ops = a.ops.split(",")
+    for op in ops:
+        if op not in SIZES and op not in FC_ROWS:
+            ap.error(f"--ops: no row {op}")
     where = tempfile.mkdtemp(prefix="coll_tb.")
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     ps = [ctx.Process(target=rank_main, args=(r, a.np, where, a.rounds,
                                               None if a.binding_only else a.coll_perf,
                                               q, a.cpp, a.binding_only, a.old,
-                                              a.overhead_only))
+                                              a.overhead_only, ops, a.coll_perf))
           for r in range(a.np)]
     for p in ps:
         p.start()
@@ -279,9 +320,10 @@ def main():
         return
     if rows:
         print(f"{'op':<24} {'size':>7} {'ranks':>5} {'ours us':>10} {'gloo us':>10} "
-              f"{'gloo/ours':>9}  gloo-form")
-    for op, size, form, c, g in rows:
-        print(f"{op:<24} {human(size):>7} {a.np:>5} {c:>10.1f} {g:>10.1f} {g / c:>8.2f}x  {form}")
+              f"{'gloo/ours':>9} {'old us':>10} {'old/ours':>8} {'C us':>9}  gloo-form")
+    for op, size, form, c, g, o, cc in rows:
+        print(f"{op:<24} {human(size):>7} {a.np:>5} {c:>10.1f} {g:>10.1f} {g / c:>8.2f}x "
+              f"{o:>10.1f} {o / c:>7.2f}x {cc:>9.1f}  {form}")
     if over:
         print(f"# all_reduce overhead: torch (async_op=False, in place) and "
               f"collective.Communicator (in place) against coll_perf (C, in place; C-out: out "

@@ -724,18 +724,25 @@ class ProcessGroupCollective(dist.ProcessGroup):
     # torch 2.x's functional collectives call these two (one pair of tensors or several)
     # for all_gather_into_tensor and reduce_scatter_tensor, as _coalescing_manager does.
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        """One all-gather of the inputs laid end to end, each output its columns."""
+        """One all-gather of the inputs laid end to end, each output its columns. One pair
+        (the functional all_gather_into_tensor's, DTensor's) is _allgather_base's layout:
+        straight into the output, not through a concatenated input and a copy back."""
         n = self.comm.size
         self._pairs("allgather_into_tensor_coalesced", outputs, inputs, "output", "input")
+        if len(inputs) == 1:
+            return self._allgather_base(outputs[0], inputs[0], opts)
         i = torch.cat([t.reshape(-1) for t in inputs])
         tmp = torch.empty(n * i.numel(), dtype=i.dtype)
         return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
                            lambda: _from_rows(tmp, n, outputs), outputs)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        """One reduce-scatter of the inputs' blocks laid side by side, rank by rank."""
+        """One reduce-scatter of the inputs' blocks laid side by side, rank by rank. One
+        pair is _reduce_scatter_base's layout: no copy of the input, none back."""
         n = self.comm.size
         self._pairs("reduce_scatter_tensor_coalesced", inputs, outputs, "input", "output")
+        if len(inputs) == 1:
+            return self._reduce_scatter_base(outputs[0], inputs[0], opts)
         op, factor = _reduction(opts)
         i = _scaled(_rows(inputs, n), factor)
         o = torch.empty(i.numel() // n, dtype=i.dtype)
