@@ -40,15 +40,19 @@
 #                    The script prints each host's IP bytes sent per family ("# family
 #                    bytes: ...", lo's included)
 #   MASTER=          MASTER_ADDR: 4 or 6 (rank 0's host's address of that family; by
-#                    default 6 under FAMILY 6 or ll, else 4), or name: "master", which
-#                    every rank's /etc/hosts (bound over it in the mount namespace of ip
-#                    netns exec) gives as rank 0's host's addresses of FAMILY (not ll's)
+#                    default 6 under FAMILY 6 or ll, else 4), 6b (that IPv6 address in
+#                    brackets, as torchrun users write it: [fd77::1], [fe80::1%eth0]), or
+#                    name: "master", which every rank's /etc/hosts (bound over it in the
+#                    mount namespace of ip netns exec) gives as rank 0's host's addresses
+#                    of FAMILY (not ll's)
 #   RATE_B=$RATE     eth1's rate with RAILS=2, each way (rails of unequal speeds)
 #   SPLIT_B=0        1: host k's eth1 on a subnet of its own (10.(78+k).0.0/24): a second
 #                    NIC that reaches no other host (a management network, say)
 #   IFNAME=          COLL_SOCKET_IFNAME for every rank: eth0, or eth with RAILS=2; set
 #                    empty, none (the defaults choose)
 #   ROUNDS=3         ENVS="COLL_ALGO=ring"  (extra variables for every rank)
+#   ENVS_AT="R VAR=VALUE ..."  extra variables for rank R alone (after ENVS: they win), to
+#                    make one rank differ (tests/cluster/family.sh's disagreeing family)
 #   KEEP=DIR         keep every rank's output of every run there (rankR.ROUND.BUILD.txt)
 # Exit status 1 if a run failed or a result was wrong. Skips (77) where namespaces
 # cannot be made.
@@ -73,6 +77,7 @@ master_by=${MASTER:-4}
 case $family in 6 | ll) master_by=${MASTER:-6} ;; esac
 # glibc's /etc/hosts takes no "%eth0" (it skips the line), and fe80::1 without is unreachable
 [ "$family$master_by" != llname ] || { echo "MASTER=name: not with FAMILY=ll" >&2; exit 2; }
+envs_at=${ENVS_AT:-}
 tag=c$$
 br=br$tag
 out=$(mktemp -d /tmp/cluster.XXXXXX)
@@ -198,9 +203,12 @@ run() { # build round -> "$out/$round.$build_index.txt" from rank 0
     r=0
     master=$(master_addr)
     for h in $(cat "$out/host_of"); do
+        mine=
+        [ "${envs_at%% *}" != "$r" ] || mine=${envs_at#* }
+        # MASTER_ADDR quoted: 6b's brackets are a shell pattern
         ip netns exec "$tag-h$h" unshare --uts sh -c "hostname $tag-h$h; $bind exec env RANK=$r \
-            WORLD_SIZE=$n MASTER_ADDR=$master MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
-            ${ifname:+COLL_SOCKET_IFNAME=$ifname} COLL_BIND=none $envs $perf $args -I 0 -c 1" \
+            WORLD_SIZE=$n MASTER_ADDR='$master' MASTER_PORT=$port COLL_TIMEOUT_MS=120000 \
+            ${ifname:+COLL_SOCKET_IFNAME=$ifname} COLL_BIND=none $envs $mine $perf $args -I 0 -c 1" \
             > "$out/$3.$2.$r" 2>&1 &
         r=$((r + 1))
     done
@@ -216,6 +224,7 @@ master_addr() {
     case $master_by in
     4) echo "10.77.0.$h" ;;
     6) if [ "$family" = ll ]; then echo "fe80::$h%eth0"; else echo "fd77::$h"; fi ;;
+    6b) if [ "$family" = ll ]; then echo "[fe80::$h%eth0]"; else echo "[fd77::$h]"; fi ;;
     *) { cat /etc/hosts
          case $family in 4 | dual) echo "10.77.0.$h master" ;; esac
          case $family in 6 | dual) echo "fd77::$h master" ;; esac; } > "$out/hosts"

@@ -5,6 +5,7 @@
  * written once only. */
 #include "core/comm.h"
 
+#include "base/addr.h"
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -164,12 +165,21 @@ static int clash(const meeting *m, const char *what)
     return COLL_EMISMATCH;
 }
 
+/* The family this rank's sockets took: its lifeline's (the config's may be AF_UNSPEC,
+ * the interfaces' choice). */
+static int sockets_family(const coll_comm *c)
+{
+    cl_addr a;
+    return cl_addr_parse(c->life.addr, &a) == 0 ? a.sa.ss_family : AF_UNSPEC;
+}
+
 /* The job's terms (terms.c): rank 0 writes them, and owns the job's records from then
  * on; the others compare theirs at once. */
 static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
 {
     char why[400];
-    int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, deadline, why, sizeof(why));
+    int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, sockets_family(c), deadline, why,
+                            sizeof(why));
     m->terms_owner = c->rank == 0 && rc == COLL_OK;
     if (rc == CL_TERMS_LATE) {
         snprintf(cl_init_err, sizeof(cl_init_err), "%s", why);

@@ -1,6 +1,6 @@
 /* The terms of a job: what every rank must agree on before anything else is exchanged
- * (world size, library and wire versions, transport, codec, segment, forced algorithm,
- * a secret or none). Rank 0 writes its own under "terms", in the clear, so a rank
+ * (world size, library and wire versions, transport, socket family, codec, segment, forced
+ * algorithm, a secret or none). Rank 0 writes its own under "terms", in the clear, so a rank
  * without the secret reads it too; every other rank compares and, where one differs,
  * leaves a note ("abort") that ends every rank's wait at once with the same sentence.
  * A rank of another job (another job name) leaves no note: it must not end that job.
@@ -8,6 +8,7 @@
  * says who differs and both sides' terms, and each reader writes the sentence itself. */
 #include "core/terms.h"
 
+#include "base/addr.h"
 #include "base/util.h"
 #include "kernels/codec.h"
 #include "wire/wire.h"
@@ -25,7 +26,7 @@
 typedef struct {
     char magic[8];
     uint32_t proto, lib;
-    int32_t size, keyed, codec, pad;
+    int32_t size, keyed, codec, family; /* family: AF_INET or AF_INET6, its lifeline's */
     uint64_t segment;
     char transport[16];
     char algo[32];
@@ -45,7 +46,7 @@ static void terminate(terms *t)
     t->job[sizeof(t->job) - 1] = 0;
 }
 
-static void fill(terms *t, const cl_config *cfg, int size)
+static void fill(terms *t, const cl_config *cfg, int size, int family)
 {
     memset(t, 0, sizeof(*t));
     memcpy(t->magic, TERMS_MAGIC, sizeof(t->magic));
@@ -54,6 +55,7 @@ static void fill(terms *t, const cl_config *cfg, int size)
     t->size = size;
     t->keyed = cfg->keyed;
     t->codec = (int32_t)cfg->codec;
+    t->family = family;
     t->segment = cfg->segment_bytes;
     snprintf(t->transport, sizeof(t->transport), "%s", cfg->transport->name);
     snprintf(t->algo, sizeof(t->algo), "%s", cfg->algo ? cfg->algo : "(the library's choice)");
@@ -87,6 +89,9 @@ static int differ(const terms *r0, const terms *me, int rank, char *why, size_t 
         what = "secret (COLL_SECRET)", x = secret_word(r0->keyed), y = secret_word(me->keyed);
     else if (strcmp(r0->transport, me->transport) != 0)
         what = "transport (COLL_TRANSPORT)", x = r0->transport, y = me->transport;
+    else if (r0->family != me->family) /* dual-stack hosts would carry it; others hang */
+        what = "socket family (COLL_SOCKET_FAMILY, else the rendezvous host's)",
+        x = cl_family_name(r0->family), y = cl_family_name(me->family);
     else if (r0->codec != me->codec)
         what = "codec (COLL_CODEC)", x = cl_codec_name(r0->codec), y = cl_codec_name(me->codec);
     else if (r0->segment != me->segment)
@@ -127,12 +132,12 @@ static int read_notes(cl_store *plain, char *why, size_t len)
     return COLL_OK;
 }
 
-int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
-                   char *why, size_t len)
+int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int family,
+                   int64_t deadline, char *why, size_t len)
 {
     terms mine, r0;
     size_t n = 0;
-    fill(&mine, cfg, size);
+    fill(&mine, cfg, size, family);
     if (rank == 0) {
         int rc = cl_store_create(s, "terms", &mine, sizeof(mine));
         if (rc == CL_STORE_TAKEN)

@@ -15,12 +15,13 @@
 #define CL_TERMS_LINGER_MS 500
 
 /* Rank 0 writes its terms into the plain store s; every other rank reads them and
- * compares its own. COLL_EMISMATCH: a setting differs (why names it, rank 0's value and
- * this rank's; every rank is told through the note); CL_TERMS_CLASH: the store serves
- * another job; CL_TERMS_LATE: the job formed without this rank; COLL_ETIMEDOUT: rank 0's
- * terms did not come. */
-int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int64_t deadline,
-                   char *why, size_t len);
+ * compares its own. family: the sockets' this rank took (its lifeline's: the config's
+ * may be AF_UNSPEC, the interfaces' choice). COLL_EMISMATCH: a setting differs (why names
+ * it, rank 0's value and this rank's; every rank is told through the note);
+ * CL_TERMS_CLASH: the store serves another job; CL_TERMS_LATE: the job formed without this
+ * rank; COLL_ETIMEDOUT: rank 0's terms did not come. */
+int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int family,
+                   int64_t deadline, char *why, size_t len);
 /* cl_terms_wait's answer to a rank that came after the job formed (why says so). */
 #define CL_TERMS_LATE 3
 

@@ -46,8 +46,8 @@ static int send_all(int fd, const void *p, size_t n)
 
 /* A job that meets at a loopback address is reached from this machine only: its store
  * listens there alone (it serves for the job's life). Any other address may be one this
- * machine cannot bind (a container's, a NAT's), so the store listens on every one of the
- * job's family. */
+ * machine cannot bind (a container's, a NAT's), so the store listens on every one
+ * (listen_both). */
 static int listen_at(const char *host, const char *port, int family, cl_addr *at, char *err,
                      size_t errlen)
 {
@@ -68,6 +68,33 @@ static int listen_at(const char *host, const char *port, int family, cl_addr *at
     return COLL_OK;
 }
 
+/* Every address of both families at a's port (IPV6_V6ONLY off, whatever the host's
+ * default), or -1 (errno says why). A rank whose family is not rank 0's (COLL_SOCKET_FAMILY
+ * on one rank only, a name with both kinds of address) still reaches the store, and the
+ * terms tell every rank at once that the families differ; listening on the job's family
+ * alone, it retried until the timeout while rank 0 waited for its card. A host without
+ * IPv6 listens on IPv4's. */
+static int listen_both(const cl_addr *a, int backlog)
+{
+    int off = 0, one = 1, fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 && a->sa.ss_family == AF_INET) {
+        cl_addr v4 = *a;
+        return cl_addr_listen(&v4, 0, backlog);
+    }
+    struct sockaddr_in6 any = {.sin6_family = AF_INET6,
+                               .sin6_port = ((const struct sockaddr_in *)&a->sa)->sin_port};
+    if (fd < 0 || setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&any, sizeof(any)) != 0 || listen(fd, backlog) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
  * (one between two requests, or waiting for the others) is ever dropped. */
 static int bind_server(tcp_store *t, const char *host, const char *port, int family,
@@ -79,7 +106,7 @@ static int bind_server(tcp_store *t, const char *host, const char *port, int fam
         snprintf(err, errlen, "rendezvous: rank 0 cannot serve: the host %s", why);
         return COLL_EINVAL;
     }
-    int lfd = cl_addr_listen(&at, 0, 1024);
+    int lfd = cl_addr_is_loopback(&at) ? cl_addr_listen(&at, 0, 1024) : listen_both(&at, 1024);
     if (lfd < 0) {
         int e = errno;
         cl_addr_text(&at, why, sizeof(why));

@@ -1,11 +1,11 @@
 /* The rendezvous keeps jobs apart and says why it fails: two jobs started at one port
  * fail together with a sentence saying so (never a silent mix of their ranks); jobs
  * with names are told apart at once; a rank after the job formed is told so (and stops
- * an unnamed job); ranks that disagree on a setting (world size, transport, codec,
- * secret, segment, algorithm) all fail at once naming it; a port held by another program
- * is named as such; loop over a tcp rendezvous and an interface that does not exist are
- * refused naming the cause; a file directory is reused after a job (its records are
- * removed) and refused while another job's records are there. */
+ * an unnamed job); ranks that disagree on a setting (world size, transport, socket
+ * family, codec, secret, segment, algorithm) all fail at once naming it; a port held by
+ * another program is named as such; loop over a tcp rendezvous and an interface that
+ * does not exist are refused naming the cause; a file directory is reused after a job
+ * (its records are removed) and refused while another job's records are there. */
 #include "collective.h"
 
 #include "common/harness.h"
@@ -156,6 +156,41 @@ START_TEST(settings_that_differ_are_named_on_every_rank)
     differ("COLL_SECRET=s3", 0, 0, "the secret (COLL_SECRET): rank 0 has one, rank ");
     differ("COLL_SEGMENT_BYTES=4096", 2, 200, "rank 0 has 524288, rank 2 has 4096");
     differ("COLL_ALGO=ring", 0, 0, "the algorithm (COLL_ALGO): rank 0 has ring");
+}
+END_TEST
+
+/* Whether ::1 can be bound (a host without IPv6 has no family to disagree with). */
+static int v6_loopback(void)
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Ranks whose sockets are of two families (COLL_SOCKET_FAMILY on one rank; a file store
+ * names no host, so the others take lo's IPv4) are named on every rank at once, not left
+ * to dial addresses of a family their peers may not have (tests/cluster/family.sh's
+ * input mode: the same over tcp://, between hosts with both families). */
+START_TEST(ranks_on_different_families_are_named_on_every_rank)
+{
+    if (!v6_loopback())
+        return;
+    char dir[64] = "/tmp/coll_meet.XXXXXX", url[96], cmd[160];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    setenv("COLL_SOCKET_IFNAME", "lo", 1);
+    const char *says = "the socket family (COLL_SOCKET_FAMILY, else the rendezvous host's): "
+                       "rank 0 has IPv4, rank 1 has IPv6";
+    who ws[] = {{0, 3, 0, NULL, COLL_EMISMATCH, says, 0},
+                {1, 3, 0, "COLL_SOCKET_FAMILY=AF_INET6", COLL_EMISMATCH, says, 0},
+                {2, 3, 0, NULL, COLL_EMISMATCH, says, 0}};
+    ck_assert_int_eq(run(url, ws, 3), 0);
+    unsetenv("COLL_SOCKET_IFNAME");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -425,6 +460,7 @@ int main(void)
     tcase_add_test(t, named_jobs_are_told_apart);
     tcase_add_test(t, ranks_on_different_transports_both_say_so);
     tcase_add_test(t, settings_that_differ_are_named_on_every_rank);
+    tcase_add_test(t, ranks_on_different_families_are_named_on_every_rank);
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
     tcase_add_test(t, a_second_rank_0_at_the_port_stops_the_job_its_ranks_met);
