@@ -393,15 +393,34 @@ static void net_close(ofi_net *n)
     free(n);
 }
 
+/* rxm over verbs posts its receive buffers to one shared receive context, not to each
+ * connection's endpoint. libfabric 1.17's rxm, when a peer's endpoint closes, closes the
+ * connection's verbs endpoint and then drains the completion queue, where receives of
+ * that endpoint may still complete; each buffer is posted again to the endpoint just
+ * closed, and fi_cq_read dies of SIGSEGV (seen in the rdma-vm VM: 1 of 12 four-rank
+ * jobs, in rxm_process_shutdown's path under the plugin's progress(); a rank that died so
+ * is the "rank N has not answered" of a stalled matrix; docs/transports.md). The shared
+ * context lives as long as our endpoint. rxm reads the setting from the environment at
+ * every fi_getinfo; a user's own value stays. */
+static void share_receive_buffers(const char *prov)
+{
+    if (strstr(prov, "verbs"))
+        setenv("FI_OFI_RXM_USE_SRX", "1", 0);
+}
+
 /* The provider COLL_OFI_PROVIDER names, for reliable tagged datagrams. */
 static int get_info(ofi_net *n, const char *prov, void (*log)(int, const char *))
 {
+    share_receive_buffers(prov);
     struct fi_info *hints = fi_allocinfo();
     if (!hints)
         return COLL_NET_ERR_NOMEM;
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    /* The library calls the plugin one call at a time (collective_net.h), and rxm starts
+     * no thread of its own under manual data progress (its "stopping CM thread" at close
+     * is said whether one ran or not; none does here, checked in the rdma-vm VM). */
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
     hints->fabric_attr->prov_name = strdup(prov);
