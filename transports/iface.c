@@ -227,6 +227,20 @@ static int listed(const cl_iface *out, int n, const char *name)
     return 0;
 }
 
+/* The link speed the kernel gives interface `name`, in Mb/s; 0 where it gives none. */
+static int speed_of(const char *name)
+{
+    char path[64];
+    int mbps = 0;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
+    FILE *f = fopen(path, "re");
+    if (f && fscanf(f, "%d", &mbps) != 1)
+        mbps = 0;
+    if (f)
+        fclose(f);
+    return mbps > 0 ? mbps : 0;
+}
+
 /* The set bits of a netmask (IPv4 or IPv6); a missing one counts as a host's own. */
 static int prefix_of(const struct sockaddr *mask)
 {
@@ -288,6 +302,7 @@ static int rails_of(const struct ifaddrs *all, const char *filter, int family, c
             }
             take(i, &out[n].addr);
             out[n].prefix = prefix_of(i->ifa_netmask);
+            out[n].mbps = strchr(i->ifa_name, '/') ? 0 : speed_of(i->ifa_name);
             snprintf(out[n].name, sizeof(out[n].name), "%s", i->ifa_name);
             n++;
         }

@@ -19,11 +19,14 @@ int cl_pick_iface(const char *filter, int family, cl_addr *out, char *err, size_
 int cl_iface_choose(const struct ifaddrs *all, const char *filter, int family, cl_addr *out,
                     char *err, size_t errlen);
 
-/* One rail: an interface, its address (port 0) and its network's prefix length. */
+/* One rail: an interface, its address (port 0), its network's prefix length and its
+ * link speed in Mb/s (/sys/class/net/NAME/speed; 0: not known, as for bridges and
+ * many virtual NICs). */
 typedef struct cl_iface {
     char name[16];
     cl_addr addr;
     int prefix;
+    int mbps;
 } cl_iface;
 /* Every usable interface (up, accepted by `filter`, with an address of `family`; with no
  * filter not loopback or docker bridges, unless nothing else is), at most max, in

@@ -183,6 +183,9 @@ extern const cl_transport cl_transport_rails; /* tcp striped over every interfac
  * owns and drives through cl_transport_tcp (auto: no rails layer per message where
  * there is nothing to stripe); NULL when c has more rails. */
 cl_tr_conn *cl_rails_sole(cl_tr_conn *c);
+/* Closes rails listener l's rails past the first n: its handle gave only n (auto's, out
+ * of room), and a dialer told of fewer than the listener has would not be waited for. */
+void cl_rails_keep(cl_tr_listener *l, int n);
 extern const cl_transport cl_transport_ibverbs;      /* libibverbs, dlopen()ed */
 extern const cl_transport cl_transport_ibverbs_fake; /* the same over in-process fake verbs */
 /* 1 when libibverbs loads and lists at least one device (checked once, quietly). */

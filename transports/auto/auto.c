@@ -176,9 +176,29 @@ static void join_rails(char h[CL_HANDLE_BYTES + 1])
         h[at] = RAIL_SEP;
 }
 
+/* Puts rails (",ADDR..." after the first address, which all holds from `at` on) into
+ * all as far as there is room, whole addresses only; how many rails all then gives. */
+static int more_rails(char all[CL_HANDLE_BYTES], size_t at, const char *rails)
+{
+    size_t len = strlen(all), room = CL_HANDLE_BYTES - 1 - len, take = 0;
+    int n = 1;
+    for (const char *p = rails; *p && take < room;) {
+        const char *next = strchr(p + 1, RAIL_SEP);
+        size_t piece = next ? (size_t)(next - p) : strlen(p);
+        if (take + piece > room)
+            break;
+        take += piece, n++;
+        p += piece;
+    }
+    memmove(all + at + take, all + at, len - at + 1);
+    memcpy(all + at, rails, take);
+    return n;
+}
+
 /* "auto KEY TCP-HANDLE SHM-HANDLE IB-HANDLE|- [PLUGIN:MBPS=HANDLE]...": no handle holds a
- * space. TCP-HANDLE is "ADDR[,ADDR]...", one a rail; the last ones go where there is no
- * room for them (fewer rails to other hosts). */
+ * space. TCP-HANDLE is "ADDR[,ADDR]...", one a rail: the first, then the other handles,
+ * then as many more as there is room for (fewer rails to other hosts, not a faster
+ * transport given up for them). */
 static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_listener **out)
 {
     cl_tr_listener *l = calloc(1, sizeof(*l));
@@ -196,13 +216,15 @@ static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_liste
         if (rc != COLL_OK) /* a bonus: its peers take another transport */
             cl_log(COLL_LOG_INFO, "auto: %s cannot listen: %s", ctx->tr[k]->name, coll_strerror(rc));
     }
-    char all[CL_HANDLE_BYTES], *last;
-    int n;
+    char all[CL_HANDLE_BYTES], rails[CL_HANDLE_BYTES + 1] = "";
     join_rails(h[TCP]);
-    while ((n = snprintf(all, sizeof(all), "auto %s %s %s", ctx->key, h[TCP], h[SHM])) + 2 >=
-               CL_HANDLE_BYTES &&
-           (last = strrchr(h[TCP], RAIL_SEP)))
-        *last = 0;
+    char *sep = strchr(h[TCP], RAIL_SEP);
+    if (sep) { /* rails 1.. go in last */
+        snprintf(rails, sizeof(rails), "%s", sep);
+        *sep = 0;
+    }
+    int at = snprintf(all, sizeof(all), "auto %s %s", ctx->key, h[TCP]);
+    int n = snprintf(all + at, sizeof(all) - (size_t)at, " %s", h[SHM]) + at;
     if (n < 0 || n + 2 >= CL_HANDLE_BYTES) { /* room for " -" at least */
         close_inner_listeners(l);
         free(l);
@@ -210,6 +232,7 @@ static int auto_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_liste
     }
     for (int k = IB; k < NINNER; k++)
         add_handle(l, k, h[k], all);
+    cl_rails_keep(l->inner[TCP], more_rails(all, (size_t)at, rails));
     memset(handle, 0, CL_HANDLE_BYTES);
     memcpy(handle, all, strlen(all));
     pthread_mutex_lock(&ctx->mu);

@@ -331,6 +331,34 @@ static int repeat(cl_iface *ifs, int n)
     return n;
 }
 
+/* Whether interface b may stripe beside a (rail 0) under rails_on_net: both say their
+ * speed and neither is over twice the other, or b is a again (COLL_RAILS_REPEAT). Every
+ * rail keeps a floor of each striped message (rails_cut.c), so a 1 GbE management NIC
+ * beside a 25 GbE one would slow them all; bridges and many virtual NICs say no speed. */
+static int alike(const cl_iface *a, const cl_iface *b)
+{
+    if (strcmp(a->name, b->name) == 0)
+        return 1;
+    return a->mbps && b->mbps && a->mbps <= 2 * b->mbps && b->mbps <= 2 * a->mbps;
+}
+
+/* ifs without the interfaces unlike rail 0 (said at info); how many are left. */
+static int keep_alike(cl_iface *ifs, int n)
+{
+    int kept = 1;
+    for (int k = 1; k < n; k++) {
+        if (alike(&ifs[0], &ifs[k]))
+            ifs[kept++] = ifs[k];
+        else
+            cl_log(COLL_LOG_INFO,
+                   "rails: not striping over interface %s (%d Mb/s) beside %s (%d Mb/s; 0: not "
+                   "known): auto takes NICs of known speeds within 2x (COLL_TRANSPORT=rails "
+                   "takes every one)",
+                   ifs[k].name, ifs[k].mbps, ifs[0].name, ifs[0].mbps);
+    }
+    return kept;
+}
+
 static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     cl_iface ifs[MAX_RAILS];
@@ -341,6 +369,8 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         return COLL_EINVAL;
     }
     n = repeat(ifs, n);
+    if (cfg->rails_on_net)
+        n = keep_alike(ifs, n);
     cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return COLL_ENOMEM;
@@ -353,7 +383,8 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         char dev[24];
         snprintf(dev, sizeof(dev), "=%.15s", ifs[k].name);
         cl_tr_config sub = *cfg;
-        sub.device = strcmp(ifs[k].name, "last-resort") == 0 ? cfg->device : dev;
+        /* one rail: tcp's own choice, as before rails (a name may hold a comma) */
+        sub.device = n == 1 || strcmp(ifs[k].name, "last-resort") == 0 ? cfg->device : dev;
         sub.vet = k == 0 ? rail0_vet : rail_vet;
         sub.vet_arg = ctx;
         int rc = TCP->ctx_create(&sub, &ctx->rail[k]);
@@ -1565,6 +1596,14 @@ const cl_transport cl_transport_rails = {
     .recv_now = rails_recv_now,
     .peer_name = rails_peer_name,
 };
+
+void cl_rails_keep(cl_tr_listener *l, int n)
+{
+    for (int k = CL_MAX(n, 1); k < MAX_RAILS && l->rail[k]; k++) {
+        TCP->close_listener(l->rail[k]);
+        l->rail[k] = NULL;
+    }
+}
 
 cl_tr_conn *cl_rails_sole(cl_tr_conn *c)
 {
