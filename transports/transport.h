@@ -93,6 +93,10 @@ typedef struct cl_tr_config {
      * interface's network (auto's default: a second NIC may not reach every host);
      * 0 (COLL_TRANSPORT=rails): every rail both ends have. */
     int rails_on_net;
+    /* The job's key (COLL_SECRET, CL_KEY_BYTES), NULL without one: a transport's own
+     * hellos, which the caller's vet never sees (rails' rails past the first), carry a
+     * tag under it, so that a stranger cannot hold their places. */
+    const uint8_t *key;
 } cl_tr_config;
 
 /* ctx_create's sentence for the caller (coll_last_error), into cfg->err when given. */

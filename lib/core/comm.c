@@ -122,7 +122,8 @@ static int open_transport(coll_comm *c, const cl_config *cfg, cl_tr_listener **l
     char why[256] = "";
     cl_tr_config tc = {.device = cfg->device, .timeout_ms = cfg->timeout_ms,
                        .notifier = &c->notifier, .err = why, .errlen = sizeof(why),
-                       .vet = cl_link_vet, .vet_arg = c, .family = cfg->family};
+                       .vet = cl_link_vet, .vet_arg = c, .family = cfg->family,
+                       .key = cfg->keyed ? cfg->key : NULL};
     int rc = c->tr->ctx_create(&tc, &c->ctx);
     if (rc != COLL_OK) {
         cl_comm_init_error("transport %s: %s", c->tr->name, why[0] ? why : coll_strerror(rc));

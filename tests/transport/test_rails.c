@@ -65,6 +65,8 @@ static int log_says(const char *what)
 
 /* COLL_RAILS_REPEAT for the listening end, b, where it differs from a's (NULL: alike). */
 static const char *b_rails;
+/* The job's key of both ends (COLL_SECRET's), NULL: none. */
+static const uint8_t *pair_key;
 
 static void pair_listen(pair *p)
 {
@@ -75,8 +77,8 @@ static void pair_listen(pair *p)
     ck_assert_ptr_nonnull(p->tr);
     cl_notifier_init(&p->na);
     cl_notifier_init(&p->nb);
-    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na},
-                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb};
+    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na, .key = pair_key},
+                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb, .key = pair_key};
     ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
     char *a_rails = getenv("COLL_RAILS_REPEAT") ? strdup(getenv("COLL_RAILS_REPEAT")) : NULL;
     if (b_rails)
@@ -245,9 +247,9 @@ START_TEST(a_halt_asked_after_a_local_close_touches_nothing)
 }
 END_TEST
 
-/* A raw connection to b's rail 1 with a rails hello of version v: closed at once, and
- * b's log names both versions. */
-static void hello_of_version(int v)
+/* A raw connection to b's rail 1 with a rails hello of version v and no proof: closed at
+ * once, and b's log says `want`. */
+static void hello_refused(int v, const char *want)
 {
     pair p;
     pair_listen(&p);
@@ -267,15 +269,34 @@ static void hello_of_version(int v)
     char c;
     ck_assert_msg(recv(fd, &c, 1, 0) == 0, "the connection was not closed");
     close(fd);
-    char want[96];
-    snprintf(want, sizeof(want), "rails wire version %d, this library's is 2", v);
     ck_assert_msg(log_says(want), "want '%s' in:\n%s", want, said);
     pair_close(&p);
 }
 
 START_TEST(a_rails_hello_of_another_version_is_refused_naming_both)
 {
-    hello_of_version(_i == 0 ? 0 : 1); /* 1: the equal cut's, before the code in hdr.tag */
+    int v = _i; /* 1: the equal cut's, before the code in hdr.tag; 2: before the proof */
+    char want[96];
+    snprintf(want, sizeof(want), "rails wire version %d, this library's is 3", v);
+    hello_refused(v, want);
+}
+END_TEST
+
+/* Under COLL_SECRET a rails hello carries a tag under the job's key: one without (a
+ * stranger's, who would hold the place of a rail to come) is refused at once, and ends
+ * of one key connect and stripe. */
+START_TEST(under_a_secret_a_rails_hello_needs_the_proof)
+{
+    static const uint8_t key[32] = {7, 1, 9};
+    pair_key = key;
+    hello_refused(3, "a rails hello without the job's proof (COLL_SECRET)");
+    pair p;
+    pair_open(&p);
+    pair_key = NULL;
+    ck_assert_msg(strstr(p.tr->peer_name(p.send), "(2 rails)"), "%s", p.tr->peer_name(p.send));
+    size_t before = 0;
+    send_all_acks_late(&p, &before);
+    pair_close(&p);
 }
 END_TEST
 
@@ -480,7 +501,8 @@ int main(void)
     tcase_set_timeout(t, 30);
     tcase_add_test(t, copies_stay_under_the_cap_while_nothing_is_acknowledged);
     tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
-    tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 2);
+    tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
+    tcase_add_test(t, under_a_secret_a_rails_hello_needs_the_proof);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
     tcase_add_test(t, the_equal_code_cuts_as_before);

@@ -67,6 +67,7 @@
  *
  * Not done yet (see the issue's closing note): small messages on the fastest rail (see
  * the wire above); the auto transport still uses plain tcp. */
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
@@ -104,12 +105,14 @@ enum { KEEP_MIB = 64 };
 enum { RAIL_PART = 0xEF, RAIL_ID = 0xEE, RAIL_ACK = 0xED, RAIL_GOT = 0xEC, RAIL_MOVED = 0xEB };
 enum { LIVE, HALTED, ROUTED }; /* a rail k > 0 of a connection */
 static const char RAIL_MAGIC[8] = "collrail";
-/* hello[17] of a rails hello: what this file's own messages (the id, ACK, GOT, MOVED)
+/* hello[24..40) of a rails hello under COLL_SECRET: a tag over the id and the rail's
+ * number under the job's key (a hello without it is refused before it holds a place).
+ * hello[17] of a rails hello: what this file's own messages (the id, ACK, GOT, MOVED)
  * and the hellos mean. A peer of another version is refused at its hello, naming both:
  * the rails of a version 0 peer (before the field) could not fail over, and its rail 0
  * waits for a control connection it never dials; a version 1 peer cuts equally and
  * reads rail 0's hdr.tag as the caller's. Raise it with any change of them. */
-enum { RAIL_VERSION = 2 };
+enum { RAIL_VERSION = 3, PROOF_AT = 24, PROOF_BYTES = 16 };
 
 #define TCP (&cl_transport_tcp)
 
@@ -127,6 +130,8 @@ struct cl_tr_ctx {
     int stop, has_worker, kick;
     cl_iface ifs[MAX_RAILS];
     int on_net; /* cl_tr_config's rails_on_net */
+    int keyed;  /* cl_tr_config's key, in key */
+    uint8_t key[CL_KEY_BYTES];
     pthread_mutex_t mu;
     cl_tr_conn *conns; /* every connection, freed with the context */
     cl_tr_req *reqs;   /* requests not yet tested done */
@@ -278,10 +283,31 @@ static const char *version_refused(const uint8_t hello[CL_HELLO_BYTES])
     return why;
 }
 
+/* The tag a rails hello carries under the job's key, into hello. */
+static void prove(const cl_tr_ctx *ctx, uint8_t hello[CL_HELLO_BYTES])
+{
+    uint8_t tag[CL_TAG_BYTES];
+    cl_auth_tag(ctx->key, tag, 2, "coll rail v3", (size_t)12, hello + 8, (size_t)9);
+    memcpy(hello + PROOF_AT, tag, PROOF_BYTES);
+}
+
+/* NULL for a rails hello of our version with the job's proof (if keyed), else why not. */
+static const char *rail_refused(const cl_tr_ctx *ctx, const uint8_t hello[CL_HELLO_BYTES])
+{
+    const char *why = version_refused(hello);
+    if (why || !ctx->keyed)
+        return why;
+    uint8_t want[CL_HELLO_BYTES];
+    memcpy(want, hello, CL_HELLO_BYTES);
+    prove(ctx, want);
+    return cl_auth_equal(want + PROOF_AT, hello + PROOF_AT, PROOF_BYTES)
+               ? NULL
+               : "a rails hello without the job's proof (COLL_SECRET)";
+}
+
 static const char *rail_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
-    (void)arg;
-    return is_rail_hello(hello) ? version_refused(hello) : "not a rail's hello";
+    return is_rail_hello(hello) ? rail_refused(arg, hello) : "not a rail's hello";
 }
 
 /* Rail 0 takes the caller's hellos and the control connections. */
@@ -289,7 +315,7 @@ static const char *rail0_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
     cl_tr_ctx *ctx = arg;
     if (is_rail_hello(hello))
-        return hello[16] != CTL ? "a rail's hello on rail 0" : version_refused(hello);
+        return hello[16] != CTL ? "a rail's hello on rail 0" : rail_refused(ctx, hello);
     return ctx->vet ? ctx->vet(ctx->vet_arg, hello) : NULL;
 }
 
@@ -379,6 +405,9 @@ static int rails_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
     ctx->vet_arg = cfg->vet_arg;
     ctx->notifier = cfg->notifier;
     ctx->on_net = cfg->rails_on_net;
+    ctx->keyed = cfg->key != NULL;
+    if (cfg->key)
+        memcpy(ctx->key, cfg->key, CL_KEY_BYTES);
     for (int k = 0; k < n; k++) {
         char dev[24];
         snprintf(dev, sizeof(dev), "=%.15s", ifs[k].name);
@@ -742,6 +771,8 @@ static int dial_rails(cl_tr_conn *c, char h[MAX_RAILS][CL_HANDLE_BYTES], int the
         memcpy(hello + 8, &c->id[0], 8);
         hello[16] = (uint8_t)(ctl ? CTL : k);
         hello[17] = RAIL_VERSION;
+        if (c->ctx->keyed)
+            prove(c->ctx, hello);
         int rc = TCP->connect(c->ctx->rail[ctl ? 0 : k], h[ctl ? 0 : k], hello, want,
                               ctl ? &c->ctl : &c->rail[k]);
         if (rc != COLL_OK)
