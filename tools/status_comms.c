@@ -197,8 +197,18 @@ static int find_missing(asker *k, comms *m, group *g)
     return added;
 }
 
+/* Whether a member has waited in collective #seq for the stall (one behind it lags). */
+static int group_waited(const comms *m, const group *g, uint32_t seq)
+{
+    for (int r = 0; r < g->size; r++)
+        if (g->m[r].e && op_waited(&g->m[r].e->coll, seq, m->stall_s))
+            return 1;
+    return 0;
+}
+
 /* Marks a group's stragglers, as the entry communicator's are: silent, behind the
- * newest collective, or (none such) stuck in one. */
+ * newest collective (while another has waited in it for the stall), or (none such)
+ * stuck in one. */
 static void judge_group(comms *m, group *g)
 {
     uint32_t newest = 0;
@@ -213,7 +223,7 @@ static void judge_group(comms *m, group *g)
                          : p->answered < 0 ? "refused the ask"
                          : p->answered ? "its process no longer lists it (destroyed?)"
                                        : "no answer (stopped?)";
-        else if (x->e->issued + 1 < newest) {
+        else if (x->e->issued + 1 < newest && group_waited(m, g, newest)) {
             snprintf(x->why, sizeof(x->why), "behind: its newest collective is #%u, others' #%u",
                      x->e->issued, newest);
             x->straggler = x->why;

@@ -39,6 +39,8 @@ int ask_all(asker *k, rank_view *v, int n, uint32_t kind, uint32_t first, comm_i
 rank_view *learn_ranks(asker *k, const cl_addr *at, const char *where, comm_id *c, int *size);
 const char *state_name(int state);
 int op_stuck(const cl_status_op *o, double stall_s);
+/* Whether o is collective #seq, waited in for the stall or longer (coll_status.c). */
+int op_waited(const cl_status_op *o, uint32_t seq, double stall_s);
 void print_op(const cl_status_op *o);
 void put_string(const char *s, size_t max);
 void put_op(const char *name, const cl_status_op *o);
