@@ -473,7 +473,12 @@ class _PyWork(dist._Work):
     C++ callers (DDP's reducer, the functional collectives) reach these methods through
     torch's trampoline only while the Python object lives (else C++'s own Work::wait
     waits for good), and may wait more than once (one coalesced work per output tensor):
-    each result tensor keeps its last work alive (_KEPT), as long as C++ can ask."""
+    each result tensor keeps its last work alive (_KEPT), as long as C++ can ask, and the
+    work keeps its result (result() and get_future() give it, as Gloo's, after the caller
+    let the tensors go). Once the operation has ended the work lets its torch Future go
+    (_end) and makes one anew when asked: the Future is C++, holding the result where
+    Python's collector cannot see, so through it no result tensor was ever freed; without
+    it the cycle is Python's own, and the collector frees it."""
 
     def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None):
         super().__init__()
@@ -485,22 +490,48 @@ class _PyWork(dist._Work):
         self._comm, self._recorder_dir = comm, recorder_dir
         self._req, self._after, self._result, self._fut = req, after, result, None
         self._source = source
+        self._ended, self._error = False, None  # once ended: its error (None: none)
 
     def _take(self, hand_off):
         """The operation's future. The first call hands the operation to the completer
         (hand_off) or ends it on this thread, outside the lock so that polls do not
         wait."""
         with self._lock:
+            if self._ended:
+                return self._remade()
             if self._fut is not None:
                 return self._fut
             req, after, self._req, self._after = self._req, self._after, None, None
             if hand_off:
                 if isinstance(req, _Launch):  # started here, in order: never run blocking
                     req.slot.release(req)     # on the completer's thread (library: EINVAL)
-                self._fut = self._completer.add(req, after, self._result)
-                return self._fut
-            self._fut = fut = torch.futures.Future()
-        _settle(req, after, self._result, fut)
+                self._fut = fut = self._completer.add(req, after, self._result)
+            else:
+                self._fut = fut = torch.futures.Future()
+        if hand_off:  # outside the lock: a future settled already calls back at once
+            fut.add_done_callback(self._end)
+        else:
+            _settle(req, after, self._result, fut)
+            self._end(fut)
+        return fut
+
+    def _end(self, fut):
+        """The operation ended (fut settled): keep its error, let fut go."""
+        try:
+            fut.wait()
+            error = None
+        except Exception as e:  # noqa: BLE001  whatever the operation raised
+            error = e
+        with self._lock:
+            self._error, self._ended, self._fut = error, True, None
+
+    def _remade(self):
+        """A settled future as the ended operation's was (the lock held)."""
+        fut = torch.futures.Future()
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._result)
         return fut
 
     def wait(self, timeout=None):
@@ -532,6 +563,8 @@ class _PyWork(dist._Work):
 
     def is_completed(self):
         with self._lock:
+            if self._ended:
+                return True
             if self._fut is not None:
                 return self._fut.done()
             try:

@@ -977,6 +977,8 @@ def main():
         if TORCH2:
             bad += ranks.check(functional, n, "functional collectives against gloo")
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
+    for n in (2, 3):
+        bad += ranks.check(results_freed, n, "result tensors freed once let go")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
     bad += ranks.check(recorder_on_timeout, 2, "a torch wait's timeout dumps the recorder")
@@ -989,6 +991,36 @@ def main():
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
+
+
+def results_freed(r, n, where):
+    """A result tensor is freed once its caller lets it go (by Python's collector: the
+    tensor keeps its work, the work its result), whichever way its work was ended:
+    blocking, wait(), or get_future(). The work held the torch Future it settled, C++
+    holding the result where the collector cannot see, and every new output leaked."""
+    import gc
+    import weakref
+    init(r, n, where)
+    refs = []
+    for way in ("blocking", "wait", "future"):
+        o, i = torch.empty(4 * n), torch.full((4,), float(r))
+        w = dist.all_gather_into_tensor(o, i, async_op=way != "blocking")
+        if way == "future":
+            assert w.get_future().wait()[0].data_ptr() == o.data_ptr()
+        elif way == "wait":
+            w.wait()
+        assert torch.equal(o, torch.arange(n).repeat_interleave(4).float()), (way, o)
+        if w is not None:
+            got = w.get_future().value()[0]
+            assert w.is_completed() and got.data_ptr() == o.data_ptr(), way
+            del got
+        refs.append(weakref.ref(o))
+        del o, w
+    deadline = time.time() + 5  # the completer's thread lets go just after it settles
+    while any(x() is not None for x in refs) and time.time() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert all(x() is None for x in refs), [x() is not None for x in refs]
 
 
 def status_names_torch_ranks(r, n, where):
