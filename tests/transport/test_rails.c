@@ -490,6 +490,29 @@ START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
 }
 END_TEST
 
+/* A rail of the dialer's that never reaches the listener (here: a port where nobody
+ * listens in its place in the handle) leaves the listener's connection forming; after a
+ * few seconds the listener says which rail it waits for, once, instead of leaving only
+ * the init timeout to say that something did not come. */
+START_TEST(a_rail_that_never_comes_is_named)
+{
+    pair p;
+    pair_listen(&p);
+    char *rail1 = p.handle + strlen(p.handle) + 1;
+    memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p.handle));
+    strcpy(rail1, "127.0.0.1:1");
+    uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    ck_assert_int_eq(p.tr->connect(p.a, p.handle, hello, 1 << 20, &p.send), COLL_OK);
+    int64_t end = cl_now_ms() + 4500;
+    while (cl_now_ms() < end && !log_says("has not come")) {
+        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
+        usleep(20000);
+    }
+    ck_assert_msg(log_says("names 2 rails, and its rail has not come in 3000 ms"), "%s", said);
+    pair_close(&p);
+}
+END_TEST
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -503,6 +526,7 @@ int main(void)
     tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
     tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
     tcase_add_test(t, under_a_secret_a_rails_hello_needs_the_proof);
+    tcase_add_test(t, a_rail_that_never_comes_is_named);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
     tcase_add_test(t, the_equal_code_cuts_as_before);

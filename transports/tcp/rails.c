@@ -148,6 +148,7 @@ struct cl_tr_conn {
     uint8_t hello[CL_HELLO_BYTES];
     uint64_t id[2]; /* the id message's payload: id, rails */
     int have_id;
+    int64_t since; /* forming (acceptor): when rail 0 came; -1 once a wait was said */
     char name[CL_HANDLE_BYTES + 24];
     /* Failover (n > 1). ctl: a second connection on rail 0's interface, rails' own both
      * ways, with a frame receiver always posted. */
@@ -642,6 +643,28 @@ static int complete_conn(cl_tr_listener *l, cl_tr_conn *c)
     return 1;
 }
 
+/* Says once, after WAIT_SAY_MS, which rail a forming connection still waits for: a NIC
+ * of the peer's that does not reach this host (auto's rules make it rare) shows as a
+ * connection that never forms, and the init timeout alone would not say why. */
+enum { WAIT_SAY_MS = 3000 };
+static void say_wait(cl_tr_listener *l, cl_tr_conn *c)
+{
+    int n = (int)c->id[1];
+    if (c->since < 0 || cl_now_ms() - c->since < WAIT_SAY_MS)
+        return;
+    c->since = -1;
+    for (int k = 1; k <= n; k++)
+        if (!claim(l, c, k == n ? CTL : k, 0)) {
+            cl_log(COLL_LOG_WARN,
+                   "rails: a connection from %s names %d rails, and its %s has not come in "
+                   "%d ms: does that peer's interface for it reach this host? "
+                   "(COLL_SOCKET_IFNAME restricts the interfaces)",
+                   TCP->peer_name(c->rail[0]), n, k == n ? "control connection" : "rail",
+                   WAIT_SAY_MS);
+            return;
+        }
+}
+
 /* A forming connection that is whole now, unlinked; NULL if none. */
 static cl_tr_conn *whole_one(cl_tr_listener *l)
 {
@@ -659,6 +682,8 @@ static cl_tr_conn *whole_one(cl_tr_listener *l)
             *p = c->next_forming;
             return c;
         }
+        if (rc == COLL_OK)
+            say_wait(l, c);
         p = &c->next_forming;
     }
     return NULL;
@@ -686,6 +711,7 @@ static int rails_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_
         }
         c->rail[0] = t;
         c->n = 1;
+        c->since = cl_now_ms();
         memcpy(c->hello, h, CL_HELLO_BYTES);
         if (!many) {
             name_conn(c);
