@@ -9,6 +9,7 @@
 #include "collective.h"
 
 #include "common/harness.h"
+#include "common/ipv6.h"
 #include "common/suite.h"
 
 #include <check.h>
@@ -159,24 +160,13 @@ START_TEST(settings_that_differ_are_named_on_every_rank)
 }
 END_TEST
 
-/* Whether ::1 can be bound (a host without IPv6 has no family to disagree with). */
-static int v6_loopback(void)
-{
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 /* Ranks whose sockets are of two families (COLL_SOCKET_FAMILY on one rank; a file store
  * names no host, so the others take lo's IPv4) are named on every rank at once, not left
  * to dial addresses of a family their peers may not have (tests/cluster/family.sh's
  * input mode: the same over tcp://, between hosts with both families). */
 START_TEST(ranks_on_different_families_are_named_on_every_rank)
 {
-    if (!v6_loopback())
+    if (!have_ipv6_loopback()) /* a host without IPv6 has no family to disagree with */
         return;
     char dir[64] = "/tmp/coll_meet.XXXXXX", url[96], cmd[160];
     ck_assert_ptr_nonnull(mkdtemp(dir));
