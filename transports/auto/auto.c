@@ -1,14 +1,15 @@
 /* The auto transport, the default: shm to peers on this host; to other hosts the
  * fastest transport both ends have among ibverbs (when both have an RDMA device) and
  * the loaded plugins (COLL_NET_PLUGIN), by the speed their devices report; tcp to the
- * rest, striped over every interface both hosts have on a common network (the rails
- * transport with rails_on_net: no configuration for two NICs, issue 55; a pair with
- * one rail between them gets rails' tcp connection itself, cl_rails_sole, so the
- * common case pays nothing for it). It listens on each; its handle carries a host key (hostname, boot id and network
- * namespace, since abstract Unix sockets do not cross namespaces) next to the inner
- * handles, and connect() picks shm when the peer's key equals ours. The connection keeps
- * the chosen transport's operations (as NCCL's connectors do) and every call on it goes
- * there; its requests are that transport's own, found by their head (transport.h). */
+ * rest, striped over the NICs of like speed that both hosts have on a common network
+ * (the rails transport with rails_on_net: no configuration for two NICs, issue 55; a
+ * pair with one rail between them gets rails' tcp connection itself, cl_rails_sole, so
+ * the common case pays nothing for it). It listens on each; its handle carries a host
+ * key (hostname, boot id and network namespace, since abstract Unix sockets do not
+ * cross namespaces) next to the inner handles, and connect() picks shm when the peer's
+ * key equals ours. The connection keeps the chosen transport's operations (as NCCL's
+ * connectors do) and every call on it goes there; its requests are that transport's
+ * own, found by their head (transport.h). */
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
