@@ -140,7 +140,12 @@ static void run(coll_comm *c, coll_req *r, int by_caller)
 {
     if (r->ticket)
         cl_family_turn(c, r->ticket);
+    /* A failure that came after this call was issued (the heartbeat's, while it waited
+     * its turn) is the call's own news, its cause's code (EPEER, ETIMEDOUT): ESTATE is for
+     * calls issued on a communicator that had failed already (api.c says it at once). */
     int rc = cl_comm_state(c);
+    if (rc == COLL_ESTATE)
+        rc = __atomic_load_n(&c->status, __ATOMIC_ACQUIRE);
     if (rc == COLL_OK && (rc = cl_run_collective(c, r)) != COLL_OK && cl_comm_state(c) == COLL_OK)
         cl_comm_fail(c, rc, "rank %d %s #%u: %s", c->rank, cl_kind_name(r->op.kind), r->op.seq,
                      coll_strerror(rc));
