@@ -9,6 +9,7 @@
  * its sender chose (the receiver reads it from the wire), the caller's tag kept, and a
  * failed rail's share spread over the rails left by their weights. */
 #include "base/addr.h"
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
@@ -247,27 +248,45 @@ START_TEST(a_halt_asked_after_a_local_close_touches_nothing)
 }
 END_TEST
 
+/* A raw connection to p's listener's rail 1 that sends hello: its socket. */
+static int raw_hello(pair *p, const uint8_t hello[CL_HELLO_BYTES])
+{
+    const char *rail1 = p->handle + strlen(p->handle) + 1;
+    cl_addr to;
+    ck_assert_int_eq(cl_addr_parse(rail1, &to), 0);
+    int fd = socket(to.sa.ss_family, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&to.sa, to.len), 0);
+    ck_assert_int_eq(send(fd, hello, CL_HELLO_BYTES, 0), (ssize_t)CL_HELLO_BYTES);
+    return fd;
+}
+
+/* Whether fd's peer closes it within 3 s, p's listener polled meanwhile. */
+static int closed_by_listener(pair *p, int fd)
+{
+    uint8_t got[CL_HELLO_BYTES];
+    cl_tr_conn *c;
+    char byte;
+    for (int64_t end = cl_now_ms() + 3000; cl_now_ms() < end; usleep(10000)) {
+        ck_assert_int_eq(p->tr->accept(p->l, got, &c), COLL_INPROGRESS);
+        if (recv(fd, &byte, 1, MSG_DONTWAIT) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* A raw connection to b's rail 1 with a rails hello of version v and no proof: closed at
  * once, and b's log says `want`. */
 static void hello_refused(int v, const char *want)
 {
     pair p;
     pair_listen(&p);
-    const char *rail1 = p.handle + strlen(p.handle) + 1;
-    cl_addr to;
-    ck_assert_int_eq(cl_addr_parse(rail1, &to), 0);
-    int fd = socket(to.sa.ss_family, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&to.sa, to.len), 0);
     uint8_t hello[CL_HELLO_BYTES] = {0};
     memcpy(hello, "collrail", 8);
     hello[16] = 1;
     hello[17] = (uint8_t)v;
-    ck_assert_int_eq(send(fd, hello, sizeof(hello), 0), (ssize_t)sizeof(hello));
-    struct timeval tv = {3, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char c;
-    ck_assert_msg(recv(fd, &c, 1, 0) == 0, "the connection was not closed");
+    int fd = raw_hello(&p, hello);
+    ck_assert_msg(closed_by_listener(&p, fd), "the connection was not closed");
     close(fd);
     ck_assert_msg(log_says(want), "want '%s' in:\n%s", want, said);
     pair_close(&p);
@@ -289,7 +308,7 @@ START_TEST(under_a_secret_a_rails_hello_needs_the_proof)
 {
     static const uint8_t key[32] = {7, 1, 9};
     pair_key = key;
-    hello_refused(3, "a rails hello without the job's proof (COLL_SECRET)");
+    hello_refused(3, "without the job's proof (COLL_SECRET)");
     pair p;
     pair_open(&p);
     pair_key = NULL;
@@ -513,6 +532,45 @@ START_TEST(a_rail_that_never_comes_is_named)
 }
 END_TEST
 
+/* A hello with the proof, seen once (on the wire) and sent again and again to the
+ * listener it was for: the first copy takes a place, the others are refused at once,
+ * and a keyed pair still forms (before, 63 copies filled the places and it never did). */
+START_TEST(a_replayed_rails_hello_holds_one_place)
+{
+    static const uint8_t key[32] = {7, 1, 9};
+    pair_key = key;
+    pair p;
+    pair_listen(&p);
+    uint8_t hello[CL_HELLO_BYTES] = {0};
+    memcpy(hello, "collrail", 8);
+    memset(hello + 8, 0x42, 8); /* some id */
+    hello[16] = 1;
+    hello[17] = 3;
+    uint8_t tag[CL_TAG_BYTES];
+    cl_auth_tag(key, tag, 3, "coll rail v3", (size_t)12, hello + 8, (size_t)9, p.handle,
+                strlen(p.handle));
+    memcpy(hello + 24, tag, 16);
+    int first = raw_hello(&p, hello);
+    ck_assert_msg(!closed_by_listener(&p, first), "the first copy was refused:\n%s", said);
+    for (int i = 0; i < 70; i++) {
+        int fd = raw_hello(&p, hello);
+        ck_assert_msg(closed_by_listener(&p, fd), "copy %d was kept", i + 1);
+        close(fd);
+    }
+    ck_assert(log_says("a second of its id and rail"));
+    uint8_t h1[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    ck_assert_int_eq(p.tr->connect(p.a, p.handle, h1, 1 << 20, &p.send), COLL_OK);
+    int64_t end = cl_now_ms() + 5000;
+    while (p.tr->accept(p.l, got, &p.recv) == COLL_INPROGRESS) {
+        ck_assert_msg(cl_now_ms() < end, "the keyed pair never formed:\n%s", said);
+        usleep(5000);
+    }
+    pair_key = NULL;
+    close(first);
+    pair_close(&p);
+}
+END_TEST
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -526,6 +584,7 @@ int main(void)
     tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
     tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
     tcase_add_test(t, under_a_secret_a_rails_hello_needs_the_proof);
+    tcase_add_test(t, a_replayed_rails_hello_holds_one_place);
     tcase_add_test(t, a_rail_that_never_comes_is_named);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);

@@ -105,8 +105,10 @@ enum { KEEP_MIB = 64 };
 enum { RAIL_PART = 0xEF, RAIL_ID = 0xEE, RAIL_ACK = 0xED, RAIL_GOT = 0xEC, RAIL_MOVED = 0xEB };
 enum { LIVE, HALTED, ROUTED }; /* a rail k > 0 of a connection */
 static const char RAIL_MAGIC[8] = "collrail";
-/* hello[24..40) of a rails hello under COLL_SECRET: a tag over the id and the rail's
- * number under the job's key (a hello without it is refused before it holds a place).
+/* hello[24..40) of a rails hello under COLL_SECRET: a tag under the job's key over the
+ * id, the rail's number and the listener's rail-0 address (its port is fresh per job,
+ * so a hello seen once passes no other listener); one without it is refused before it
+ * holds a place, and so is a second of one id and rail (a replay on the same listener).
  * hello[17] of a rails hello: what this file's own messages (the id, ACK, GOT, MOVED)
  * and the hellos mean. A peer of another version is refused at its hello, naming both:
  * the rails of a version 0 peer (before the field) could not fail over, and its rail 0
@@ -212,6 +214,7 @@ struct cl_tr_listener {
     cl_tr_conn *forming; /* rail 0 in, waiting for its id or rails */
     spare spares[MAX_SPARE];
     int nspares;
+    char self[CL_HANDLE_BYTES]; /* rail 0's address, as its handle gives it (prove) */
 };
 
 struct cl_tr_req {
@@ -284,31 +287,30 @@ static const char *version_refused(const uint8_t hello[CL_HELLO_BYTES])
     return why;
 }
 
-/* The tag a rails hello carries under the job's key, into hello. */
-static void prove(const cl_tr_ctx *ctx, uint8_t hello[CL_HELLO_BYTES])
+/* The tag a rails hello to the listener at `where` (its rail 0) carries, into hello. */
+static void prove(const cl_tr_ctx *ctx, uint8_t hello[CL_HELLO_BYTES], const char *where)
 {
     uint8_t tag[CL_TAG_BYTES];
-    cl_auth_tag(ctx->key, tag, 2, "coll rail v3", (size_t)12, hello + 8, (size_t)9);
+    cl_auth_tag(ctx->key, tag, 3, "coll rail v3", (size_t)12, hello + 8, (size_t)9, where,
+                strlen(where));
     memcpy(hello + PROOF_AT, tag, PROOF_BYTES);
 }
 
-/* NULL for a rails hello of our version with the job's proof (if keyed), else why not. */
-static const char *rail_refused(const cl_tr_ctx *ctx, const uint8_t hello[CL_HELLO_BYTES])
+/* Whether a rails hello to listener l has the job's proof (or the job has no key). */
+static int proven(const cl_tr_listener *l, const uint8_t hello[CL_HELLO_BYTES])
 {
-    const char *why = version_refused(hello);
-    if (why || !ctx->keyed)
-        return why;
+    if (!l->ctx->keyed)
+        return 1;
     uint8_t want[CL_HELLO_BYTES];
     memcpy(want, hello, CL_HELLO_BYTES);
-    prove(ctx, want);
-    return cl_auth_equal(want + PROOF_AT, hello + PROOF_AT, PROOF_BYTES)
-               ? NULL
-               : "a rails hello without the job's proof (COLL_SECRET)";
+    prove(l->ctx, want, l->self);
+    return cl_auth_equal(want + PROOF_AT, hello + PROOF_AT, PROOF_BYTES);
 }
 
 static const char *rail_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
-    return is_rail_hello(hello) ? rail_refused(arg, hello) : "not a rail's hello";
+    (void)arg;
+    return is_rail_hello(hello) ? version_refused(hello) : "not a rail's hello";
 }
 
 /* Rail 0 takes the caller's hellos and the control connections. */
@@ -316,7 +318,7 @@ static const char *rail0_vet(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 {
     cl_tr_ctx *ctx = arg;
     if (is_rail_hello(hello))
-        return hello[16] != CTL ? "a rail's hello on rail 0" : rail_refused(ctx, hello);
+        return hello[16] != CTL ? "a rail's hello on rail 0" : version_refused(hello);
     return ctx->vet ? ctx->vet(ctx->vet_arg, hello) : NULL;
 }
 
@@ -546,6 +548,8 @@ static int rails_listen(cl_tr_ctx *ctx, char handle[CL_HANDLE_BYTES], cl_tr_list
             break;
         }
         memcpy(handle + at, h, len);
+        if (k == 0)
+            memcpy(l->self, h, len);
         at += len + 1;
     }
     pthread_mutex_lock(&ctx->mu);
@@ -564,15 +568,27 @@ static int listening(const cl_tr_listener *l)
     return n;
 }
 
+static int find_spare(cl_tr_listener *l, uint64_t id, int k);
+
+/* Keeps t (a rail or control connection of hello's id) until its rail 0 claims it;
+ * closes it without the job's proof, when the same id and rail are kept already, or
+ * with no place left. */
 static void add_spare(cl_tr_listener *l, cl_tr_conn *t, const uint8_t hello[CL_HELLO_BYTES])
 {
-    if (l->nspares == MAX_SPARE) {
+    uint64_t id;
+    memcpy(&id, hello + 8, 8);
+    const char *why = !proven(l, hello)                   ? "without the job's proof (COLL_SECRET)"
+                      : find_spare(l, id, hello[16]) >= 0 ? "a second of its id and rail"
+                      : l->nspares == MAX_SPARE           ? "no place left"
+                                                          : NULL;
+    if (why) {
+        cl_log(COLL_LOG_INFO, "rails: refused a rails hello from %s: %s", TCP->peer_name(t), why);
         TCP->close_conn(t);
         return;
     }
     spare *s = &l->spares[l->nspares++];
     s->c = t;
-    memcpy(&s->id, hello + 8, 8);
+    s->id = id;
     s->k = hello[16];
 }
 
@@ -798,7 +814,7 @@ static int dial_rails(cl_tr_conn *c, char h[MAX_RAILS][CL_HANDLE_BYTES], int the
         hello[16] = (uint8_t)(ctl ? CTL : k);
         hello[17] = RAIL_VERSION;
         if (c->ctx->keyed)
-            prove(c->ctx, hello);
+            prove(c->ctx, hello, h[0]);
         int rc = TCP->connect(c->ctx->rail[ctl ? 0 : k], h[ctl ? 0 : k], hello, want,
                               ctl ? &c->ctl : &c->rail[k]);
         if (rc != COLL_OK)
