@@ -221,6 +221,11 @@ static int waiting(const cl_status_op *o)
     return o->seq && (o->state == COLL_REC_RUNNING || o->state == COLL_REC_QUEUED);
 }
 
+int op_idle(const cl_status_op *o, double stall_s)
+{
+    return o->seq && !waiting(o) && o->issued_ago_us >= (int64_t)(stall_s * 1e6);
+}
+
 int op_waited(const cl_status_op *o, uint32_t seq, double stall_s)
 {
     return o->seq == seq && waiting(o) && o->issued_ago_us >= (int64_t)(stall_s * 1e6);
@@ -238,13 +243,15 @@ static int waited_long(const rank_view *v, int n, uint32_t seq, double stall_s)
 /* Why x lags the newest collective #m: a collective ends on each rank at its own time,
  * so one behind is in step, unless it is not in a collective at all while the others
  * have waited in #m for the stall. Two or more behind lags only while another has
- * waited in #m for the stall as well: the asks reach a communicator's ranks at
- * different times, and a healthy one that runs thousands of collectives a second
- * shows gaps of dozens between them. NULL: it does not lag. */
+ * waited in #m for the stall, or while x itself has been in no call for the stall: the
+ * asks reach a communicator's ranks at different times, and a healthy one that runs
+ * thousands of collectives a second shows gaps of dozens between them. NULL: it does
+ * not lag. */
 static const char *lag(rank_view *x, const rank_view *v, int n, uint32_t m, double stall_s)
 {
     const cl_status_head *h = &x->a.u.head;
-    if (h->issued + 1 < m && waited_long(v, n, m, stall_s))
+    if (h->issued + 1 < m && (waited_long(v, n, m, stall_s) ||
+                              (op_idle(&h->coll, stall_s) && !waiting(&h->p2p))))
         snprintf(x->why, sizeof(x->why), "behind: its newest collective is #%u, others' #%u",
                  h->issued, m);
     else if (h->issued < m && !waiting(&h->coll) && !waiting(&h->p2p) &&

@@ -207,8 +207,8 @@ static int group_waited(const comms *m, const group *g, uint32_t seq)
 }
 
 /* Marks a group's stragglers, as the entry communicator's are: silent, behind the
- * newest collective (while another has waited in it for the stall), or (none such)
- * stuck in one. */
+ * newest collective (while another has waited in it for the stall, or it has been in
+ * none for the stall), or (none such) stuck in one. */
 static void judge_group(comms *m, group *g)
 {
     uint32_t newest = 0;
@@ -223,7 +223,8 @@ static void judge_group(comms *m, group *g)
                          : p->answered < 0 ? "refused the ask"
                          : p->answered ? "its process no longer lists it (destroyed?)"
                                        : "no answer (stopped?)";
-        else if (x->e->issued + 1 < newest && group_waited(m, g, newest)) {
+        else if (x->e->issued + 1 < newest &&
+                 (group_waited(m, g, newest) || op_idle(&x->e->coll, m->stall_s))) {
             snprintf(x->why, sizeof(x->why), "behind: its newest collective is #%u, others' #%u",
                      x->e->issued, newest);
             x->straggler = x->why;

@@ -41,6 +41,8 @@ const char *state_name(int state);
 int op_stuck(const cl_status_op *o, double stall_s);
 /* Whether o is collective #seq, waited in for the stall or longer (coll_status.c). */
 int op_waited(const cl_status_op *o, uint32_t seq, double stall_s);
+/* Whether o, a rank's newest, ended and was issued the stall or longer ago. */
+int op_idle(const cl_status_op *o, double stall_s);
 void print_op(const cl_status_op *o);
 void put_string(const char *s, size_t max);
 void put_op(const char *name, const cl_status_op *o);
