@@ -155,11 +155,27 @@ typedef struct {
     uint8_t hello[sizeof(hello)]; /* that hello */
     int got;
     int fd;
+    const char *dir; /* the job's file store: rank 1's address is its addr_1 */
 } sniff;
 
-/* Reads IPv4 packets on lo until one carries a tcp payload of a hello's size or more that
- * starts as a hello does (as root can: AF_PACKET). Rank 0 dials rank 1: on tcp a pair
- * shares the connection the lower rank dials, so that is the pair's one hello. */
+/* The port of rank 1's published address in the store at dir; 0 while there is none. */
+static unsigned rank1_port(const char *dir)
+{
+    char path[256], addr[129] = {0}, ip[64];
+    unsigned port = 0;
+    snprintf(path, sizeof(path), "%s/addr_1", dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        (void)!fread(addr, 1, 128, f);
+        fclose(f);
+    }
+    return sscanf(addr, "%63[^:]:%u", ip, &port) == 2 ? port : 0;
+}
+
+/* Reads IPv4 packets on lo until one to rank 1's listener carries a tcp payload of a
+ * hello's size or more that starts as a hello does (as root can: AF_PACKET; other jobs'
+ * hellos on lo, tests running beside this one, are passed by). Rank 0 dials rank 1: on
+ * tcp a pair shares the connection the lower rank dials, so that is the pair's one hello. */
 static void *sniffer(void *arg)
 {
     sniff *w = arg;
@@ -175,7 +191,7 @@ static void *sniffer(void *arg)
         uint32_t magic = 0;
         if (len >= off + sizeof(hello) && (size_t)n >= len)
             memcpy(&magic, pkt + off, sizeof(magic));
-        if (magic == CL_HELLO_MAGIC) {
+        if (magic == CL_HELLO_MAGIC && ntohs(t->dest) == rank1_port(w->dir)) {
             memcpy(w->hello, pkt + off, sizeof(hello));
             w->port = ntohs(t->dest);
             w->got = 1;
@@ -220,6 +236,8 @@ static int replay_rank(const char *url, const char *dir, int r)
 START_TEST(a_replayed_hello_is_refused)
 {
     sniff w = {.fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP))};
+    char dir[] = "/tmp/coll_replay.XXXXXX", url[64], path[128], addr[129] = {0};
+    w.dir = dir;
     if (w.fd < 0) {
         printf("no AF_PACKET here (not root?): the replay was not tried\n");
         return;
@@ -229,7 +247,6 @@ START_TEST(a_replayed_hello_is_refused)
     struct timeval tick = {0, 100000};
     ck_assert_int_eq(bind(w.fd, (struct sockaddr *)&lo, sizeof(lo)), 0);
     setsockopt(w.fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
-    char dir[] = "/tmp/coll_replay.XXXXXX", url[64], path[128], addr[129] = {0};
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(url, sizeof(url), "file://%s", dir);
     setenv("COLL_SECRET", "s3cret", 1);
