@@ -39,6 +39,7 @@ older commit's), registered as backend "collective_old" in the same processes.""
 import argparse
 import datetime
 import multiprocessing as mp
+import os
 import re
 import statistics
 import subprocess
@@ -195,10 +196,7 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
     binding = binding_rows(r, n, where, rounds, ours, gloo, ext_dir, old) if ext_dir else []
     rows = []
     if only_binding:
-        if r == 0:
-            out.put((rows, [], binding))
-        dist.destroy_process_group()
-        return
+        leave(r, out, (rows, [], binding))
     before = old_group(old) if old and not ext_dir else None
     for op in ([] if only_overhead else ops):
         for size in SIZES[FC_ROWS.get(op, op)]:
@@ -247,9 +245,20 @@ def rank_main(r, n, where, rounds, overhead, out, ext_dir=None, only_binding=Fal
             over.append((size, *(statistics.median(runs[w]) if runs[w] else float("nan")
                                  for w in ("torch", "python", "C", "C-out"))))
         plain.close()
+    leave(r, out, (rows, over, binding))
+
+
+def leave(r, out, result):
+    """Rank 0 hands in the tables; every rank then exits without tearing torch down. On
+    torch 2.6 a rank stayed forever (1 run in 2 on 4 ranks) in ProcessGroupGloo's
+    destructor, run when rank_main's frame freed the gloo group: it joins Gloo's worker
+    thread holding the GIL while that thread frees a tensor and waits for the GIL."""
     if r == 0:
-        out.put((rows, over, binding))
-    dist.destroy_process_group()
+        out.put(result)
+        out.close()
+        out.join_thread()
+    dist.barrier()
+    os._exit(0)
 
 
 def coll_perf_once(path, n, size, coll="all_reduce"):
