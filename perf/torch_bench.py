@@ -40,9 +40,11 @@ import argparse
 import datetime
 import multiprocessing as mp
 import os
+import queue
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -132,8 +134,6 @@ def calls(op, size, n, ours, gloo):
 
 def cpp_groups(ext_dir):
     """Two groups of the C++ prototype: non-blocking (ended in wait()) and blocking."""
-    import os
-    import sys
     sys.path.insert(0, ext_dir)
     import coll_ext
     dist.Backend.register_backend("collective_cpp", coll_ext.create, devices=["cpu"])
@@ -289,6 +289,19 @@ def human(size):
         else f"{size} B"
 
 
+def tables(q, ps):
+    """Rank 0's tables; exits (status 1) when a rank died first, instead of waiting."""
+    while True:
+        try:
+            return q.get(timeout=1)
+        except queue.Empty:
+            dead = [r for r, p in enumerate(ps) if p.exitcode not in (None, 0)]
+            if dead:
+                for p in ps:
+                    p.kill()
+                sys.exit(f"torch_bench: rank(s) {dead} failed (see above)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=2)
@@ -318,7 +331,7 @@ def main():
           for r in range(a.np)]
     for p in ps:
         p.start()
-    rows, over, binding = q.get()
+    rows, over, binding = tables(q, ps)
     for p in ps:
         p.join()
     print(f"# torch {torch.__version__}, {a.np} ranks, float32, median of {a.rounds} "
