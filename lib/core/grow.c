@@ -73,7 +73,7 @@ int coll_grow_id(coll_comm *c, int size, char *id, size_t len)
     }
     for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(nonce + 2 * i, 3, "%02x", raw[i]);
-    int rc = cl_store_server_start(l.fd, c->timeout_ms, &c->grow); /* takes l.fd */
+    int rc = cl_store_server_start(&l.fd, 1, c->timeout_ms, &c->grow); /* takes l.fd */
     if (rc != COLL_OK) {
         cl_comm_init_error("coll_grow_id: the grow's rendezvous did not start");
         return rc;

@@ -44,30 +44,6 @@ static int send_all(int fd, const void *p, size_t n)
 
 /* ---- client ---------------------------------------------------------------------- */
 
-/* A job that meets at a loopback address is reached from this machine only: its store
- * listens there alone (it serves for the job's life). Any other address may be one this
- * machine cannot bind (a container's, a NAT's), so the store listens on every one
- * (listen_both). */
-static int listen_at(const char *host, const char *port, int family, cl_addr *at, char *err,
-                     size_t errlen)
-{
-    struct addrinfo *res;
-    if (cl_addr_resolve(host, port, family, &res, err, errlen) != 0)
-        return COLL_EINVAL;
-    memset(at, 0, sizeof(*at));
-    memcpy(&at->sa, res->ai_addr, res->ai_addrlen);
-    at->len = res->ai_addrlen;
-    freeaddrinfo(res);
-    if (cl_addr_is_loopback(at))
-        return COLL_OK;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&at->sa;
-    if (at->sa.ss_family == AF_INET6)
-        *v6 = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_port = v6->sin6_port};
-    else
-        ((struct sockaddr_in *)&at->sa)->sin_addr.s_addr = htonl(INADDR_ANY);
-    return COLL_OK;
-}
-
 /* Every address of both families at a's port (IPV6_V6ONLY off, whatever the host's
  * default), or -1 (errno says why). A rank whose family is not rank 0's (COLL_SOCKET_FAMILY
  * on one rank only, a name with both kinds of address) still reaches the store, and the
@@ -79,6 +55,7 @@ static int listen_both(const cl_addr *a, int backlog)
     int off = 0, one = 1, fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 && a->sa.ss_family == AF_INET) {
         cl_addr v4 = *a;
+        ((struct sockaddr_in *)&v4.sa)->sin_addr.s_addr = htonl(INADDR_ANY);
         return cl_addr_listen(&v4, 0, backlog);
     }
     struct sockaddr_in6 any = {.sin6_family = AF_INET6,
@@ -95,19 +72,71 @@ static int listen_both(const cl_addr *a, int backlog)
     return fd;
 }
 
+/* Whether one of fds[0..n) listens at a's address already (a name's addresses repeat
+ * across /etc/hosts and DNS). */
+static int bound_already(const cl_addr *a, const int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        cl_addr b = {.len = sizeof(b.sa)};
+        if (getsockname(fds[i], (struct sockaddr *)&b.sa, &b.len) == 0 && b.len == a->len &&
+            memcmp(&b.sa, &a->sa, a->len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A listener at each address host resolves to, of either family (so a rank of the other
+ * family reaches the store too, as listen_both says), each address once: their number,
+ * or 0 when one of them is not this machine's (a container's, a NAT's: the caller then
+ * listens on the wildcard) or there are more than CL_STORE_LISTENERS, or -1 (errno says
+ * why: EADDRINUSE, another job holds the port). Bound to the named addresses, an IPv4
+ * job's store is not reachable over IPv6 or at the host's other addresses. */
+static int listen_named(const char *host, const char *port, int *fds)
+{
+    struct addrinfo *res;
+    char why[300];
+    if (cl_addr_resolve(host, port, AF_UNSPEC, &res, why, sizeof(why)) != 0)
+        return 0;
+    int n = 0;
+    for (struct addrinfo *ai = res; ai && n >= 0; ai = ai->ai_next) {
+        cl_addr a = {.len = ai->ai_addrlen};
+        memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
+        if (bound_already(&a, fds, n))
+            continue;
+        int fd = n < CL_STORE_LISTENERS ? cl_addr_listen(&a, 0, 1024) : -1;
+        if (fd < 0) {
+            int e = n < CL_STORE_LISTENERS ? errno : EADDRNOTAVAIL;
+            while (n > 0)
+                close(fds[--n]);
+            n = e == EADDRNOTAVAIL || e == EAFNOSUPPORT ? 0 : -1;
+            errno = e;
+            break;
+        }
+        fds[n++] = fd;
+    }
+    freeaddrinfo(res);
+    return n;
+}
+
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
  * (one between two requests, or waiting for the others) is ever dropped. */
 static int bind_server(tcp_store *t, const char *host, const char *port, int family,
                        int64_t idle_ms, char *err, size_t errlen)
 {
-    cl_addr at;
+    struct addrinfo *res;
     char why[300];
-    if (listen_at(host, port, family, &at, why, sizeof(why)) != COLL_OK) {
+    if (cl_addr_resolve(host, port, family, &res, why, sizeof(why)) != 0) {
         snprintf(err, errlen, "rendezvous: rank 0 cannot serve: the host %s", why);
         return COLL_EINVAL;
     }
-    int lfd = cl_addr_is_loopback(&at) ? cl_addr_listen(&at, 0, 1024) : listen_both(&at, 1024);
-    if (lfd < 0) {
+    cl_addr at = {.len = res->ai_addrlen};
+    memcpy(&at.sa, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    int fds[CL_STORE_LISTENERS], n = listen_named(host, port, fds);
+    if (n == 0) /* a loopback address that did not bind stays this machine's alone */
+        n = (fds[0] = cl_addr_is_loopback(&at) ? cl_addr_listen(&at, 0, 1024)
+                                               : listen_both(&at, 1024)) < 0 ? -1 : 1;
+    if (n < 0) {
         int e = errno;
         cl_addr_text(&at, why, sizeof(why));
         snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s (at %s): %s%s", port, why,
@@ -117,7 +146,7 @@ static int bind_server(tcp_store *t, const char *host, const char *port, int fam
                                  : "");
         return e == EADDRINUSE ? CL_STORE_HELD : COLL_ESYS;
     }
-    return cl_store_server_start(lfd, idle_ms, &t->server);
+    return cl_store_server_start(fds, n, idle_ms, &t->server);
 }
 
 /* The first of host's addresses (of the job's family) that takes a connection, or -1. */

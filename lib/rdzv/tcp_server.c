@@ -39,7 +39,7 @@ struct client {
 };
 
 struct cl_store_server {
-    int lfd, wake[2], full_told, running;
+    int lfd[CL_STORE_LISTENERS], nl, wake[2], full_told, running;
     int64_t idle_ms; /* twice the init timeout: 2^32 ms and more for the largest */
     pthread_t thread;
     struct kv *bucket[BUCKETS];
@@ -55,6 +55,14 @@ struct cl_store_server {
     cl_store_server *next_live; /* on the list of servers running in this process */
 };
 
+enum { FIRST_CLIENT = CL_STORE_LISTENERS + 1 }; /* the first client's place in pfd */
+
+static void close_listeners(cl_store_server *s)
+{
+    for (int i = 0; i < s->nl; i++)
+        close(s->lfd[i]);
+}
+
 /* ---- fork ----------------------------------------------------------------------------- */
 
 /* A server runs for its job's life; a process forked meanwhile (a data loader's worker)
@@ -66,7 +74,7 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void in_child(void)
 {
     for (cl_store_server *s = live; s; s = s->next_live)
-        close(s->lfd);
+        close_listeners(s);
     pthread_mutex_unlock(&live_mu);
 }
 
@@ -305,9 +313,9 @@ static void drop(struct client *c)
 
 /* ---- the thread --------------------------------------------------------------------- */
 
-static void accept_client(cl_store_server *s, int64_t now)
+static void accept_client(cl_store_server *s, int lfd, int64_t now)
 {
-    int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return;
     if (s->ncl >= CL_STORE_MAX_CLIENTS) {
@@ -317,11 +325,13 @@ static void accept_client(cl_store_server *s, int64_t now)
     s->cl[s->ncl++] = (struct client){.fd = fd, .last_ms = now};
 }
 
-/* The poll set: a client is read only while its replies are taken. */
+/* The poll set: the wake pipe, the listeners (pfd[1..nl]), then the clients (from
+ * pfd[CL_STORE_LISTENERS + 1] on); a client is read only while its replies are taken. */
 static void watch(cl_store_server *s)
 {
-    s->pfd[0] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
-    s->pfd[1] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    s->pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    for (int i = 0; i < CL_STORE_LISTENERS; i++)
+        s->pfd[i + 1] = (struct pollfd){.fd = i < s->nl ? s->lfd[i] : -1, .events = POLLIN};
     int k = 0;
     for (int i = 0; i < s->ncl; i++) {
         struct client *c = &s->cl[i];
@@ -329,7 +339,8 @@ static void watch(cl_store_server *s)
             continue;
         s->cl[k] = *c;
         short ev = c->out_len - c->out_sent < OUT_LIMIT ? POLLIN : 0;
-        s->pfd[k + 2] = (struct pollfd){.fd = c->fd, .events = ev | (c->out_len ? POLLOUT : 0)};
+        s->pfd[k + FIRST_CLIENT] =
+            (struct pollfd){.fd = c->fd, .events = ev | (c->out_len ? POLLOUT : 0)};
         k++;
     }
     s->ncl = k;
@@ -341,33 +352,36 @@ static void *serve(void *arg)
     watch(s);
     /* woken at least every second: idle clients are dropped on time */
     for (;;) {
-        int n = poll(s->pfd, (nfds_t)s->ncl + 2, 1000);
-        if ((n < 0 && errno != EINTR) || (n > 0 && s->pfd[1].revents))
+        int n = poll(s->pfd, (nfds_t)(s->ncl + FIRST_CLIENT), 1000);
+        if ((n < 0 && errno != EINTR) || (n > 0 && s->pfd[0].revents))
             break;
         int64_t now = cl_now_ms();
         for (int i = 0; i < s->ncl; i++)
-            if (tend(s, &s->cl[i], s->pfd[i + 2].revents, now) != 0)
+            if (tend(s, &s->cl[i], s->pfd[i + FIRST_CLIENT].revents, now) != 0)
                 drop(&s->cl[i]);
-        if (s->pfd[0].revents)
-            accept_client(s, now);
+        for (int i = 0; i < s->nl; i++)
+            if (s->pfd[i + 1].revents)
+                accept_client(s, s->lfd[i], now);
         watch(s);
     }
     return NULL;
 }
 
-int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out)
+int cl_store_server_start(const int *lfd, int nl, int64_t idle_ms, cl_store_server **out)
 {
     cl_store_server *s = calloc(1, sizeof(*s));
     if (!s) {
-        close(lfd);
+        for (int i = 0; i < nl; i++)
+            close(lfd[i]);
         return COLL_ENOMEM;
     }
-    s->lfd = lfd;
+    for (int i = 0; i < nl && i < CL_STORE_LISTENERS; i++)
+        s->lfd[s->nl++] = lfd[i];
     s->idle_ms = idle_ms;
     s->wake[0] = s->wake[1] = -1;
     pthread_mutex_init(&s->watch_mu, NULL);
     s->cl = calloc(CL_STORE_MAX_CLIENTS, sizeof(*s->cl));
-    s->pfd = calloc(CL_STORE_MAX_CLIENTS + 2, sizeof(*s->pfd));
+    s->pfd = calloc(CL_STORE_MAX_CLIENTS + FIRST_CLIENT, sizeof(*s->pfd));
     s->running = s->cl && s->pfd && pipe(s->wake) == 0 &&
                  pthread_create(&s->thread, NULL, serve, s) == 0;
     if (!s->running) {
@@ -409,7 +423,7 @@ void cl_store_server_stop(cl_store_server *s)
         }
     if (s->wake[0] >= 0)
         close(s->wake[0]), close(s->wake[1]);
-    close(s->lfd);
+    close_listeners(s);
     free(s->cl);
     free(s->pfd);
     pthread_mutex_destroy(&s->watch_mu);

@@ -26,10 +26,13 @@ enum { CL_STORE_MAX_CLIENTS = 4096, CL_STORE_MAX_KEYS = 65536 };
 
 typedef struct cl_store_server cl_store_server;
 
-/* Serves on the listening socket lfd (taken over, and closed on failure too) from a
- * thread of its own. A client that sends no whole request and takes no reply for idle_ms
- * is dropped. */
-int cl_store_server_start(int lfd, int64_t idle_ms, cl_store_server **out);
+/* The listening sockets one server takes at most: one per address its host name has. */
+enum { CL_STORE_LISTENERS = 4 };
+
+/* Serves on the nl listening sockets lfd[] (1 to CL_STORE_LISTENERS, taken over, and
+ * closed on failure too) from a thread of its own. A client that sends no whole request
+ * and takes no reply for idle_ms is dropped. */
+int cl_store_server_start(const int *lfd, int nl, int64_t idle_ms, cl_store_server **out);
 /* From now on, a value set under key is handed to fn(arg, value, length) on the server's
  * thread (once per set; a value of at most 255 bytes), until the server stops. */
 void cl_store_server_watch(cl_store_server *s, const char *key,

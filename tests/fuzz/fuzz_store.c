@@ -32,7 +32,7 @@ static void start(void)
     where = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&where, sizeof(where)) == 0 &&
             listen(fd, 64) == 0 && getsockname(fd, (struct sockaddr *)&where, &len) == 0);
-    REQUIRE(cl_store_server_start(fd, 2000, &server) == 0);
+    REQUIRE(cl_store_server_start(&fd, 1, 2000, &server) == 0);
 }
 
 static int dial(void)

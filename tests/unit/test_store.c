@@ -1,6 +1,7 @@
 /* The rendezvous stores (file, mem, tcp) behave alike: set then get, a missing key is
  * "not yet", waiting past the deadline times out; the tcp server survives garbage and
  * bounds what a client can take. */
+#include "base/addr.h"
 #include "base/util.h"
 #include "rdzv/store.h"
 #include "rdzv/tcp_server.h"
@@ -9,6 +10,10 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <errno.h>
 #include <poll.h>
 #include <netinet/in.h>
@@ -343,6 +348,71 @@ START_TEST(tcp_store_serves_with_the_largest_timeout)
 }
 END_TEST
 
+/* Whether a connection to ip (IPv4 or IPv6 text) at port is taken. */
+static int reaches(const char *ip, int port)
+{
+    cl_addr a;
+    char text[80];
+    snprintf(text, sizeof(text), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+    if (cl_addr_parse(text, &a) != 0)
+        return 0;
+    int fd = cl_addr_dial(&a, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+/* This machine's first up, non-loopback address of family, as text; 0 if none. */
+static int own_address(int family, char *out, size_t len)
+{
+    struct ifaddrs *all;
+    int found = 0;
+    if (getifaddrs(&all) != 0)
+        return 0;
+    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == family && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK) &&
+            !(family == AF_INET6 &&
+              IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr)))
+            found = getnameinfo(i->ifa_addr, family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                : sizeof(struct sockaddr_in6),
+                                out, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0;
+    freeifaddrs(all);
+    return found;
+}
+
+/* Rank 0's store listens at the addresses MASTER_ADDR names, not on every address of
+ * both families: at one of this machine's IPv4 addresses it is not reached at 127.0.0.1
+ * nor ::1 (it was, through a wildcard IPv6 listener); at "localhost" it is reached at
+ * both loopback addresses the name has. */
+START_TEST(tcp_store_listens_where_it_is_named)
+{
+    char ip[64], where[96], err[256];
+    cl_store *s;
+    int port = free_port();
+    snprintf(where, sizeof(where), "localhost:%d", port);
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + 5000, &s, err,
+                                       sizeof(err)), COLL_OK);
+    ck_assert(reaches("127.0.0.1", port));
+    if (own_address(AF_INET, ip, sizeof(ip)))
+        ck_assert_msg(!reaches(ip, port), "a store at localhost was reached at %s", ip);
+    s->ops->close(s);
+    if (!own_address(AF_INET, ip, sizeof(ip))) {
+        printf("tcp_store_listens_where_it_is_named: no IPv4 address but loopback: "
+               "the named-address half is not run\n");
+        return;
+    }
+    port = free_port();
+    snprintf(where, sizeof(where), "%s:%d", ip, port);
+    ck_assert_int_eq(cl_store_tcp_open(where, AF_INET, 1, cl_now_ms() + 5000, &s, err,
+                                       sizeof(err)), COLL_OK);
+    ck_assert(reaches(ip, port));
+    ck_assert_msg(!reaches("127.0.0.1", port), "a store at %s was reached at 127.0.0.1", ip);
+    ck_assert_msg(!reaches("::1", port), "a store at %s was reached at ::1", ip);
+    s->ops->close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stores");
@@ -358,6 +428,7 @@ int main(void)
     tcase_add_test(t, file_store_refuses_a_directory_others_can_write);
     tcase_add_loop_test(t, file_store_ignores_a_planted_fifo_or_link, 0, 2);
     tcase_add_test(t, tcp_store_serves_with_the_largest_timeout);
+    tcase_add_test(t, tcp_store_listens_where_it_is_named);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
