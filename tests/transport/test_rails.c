@@ -4,7 +4,8 @@
  * connection whose receiving side dies (a bad frame) takes the copies with it while the
  * data goes on; a rails hello of another version, or of none (an older library), is
  * refused with a message naming both versions; a rail failed on purpose fails over to
- * the control connection, and a halt asked after a local close touches nothing. The
+ * the control connection, a rail that never comes is given up after 3 s at both ends
+ * (messages still whole both ways), and a halt asked after a local close touches nothing. The
  * weighted cut (rails_cut.h): its arithmetic, each rail's bytes in proportion to the cut
  * its sender chose (the receiver reads it from the wire), the caller's tag kept, and a
  * failed rail's share spread over the rails left by their weights. */
@@ -19,7 +20,9 @@
 
 #include "common/suite.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -510,10 +513,11 @@ START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
 END_TEST
 
 /* A rail of the dialer's that never reaches the listener (here: a port where nobody
- * listens in its place in the handle) leaves the listener's connection forming; after a
- * few seconds the listener says which rail it waits for, once, instead of leaving only
- * the init timeout to say that something did not come. */
-START_TEST(a_rail_that_never_comes_is_named)
+ * listens in its place in the handle): after RAIL_WAIT_MS (3 s), well before the init
+ * timeout, the listener hands the connection out without it, saying so, and tells the
+ * dialer (a GOT), which stops its rail 1 too. Striped messages then go both ways whole,
+ * rail 1's parts over the control connection. */
+START_TEST(a_rail_that_never_comes_is_given_up)
 {
     pair p;
     pair_listen(&p);
@@ -522,12 +526,65 @@ START_TEST(a_rail_that_never_comes_is_named)
     strcpy(rail1, "127.0.0.1:1");
     uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
     ck_assert_int_eq(p.tr->connect(p.a, p.handle, hello, 1 << 20, &p.send), COLL_OK);
-    int64_t end = cl_now_ms() + 4500;
-    while (cl_now_ms() < end && !log_says("has not come")) {
-        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
+    int64_t start = cl_now_ms();
+    while (p.tr->accept(p.l, got, &p.recv) == COLL_INPROGRESS) {
+        ck_assert_msg(cl_now_ms() - start < 4500, "not handed out in 4.5 s:\n%s", said);
         usleep(20000);
     }
-    ck_assert_msg(log_says("names 2 rails, and its rail has not come in 3000 ms"), "%s", said);
+    ck_assert_msg(log_says("rails: rail 1 (lo) from 127.0.0.1:") &&
+                      log_says("has not come in 3000 ms: going on without it"), "%s", said);
+    wait_log("failed (its peer found it failed): its share goes to the other rails");
+    size_t kept = 0;
+    send_all_acks_late(&p, &kept);
+    cl_tr_conn *t = p.send;
+    p.send = p.recv;
+    p.recv = t;
+    send_all_acks_late(&p, &kept);
+    pair_close(&p);
+}
+END_TEST
+
+/* The race of a rail given up: the dialer's rail 1 (held here, in a socket of the test's
+ * own, until the listener handed the connection out without it) reaches the listener
+ * late. The listener closes it at once, and messages still go whole both ways: the
+ * dialer stops its rail 1 on the listener's GOT and stripes nothing onto it. */
+START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
+{
+    pair p;
+    pair_listen(&p);
+    int hold = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(at);
+    ck_assert_int_eq(bind(hold, (struct sockaddr *)&at, len), 0);
+    ck_assert_int_eq(listen(hold, 1), 0);
+    ck_assert_int_eq(getsockname(hold, (struct sockaddr *)&at, &len), 0);
+    char *rail1 = p.handle + strlen(p.handle) + 1, real[CL_HANDLE_BYTES];
+    snprintf(real, sizeof(real), "%s", rail1);
+    memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p.handle));
+    snprintf(rail1, 32, "127.0.0.1:%d", ntohs(at.sin_port));
+    uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    ck_assert_int_eq(p.tr->connect(p.a, p.handle, hello, 1 << 20, &p.send), COLL_OK);
+    strcpy(rail1, real); /* raw_hello's way to the listener's rail 1 */
+    int64_t start = cl_now_ms();
+    while (p.tr->accept(p.l, got, &p.recv) == COLL_INPROGRESS) {
+        ck_assert_msg(cl_now_ms() - start < 4500, "not handed out in 4.5 s:\n%s", said);
+        usleep(20000);
+    }
+    int in = accept(hold, NULL, NULL);
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_eq(recv(in, got, CL_HELLO_BYTES, MSG_WAITALL), (ssize_t)CL_HELLO_BYTES);
+    int late = raw_hello(&p, got);
+    ck_assert_msg(closed_by_listener(&p, late), "the late rail was kept:\n%s", said);
+    ck_assert_msg(log_says("handed out without it"), "%s", said);
+    size_t kept = 0;
+    send_all_acks_late(&p, &kept);
+    cl_tr_conn *t = p.send;
+    p.send = p.recv;
+    p.recv = t;
+    send_all_acks_late(&p, &kept);
+    close(late);
+    close(in);
+    close(hold);
     pair_close(&p);
 }
 END_TEST
@@ -585,7 +642,8 @@ int main(void)
     tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
     tcase_add_test(t, under_a_secret_a_rails_hello_needs_the_proof);
     tcase_add_test(t, a_replayed_rails_hello_holds_one_place);
-    tcase_add_test(t, a_rail_that_never_comes_is_named);
+    tcase_add_test(t, a_rail_that_never_comes_is_given_up);
+    tcase_add_test(t, a_rail_that_comes_after_it_was_given_up_is_closed);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
     tcase_add_test(t, the_equal_code_cuts_as_before);

@@ -37,8 +37,10 @@
  * random 64-bit id, k, RAIL_VERSION), then, with two rails or more, a control
  * connection on rail 0's interface (the same hello, k = CTL); its first message on rail
  * 0 says the id and the rail count used. The acceptor holds a rail-0 connection until
- * that message and every connection it names are in, then hands the whole out. A peer
- * with one rail uses one. A rails hello of another RAIL_VERSION is refused.
+ * that message and every connection it names are in, then hands the whole out; a rail
+ * k > 0 still missing after RAIL_WAIT_MS is given up, failed from the start as below
+ * (give_up_rail). A peer with one rail uses one. A rails hello of another RAIL_VERSION
+ * is refused.
  *
  * A rail that fails. Rail k > 0 is taken as failed at either end when a part on it fails
  * (a socket error) or when a receive's part on it makes no progress (no byte on the rail)
@@ -150,7 +152,8 @@ struct cl_tr_conn {
     uint8_t hello[CL_HELLO_BYTES];
     uint64_t id[2]; /* the id message's payload: id, rails */
     int have_id;
-    int64_t since; /* forming (acceptor): when rail 0 came; -1 once a wait was said */
+    int64_t since; /* forming (acceptor): when rail 0 came */
+    int said_wait; /* forming (acceptor): the missing control connection was said */
     char name[CL_HANDLE_BYTES + 24];
     /* Failover (n > 1). ctl: a second connection on rail 0's interface, rails' own both
      * ways, with a frame receiver always posted. */
@@ -214,6 +217,8 @@ struct cl_tr_listener {
     cl_tr_conn *forming; /* rail 0 in, waiting for its id or rails */
     spare spares[MAX_SPARE];
     int nspares;
+    uint64_t gone[MAX_SPARE]; /* ids handed out without a rail, the latest (gave_up) */
+    int ngone;
     char self[CL_HANDLE_BYTES]; /* rail 0's address, as its handle gives it (prove) */
 };
 
@@ -570,6 +575,16 @@ static int listening(const cl_tr_listener *l)
 
 static int find_spare(cl_tr_listener *l, uint64_t id, int k);
 
+/* Whether the connection of id was handed out without one of its rails: that rail
+ * coming late is closed, so that the dialer finds it failed too (gave_up). */
+static int gave_up(const cl_tr_listener *l, uint64_t id)
+{
+    for (int i = 0; i < CL_MIN(l->ngone, MAX_SPARE); i++)
+        if (l->gone[i] == id)
+            return 1;
+    return 0;
+}
+
 /* Keeps t (a rail or control connection of hello's id) until its rail 0 claims it;
  * closes it without the job's proof, when the same id and rail are kept already, or
  * with no place left. */
@@ -579,6 +594,7 @@ static void add_spare(cl_tr_listener *l, cl_tr_conn *t, const uint8_t hello[CL_H
     memcpy(&id, hello + 8, 8);
     const char *why = !proven(l, hello)                   ? "without the job's proof (COLL_SECRET)"
                       : find_spare(l, id, hello[16]) >= 0 ? "a second of its id and rail"
+                      : gave_up(l, id) ? "its connection was handed out without it (too late)"
                       : l->nspares == MAX_SPARE           ? "no place left"
                                                           : NULL;
     if (why) {
@@ -638,47 +654,75 @@ static cl_tr_conn *claim(cl_tr_listener *l, cl_tr_conn *c, int k, int take)
 }
 
 static void ctl_start(cl_tr_conn *c);
+static int ctl_send(cl_tr_conn *c, cl_msg_hdr h, const void *buf, cl_tr_req **out);
+
+/* How long a forming connection waits for its rails k > 0 after rail 0 came: the dialer
+ * dials them all at once, so a rail that reaches this host comes within a round trip of
+ * rail 0, or after a lost SYN's resends (1 s, then 3 s: Linux's first RTO, doubled);
+ * later, its interface does not reach this host (another switch, a firewall), and the
+ * job goes on without it rather than failing at the init timeout. */
+enum { RAIL_WAIT_MS = 3000 };
+
+/* Rail k of c (handed out now, its control connection started) did not come: failed from
+ * the start, as the failover makes a rail, so both ends agree without a new message. c's
+ * GOT says no part of the peer's came on it; the peer halts its rail k (a dial that
+ * never completes, or one that came late: closed here, gave_up), answers with its GOT
+ * and sends its parts of rail k over the control connection from then on (route_rail),
+ * as does this end once that GOT is in. */
+static void give_up_rail(cl_tr_listener *l, cl_tr_conn *c, int k)
+{
+    if (!gave_up(l, c->id[0]))
+        l->gone[l->ngone++ % MAX_SPARE] = c->id[0];
+    cl_log(COLL_LOG_WARN,
+           "rails: rail %d (%s) from %s has not come in %d ms: going on without it, its share "
+           "over the other rails (does that peer's interface for it reach this host? "
+           "COLL_SOCKET_IFNAME restricts the interfaces)",
+           k, c->ctx->ifs[k].name, TCP->peer_name(c->rail[0]), RAIL_WAIT_MS);
+    ctl_send(c, (cl_msg_hdr){.coll = RAIL_GOT, .unit = (uint32_t)k, .count = 0}, NULL, NULL);
+}
 
 /* c is whole once every rail its id names is in, and the control connection: they
- * leave the spares for c. */
+ * leave the spares for c. After RAIL_WAIT_MS, the control connection (rail 0's
+ * interface) and the rails that came will do. */
 static int complete_conn(cl_tr_listener *l, cl_tr_conn *c)
 {
-    int n = (int)c->id[1];
-    for (int take = 0; take < 2; take++) {
-        for (int k = 1; k <= n && n > 1; k++) {
-            cl_tr_conn *t = claim(l, c, k == n ? CTL : k, take);
-            if (!t)
-                return 0;
-            if (take)
-                *(k == n ? &c->ctl : &c->rail[k]) = t;
-        }
-    }
+    int n = (int)c->id[1], late = cl_now_ms() - c->since >= RAIL_WAIT_MS;
+    if (n > 1 && !claim(l, c, CTL, 0))
+        return 0;
+    for (int k = 1; k < n && !late; k++)
+        if (!claim(l, c, k, 0))
+            return 0;
+    for (int k = 1; k < n; k++)
+        c->rail[k] = claim(l, c, k, 1);
+    c->ctl = n > 1 ? claim(l, c, CTL, 1) : NULL; /* none where the dialer uses one rail */
     c->n = n;
-    if (c->ctl) /* none where the dialer uses one rail of our several */
+    for (int k = 1; k < n; k++) /* before ctl_start: the peer's frames read them */
+        if (!c->rail[k]) {
+            c->state[k] = HALTED;
+            c->shut[k] = 1; /* no tcp connection to close */
+        }
+    if (c->ctl)
         ctl_start(c);
+    for (int k = 1; k < n; k++)
+        if (!c->rail[k])
+            give_up_rail(l, c, k);
     return 1;
 }
 
-/* Says once, after WAIT_SAY_MS, which rail a forming connection still waits for: a NIC
- * of the peer's that does not reach this host (auto's rules make it rare) shows as a
- * connection that never forms, and the init timeout alone would not say why. */
-enum { WAIT_SAY_MS = 3000 };
+/* Says once, after RAIL_WAIT_MS, that a forming connection still waits for its control
+ * connection (rails k > 0 are given up then): a peer whose rail 0 came and its control
+ * connection, on the same interface, not; the init timeout alone would not say why. */
 static void say_wait(cl_tr_listener *l, cl_tr_conn *c)
 {
     int n = (int)c->id[1];
-    if (c->since < 0 || cl_now_ms() - c->since < WAIT_SAY_MS)
+    if (c->said_wait || cl_now_ms() - c->since < RAIL_WAIT_MS || claim(l, c, CTL, 0))
         return;
-    c->since = -1;
-    for (int k = 1; k <= n; k++)
-        if (!claim(l, c, k == n ? CTL : k, 0)) {
-            cl_log(COLL_LOG_WARN,
-                   "rails: a connection from %s names %d rails, and its %s has not come in "
-                   "%d ms: does that peer's interface for it reach this host? "
-                   "(COLL_SOCKET_IFNAME restricts the interfaces)",
-                   TCP->peer_name(c->rail[0]), n, k == n ? "control connection" : "rail",
-                   WAIT_SAY_MS);
-            return;
-        }
+    c->said_wait = 1;
+    cl_log(COLL_LOG_WARN,
+           "rails: a connection from %s names %d rails, and its control connection has not "
+           "come in %d ms: does that peer's interface for it reach this host? "
+           "(COLL_SOCKET_IFNAME restricts the interfaces)",
+           TCP->peer_name(c->rail[0]), n, RAIL_WAIT_MS);
 }
 
 /* A forming connection that is whole now, unlinked; NULL if none. */
