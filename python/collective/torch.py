@@ -132,6 +132,11 @@ class _Completer:
 
     def __init__(self):
         self.mu, self.threads = threading.Lock(), set()
+        # The group's last work whose tensors let it go (_PyWork._unlink), kept until the
+        # group's next operation: C++ may still ask it once more right after the waits
+        # counted (DDP's reducer, under Join, waits on the forward pass's work and then
+        # takes its future for the value).
+        self.last = None
 
     def add(self, req, after, result):
         """A future that settles when req ends (after `after` ran) with result."""
@@ -470,20 +475,30 @@ class _PyWork(dist._Work):
     future-wrapping work's wait() returns True even then). get_future() returns at once a
     future the completer settles, so a communication hook
     (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass.
-    C++ callers (DDP's reducer, the functional collectives) reach these methods through
-    torch's trampoline only while the Python object lives (else C++'s own Work::wait
-    waits for good), and may wait more than once (one coalesced work per output tensor):
-    each result tensor keeps its last work alive (_KEPT), as long as C++ can ask, and the
-    work keeps its result (result() and get_future() give it, as Gloo's, after the caller
-    let the tensors go). Once the operation has ended the work lets its torch Future go
-    (_end) and makes one anew when asked: the Future is C++, holding the result where
-    Python's collector cannot see, so through it no result tensor was ever freed; without
-    it the cycle is Python's own, and the collector frees it."""
+    C++ callers (DDP's reducer, the functional collectives) reach wait() and get_future()
+    (the only two torch's trampoline passes on) only while the Python object lives, else
+    C++'s own Work::wait waits for good: each result tensor keeps its last work alive
+    (_KEPT) until the operation has ended and the work was waited or its future taken as
+    many times as C++ may ask (`waits`: one, or one per output for the coalesced calls,
+    whose outputs the functional collectives register and wait one by one). Then the
+    tensors let the work go (_unlink), the group keeping it until its next operation
+    (_Completer.last): the work keeps its result (result() and get_future() give it, as
+    Gloo's, after the caller let the tensors go), and a result tensor no longer keeping
+    the work that keeps it is freed once the caller lets it go and the group's next
+    operation starts, not at Python's next collection (a loop of functional all-gathers
+    held every output until then). A work never waited enough (a functional output
+    never waited) stays in that cycle, for the collector. Once the operation has ended
+    the work lets its torch Future go (_end) and makes one anew when asked: the Future is
+    C++, holding the result where Python's collector cannot see, so through it no result
+    tensor was ever freed."""
 
-    def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None):
+    def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None,
+                 waits=1):
         super().__init__()
-        for t in _tensors(result):
-            setattr(t, _KEPT, self)
+        with _LINKS:
+            for t in _tensors(result):
+                setattr(t, _KEPT, self)
+        self._waits = waits  # waits or futures taken C++ may still ask for
         self._completer, self._lock = completer, threading.Lock()
         # Not the group: a work kept must not keep its group from being collected (and so
         # aborted) once torch lets it go.
@@ -524,6 +539,27 @@ class _PyWork(dist._Work):
             error = e
         with self._lock:
             self._error, self._ended, self._fut = error, True, None
+            done = self._waits <= 0
+        if done:
+            self._unlink()
+
+    def _waited(self):
+        """A wait returned (or raised the operation's error) or a future was taken."""
+        with self._lock:
+            self._waits -= 1
+            done = self._ended and self._waits <= 0
+        if done:
+            self._unlink()
+
+    def _unlink(self):
+        """No call from C++ can come any more: the result tensors let this work go. Only
+        where it is still their last work (a later operation into the same tensor, DDP's
+        bucket, links its own), under _LINKS so that no new link goes in between."""
+        with _LINKS:
+            for t in _tensors(self._result):
+                if getattr(t, _KEPT, None) is self:
+                    delattr(t, _KEPT)
+            self._completer.last = self
 
     def _remade(self):
         """A settled future as the ended operation's was (the lock held)."""
@@ -545,7 +581,10 @@ class _PyWork(dist._Work):
             if not ended.wait(limit):
                 raise RuntimeError(f"collective: wait: the operation timed out after "
                                    f"{int(limit * 1000)} ms (it goes on){self._dumped()}")
-        self._take(False).wait()
+        try:
+            self._take(False).wait()
+        finally:
+            self._waited()
         return True
 
     def _dumped(self):
@@ -585,7 +624,9 @@ class _PyWork(dist._Work):
         return self._take(False).wait()
 
     def get_future(self):
-        return self._take(True)
+        fut = self._take(True)
+        self._waited()
+        return fut
 
     def source_rank(self):
         """A receive's sender (from any source: -1 until its message came), as Gloo's."""
@@ -595,6 +636,7 @@ class _PyWork(dist._Work):
 
 
 _KEPT = "_collective_work"  # a result tensor's attribute: the last work that wrote it
+_LINKS = threading.Lock()  # over setting and removing _KEPT (works end on other threads)
 
 
 def _tensors(result):
@@ -639,6 +681,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self.inbox.close()
         self.comm.close()
         self.completer.stop()
+        self.completer.last = None
 
     shutdown = abort  # the library's close ends what is in flight either way
 
@@ -667,18 +710,20 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def _set_sequence_number_for_group(self):
         """Every rank's count starts at 0 (as Gloo's): nothing to agree on."""
 
-    def _start(self, name, args, keep, after=None, result=None):
+    def _start(self, name, args, keep, after=None, result=None, waits=1):
         result = result if result is not None else []
         self._seq += 1
         launch = _Launch(self.slot, name, args, keep)
         self.slot.hold(launch)
-        return self._work(launch, after, result)
+        return self._work(launch, after, result, waits=waits)
 
-    def _work(self, req, after, result, source=-1):
+    def _work(self, req, after, result, source=-1, waits=1):
         """The work over req (a library request, or anything with wait() and test()).
-        source: a receive's sender (an _Ask's while it is not known yet)."""
+        source: a receive's sender (an _Ask's while it is not known yet). waits: how many
+        times C++ may wait on it (_PyWork)."""
+        self.completer.last = None  # the last work ended is freed now if nobody holds it
         return _PyWork(self.completer, req, after, result, source, self.comm,
-                       self.recorder_dir)
+                       self.recorder_dir, waits)
 
     def allreduce(self, tensors, opts=None):
         t, back = _flat(_one("allreduce", tensors, "tensor"))
@@ -696,7 +741,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
         op, factor = _reduction(opts)
         flat = _scaled(torch.cat([t.reshape(-1) for t in tensors]), factor)
         return self._start("allreduce", (_ptr(flat), _ptr(flat), flat.numel(), _dtype(flat),
-                                         op), (flat,), lambda: _unpack(flat, tensors), tensors)
+                                         op), (flat,), lambda: _unpack(flat, tensors), tensors,
+                           len(tensors))
 
     def allreduce_ef(self, tensor, residual, codec):
         """Averages a float32 tensor across the group through `codec` with error feedback
@@ -767,7 +813,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         i = torch.cat([t.reshape(-1) for t in inputs])
         tmp = torch.empty(n * i.numel(), dtype=i.dtype)
         return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
-                           lambda: _from_rows(tmp, n, outputs), outputs)
+                           lambda: _from_rows(tmp, n, outputs), outputs, len(outputs))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """One reduce-scatter of the inputs' blocks laid side by side, rank by rank. One
@@ -780,7 +826,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         i = _scaled(_rows(inputs, n), factor)
         o = torch.empty(i.numel() // n, dtype=i.dtype)
         return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
-                           (i, o), lambda: _unpack(o, outputs), outputs)
+                           (i, o), lambda: _unpack(o, outputs), outputs, len(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         o = _one("reduce_scatter", outputs, "output tensor")

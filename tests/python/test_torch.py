@@ -979,6 +979,7 @@ def main():
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     for n in (2, 3):
         bad += ranks.check(results_freed, n, "result tensors freed once let go")
+    bad += ranks.check(join_uneven, 2, "DDP under Join, uneven inputs")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
     bad += ranks.check(recorder_on_timeout, 2, "a torch wait's timeout dumps the recorder")
@@ -994,33 +995,109 @@ def main():
 
 
 def results_freed(r, n, where):
-    """A result tensor is freed once its caller lets it go (by Python's collector: the
-    tensor keeps its work, the work its result), whichever way its work was ended:
-    blocking, wait(), or get_future(). The work held the torch Future it settled, C++
-    holding the result where the collector cannot see, and every new output leaked."""
+    """A result tensor is freed once its caller lets it go (by the group's next
+    operation), with Python's collector off: whichever way its work was ended (blocking,
+    wait(), get_future()), a list of outputs, and on torch 2.x the functional collectives'
+    outputs (waited by wait_tensor, one by one for the coalesced form, C++ holding the
+    work). The tensor kept its work and the work its result, a cycle only the collector
+    freed: a loop of functional all-gathers held every output until it ran. A work the
+    caller keeps still gives its result after the caller let the tensor go (result(),
+    get_future()), as Gloo's."""
     import gc
     import weakref
     init(r, n, where)
-    refs = []
-    for way in ("blocking", "wait", "future"):
-        o, i = torch.empty(4 * n), torch.full((4,), float(r))
-        w = dist.all_gather_into_tensor(o, i, async_op=way != "blocking")
-        if way == "future":
-            assert w.get_future().wait()[0].data_ptr() == o.data_ptr()
-        elif way == "wait":
-            w.wait()
-        assert torch.equal(o, torch.arange(n).repeat_interleave(4).float()), (way, o)
-        if w is not None:
-            got = w.get_future().value()[0]
-            assert w.is_completed() and got.data_ptr() == o.data_ptr(), way
-            del got
-        refs.append(weakref.ref(o))
-        del o, w
-    deadline = time.time() + 5  # the completer's thread lets go just after it settles
-    while any(x() is not None for x in refs) and time.time() < deadline:
-        gc.collect()
+    want = torch.arange(n).repeat_interleave(4).float()
+    gc.disable()
+    try:
+        for way in ("blocking", "wait", "future"):
+            o, i = torch.empty(4 * n), torch.full((4,), float(r))
+            w = dist.all_gather_into_tensor(o, i, async_op=way != "blocking")
+            if way == "future":
+                assert w.get_future().wait()[0].data_ptr() == o.data_ptr()
+            elif way == "wait":
+                w.wait()
+            assert torch.equal(o, want), (way, o)
+            ref = weakref.ref(o)
+            del o, w
+            _freed(ref, way)
+        outs = [torch.empty(4) for _ in range(n)]
+        dist.all_gather(outs, torch.full((4,), float(r)))
+        ref = weakref.ref(outs[0])
+        del outs
+        _freed(ref, "a list of outputs")
+        o = torch.empty(4 * n)
+        w = dist.all_gather_into_tensor(o, torch.full((4,), float(r)), async_op=True)
+        w.wait()
+        ref = weakref.ref(o)
+        del o
+        assert ref() is not None, "the work let its result go"
+        assert torch.equal(w.result()[0], want) and torch.equal(w.get_future().value()[0], want)
+        del w
+        _freed(ref, "the result of a work let go")
+        if TORCH2:
+            _functional_dropped(r, n, want)
+    finally:
+        gc.enable()
+
+
+def _freed(ref, what):
+    """The tensor ref refers to, just let go, is freed by its group's next operation (every
+    rank calls this as often): its work lets it go once waited enough (get_future()'s on
+    the completer's thread, just after settling), the group keeps that work until then."""
+    deadline = time.time() + 5
+    while getattr(ref(), "_collective_work", None) is not None and time.time() < deadline:
         time.sleep(0.01)
-    assert all(x() is None for x in refs), [x() is not None for x in refs]
+    dist.all_reduce(torch.zeros(1))
+    while ref() is not None and time.time() < deadline:  # the completer's thread lets go
+        time.sleep(0.01)
+    assert ref() is None, f"{what}: a result tensor let go stays allocated"
+
+
+def _functional_dropped(r, n, want):
+    import weakref
+    import torch.distributed._functional_collectives as fc
+    world = dist.group.WORLD
+    for _ in range(2):  # the second: after a work the group kept (_Completer.last)
+        x = fc.wait_tensor(fc.all_gather_tensor(torch.full((4,), float(r)), 0, world))
+        assert torch.equal(x, want), x
+        ref = weakref.ref(x)
+        del x
+        _freed(ref, "functional all_gather_tensor")
+    ins = [torch.full((4,), float(r)), torch.full((2,), float(r))]
+    xs = [fc.wait_tensor(t) for t in fc.all_gather_into_tensor_coalesced(ins, world)]
+    assert torch.equal(xs[0], want), xs
+    refs = [weakref.ref(x) for x in xs]
+    del xs
+    for k, ref in enumerate(refs):
+        _freed(ref, f"functional all_gather_into_tensor_coalesced, output {k}")
+    y = fc.wait_tensor(fc.reduce_scatter_tensor(torch.ones(2 * n), "sum", 0, world))
+    assert torch.equal(y, torch.full((2,), float(n))), y
+    ref = weakref.ref(y)
+    del y
+    _freed(ref, "functional reduce_scatter_tensor")
+
+
+def join_uneven(r, n, where):
+    """DDP under Join with divide_by_initial_world_size=False, uneven inputs, Python's
+    collector off: DDP's reducer waits (C++) on the forward pass's all-reduce and then
+    takes its future for the count of ranks still training, the Python work reached only
+    while alive. Ends with the same parameters on every rank."""
+    import gc
+    from torch.distributed.algorithms.join import Join
+    init(r, n, where)
+    torch.manual_seed(0)
+    m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    gc.disable()
+    try:
+        with Join([m], divide_by_initial_world_size=False):
+            for step in range(3 + r):
+                m(torch.full((2, 4), float(step))).sum().backward()
+    finally:
+        gc.enable()
+    w = m.module.weight.detach().clone()
+    outs = [torch.empty_like(w) for _ in range(n)]
+    dist.all_gather(outs, w)
+    assert all(torch.equal(o, outs[0]) for o in outs), outs
 
 
 def status_names_torch_ranks(r, n, where):
