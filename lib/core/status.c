@@ -82,9 +82,7 @@ int cl_status_open(int near, cl_status **out, uint16_t *port)
     return COLL_OK;
 }
 
-/* The address the rendezvous's store serves at (rdzv/tcp.c's rule): a loopback one as
- * it is, any other as every address of its family, since this machine may not be able to
- * bind the one the others reach it by (a container's, a NAT's). */
+/* The address the rendezvous's store serves at: the first MASTER_ADDR resolves to. */
 static int public_addr(const cl_rdzv *rv, cl_addr *a, char *why, size_t len)
 {
     char host[512], port[16];
@@ -95,14 +93,24 @@ static int public_addr(const cl_rdzv *rv, cl_addr *a, char *why, size_t len)
     memcpy(&a->sa, res->ai_addr, res->ai_addrlen);
     a->len = res->ai_addrlen;
     freeaddrinfo(res);
-    if (cl_addr_is_loopback(a))
-        return 0;
+    return 0;
+}
+
+/* A socket at a, bound as the store binds (rdzv/tcp.c): at a itself where this machine
+ * has it; else, unless a is a loopback address, at every address of its family, since
+ * this machine may not be able to bind the one the others reach it by (a container's, a
+ * NAT's). */
+static int udp_public(cl_addr *a)
+{
+    int fd = udp_at(a);
+    if (fd >= 0 || cl_addr_is_loopback(a))
+        return fd;
     int family = a->sa.ss_family;
     in_port_t port_n = *port_of(&a->sa);
     memset(&a->sa, 0, sizeof(a->sa)); /* INADDR_ANY, in6addr_any */
     a->sa.ss_family = (sa_family_t)family;
     *port_of(&a->sa) = port_n;
-    return 0;
+    return udp_at(a);
 }
 
 void cl_status_public(cl_status *s, const cl_rdzv *rv)
@@ -111,7 +119,7 @@ void cl_status_public(cl_status *s, const cl_rdzv *rv)
     char why[300] = "";
     if (!s || strcmp(rv->scheme, "tcp") != 0)
         return;
-    if (public_addr(rv, &a, why, sizeof(why)) != 0 || (s->fd[1] = udp_at(&a)) < 0)
+    if (public_addr(rv, &a, why, sizeof(why)) != 0 || (s->fd[1] = udp_public(&a)) < 0)
         cl_log(COLL_LOG_INFO,
                "status: rank 0 cannot answer at udp %s (%s): coll_status reaches this "
                "job through another rank's endpoint (--rank-addr)",

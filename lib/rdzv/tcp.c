@@ -87,35 +87,47 @@ static int bound_already(const cl_addr *a, const int *fds, int n)
 
 /* A listener at each address host resolves to, of either family (so a rank of the other
  * family reaches the store too, as listen_both says), each address once: their number,
- * or 0 when one of them is not this machine's (a container's, a NAT's: the caller then
- * listens on the wildcard) or there are more than CL_STORE_LISTENERS, or -1 (errno says
- * why: EADDRINUSE, another job holds the port). Bound to the named addresses, an IPv4
- * job's store is not reachable over IPv6 or at the host's other addresses. */
-static int listen_named(const char *host, const char *port, int *fds)
+ * or -1 when another socket holds the port at an address of the job's family (`family`,
+ * errno EADDRINUSE, that address in *held), or 0 when an address does not bind for any
+ * other reason (not this machine's: a container's, a NAT's; no IPv6; a link-local one
+ * without its scope) or there are more than CL_STORE_LISTENERS: the caller then listens on
+ * the wildcard, as before names were bound. An address of the other family held by
+ * another socket is left out (a rank of that family does not reach this store there; the
+ * job's own ranks do). Bound to the named addresses, an IPv4 job's store is not reachable
+ * over IPv6 or at the host's other addresses. */
+static int listen_named(const char *host, const char *port, int family, int *fds,
+                        cl_addr *held)
 {
     struct addrinfo *res;
     char why[300];
     if (cl_addr_resolve(host, port, AF_UNSPEC, &res, why, sizeof(why)) != 0)
         return 0;
-    int n = 0;
-    for (struct addrinfo *ai = res; ai && n >= 0; ai = ai->ai_next) {
+    int n = 0, e = 0;
+    for (struct addrinfo *ai = res; ai && !e; ai = ai->ai_next) {
         cl_addr a = {.len = ai->ai_addrlen};
         memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
         if (bound_already(&a, fds, n))
             continue;
         int fd = n < CL_STORE_LISTENERS ? cl_addr_listen(&a, 0, 1024) : -1;
-        if (fd < 0) {
-            int e = n < CL_STORE_LISTENERS ? errno : EADDRNOTAVAIL;
-            while (n > 0)
-                close(fds[--n]);
-            n = e == EADDRNOTAVAIL || e == EAFNOSUPPORT ? 0 : -1;
-            errno = e;
-            break;
+        e = fd >= 0 ? 0 : n < CL_STORE_LISTENERS ? errno : EADDRNOTAVAIL;
+        if (e == EADDRINUSE && a.sa.ss_family != family) {
+            cl_addr_text(&a, why, sizeof(why));
+            cl_log(COLL_LOG_INFO, "rendezvous: %s is held by another socket: the store "
+                   "listens at the name's other addresses", why);
+            e = 0;
+        } else if (e == EADDRINUSE) {
+            *held = a;
+        } else if (fd >= 0) {
+            fds[n++] = fd;
         }
-        fds[n++] = fd;
     }
     freeaddrinfo(res);
-    return n;
+    if (e) {
+        while (n > 0)
+            close(fds[--n]);
+        errno = e;
+    }
+    return e == EADDRINUSE ? -1 : e ? 0 : n;
 }
 
 /* The idle bound: twice the init timeout, so no rank of a job that is still within it
@@ -132,13 +144,14 @@ static int bind_server(tcp_store *t, const char *host, const char *port, int fam
     cl_addr at = {.len = res->ai_addrlen};
     memcpy(&at.sa, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
-    int fds[CL_STORE_LISTENERS], n = listen_named(host, port, fds);
+    cl_addr held = at;
+    int fds[CL_STORE_LISTENERS], n = listen_named(host, port, at.sa.ss_family, fds, &held);
     if (n == 0) /* a loopback address that did not bind stays this machine's alone */
         n = (fds[0] = cl_addr_is_loopback(&at) ? cl_addr_listen(&at, 0, 1024)
                                                : listen_both(&at, 1024)) < 0 ? -1 : 1;
     if (n < 0) {
         int e = errno;
-        cl_addr_text(&at, why, sizeof(why));
+        cl_addr_text(&held, why, sizeof(why));
         snprintf(err, errlen, "rendezvous: rank 0 cannot bind port %s (at %s): %s%s", port, why,
                  strerror(e),
                  e == EADDRINUSE ? " (another job, or one still closing, holds it: use another "

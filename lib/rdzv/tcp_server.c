@@ -369,13 +369,13 @@ static void *serve(void *arg)
 
 int cl_store_server_start(const int *lfd, int nl, int64_t idle_ms, cl_store_server **out)
 {
-    cl_store_server *s = calloc(1, sizeof(*s));
+    cl_store_server *s = nl >= 1 && nl <= CL_STORE_LISTENERS ? calloc(1, sizeof(*s)) : NULL;
     if (!s) {
         for (int i = 0; i < nl; i++)
             close(lfd[i]);
-        return COLL_ENOMEM;
+        return nl >= 1 && nl <= CL_STORE_LISTENERS ? COLL_ENOMEM : COLL_EINVAL;
     }
-    for (int i = 0; i < nl && i < CL_STORE_LISTENERS; i++)
+    for (int i = 0; i < nl; i++)
         s->lfd[s->nl++] = lfd[i];
     s->idle_ms = idle_ms;
     s->wake[0] = s->wake[1] = -1;

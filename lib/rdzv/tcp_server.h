@@ -30,7 +30,7 @@ typedef struct cl_store_server cl_store_server;
 enum { CL_STORE_LISTENERS = 4 };
 
 /* Serves on the nl listening sockets lfd[] (1 to CL_STORE_LISTENERS, taken over, and
- * closed on failure too) from a thread of its own. A client that sends no whole request
+ * closed on failure too; another number of them is COLL_EINVAL) from a thread of its own. A client that sends no whole request
  * and takes no reply for idle_ms is dropped. */
 int cl_store_server_start(const int *lfd, int nl, int64_t idle_ms, cl_store_server **out);
 /* From now on, a value set under key is handed to fn(arg, value, length) on the server's

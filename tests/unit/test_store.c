@@ -384,7 +384,7 @@ static int own_address(int family, char *out, size_t len)
 /* Rank 0's store listens at the addresses MASTER_ADDR names, not on every address of
  * both families: at one of this machine's IPv4 addresses it is not reached at 127.0.0.1
  * nor ::1 (it was, through a wildcard IPv6 listener); at "localhost" it is reached at
- * both loopback addresses the name has. */
+ * 127.0.0.1 and not at this machine's IPv4 address. */
 START_TEST(tcp_store_listens_where_it_is_named)
 {
     char ip[64], where[96], err[256];
