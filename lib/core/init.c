@@ -30,7 +30,7 @@ typedef struct {
     const cl_config *cfg;
     const cl_rdzv *rv;
     cl_store *plain; /* the store before any seal: the terms and their note live there */
-    int noted;       /* a rank left a note on the terms: every rank fails with it */
+    int noted;       /* a rank left a note (terms, or its failure): every rank fails with it */
     int owner; /* this rank wrote the job record: it removes the job's records at the end */
     int terms_owner; /* this rank wrote the terms: it removes them and the note */
 } meeting;
@@ -45,14 +45,20 @@ static int late(coll_comm *c, const meeting *m)
     return COLL_EMISMATCH;
 }
 
-/* A wait on the store that a note about the terms ends at once (terms.c). */
+/* A note's answer as init's: a failed rank's is COLL_EPEER (it will not come). */
+static int noted(meeting *m, int rc)
+{
+    m->noted |= rc == COLL_EMISMATCH || rc == CL_TERMS_FAILED;
+    return rc == CL_TERMS_FAILED ? COLL_EPEER : rc;
+}
+
+/* A wait on the store that a note (terms.c) ends at once. */
 static int await(coll_comm *c, meeting *m, const char *key, void *buf, size_t cap,
                  size_t *len, int64_t deadline)
 {
-    int rc = cl_terms_wait(c->store, m->plain, key, buf, cap, len, deadline, cl_init_err,
-                           sizeof(cl_init_err));
-    m->noted |= rc == COLL_EMISMATCH;
-    return rc == CL_TERMS_LATE ? late(c, m) : rc;
+    int rc = cl_terms_wait(c->store, m->plain, m->cfg->keyed ? m->cfg->key : NULL, key, buf,
+                           cap, len, deadline, cl_init_err, sizeof(cl_init_err));
+    return rc == CL_TERMS_LATE ? late(c, m) : noted(m, rc);
 }
 
 /* One look for every card not yet read, waiting until `until` for the first missing
@@ -69,8 +75,9 @@ static int sweep_cards(coll_comm *c, meeting *m, cl_card *cards, uint8_t *have,
         size_t n = 0, at = strlen(list);
         snprintf(key, sizeof(key), "addr/%d", p);
         int r = await(c, m, key, &cards[p], sizeof(cl_card), &n, missing ? cl_now_ms() : until);
-        /* EPEER: rank 0 gave up first and its store went away; same story. */
-        if (r == COLL_ETIMEDOUT || r == COLL_EPEER) {
+        /* EPEER: rank 0 gave up first and its store went away; same story (unless a
+         * failed rank's note said it first). */
+        if ((r == COLL_ETIMEDOUT || r == COLL_EPEER) && !m->noted) {
             snprintf(list + at, len - at, "%s%d", missing++ ? "," : "", p);
             *lost |= r == COLL_EPEER;
         } else if (r != COLL_OK) {
@@ -121,7 +128,7 @@ static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *
     int missing = have ? 1 : COLL_ENOMEM, lost = 0;
     if (have && c->rank != 0) {
         int rc = card_values(c, m, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
-        missing = rc == COLL_ETIMEDOUT || rc == COLL_EPEER ? 1 : rc;
+        missing = (rc == COLL_ETIMEDOUT || rc == COLL_EPEER) && !m->noted ? 1 : rc;
     }
     if (have) { /* this rank is here, whatever the store says */
         have[c->rank] = 1;
@@ -177,7 +184,7 @@ static int sockets_family(const coll_comm *c)
  * on; the others compare theirs at once. */
 static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
 {
-    char why[400];
+    char why[CL_INIT_ERR_BYTES];
     int rc = cl_terms_agree(m->plain, m->cfg, c->rank, c->size, sockets_family(c), deadline, why,
                             sizeof(why));
     m->terms_owner = c->rank == 0 && rc == COLL_OK;
@@ -187,9 +194,9 @@ static int agree_terms(coll_comm *c, meeting *m, int64_t deadline)
     }
     if (rc == CL_TERMS_CLASH)
         return clash(m, why);
-    m->noted = rc == COLL_EMISMATCH;
-    if (rc == COLL_EMISMATCH)
+    if (rc == COLL_EMISMATCH || rc == CL_TERMS_FAILED)
         snprintf(cl_init_err, sizeof(cl_init_err), "%s", why);
+    rc = noted(m, rc);
     if (rc == COLL_ETIMEDOUT)
         snprintf(cl_init_err, sizeof(cl_init_err),
                  "rendezvous at %s://%.300s: rank 0's terms were not there within %d ms: "
@@ -373,6 +380,27 @@ static void serve_status_at(coll_comm *c, const cl_rdzv *rv)
     }
 }
 
+/* How long a rank whose init failed waits for rank 0's store to say so: ranks of a job
+ * start within seconds of each other, and its own error waits meanwhile (where every
+ * rank fails, rank 0 too, the others return this much later). */
+enum { TELL_MS = 5000 };
+
+/* This rank's init failed before it met (its transport, its interface): it says so
+ * beside rank 0's terms (cl_terms_fail), and the others' waits end at once with its
+ * error instead of at their timeout saying it is missing. Rank 0 says nothing: a note
+ * stands beside its terms, and a tcp rendezvous's store is its own. Closes store (a
+ * caller's; NULL: this rank opens rv's for the note). */
+static void tell_failure(const cl_config *cfg, const cl_rdzv *rv, cl_store *store, int code)
+{
+    int wait_ms = CL_MIN(cfg->timeout_ms, TELL_MS);
+    char err[300];
+    if (rv->rank != 0 &&
+        (store || cl_store_open(rv, wait_ms, &store, err, sizeof(err)) == COLL_OK))
+        cl_terms_fail(store, cfg, rv->rank, code, cl_init_err, cl_now_ms() + wait_ms);
+    if (store)
+        store->ops->close(store);
+}
+
 int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
@@ -386,8 +414,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         if (!cl_init_err[0])
             snprintf(cl_init_err, sizeof(cl_init_err), "transport %s: %s", cfg->transport->name,
                      coll_strerror(rc));
-        if (store)
-            store->ops->close(store);
+        tell_failure(cfg, rv, store, rc);
         return rc;
     }
     c->store = store;

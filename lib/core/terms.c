@@ -5,10 +5,16 @@
  * leaves a note ("abort") that ends every rank's wait at once with the same sentence.
  * A rank of another job (another job name) leaves no note: it must not end that job.
  * The store before the seal is open to whoever reaches it, so a note holds no text: it
- * says who differs and both sides' terms, and each reader writes the sentence itself. */
+ * says who differs and both sides' terms, and each reader writes the sentence itself.
+ * A rank whose own init fails leaves a note of another kind in the same place, beside
+ * rank 0's terms: its rank, its error code and its words. Those words are shown only
+ * where a tag under the job's COLL_SECRET vouches for them, or the job has no secret
+ * (anyone who reaches its store may then join it anyway); either note ends the job as
+ * easily as the other. */
 #include "core/terms.h"
 
 #include "base/addr.h"
+#include "base/auth.h"
 #include "base/util.h"
 #include "kernels/codec.h"
 #include "wire/wire.h"
@@ -21,6 +27,8 @@
 #define FORMED_KEY "formed"
 #define NOTE_MAGIC "collnote"
 #define FORMED_MAGIC "collformed"
+#define FAIL_MAGIC "collfail"
+#define FAIL_DOMAIN "coll fail note v1"
 
 /* Fixed-width fields only: the record is read by other processes as it is. */
 typedef struct {
@@ -38,6 +46,20 @@ typedef struct {
     int32_t rank, pad; /* the rank that found its terms differ from rank 0's */
     terms r0, theirs;
 } note;
+
+/* A rank's own failure at init. */
+typedef struct {
+    char magic[8];
+    int32_t rank, code;        /* code: its COLL_E* */
+    char words[320];           /* its error, as it says it */
+    uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: over all before it; else zeros */
+} fail_note;
+
+/* Whatever the note's place holds: a note of either kind. */
+typedef union {
+    note differ;
+    fail_note fail;
+} any_note;
 
 static void terminate(terms *t)
 {
@@ -107,20 +129,54 @@ static int differ(const terms *r0, const terms *me, int rank, char *why, size_t 
     return 1;
 }
 
-/* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
-static int read_notes(cl_store *plain, char *why, size_t len)
+static void fail_tag(const uint8_t *key, const fail_note *f, uint8_t tag[CL_TAG_BYTES])
 {
-    note n;
+    cl_auth_tag(key, tag, 2, FAIL_DOMAIN, sizeof(FAIL_DOMAIN) - 1, f,
+                offsetof(fail_note, tag));
+}
+
+/* A failed rank's note as a sentence in why: 1, or 0 where it is no such note. key: the
+ * job's (NULL without COLL_SECRET). Its words are printable characters only, and shown
+ * only where the tag vouches for them. */
+static int read_failure(fail_note *f, size_t got, const uint8_t *key, char *why, size_t len)
+{
+    uint8_t want[CL_TAG_BYTES];
+    if (got != sizeof(*f) || memcmp(f->magic, FAIL_MAGIC, sizeof(f->magic)) != 0 || f->rank < 0)
+        return 0;
+    if (key)
+        fail_tag(key, f, want); /* over the bytes as written */
+    f->words[sizeof(f->words) - 1] = 0;
+    for (char *p = f->words; *p; p++)
+        *p = *p >= ' ' && *p < 127 ? *p : '?';
+    if (key && !cl_auth_equal(want, f->tag, CL_TAG_BYTES))
+        snprintf(why, len,
+                 "rank %d failed at init (%s), says a note this job's COLL_SECRET does not "
+                 "seal (its words are not shown): a rank with another secret, or someone "
+                 "without it, wrote it",
+                 f->rank, coll_strerror(f->code));
+    else
+        snprintf(why, len, "rank %d failed at init (%s), so the job cannot form: %s", f->rank,
+                 coll_strerror(f->code), f->words);
+    return 1;
+}
+
+/* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
+static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len)
+{
+    any_note a;
+    note *n = &a.differ;
     char formed[sizeof(FORMED_MAGIC)];
     size_t got = 0;
-    if (plain->ops->get(plain, ABORT_KEY, &n, sizeof(n), &got) == COLL_OK && got == sizeof(n) &&
-        memcmp(n.magic, NOTE_MAGIC, sizeof(n.magic)) == 0 && n.rank > 0 &&
-        n.rank < CL_MAX(n.r0.size, n.theirs.size)) {
-        terminate(&n.r0);
-        terminate(&n.theirs);
-        if (differ(&n.r0, &n.theirs, n.rank, why, len))
+    int there = plain->ops->get(plain, ABORT_KEY, &a, sizeof(a), &got) == COLL_OK;
+    if (there && got == sizeof(*n) && memcmp(n->magic, NOTE_MAGIC, sizeof(n->magic)) == 0 &&
+        n->rank > 0 && n->rank < CL_MAX(n->r0.size, n->theirs.size)) {
+        terminate(&n->r0);
+        terminate(&n->theirs);
+        if (differ(&n->r0, &n->theirs, n->rank, why, len))
             return COLL_EMISMATCH;
     }
+    if (there && read_failure(&a.fail, got, key, why, len))
+        return CL_TERMS_FAILED;
     if (plain->ops->get(plain, FORMED_KEY, formed, sizeof(formed), &got) == COLL_OK &&
         got == sizeof(formed) && memcmp(formed, FORMED_MAGIC, sizeof(formed)) == 0) {
         snprintf(why, len,
@@ -128,6 +184,27 @@ static int read_notes(cl_store *plain, char *why, size_t len)
                  "started twice, or is of another job started at the same port (give each "
                  "job its own port or COLL_JOB_ID; coll_run sets one)");
         return CL_TERMS_LATE;
+    }
+    return COLL_OK;
+}
+
+static const uint8_t *key_of(const cl_config *cfg)
+{
+    return cfg->keyed ? cfg->key : NULL;
+}
+
+/* Rank 0's terms r0 (n bytes read) are this library's and of this rank's job. */
+static int check_job(terms *r0, size_t n, const cl_config *cfg, char *why, size_t len)
+{
+    terminate(r0);
+    if (n != sizeof(*r0) || memcmp(r0->magic, TERMS_MAGIC, sizeof(r0->magic)) != 0) {
+        snprintf(why, len, "the store holds terms this library cannot read (another version?)");
+        return COLL_EMISMATCH;
+    }
+    if (strcmp(r0->job, cfg->job) != 0) {
+        snprintf(why, len, "it serves job '%s' and this rank is of job '%s'%s%s", r0->job,
+                 cfg->job, cfg->job_from ? " from " : "", cfg->job_from ? cfg->job_from : "");
+        return CL_TERMS_CLASH;
     }
     return COLL_OK;
 }
@@ -144,22 +221,12 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
             snprintf(why, len, "a job's terms are there already");
         return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
     }
-    int rc = cl_terms_wait(s, s, "terms", &r0, sizeof(r0), &n, deadline, why, len);
-    if (rc != COLL_OK)
+    int rc = cl_terms_wait(s, s, key_of(cfg), "terms", &r0, sizeof(r0), &n, deadline, why, len);
+    if (rc != COLL_OK || (rc = check_job(&r0, n, cfg, why, len)) != COLL_OK)
         return rc;
-    terminate(&r0);
-    if (n != sizeof(r0) || memcmp(r0.magic, TERMS_MAGIC, sizeof(r0.magic)) != 0) {
-        snprintf(why, len, "the store holds terms this library cannot read (another version?)");
-        return COLL_EMISMATCH;
-    }
-    if (strcmp(r0.job, mine.job) != 0) {
-        snprintf(why, len, "it serves job '%s' and this rank is of job '%s'%s%s", r0.job, mine.job,
-                 cfg->job_from ? " from " : "", cfg->job_from ? cfg->job_from : "");
-        return CL_TERMS_CLASH;
-    }
     /* the terms of a job that formed already, or that a note ends: the tcp store keeps
      * them, so the wait above did not look at the notes */
-    if ((rc = read_notes(s, why, len)) != COLL_OK)
+    if ((rc = read_notes(s, key_of(cfg), why, len)) != COLL_OK)
         return rc;
     if (!differ(&r0, &mine, rank, why, len))
         return COLL_OK;
@@ -171,16 +238,35 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
 /* Looks at the note between short waits: every rank fails within a moment of it. */
 enum { LOOK_MS = 200 };
 
-int cl_terms_wait(cl_store *s, cl_store *plain, const char *key, void *buf, size_t cap,
-                  size_t *len, int64_t deadline, char *why, size_t whylen)
+int cl_terms_wait(cl_store *s, cl_store *plain, const uint8_t *job_key, const char *key,
+                  void *buf, size_t cap, size_t *len, int64_t deadline, char *why, size_t whylen)
 {
     for (;;) {
         int rc = cl_store_wait(s, key, buf, cap, len, CL_MIN(deadline, cl_now_ms() + LOOK_MS));
-        if (rc != COLL_ETIMEDOUT || (rc = read_notes(plain, why, whylen)) != COLL_OK)
+        if (rc != COLL_ETIMEDOUT || (rc = read_notes(plain, job_key, why, whylen)) != COLL_OK)
             return rc;
         if (cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
     }
+}
+
+int cl_terms_fail(cl_store *s, const cl_config *cfg, int rank, int code, const char *words,
+                  int64_t deadline)
+{
+    terms r0;
+    size_t n = 0;
+    char why[400];
+    int rc = cl_store_wait(s, "terms", &r0, sizeof(r0), &n, deadline);
+    /* another job's store, or a note there already (the first cause stays), or a job
+     * that formed without this rank: nothing to say */
+    if (rc != COLL_OK || (rc = check_job(&r0, n, cfg, why, sizeof(why))) != COLL_OK ||
+        (rc = read_notes(s, key_of(cfg), why, sizeof(why))) != COLL_OK)
+        return rc;
+    fail_note f = {.magic = FAIL_MAGIC, .rank = rank, .code = code};
+    snprintf(f.words, sizeof(f.words), "%s", words);
+    if (cfg->keyed)
+        fail_tag(cfg->key, &f, f.tag);
+    return s->ops->set(s, ABORT_KEY, &f, sizeof(f));
 }
 
 int cl_terms_formed(cl_store *s)

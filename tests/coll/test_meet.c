@@ -36,26 +36,45 @@ typedef struct {
     int base;              /* the job's values: base + rank */
 } who;
 
+/* The library's timeout, and the time within which a rank's init must fail (0: any),
+ * for the ranks run() starts next. */
+static int timeout_ms = TIMEOUT_MS, fail_within_ms;
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int rank_main(const char *url, const who *w)
 {
-    alarm(6 * TIMEOUT_MS / 1000);
+    /* a rank still in init by then is stopped: the test fails, not hangs. Check's own
+     * handler, inherited through fork, would kill the whole test, with no word of which
+     * rank or why */
+    signal(SIGALRM, SIG_DFL);
+    alarm(fail_within_ms ? (unsigned)(fail_within_ms / 1000 + 5) : 6 * TIMEOUT_MS / 1000);
     sleep_ms(w->delay_ms);
     if (w->env)
         putenv((char *)w->env);
     coll_config cfg = COLL_CONFIG_INIT;
-    cfg.timeout_ms = TIMEOUT_MS;
+    cfg.timeout_ms = timeout_ms;
     coll_comm *c = NULL;
+    long long start = now_ms();
     int rc = coll_init(&c, url, w->rank, w->size, &cfg);
+    long long took = now_ms() - start;
     const char *e = coll_last_error(NULL);
-    if (rc != w->want || (rc != COLL_OK && !strstr(e, w->says))) {
-        fprintf(stderr, "rank %d of job %d: init %s, want %s with '%s': %s\n", w->rank, w->base,
-                coll_strerror(rc), coll_strerror(w->want), w->says ? w->says : "", e);
+    if (rc != w->want || (rc != COLL_OK && !strstr(e, w->says)) ||
+        (rc != COLL_OK && fail_within_ms && took > fail_within_ms)) {
+        fprintf(stderr, "rank %d of job %d: init %s after %lld ms, want %s with '%s'%s: %s\n",
+                w->rank, w->base, coll_strerror(rc), took, coll_strerror(w->want),
+                w->says ? w->says : "", fail_within_ms ? " soon" : "", e);
         return 1;
     }
     if (rc != COLL_OK)
@@ -199,6 +218,54 @@ START_TEST(a_wrong_world_size_is_named_on_every_rank)
                    {1, 3, 0, NULL, COLL_EMISMATCH, says, 0},
                    {2, 3, 0, NULL, COLL_EMISMATCH, says, 0}};
     ck_assert_int_eq(run(url, first, 3), 0);
+}
+END_TEST
+
+/* A rank whose own init fails (here its interface: no such one) leaves a note on the
+ * store, and every other rank's init ends within a moment with its error, not at the
+ * timeout (60 s here; they must be done within 20 s) saying it is missing. The failing
+ * rank may come before rank 0 serves. With COLL_SECRET its words are shown only where
+ * the job's secret seals them. */
+#define NO_IF "no network interface matches 'nonexistent0'"
+#define FAILED "rank 2 failed at init (invalid argument), so the job cannot form: "
+
+static void one_rank_fails(const char *url, int early_ms, const char *others_env,
+                           const char *says)
+{
+    who ws[4];
+    for (int r = 0; r < 4; r++)
+        ws[r] = (who){r, 4, r == 2 ? 0 : early_ms,
+                      r == 2 ? "COLL_SOCKET_IFNAME=nonexistent0" : others_env,
+                      r == 2 ? COLL_EINVAL : COLL_EPEER, r == 2 ? NO_IF : says, 0};
+    timeout_ms = 60000, fail_within_ms = 20000;
+    int bad = run(url, ws, 4);
+    timeout_ms = TIMEOUT_MS, fail_within_ms = 0;
+    ck_assert_msg(bad == 0, "%s, the others %d ms later, %s", url, early_ms,
+                  others_env ? others_env : "");
+}
+
+START_TEST(a_rank_that_fails_at_init_ends_every_rank_init_at_once)
+{
+    char url[64], dir[64] = "/tmp/coll_meet.XXXXXX", cmd[160];
+    const char *words = FAILED "transport auto: " NO_IF;
+    env_url(url, sizeof(url));
+    one_rank_fails(url, 0, NULL, words);
+    env_url(url, sizeof(url));
+    one_rank_fails(url, 700, NULL, words); /* it waits for rank 0's store to say so */
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    one_rank_fails(url, 700, NULL, words);
+    snprintf(cmd, sizeof(cmd), "cd %s && ls | wc -l | grep -qx 0 && cd / && rm -r %s", dir, dir);
+    ck_assert_msg(system(cmd) == 0, "the job left records in %s", dir);
+    setenv("COLL_SECRET", "s3", 1);
+    env_url(url, sizeof(url));
+    one_rank_fails(url, 0, NULL, words);
+    setenv("COLL_SECRET", "other", 1); /* rank 2's; the others' is s3 */
+    env_url(url, sizeof(url));
+    one_rank_fails(url, 0, "COLL_SECRET=s3",
+                   "rank 2 failed at init (invalid argument), says a note this job's "
+                   "COLL_SECRET does not seal (its words are not shown)");
+    unsetenv("COLL_SECRET");
 }
 END_TEST
 
@@ -452,6 +519,7 @@ int main(void)
     tcase_add_test(t, settings_that_differ_are_named_on_every_rank);
     tcase_add_test(t, ranks_on_different_families_are_named_on_every_rank);
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
+    tcase_add_test(t, a_rank_that_fails_at_init_ends_every_rank_init_at_once);
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
     tcase_add_test(t, a_second_rank_0_at_the_port_stops_the_job_its_ranks_met);
     tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);
