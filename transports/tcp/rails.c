@@ -39,8 +39,10 @@
  * 0 says the id and the rail count used. The acceptor holds a rail-0 connection until
  * that message and every connection it names are in, then hands the whole out; a rail
  * k > 0 still missing after RAIL_WAIT_MS is given up, failed from the start as below
- * (give_up_rail). A peer with one rail uses one. A rails hello of another RAIL_VERSION
- * is refused.
+ * (give_up_rail); until its dial is through, the dialer's cuts give it no share
+ * (send_code), so a rail that never comes holds one copied ALIGN unit a message, not a
+ * share past the copies' cap that could not be resent. A peer with one rail uses one.
+ * A rails hello of another RAIL_VERSION is refused.
  *
  * A rail that fails. Rail k > 0 is taken as failed at either end when a part on it fails
  * (a socket error) or when a receive's part on it makes no progress (no byte on the rail)
@@ -1358,12 +1360,15 @@ static int post_part(cl_tr_conn *c, cl_tr_req *r, int k, const char *buf, const 
 }
 
 /* The cut of the next striped send (under send_mu, which state changes under): by the
- * rails' speeds, a failed rail weightless so that its share goes to the others. */
+ * rails' speeds, a failed rail weightless so that its share goes to the others. So is a
+ * rail whose dial is not through (or that broke): the listener may give it up (after
+ * RAIL_WAIT_MS), and a share of it past the copies' cap could not be resent then. The
+ * receiver reads the cut from rail 0's header, so the ends agree whatever we choose. */
 static cl_rails_code send_code(cl_tr_conn *c)
 {
     int live[MAX_RAILS] = {1};
     for (int k = 1; k < c->n; k++)
-        live[k] = !c->ctl || c->state[k] == LIVE;
+        live[k] = !c->ctl || (c->state[k] == LIVE && cl_tcp_ready(c->rail[k]));
     pthread_mutex_lock(&c->fo_mu);
     cl_rails_code code = cl_rails_weigh(&c->speed, c->n, live);
     for (int k = 0; c->pinned && k < c->n; k++)

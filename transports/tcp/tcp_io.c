@@ -445,6 +445,14 @@ int cl_tcp_broken(cl_tr_conn *c)
     return rc;
 }
 
+int cl_tcp_ready(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->io);
+    int yes = c->fd >= 0 && !c->dead;
+    pthread_mutex_unlock(&c->io);
+    return yes;
+}
+
 int cl_tcp_enqueue(cl_tr_conn *c, cl_tr_req *r, int is_recv)
 {
     pthread_mutex_lock(&c->io);

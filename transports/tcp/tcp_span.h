@@ -42,5 +42,7 @@ size_t cl_tcp_tx_bytes(cl_tr_conn *c);
 int cl_tcp_busy(cl_tr_conn *c, uint64_t *acked, uint64_t *busy_us);
 /* 0 while c works both ways, else the status that ended it or one way of it. */
 int cl_tcp_broken(cl_tr_conn *c);
+/* 1 once c's dial (or accept) is through, the hello sent, until c fails. */
+int cl_tcp_ready(cl_tr_conn *c);
 
 #endif
