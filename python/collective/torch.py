@@ -137,6 +137,38 @@ class _Completer:
         # counted (DDP's reducer, under Join, waits on the forward pass's work and then
         # takes its future for the value).
         self.last = None
+        # Works C++ may still ask for (not ended, or waited fewer times than it may), by
+        # id, oldest first, at most _PENDING: held here, not only by their result tensors,
+        # so that a collector's pass cannot free one that C++ holds while nothing in Python
+        # does (DDP's reducer under Join: its forward pass's work, whose tensor only C++
+        # keeps, waited in the backward pass; freed, C++'s own wait waited for good). One
+        # waited fewer times than counted (a Python _coalescing_manager waits once for
+        # several outputs) leaves after _PENDING later ones, kept then by its tensors only.
+        # One waited at least once (its caller holds it or its tensors) leaves at the
+        # group's next operation (asked), kept then by its tensors only: a coalesced call
+        # from Python, waited once for all its outputs, is freed by the collector as before.
+        # Plain dict and list operations, atomic under the GIL: no lock that a collector's
+        # pass (a group's __del__ joining a completer) could wait on.
+        self.pending, self.asked = {}, []
+
+    def keep(self, work):
+        p = self.pending
+        p[id(work)] = work
+        while len(p) > _PENDING:
+            try:
+                p.pop(next(iter(p)), None)
+            except (StopIteration, RuntimeError):  # emptied or changed meanwhile
+                break
+
+    def release(self, work):
+        self.pending.pop(id(work), None)
+
+    def next_operation(self):
+        """The group starts an operation: the works waited at least once leave pending,
+        and the last one let go (last) is freed if nobody holds it."""
+        asked, self.asked, self.last = self.asked, [], None
+        for w in asked:
+            self.pending.pop(id(w), None)
 
     def add(self, req, after, result):
         """A future that settles when req ends (after `after` ran) with result."""
@@ -156,8 +188,10 @@ class _Completer:
                 self.threads.discard(threading.current_thread())
 
     def stop(self):
+        """Waits for the completers, but the calling one (a collector's pass there freed
+        the group)."""
         with self.mu:
-            running = list(self.threads)
+            running = list(self.threads - {threading.current_thread()})
         for t in running:
             t.join()
 
@@ -495,11 +529,11 @@ class _PyWork(dist._Work):
     def __init__(self, completer, req, after, result, source=-1, comm=None, recorder_dir=None,
                  waits=1):
         super().__init__()
-        with _LINKS:
-            for t in _tensors(result):
-                setattr(t, _KEPT, self)
+        for t in _tensors(result):
+            t.__dict__.setdefault(_KEPT, {})[id(self)] = self
         self._waits = waits  # waits or futures taken C++ may still ask for
         self._completer, self._lock = completer, threading.Lock()
+        completer.keep(self)
         # Not the group: a work kept must not keep its group from being collected (and so
         # aborted) once torch lets it go.
         self._comm, self._recorder_dir = comm, recorder_dir
@@ -547,19 +581,22 @@ class _PyWork(dist._Work):
         """A wait returned (or raised the operation's error) or a future was taken."""
         with self._lock:
             self._waits -= 1
-            done = self._ended and self._waits <= 0
+            done, more = self._ended and self._waits <= 0, self._waits > 0
         if done:
             self._unlink()
+        elif more:  # a Python caller waits once for all outputs of a coalesced call
+            self._completer.asked.append(self)
 
     def _unlink(self):
-        """No call from C++ can come any more: the result tensors let this work go. Only
-        where it is still their last work (a later operation into the same tensor, DDP's
-        bucket, links its own), under _LINKS so that no new link goes in between."""
-        with _LINKS:
-            for t in _tensors(self._result):
-                if getattr(t, _KEPT, None) is self:
-                    delattr(t, _KEPT)
-            self._completer.last = self
+        """No call from C++ can come any more: the result tensors and the group let this
+        work go (a tensor keeps the other works that wrote it: two functional in-place
+        operations into one tensor, both registered with torch)."""
+        for t in _tensors(self._result):
+            kept = t.__dict__.get(_KEPT)
+            if kept is not None:
+                kept.pop(id(self), None)
+        self._completer.release(self)
+        self._completer.last = self
 
     def _remade(self):
         """A settled future as the ended operation's was (the lock held)."""
@@ -635,8 +672,8 @@ class _PyWork(dist._Work):
     _source_rank = source_rank  # what torch's dist.recv asks
 
 
-_KEPT = "_collective_work"  # a result tensor's attribute: the last work that wrote it
-_LINKS = threading.Lock()  # over setting and removing _KEPT (works end on other threads)
+_KEPT = "_collective_work"  # a result tensor's attribute: the works C++ may ask, by id
+_PENDING = 64  # works a group keeps for C++ (_Completer.pending)
 
 
 def _tensors(result):
@@ -681,7 +718,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self.inbox.close()
         self.comm.close()
         self.completer.stop()
-        self.completer.last = None
+        self.completer.last, self.completer.pending, self.completer.asked = None, {}, []
 
     shutdown = abort  # the library's close ends what is in flight either way
 
@@ -721,7 +758,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         """The work over req (a library request, or anything with wait() and test()).
         source: a receive's sender (an _Ask's while it is not known yet). waits: how many
         times C++ may wait on it (_PyWork)."""
-        self.completer.last = None  # the last work ended is freed now if nobody holds it
+        self.completer.next_operation()
         return _PyWork(self.completer, req, after, result, source, self.comm,
                        self.recorder_dir, waits)
 

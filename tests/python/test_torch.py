@@ -979,7 +979,9 @@ def main():
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     for n in (2, 3):
         bad += ranks.check(results_freed, n, "result tensors freed once let go")
-    bad += ranks.check(join_uneven, 2, "DDP under Join, uneven inputs")
+    bad += ranks.check(join_uneven, 2, "DDP under Join, uneven inputs, a collection between")
+    if TORCH2:
+        bad += ranks.check(functional_into_one_tensor, 2, "two functional ops into one tensor")
     bad += ranks.check(monitored, 3, "monitored_barrier naming the late ranks")
     bad += ranks.check(destroy_in_flight, 3, "destroy and abort with operations in flight")
     bad += ranks.check(recorder_on_timeout, 2, "a torch wait's timeout dumps the recorder")
@@ -1045,7 +1047,7 @@ def _freed(ref, what):
     rank calls this as often): its work lets it go once waited enough (get_future()'s on
     the completer's thread, just after settling), the group keeps that work until then."""
     deadline = time.time() + 5
-    while getattr(ref(), "_collective_work", None) is not None and time.time() < deadline:
+    while getattr(ref(), "_collective_work", None) and time.time() < deadline:
         time.sleep(0.01)
     dist.all_reduce(torch.zeros(1))
     while ref() is not None and time.time() < deadline:  # the completer's thread lets go
@@ -1079,7 +1081,7 @@ def _functional_dropped(r, n, want):
 
 def join_uneven(r, n, where):
     """DDP under Join with divide_by_initial_world_size=False, uneven inputs, Python's
-    collector off: DDP's reducer waits (C++) on the forward pass's all-reduce and then
+    collector off but for a pass between forward and backward: DDP's reducer waits (C++) on the forward pass's all-reduce and then
     takes its future for the count of ranks still training, the Python work reached only
     while alive. Ends with the same parameters on every rank."""
     import gc
@@ -1091,13 +1093,37 @@ def join_uneven(r, n, where):
     try:
         with Join([m], divide_by_initial_world_size=False):
             for step in range(3 + r):
-                m(torch.full((2, 4), float(step))).sum().backward()
+                out = m(torch.full((2, 4), float(step))).sum()
+                # A collector's pass between forward and backward (any allocation may
+                # make one) freed the forward pass's work, which only C++ held through
+                # its tensor: the backward's wait then waited for good.
+                gc.collect()
+                out.backward()
     finally:
         gc.enable()
     w = m.module.weight.detach().clone()
     outs = [torch.empty_like(w) for _ in range(n)]
     dist.all_gather(outs, w)
     assert all(torch.equal(o, outs[0]) for o in outs), outs
+
+
+def functional_into_one_tensor(r, n, where):
+    """Two in-flight functional in-place all-reduces into one tensor, waited after both
+    (torch 2.x registers both works for its storage): the first work stays reachable, as
+    Gloo's does (it was freed when the second replaced its link, and wait_tensor waited
+    for good). Collector off, so nothing but the links keeps the works."""
+    import gc
+    init(r, n, where)
+    name = dist.group.WORLD.group_name
+    gc.disable()
+    try:
+        t = torch.ones(4)
+        torch.ops._c10d_functional.all_reduce_(t, "sum", name)
+        torch.ops._c10d_functional.all_reduce_(t, "sum", name)
+        torch.ops._c10d_functional.wait_tensor(t)
+    finally:
+        gc.enable()
+    assert torch.equal(t, torch.full((4,), float(n * n))), t
 
 
 def status_names_torch_ranks(r, n, where):
