@@ -61,11 +61,20 @@ typedef union {
     fail_note fail;
 } any_note;
 
+/* s (cap bytes, from the store: anyone's) ended and made of printable characters only,
+ * the others '?': words shown in every rank's error must not drive its terminal. */
+static void printable(char *s, size_t cap)
+{
+    s[cap - 1] = 0;
+    for (; *s; s++)
+        *s = *s >= ' ' && *s < 127 ? *s : '?';
+}
+
 static void terminate(terms *t)
 {
-    t->transport[sizeof(t->transport) - 1] = 0;
-    t->algo[sizeof(t->algo) - 1] = 0;
-    t->job[sizeof(t->job) - 1] = 0;
+    printable(t->transport, sizeof(t->transport));
+    printable(t->algo, sizeof(t->algo));
+    printable(t->job, sizeof(t->job));
 }
 
 static void fill(terms *t, const cl_config *cfg, int size, int family)
@@ -145,9 +154,7 @@ static int read_failure(fail_note *f, size_t got, const uint8_t *key, char *why,
         return 0;
     if (key)
         fail_tag(key, f, want); /* over the bytes as written */
-    f->words[sizeof(f->words) - 1] = 0;
-    for (char *p = f->words; *p; p++)
-        *p = *p >= ' ' && *p < 127 ? *p : '?';
+    printable(f->words, sizeof(f->words));
     if (key && !cl_auth_equal(want, f->tag, CL_TAG_BYTES))
         snprintf(why, len,
                  "rank %d failed at init (%s), says a note this job's COLL_SECRET does not "
