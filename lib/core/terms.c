@@ -10,7 +10,9 @@
  * rank 0's terms: its rank, its error code and its words. Those words are shown only
  * where a tag under the job's COLL_SECRET vouches for them, or the job has no secret
  * (anyone who reaches its store may then join it anyway); either note ends the job as
- * easily as the other. */
+ * easily as the other. Rank 0's terms carry a fresh nonce, and a note counts only while
+ * the terms beside it carry the nonce it names: a note written after rank 0 cleaned up
+ * (a file directory keeps it) or copied from another job ends no later job. */
 #include "core/terms.h"
 
 #include "base/addr.h"
@@ -39,6 +41,7 @@ typedef struct {
     char transport[16];
     char algo[32];
     char job[CL_JOB_NAME];
+    uint8_t nonce[16]; /* rank 0's, fresh per job: a note counts beside these terms only */
 } terms;
 
 typedef struct {
@@ -51,9 +54,12 @@ typedef struct {
 typedef struct {
     char magic[8];
     int32_t rank, code;        /* code: its COLL_E* */
+    uint8_t nonce[16];         /* of the terms it saw, under the tag with the rest */
     char words[320];           /* its error, as it says it */
     uint8_t tag[CL_TAG_BYTES]; /* with COLL_SECRET: over all before it; else zeros */
 } fail_note;
+
+_Static_assert(sizeof(note) != sizeof(fail_note), "a note's kind shows in its size");
 
 /* Whatever the note's place holds: a note of either kind. */
 typedef union {
@@ -167,6 +173,17 @@ static int read_failure(fail_note *f, size_t got, const uint8_t *key, char *why,
     return 1;
 }
 
+/* Whether nonce is that of the terms in the store now: a note written beside earlier
+ * terms (a file directory keeps what a rank wrote after rank 0 cleaned up; a note copied
+ * from another job) is no note of this job's. */
+static int current(cl_store *plain, const uint8_t nonce[16])
+{
+    terms now;
+    size_t got = 0;
+    return plain->ops->get(plain, "terms", &now, sizeof(now), &got) == COLL_OK &&
+           got == sizeof(now) && memcmp(now.nonce, nonce, sizeof(now.nonce)) == 0;
+}
+
 /* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
 static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len)
 {
@@ -174,7 +191,9 @@ static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len
     note *n = &a.differ;
     char formed[sizeof(FORMED_MAGIC)];
     size_t got = 0;
-    int there = plain->ops->get(plain, ABORT_KEY, &a, sizeof(a), &got) == COLL_OK;
+    int there = plain->ops->get(plain, ABORT_KEY, &a, sizeof(a), &got) == COLL_OK &&
+                (got == sizeof(a.differ) || got == sizeof(a.fail)) &&
+                current(plain, got == sizeof(a.differ) ? a.differ.r0.nonce : a.fail.nonce);
     if (there && got == sizeof(*n) && memcmp(n->magic, NOTE_MAGIC, sizeof(n->magic)) == 0 &&
         n->rank > 0 && n->rank < CL_MAX(n->r0.size, n->theirs.size)) {
         terminate(&n->r0);
@@ -223,6 +242,10 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
     size_t n = 0;
     fill(&mine, cfg, size, family);
     if (rank == 0) {
+        if (cl_auth_nonce(mine.nonce, sizeof(mine.nonce)) != 0) {
+            snprintf(why, len, "no random bytes for the job's terms");
+            return COLL_ESYS;
+        }
         int rc = cl_store_create(s, "terms", &mine, sizeof(mine));
         if (rc == CL_STORE_TAKEN)
             snprintf(why, len, "a job's terms are there already");
@@ -270,6 +293,7 @@ int cl_terms_fail(cl_store *s, const cl_config *cfg, int rank, int code, const c
         (rc = read_notes(s, key_of(cfg), why, sizeof(why))) != COLL_OK)
         return rc;
     fail_note f = {.magic = FAIL_MAGIC, .rank = rank, .code = code};
+    memcpy(f.nonce, r0.nonce, sizeof(f.nonce));
     snprintf(f.words, sizeof(f.words), "%s", words);
     if (cfg->keyed)
         fail_tag(cfg->key, &f, f.tag);

@@ -3,6 +3,9 @@
  * bounds what a client can take. */
 #include "base/addr.h"
 #include "base/util.h"
+#include "core/config.h"
+#include "core/terms.h"
+#include "transports/transport.h"
 #include "rdzv/store.h"
 #include "rdzv/tcp_server.h"
 #include "common/harness.h"
@@ -413,6 +416,38 @@ START_TEST(tcp_store_listens_where_it_is_named)
 }
 END_TEST
 
+/* A note written beside earlier terms (a file directory keeps what a failing rank wrote
+ * just after rank 0 cleaned up) ends no later job at that store: a note counts beside the
+ * terms whose nonce it carries. Before, the next healthy job failed at once with the
+ * earlier job's "rank 2 failed at init". */
+START_TEST(a_note_of_earlier_terms_ends_no_later_job)
+{
+    cl_store *s;
+    cl_config cfg;
+    cl_transport tcp;
+    char where[64], why[400], note[1024];
+    size_t len = 0;
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&tcp, 0, sizeof(tcp));
+    tcp.name = "tcp";
+    cfg.transport = &tcp;
+    snprintf(where, sizeof(where), "terms-%d", (int)getpid());
+    ck_assert_int_eq(cl_store_mem_open(where, &s), COLL_OK);
+    int64_t soon = cl_now_ms() + 2000;
+    ck_assert_int_eq(cl_terms_agree(s, &cfg, 0, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
+    ck_assert_int_eq(cl_terms_fail(s, &cfg, 2, COLL_EINVAL, "no interface", soon), COLL_OK);
+    ck_assert_int_eq(cl_terms_agree(s, &cfg, 1, 3, AF_INET, soon, why, sizeof(why)),
+                     CL_TERMS_FAILED);
+    ck_assert_ptr_nonnull(strstr(why, "no interface"));
+    ck_assert_int_eq(s->ops->get(s, "abort", note, sizeof(note), &len), COLL_OK);
+    cl_terms_remove(s); /* the job is over; the next one comes to the same store */
+    ck_assert_int_eq(cl_terms_agree(s, &cfg, 0, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
+    ck_assert_int_eq(s->ops->set(s, "abort", note, len), COLL_OK); /* the late write */
+    ck_assert_int_eq(cl_terms_agree(s, &cfg, 1, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
+    s->ops->close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stores");
@@ -429,6 +464,7 @@ int main(void)
     tcase_add_loop_test(t, file_store_ignores_a_planted_fifo_or_link, 0, 2);
     tcase_add_test(t, tcp_store_serves_with_the_largest_timeout);
     tcase_add_test(t, tcp_store_listens_where_it_is_named);
+    tcase_add_test(t, a_note_of_earlier_terms_ends_no_later_job);
     suite_add_tcase(s, t);
     return run_suite(s);
 }
