@@ -394,6 +394,9 @@ static void tell_failure(const cl_config *cfg, const cl_rdzv *rv, cl_store *stor
 {
     int wait_ms = CL_MIN(cfg->timeout_ms, TELL_MS);
     char err[300];
+    if (rv->rank != 0) /* its own error now, not after the wait for rank 0's store */
+        cl_log(COLL_LOG_WARN, "rank %d: init failed: %s; telling the other ranks (up to %d ms)",
+               rv->rank, cl_init_err, wait_ms);
     if (rv->rank != 0 &&
         (store || cl_store_open(rv, wait_ms, &store, err, sizeof(err)) == COLL_OK))
         cl_terms_fail(store, cfg, rv->rank, code, cl_init_err, cl_now_ms() + wait_ms);
