@@ -153,10 +153,12 @@ static void fail_tag(const uint8_t *key, const fail_note *f, uint8_t tag[CL_TAG_
 /* A failed rank's note as a sentence in why: 1, or 0 where it is no such note. key: the
  * job's (NULL without COLL_SECRET). Its words are printable characters only, and shown
  * only where the tag vouches for them. */
-static int read_failure(fail_note *f, size_t got, const uint8_t *key, char *why, size_t len)
+static int read_failure(fail_note *f, size_t got, int size, const uint8_t *key, char *why,
+                        size_t len)
 {
     uint8_t want[CL_TAG_BYTES];
-    if (got != sizeof(*f) || memcmp(f->magic, FAIL_MAGIC, sizeof(f->magic)) != 0 || f->rank < 0)
+    if (got != sizeof(*f) || memcmp(f->magic, FAIL_MAGIC, sizeof(f->magic)) != 0 ||
+        f->rank < 1 || f->rank >= size) /* rank 0 leaves none */
         return 0;
     if (key)
         fail_tag(key, f, want); /* over the bytes as written */
@@ -176,12 +178,16 @@ static int read_failure(fail_note *f, size_t got, const uint8_t *key, char *why,
 /* Whether nonce is that of the terms in the store now: a note written beside earlier
  * terms (a file directory keeps what a rank wrote after rank 0 cleaned up; a note copied
  * from another job) is no note of this job's. */
-static int current(cl_store *plain, const uint8_t nonce[16])
+static int current(cl_store *plain, const uint8_t nonce[16], int *size)
 {
     terms now;
     size_t got = 0;
-    return plain->ops->get(plain, "terms", &now, sizeof(now), &got) == COLL_OK &&
-           got == sizeof(now) && memcmp(now.nonce, nonce, sizeof(now.nonce)) == 0;
+    *size = 0;
+    if (plain->ops->get(plain, "terms", &now, sizeof(now), &got) != COLL_OK ||
+        got != sizeof(now) || memcmp(now.nonce, nonce, sizeof(now.nonce)) != 0)
+        return 0;
+    *size = now.size; /* the job's: a note names a rank of it */
+    return 1;
 }
 
 /* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
@@ -191,9 +197,10 @@ static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len
     note *n = &a.differ;
     char formed[sizeof(FORMED_MAGIC)];
     size_t got = 0;
-    int there = plain->ops->get(plain, ABORT_KEY, &a, sizeof(a), &got) == COLL_OK &&
+    int size = 0, there = plain->ops->get(plain, ABORT_KEY, &a, sizeof(a), &got) == COLL_OK &&
                 (got == sizeof(a.differ) || got == sizeof(a.fail)) &&
-                current(plain, got == sizeof(a.differ) ? a.differ.r0.nonce : a.fail.nonce);
+                current(plain, got == sizeof(a.differ) ? a.differ.r0.nonce : a.fail.nonce,
+                        &size);
     if (there && got == sizeof(*n) && memcmp(n->magic, NOTE_MAGIC, sizeof(n->magic)) == 0 &&
         n->rank > 0 && n->rank < CL_MAX(n->r0.size, n->theirs.size)) {
         terminate(&n->r0);
@@ -201,7 +208,7 @@ static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len
         if (differ(&n->r0, &n->theirs, n->rank, why, len))
             return COLL_EMISMATCH;
     }
-    if (there && read_failure(&a.fail, got, key, why, len))
+    if (there && read_failure(&a.fail, got, size, key, why, len))
         return CL_TERMS_FAILED;
     if (plain->ops->get(plain, FORMED_KEY, formed, sizeof(formed), &got) == COLL_OK &&
         got == sizeof(formed) && memcmp(formed, FORMED_MAGIC, sizeof(formed)) == 0) {

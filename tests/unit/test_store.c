@@ -418,8 +418,8 @@ END_TEST
 
 /* A note written beside earlier terms (a file directory keeps what a failing rank wrote
  * just after rank 0 cleaned up) ends no later job at that store: a note counts beside the
- * terms whose nonce it carries. Before, the next healthy job failed at once with the
- * earlier job's "rank 2 failed at init". */
+ * terms whose nonce it carries (and names a rank 1..size-1 of it). Before, the next
+ * healthy job failed at once with the earlier job's "rank 2 failed at init". */
 START_TEST(a_note_of_earlier_terms_ends_no_later_job)
 {
     cl_store *s;
@@ -444,6 +444,9 @@ START_TEST(a_note_of_earlier_terms_ends_no_later_job)
     ck_assert_int_eq(cl_terms_agree(s, &cfg, 0, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
     ck_assert_int_eq(s->ops->set(s, "abort", note, len), COLL_OK); /* the late write */
     ck_assert_int_eq(cl_terms_agree(s, &cfg, 1, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
+    /* nor does a note naming a rank the job does not have */
+    ck_assert_int_eq(cl_terms_fail(s, &cfg, 7, COLL_EINVAL, "forged", soon), COLL_OK);
+    ck_assert_int_eq(cl_terms_agree(s, &cfg, 2, 3, AF_INET, soon, why, sizeof(why)), COLL_OK);
     s->ops->close(s);
 }
 END_TEST
