@@ -527,6 +527,17 @@ static void connect_without_rail_1(pair *p)
     ck_assert_int_eq(p->tr->connect(p->a, p->handle, hello, 1 << 20, &p->send), COLL_OK);
 }
 
+/* send_all_acks_late one way, then the other. */
+static void both_ways(pair *p)
+{
+    size_t kept = 0;
+    send_all_acks_late(p, &kept);
+    cl_tr_conn *t = p->send;
+    p->send = p->recv;
+    p->recv = t;
+    send_all_acks_late(p, &kept);
+}
+
 /* Accepts p's connection, which must come within 4.5 s (a rail given up at 3 s). */
 static void accept_within_4_5_s(pair *p)
 {
@@ -547,12 +558,7 @@ START_TEST(a_rail_that_never_comes_is_given_up)
     ck_assert_msg(log_says("rails: rail 1 (lo) from 127.0.0.1:") &&
                       log_says("has not come in 3000 ms: going on without it"), "%s", said);
     wait_log("failed (its peer found it failed): its share goes to the other rails");
-    size_t kept = 0;
-    send_all_acks_late(&p, &kept);
-    cl_tr_conn *t = p.send;
-    p.send = p.recv;
-    p.recv = t;
-    send_all_acks_late(&p, &kept);
+    both_ways(&p);
     pair_close(&p);
 }
 END_TEST
@@ -617,12 +623,7 @@ START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
     int late = raw_hello(&p, got);
     ck_assert_msg(closed_by_listener(&p, late), "the late rail was kept:\n%s", said);
     ck_assert_msg(log_says("handed out without it"), "%s", said);
-    size_t kept = 0;
-    send_all_acks_late(&p, &kept);
-    cl_tr_conn *t = p.send;
-    p.send = p.recv;
-    p.recv = t;
-    send_all_acks_late(&p, &kept);
+    both_ways(&p);
     close(late);
     close(in);
     close(hold);
