@@ -69,7 +69,8 @@ def _reduction(opts):
     """The library's op for opts.reduceOp (default SUM), and the factor PREMUL_SUM
     multiplies each rank's input by before its SUM (None for any other op). torch 2.x
     pickles the factor with the op (__getstate__: (PREMUL_SUM, factor)); 1.13 does not."""
-    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    # torch's binding also takes the op alone (allreduce(tensor, op))
+    op = getattr(opts, "reduceOp", opts) if opts is not None else dist.ReduceOp.SUM
     if hasattr(dist.ReduceOp, "PREMUL_SUM") and op == dist.ReduceOp.PREMUL_SUM:
         state = op.__getstate__()
         if not isinstance(state, tuple):
@@ -763,6 +764,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
                        self.recorder_dir, waits)
 
     def allreduce(self, tensors, opts=None):
+        tensors = _listed(tensors)
         t, back = _flat(_one("allreduce", tensors, "tensor"))
         op, factor = _reduction(opts)
         if factor is not None:
@@ -799,11 +801,13 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self.completer.add(req, None, tensor)
 
     def broadcast(self, tensors, opts=None):
+        tensors = _listed(tensors)
         root = self._root("broadcast", opts)
         t, back = _flat(_one("broadcast", tensors, "tensor"))
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
     def reduce(self, tensors, opts=None):
+        tensors = _listed(tensors)
         root = self._root("reduce", opts)
         t, back = _flat(_one("reduce", tensors, "tensor"))
         op, factor = _reduction(opts)
@@ -1026,7 +1030,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
     # here on the calling rank before anything is sent, with the same kind of sentence:
     # a wrong size must never become another rank's data or a short copy.
     def _root(self, op, opts):
-        root = opts.rootRank if opts is not None else 0
+        # torch's binding also takes the root alone (broadcast(tensor, root))
+        root = opts if isinstance(opts, int) else opts.rootRank if opts is not None else 0
         if not 0 <= root < self.comm.size:
             _invalid(op, f"invalid root rank: {root}")
         if getattr(opts, "rootTensor", 0) != 0:  # gather's and scatter's options have none
@@ -1073,6 +1078,12 @@ def _late(ranks, ms):
 
 def _invalid(op, what):
     raise RuntimeError(f"collective: {op}: {what}")
+
+
+def _listed(tensors):
+    """A list of tensors, from one as torch's binding also takes it: torch's own DDP
+    under Join with find_unused_parameters calls process_group.allreduce(tensor)."""
+    return [tensors] if isinstance(tensors, torch.Tensor) else tensors
 
 
 def _one(op, tensors, what):

@@ -1087,24 +1087,39 @@ def join_uneven(r, n, where):
     import gc
     from torch.distributed.algorithms.join import Join
     init(r, n, where)
-    torch.manual_seed(0)
-    m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
-    gc.disable()
-    try:
-        with Join([m], divide_by_initial_world_size=False):
-            for step in range(3 + r):
-                out = m(torch.full((2, 4), float(step))).sum()
-                # A collector's pass between forward and backward (any allocation may
-                # make one) freed the forward pass's work, which only C++ held through
-                # its tensor: the backward's wait then waited for good.
-                gc.collect()
-                out.backward()
-    finally:
-        gc.enable()
-    w = m.module.weight.detach().clone()
-    outs = [torch.empty_like(w) for _ in range(n)]
-    dist.all_gather(outs, w)
-    assert all(torch.equal(o, outs[0]) for o in outs), outs
+    for unused in (False, True):
+        torch.manual_seed(0)
+        # find_unused_parameters: the joined rank's hook calls process_group.allreduce
+        # with one tensor, not a list (it failed: "requires a single-element list")
+        m = torch.nn.parallel.DistributedDataParallel(
+            _HalfUsed() if unused else torch.nn.Linear(4, 4), find_unused_parameters=unused)
+        gc.disable()
+        try:
+            with Join([m], divide_by_initial_world_size=False):
+                for step in range(3 + r):
+                    out = m(torch.full((2, 4), float(step))).sum()
+                    # A collector's pass between forward and backward (any allocation
+                    # may make one) freed the forward pass's work, which only C++ held
+                    # through its tensor: the backward's wait then waited for good.
+                    gc.collect()
+                    out.backward()
+        finally:
+            gc.enable()
+        w = next(m.module.parameters()).detach().clone()
+        outs = [torch.empty_like(w) for _ in range(n)]
+        dist.all_gather(outs, w)
+        assert all(torch.equal(o, outs[0]) for o in outs), (unused, outs)
+
+
+class _HalfUsed(torch.nn.Module):
+    """Two layers, the second never used (DDP's find_unused_parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.spare = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.used(x)
 
 
 def functional_into_one_tensor(r, n, where):
