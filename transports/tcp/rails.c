@@ -211,6 +211,7 @@ typedef struct {
     cl_tr_conn *c;
     uint64_t id;
     int k;
+    int64_t since; /* when it came (expire_spares) */
 } spare;
 
 struct cl_tr_listener {
@@ -608,6 +609,7 @@ static void add_spare(cl_tr_listener *l, cl_tr_conn *t, const uint8_t hello[CL_H
     s->c = t;
     s->id = id;
     s->k = hello[16];
+    s->since = cl_now_ms();
 }
 
 /* Rails k > 0 that came in, kept until their rail 0 claims them. */
@@ -664,6 +666,28 @@ static int ctl_send(cl_tr_conn *c, cl_msg_hdr h, const void *buf, cl_tr_req **ou
  * later, its interface does not reach this host (another switch, a firewall), and the
  * job goes on without it rather than failing at the init timeout. */
 enum { RAIL_WAIT_MS = 3000 };
+
+/* A spare no connection claimed for twice RAIL_WAIT_MS is closed: its connection was
+ * handed out without it (a late rail whose id left `gone`), or its rail 0 never came. Kept
+ * for good, such spares filled the 64 places, and later connections waited for theirs
+ * until the init timeout; the dialer sees its rail closed and fails it over. */
+enum { SPARE_MS = 2 * RAIL_WAIT_MS };
+
+static void expire_spares(cl_tr_listener *l)
+{
+    int64_t now = cl_now_ms();
+    for (int i = 0; i < l->nspares;) {
+        spare *s = &l->spares[i];
+        if (now - s->since < SPARE_MS) {
+            i++;
+            continue;
+        }
+        cl_log(COLL_LOG_INFO, "rails: closed rail %d from %s, unclaimed for %d ms", s->k,
+               TCP->peer_name(s->c), SPARE_MS);
+        TCP->close_conn(s->c);
+        *s = l->spares[--l->nspares];
+    }
+}
 
 /* Rail k of c (handed out now, its control connection started) did not come: failed from
  * the start, as the failover makes a rail, so both ends agree without a new message. c's
@@ -754,8 +778,10 @@ static cl_tr_conn *whole_one(cl_tr_listener *l)
 static int rails_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     int many = listening(l) > 1;
-    if (many)
+    if (many) {
         take_spares(l);
+        expire_spares(l);
+    }
     cl_tr_conn *t;
     uint8_t h[CL_HELLO_BYTES];
     while (TCP->accept(l->rail[0], h, &t) == COLL_OK) {
