@@ -211,7 +211,7 @@ typedef struct {
     cl_tr_conn *c;
     uint64_t id;
     int k;
-    int64_t since; /* when it came (expire_spares) */
+    int64_t since; /* when it came (make_room) */
 } spare;
 
 struct cl_tr_listener {
@@ -576,7 +576,53 @@ static int listening(const cl_tr_listener *l)
     return n;
 }
 
+/* How long a forming connection waits for its rails k > 0 after rail 0 came: the dialer
+ * dials them all at once, so a rail that reaches this host comes within a round trip of
+ * rail 0, or after a lost SYN's resends (1 s, then 3 s: Linux's first RTO, doubled);
+ * later, its interface does not reach this host (another switch, a firewall), and the
+ * job goes on without it rather than failing at the init timeout. */
+enum { RAIL_WAIT_MS = 3000 };
+
+/* A spare older than this that no forming connection names may make room for another
+ * (make_room): twice RAIL_WAIT_MS, past which its connection was handed out without it. */
+enum { SPARE_MS = 2 * RAIL_WAIT_MS };
+
 static int find_spare(cl_tr_listener *l, uint64_t id, int k);
+
+/* Whether a forming connection, its id read, is of id: its spares are claimed soon
+ * (its control connection may come after them, late SYNs and all). */
+static int forming_names(const cl_tr_listener *l, uint64_t id)
+{
+    for (const cl_tr_conn *c = l->forming; c; c = c->next_forming)
+        if (c->have_id && c->id[0] == id)
+            return 1;
+    return 0;
+}
+
+/* Every place taken: the oldest spare older than SPARE_MS that no forming connection
+ * names (a late rail whose id left `gone`, one whose rail 0 never came) is closed for
+ * the one coming (1), or none is (0). Kept for good, such spares held the places, and
+ * later connections waited for theirs until the init timeout; the dialer sees that rail
+ * closed and fails it over. */
+static int make_room(cl_tr_listener *l)
+{
+    int64_t now = cl_now_ms();
+    int old = -1;
+    for (int i = 0; i < l->nspares; i++) {
+        const spare *s = &l->spares[i];
+        if (now - s->since >= SPARE_MS && !forming_names(l, s->id) &&
+            (old < 0 || s->since < l->spares[old].since))
+            old = i;
+    }
+    if (old < 0)
+        return 0;
+    cl_log(COLL_LOG_INFO, "rails: closed rail %d from %s, unclaimed for %lld ms, for a newer one",
+           l->spares[old].k, TCP->peer_name(l->spares[old].c),
+           (long long)(now - l->spares[old].since));
+    TCP->close_conn(l->spares[old].c);
+    l->spares[old] = l->spares[--l->nspares];
+    return 1;
+}
 
 /* Whether the connection of id was handed out without one of its rails: that rail
  * coming late is closed, so that the dialer finds it failed too (gave_up). */
@@ -598,7 +644,7 @@ static void add_spare(cl_tr_listener *l, cl_tr_conn *t, const uint8_t hello[CL_H
     const char *why = !proven(l, hello)                   ? "without the job's proof (COLL_SECRET)"
                       : find_spare(l, id, hello[16]) >= 0 ? "a second of its id and rail"
                       : gave_up(l, id) ? "its connection was handed out without it (too late)"
-                      : l->nspares == MAX_SPARE           ? "no place left"
+                      : l->nspares == MAX_SPARE && !make_room(l) ? "no place left"
                                                           : NULL;
     if (why) {
         cl_log(COLL_LOG_INFO, "rails: refused a rails hello from %s: %s", TCP->peer_name(t), why);
@@ -659,35 +705,6 @@ static cl_tr_conn *claim(cl_tr_listener *l, cl_tr_conn *c, int k, int take)
 
 static void ctl_start(cl_tr_conn *c);
 static int ctl_send(cl_tr_conn *c, cl_msg_hdr h, const void *buf, cl_tr_req **out);
-
-/* How long a forming connection waits for its rails k > 0 after rail 0 came: the dialer
- * dials them all at once, so a rail that reaches this host comes within a round trip of
- * rail 0, or after a lost SYN's resends (1 s, then 3 s: Linux's first RTO, doubled);
- * later, its interface does not reach this host (another switch, a firewall), and the
- * job goes on without it rather than failing at the init timeout. */
-enum { RAIL_WAIT_MS = 3000 };
-
-/* A spare no connection claimed for twice RAIL_WAIT_MS is closed: its connection was
- * handed out without it (a late rail whose id left `gone`), or its rail 0 never came. Kept
- * for good, such spares filled the 64 places, and later connections waited for theirs
- * until the init timeout; the dialer sees its rail closed and fails it over. */
-enum { SPARE_MS = 2 * RAIL_WAIT_MS };
-
-static void expire_spares(cl_tr_listener *l)
-{
-    int64_t now = cl_now_ms();
-    for (int i = 0; i < l->nspares;) {
-        spare *s = &l->spares[i];
-        if (now - s->since < SPARE_MS) {
-            i++;
-            continue;
-        }
-        cl_log(COLL_LOG_INFO, "rails: closed rail %d from %s, unclaimed for %d ms", s->k,
-               TCP->peer_name(s->c), SPARE_MS);
-        TCP->close_conn(s->c);
-        *s = l->spares[--l->nspares];
-    }
-}
 
 /* Rail k of c (handed out now, its control connection started) did not come: failed from
  * the start, as the failover makes a rail, so both ends agree without a new message. c's
@@ -778,10 +795,8 @@ static cl_tr_conn *whole_one(cl_tr_listener *l)
 static int rails_accept(cl_tr_listener *l, uint8_t hello[CL_HELLO_BYTES], cl_tr_conn **out)
 {
     int many = listening(l) > 1;
-    if (many) {
+    if (many)
         take_spares(l);
-        expire_spares(l);
-    }
     cl_tr_conn *t;
     uint8_t h[CL_HELLO_BYTES];
     while (TCP->accept(l->rail[0], h, &t) == COLL_OK) {
