@@ -807,7 +807,6 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
     def reduce(self, tensors, opts=None):
-        tensors = _listed(tensors)
         root = self._root("reduce", opts)
         t, back = _flat(_one("reduce", tensors, "tensor"))
         op, factor = _reduction(opts)
