@@ -139,15 +139,14 @@ class _Completer:
         # takes its future for the value).
         self.last = None
         # Works C++ may still ask for (not ended, or waited fewer times than it may), by
-        # id, oldest first, at most _PENDING: held here, not only by their result tensors,
-        # so that a collector's pass cannot free one that C++ holds while nothing in Python
-        # does (DDP's reducer under Join: its forward pass's work, whose tensor only C++
-        # keeps, waited in the backward pass; freed, C++'s own wait waited for good). One
-        # waited fewer times than counted (a Python _coalescing_manager waits once for
-        # several outputs) leaves after _PENDING later ones, kept then by its tensors only.
-        # One waited at least once (its caller holds it or its tensors) leaves at the
-        # group's next operation (asked), kept then by its tensors only: a coalesced call
-        # from Python, waited once for all its outputs, is freed by the collector as before.
+        # id, oldest first, at most _PENDING (the oldest leave first): held here, not only
+        # by their result tensors, so that a collector's pass cannot free one that C++
+        # holds while nothing in Python does (DDP's reducer under Join: its forward pass's
+        # work, whose tensor only C++ keeps, waited in the backward pass; freed, C++'s own
+        # wait waited for good). One waited at least once but fewer times than counted (a
+        # coalesced call from Python, waited once for all its outputs) leaves at the
+        # group's next operation (asked), kept then by its tensors only, and is freed by
+        # the collector as before.
         # Plain dict and list operations, atomic under the GIL: no lock that a collector's
         # pass (a group's __del__ joining a completer) could wait on.
         self.pending, self.asked = {}, []
@@ -512,12 +511,13 @@ class _PyWork(dist._Work):
     (`all_reduce(async_op=True).get_future().then(...)`) overlaps the backward pass.
     C++ callers (DDP's reducer, the functional collectives) reach wait() and get_future()
     (the only two torch's trampoline passes on) only while the Python object lives, else
-    C++'s own Work::wait waits for good: each result tensor keeps its last work alive
-    (_KEPT) until the operation has ended and the work was waited or its future taken as
-    many times as C++ may ask (`waits`: one, or one per output for the coalesced calls,
-    whose outputs the functional collectives register and wait one by one). Then the
-    tensors let the work go (_unlink), the group keeping it until its next operation
-    (_Completer.last): the work keeps its result (result() and get_future() give it, as
+    C++'s own Work::wait waits for good: the group (_Completer.pending) and each result
+    tensor (_KEPT, every work that wrote it) keep a work alive until the operation has
+    ended and the work was waited or its future taken as many times as C++ may ask
+    (`waits`: one, or one per output for the coalesced calls, whose outputs the
+    functional collectives register and wait one by one). Then they let the work go
+    (_unlink), the group keeping it until its next operation (_Completer.last): the work
+    keeps its result (result() and get_future() give it, as
     Gloo's, after the caller let the tensors go), and a result tensor no longer keeping
     the work that keeps it is freed once the caller lets it go and the group's next
     operation starts, not at Python's next collection (a loop of functional all-gathers
