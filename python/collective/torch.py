@@ -763,10 +763,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return _PyWork(self.completer, req, after, result, source, self.comm,
                        self.recorder_dir, waits)
 
-    def allreduce(self, tensors, opts=None):
+    def allreduce(self, tensors, opts=None, op=None):
         tensors = _listed(tensors)
         t, back = _flat(_one("allreduce", tensors, "tensor"))
-        op, factor = _reduction(opts)
+        op, factor = _reduction(opts if op is None else op)
         if factor is not None:
             t.mul_(factor)
         return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
@@ -800,16 +800,20 @@ class ProcessGroupCollective(dist.ProcessGroup):
         req = self.comm._run("allreduce_ef", True, args, (tensor, residual))
         return self.completer.add(req, None, tensor)
 
-    def broadcast(self, tensors, opts=None):
+    def broadcast(self, tensors, opts=None, root=None):
         tensors = _listed(tensors)
-        root = self._root("broadcast", opts)
+        root = self._root("broadcast", opts if root is None else root)
         t, back = _flat(_one("broadcast", tensors, "tensor"))
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
-    def reduce(self, tensors, opts=None):
-        root = self._root("reduce", opts)
+    def reduce(self, tensors, opts=None, op=None, root=None):
+        """Also torch's binding's bare form, reduce(tensor, root, op=SUM)."""
+        if isinstance(tensors, torch.Tensor):
+            tensors, root = [tensors], opts if root is None else root
+            opts = None
+        root = self._root("reduce", opts if root is None else root)
         t, back = _flat(_one("reduce", tensors, "tensor"))
-        op, factor = _reduction(opts)
+        op, factor = _reduction(opts if op is None else op)
         i = _scaled(t, factor)  # a copy: a rank other than the root keeps its tensor
         out = t if self.comm.rank == root else None
         return self._start("reduce", (_ptr(i), _ptr(out), t.numel(), _dtype(t), op, root),
@@ -823,6 +827,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            [output])
 
     def allgather(self, output_lists, inputs, opts=None):
+        if isinstance(inputs, torch.Tensor):  # the bare form: allgather(outputs, input)
+            output_lists, inputs = [output_lists], [inputs]
         i = _one("allgather", inputs, "input tensor")
         outs = _one("allgather", output_lists, "output tensor")
         self._per_rank("allgather", outs, "output")
@@ -869,6 +875,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            (i, o), lambda: _unpack(o, outputs), outputs, len(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
+        if isinstance(outputs, torch.Tensor):  # the bare form: reduce_scatter(output, inputs)
+            outputs, input_lists = [outputs], [input_lists]
         o = _one("reduce_scatter", outputs, "output tensor")
         ins = _one("reduce_scatter", input_lists, "input tensor")
         self._per_rank("reduce_scatter", ins, "input")
@@ -908,6 +916,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            (i, o, s, r, sd, rd), back, result)
 
     def gather(self, output_lists, inputs, opts=None):
+        if isinstance(inputs, torch.Tensor):  # the bare form: gather(outputs, input, root)
+            output_lists, inputs = [output_lists], [inputs]
         root = self._root("gather", opts)
         i, _ = _flat(_one("gather", inputs, "input tensor"))
         tmp, after = None, None
@@ -923,6 +933,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
                            after, output_lists)
 
     def scatter(self, outputs, input_lists, opts=None):
+        if isinstance(outputs, torch.Tensor):  # the bare form: scatter(output, inputs, root)
+            outputs, input_lists = [outputs], [input_lists]
         root = self._root("scatter", opts)
         out = _one("scatter", outputs, "output tensor")
         tmp = None

@@ -623,6 +623,50 @@ def any_source(r, n, where):
     assert torch.equal(t, torch.full((4,), float(n))), t
 
 
+def bare_forms(r, n, where):
+    """The process group's methods called as torch's binding also takes them (a tensor
+    where the list form has a list of one; a root or an op alone, or by keyword) give
+    what Gloo's give."""
+    g = init(r, n, where)
+    R = dist.ReduceOp
+    gather_at_0 = dist.GatherOptions()
+    gather_at_0.rootRank = 0
+    x = lambda: torch.arange(6, dtype=torch.float32) + 10 * r  # noqa: E731
+    calls = {
+        "allreduce(t)": lambda pg, t: pg.allreduce(t),
+        "allreduce(t, op)": lambda pg, t: pg.allreduce(t, R.MAX),
+        "allreduce(t, op=)": lambda pg, t: pg.allreduce(t, op=R.MIN),
+        "allreduce([t], op=)": lambda pg, t: pg.allreduce([t], op=R.MAX),
+        "broadcast(t, root)": lambda pg, t: pg.broadcast(t, n - 1),
+        "broadcast(t, root=)": lambda pg, t: pg.broadcast(t, root=n - 1),
+        "reduce(t, root)": lambda pg, t: pg.reduce(t, n - 1),
+        "reduce(t, root, op)": lambda pg, t: pg.reduce(t, n - 1, R.MAX),
+        "reduce(t, root=, op=)": lambda pg, t: pg.reduce(t, root=0, op=R.MIN),
+        "allgather(outs, t)": lambda pg, t: pg.allgather(outs(pg), t),
+        "gather(outs, t, root) at the root": lambda pg, t: (
+            pg.gather(outs(pg), t, 0) if r == 0 else pg.gather([], [t], gather_at_0)),
+    }
+    got = {}
+
+    def outs(pg):
+        got.setdefault(id(pg), [torch.zeros(6) for _ in range(n)])
+        return got[id(pg)]
+    for name, call in calls.items():
+        seen = []
+        for pg in (dist.group.WORLD, g):
+            got.clear()
+            t = x()
+            call(pg, t).wait()
+            seen.append([t] + got.get(id(pg), []))
+        root = {"reduce(t, root)": n - 1, "reduce(t, root, op)": n - 1,
+                "reduce(t, root=, op=)": 0, "gather(outs, t, root) at the root": 0}.get(name, r)  # Gloo's other ranks: scratch
+        assert r != root or all(torch.equal(a, b) for a, b in zip(*seen)), (name, seen)
+    o = torch.zeros(2)  # Gloo has no reduce_scatter on torch 1.13: against the sum
+    dist.group.WORLD.reduce_scatter(o, [torch.full((2,), float(p + r)) for p in range(n)]).wait()
+    assert torch.equal(o, torch.full((2,), float(n * r + n * (n - 1) // 2))), o
+    dist.barrier()
+
+
 def work_objects(r, n, where):
     """An async work's methods as Gloo's: with rank 1 a second late, rank 0's work is not
     completed, wait(timeout) raises after the timeout (the operation going on: ours
@@ -977,6 +1021,7 @@ def main():
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
         bad += ranks.check(any_source, n, "receives from any source against gloo")
         bad += ranks.check(work_objects, n, "work objects' methods against gloo")
+        bad += ranks.check(bare_forms, n, "the binding's bare forms against gloo")
         bad += ranks.check(held_then_elsewhere, n, "an async collective starts unwaited")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
