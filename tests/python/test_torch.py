@@ -629,8 +629,8 @@ def bare_forms(r, n, where):
     what Gloo's give."""
     g = init(r, n, where)
     R = dist.ReduceOp
-    gather_at_0 = dist.GatherOptions()
-    gather_at_0.rootRank = 0
+    gather_at_0, scatter_at_0 = dist.GatherOptions(), dist.ScatterOptions()
+    gather_at_0.rootRank = scatter_at_0.rootRank = 0
     x = lambda: torch.arange(6, dtype=torch.float32) + 10 * r  # noqa: E731
     calls = {
         "allreduce(t)": lambda pg, t: pg.allreduce(t),
@@ -645,6 +645,9 @@ def bare_forms(r, n, where):
         "allgather(outs, t)": lambda pg, t: pg.allgather(outs(pg), t),
         "gather(outs, t, root) at the root": lambda pg, t: (
             pg.gather(outs(pg), t, 0) if r == 0 else pg.gather([], [t], gather_at_0)),
+        "scatter(o, ins, root) at the root": lambda pg, t: (
+            pg.scatter(t, [t * (p + 1) for p in range(n)], 0) if r == 0
+            else pg.scatter([t], [], scatter_at_0)),
     }
     got = {}
 
