@@ -1043,6 +1043,7 @@ def main():
         bad += ranks.check(pipeline, 2, "pipelining (GPipe, 1F1B) against gloo")
         for n in (2, 4):
             bad += ranks.check(fsdp, n, "FSDP1 (full, hybrid on 4) against gloo")
+    bad += ranks.check(objects, 3, "object collectives (and ZeRO, checkpoints on 2.x)")
     bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
@@ -1192,6 +1193,56 @@ def functional_into_one_tensor(r, n, where):
     finally:
         gc.enable()
     assert torch.equal(t, torch.full((4,), float(n * n))), t
+
+
+def objects(r, n, where):
+    """torch's object collectives (pickles in byte tensors, sizes first) give what Gloo's
+    give; on torch 2.x ZeroRedundancyOptimizer (broadcasts, consolidate_state_dict) and
+    torch.distributed.checkpoint (gathers a plan, saves and loads) work over the group."""
+    g = init(r, n, where)
+    for pg in (None, g):
+        out = [None] * n
+        dist.all_gather_object(out, {"rank": r, "x": list(range(r))}, group=pg)
+        assert out == [{"rank": p, "x": list(range(p))} for p in range(n)], out
+        sent = ["hello", 0] if r == 0 else [None, None]
+        dist.broadcast_object_list(sent, src=0, group=pg)
+        assert sent == ["hello", 0], sent
+        got = [None] * n if r == 0 else None
+        dist.gather_object(("g", r), got, dst=0, group=pg)
+        assert r != 0 or got == [("g", p) for p in range(n)], got
+        one = [None]
+        dist.scatter_object_list(one, [("s", p) for p in range(n)] if r == 0 else None, src=0,
+                                 group=pg)
+        assert one == [("s", r)], one
+    if TORCH2:
+        _zero_and_checkpoint(r, n, where)
+    dist.barrier()
+
+
+def _zero_and_checkpoint(r, n, where):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    m = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)))
+    opt = ZeroRedundancyOptimizer(m.parameters(), optimizer_class=torch.optim.Adam, lr=0.01)
+    for i in range(3):
+        torch.manual_seed(r * 10 + i)
+        opt.zero_grad()
+        m(torch.randn(5, 8)).pow(2).sum().backward()
+        opt.step()
+    opt.consolidate_state_dict(to=0)
+    path = os.path.join(where, "checkpoint")
+    dcp.save({"model": m.state_dict()}, checkpoint_id=path)
+    before = [p.detach().clone() for p in m.parameters()]
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    loaded = {"model": m.state_dict()}
+    dcp.load(loaded, checkpoint_id=path)
+    m.load_state_dict(loaded["model"])
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+    same_everywhere([p.detach() for p in m.parameters()], n)
 
 
 def status_names_torch_ranks(r, n, where):
