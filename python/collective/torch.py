@@ -726,6 +726,19 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def getBackendName(self):
         return "collective"
 
+    # torch 2.x returns a ProcessGroup subclass as the group itself, with no backend
+    # registered per device: _get_pg_default_device (FSDP's and torch.distributed.
+    # checkpoint's sharded state dicts) then raised "Default device not found", and
+    # _get_backend(cpu) (_set_pg_timeout) would raise too. The group is its own CPU one.
+    @property
+    def _device_types(self):
+        return [torch.device("cpu")]
+
+    def _get_backend(self, device):
+        if torch.device(device).type != "cpu":
+            raise RuntimeError(f"collective: the group has no backend for {device}")
+        return self
+
     # torch 2.x's C++ side reaches these through its Python trampoline (a ProcessGroup made
     # in Python has no C++ backend to keep them): the functional collectives and DTensor
     # find a group by its name ("ProcessGroup name not set" without them).

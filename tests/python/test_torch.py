@@ -21,6 +21,11 @@ FLOATS = (torch.float16, torch.bfloat16)
 # torch 2.x's APIs that 1.13 lacks (the functional collectives, DTensor, PREMUL_SUM's
 # factor, _coalescing_manager for tensors): their tests run on 2.x only.
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+# torch's own words, on every call: torch.distributed.checkpoint's file writer, the
+# helper FSDP's sharded state dicts ask the device of (Gloo's group has two devices).
+for _words in ("TypedStorage is deprecated", "`_get_pg_default_device` will be deprecated",
+               "Multiple backends are registered"):
+    warnings.filterwarnings("ignore", message=_words)
 
 
 # Every Gloo reference group, kept until the rank's os._exit: torch 2.6's ProcessGroupGloo
@@ -891,6 +896,44 @@ def pipeline(r, n, where):
         assert ref[-1] < ref[0], ref
 
 
+def fsdp_checkpoint(r, n, where):
+    """An FSDP1 model and its optimizer saved and loaded through torch.distributed.checkpoint
+    with sharded state dicts (torch 2.x), over our group as over Gloo's: torch asks the
+    group its default device (_get_pg_default_device) for the shards, which raised
+    "Default device not found" for a group made in Python. The weights come back."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    g = init(r, n, where)
+    assert dist.distributed_c10d._get_pg_default_device() == torch.device("cpu")
+    assert dist.distributed_c10d._device_capability() == ["cpu"]
+    for name, pg in (("ours", None), ("gloo", g)):
+        torch.manual_seed(0)
+        m = FSDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)),
+                 process_group=pg, device_id=torch.device("cpu"), use_orig_params=True)
+        opt = torch.optim.Adam(m.parameters(), lr=0.01)
+        for i in range(3):
+            torch.manual_seed(r * 10 + i)
+            opt.zero_grad()
+            m(torch.randn(5, 8)).pow(2).sum().backward()
+            opt.step()
+        model, optim = get_state_dict(m, opt)
+        path = os.path.join(where, "checkpoint-" + name)
+        dcp.save({"model": model, "optim": optim}, checkpoint_id=path, process_group=pg)
+        with FSDP.summon_full_params(m):
+            before = [p.detach().clone() for p in m.parameters()]
+        with torch.no_grad():
+            for p in m.parameters():
+                p.zero_()
+        model, optim = get_state_dict(m, opt)
+        loaded = {"model": model, "optim": optim}
+        dcp.load(loaded, checkpoint_id=path, process_group=pg)
+        set_state_dict(m, opt, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        with FSDP.summon_full_params(m):
+            assert all(torch.equal(a, b.detach()) for a, b in zip(before, m.parameters())), name
+    dist.barrier()
+
+
 def fsdp(r, n, where):
     """FSDP1 on CPU (torch 2.x): 3 SGD steps of an MLP, each rank its own data, fully
     sharded over our group and over Gloo's, and (4 ranks) hybrid-sharded over a 2-D mesh
@@ -1043,6 +1086,7 @@ def main():
         bad += ranks.check(pipeline, 2, "pipelining (GPipe, 1F1B) against gloo")
         for n in (2, 4):
             bad += ranks.check(fsdp, n, "FSDP1 (full, hybrid on 4) against gloo")
+        bad += ranks.check(fsdp_checkpoint, 2, "FSDP1 sharded checkpoints saved and loaded")
     bad += ranks.check(objects, 3, "object collectives (and ZeRO, checkpoints on 2.x)")
     bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
