@@ -263,8 +263,16 @@ class Communicator:
                                ctypes.byref(cfg))
         else:
             bridge = _StoreBridge(url_or_store)
-            rc = lib.coll_init_store(ctypes.byref(h), ctypes.byref(bridge.ops), None, rank, size,
-                                     ctypes.byref(cfg))
+            try:
+                rc = lib.coll_init_store(ctypes.byref(h), ctypes.byref(bridge.ops), None, rank,
+                                         size, ctypes.byref(cfg))
+            finally:
+                # The library is done with the store once init returns. The callbacks hold
+                # the bridge (a cycle, freed only by the collector): a torch TCPStore kept
+                # serving its port after destroy_process_group, and an init on the same
+                # MASTER_PORT then met the last job's keys ("another job is using this
+                # rendezvous").
+                bridge.store, bridge.ops = None, None
             if rc != 0 and bridge.error is not None:
                 raise CollectiveError(rc, f"the store failed: {bridge.error!r}") from bridge.error
         _check(rc, None, "init: ")
