@@ -1031,6 +1031,24 @@ def monitored(r, n, where):
     pg.monitored_barrier(datetime.timedelta(seconds=10))
 
 
+def autograd_collectives(r, n, where):
+    """torch.distributed.nn's collectives with autograd (contrastive losses gather
+    embeddings so): all_gather's backward is a reduce-scatter, which Gloo has not (so no
+    comparison with it), all_reduce's an all-reduce; the gradients are the sums by hand."""
+    import torch.distributed.nn.functional as F
+    init(r, n, where)
+    x = (torch.arange(4.0) + r).requires_grad_()
+    outs = F.all_gather(x)
+    assert all(torch.equal(o.detach(), torch.arange(4.0) + q) for q, o in enumerate(outs))
+    loss = sum((o * (q + 1)).sum() for q, o in enumerate(outs))
+    y = (torch.arange(3.0) * (r + 1)).requires_grad_()
+    z = F.all_reduce(y)
+    (loss + (z * z).sum()).backward()
+    assert torch.equal(x.grad, torch.full((4,), float(n * (r + 1)))), x.grad
+    total = torch.arange(3.0) * sum(q + 1 for q in range(n))
+    assert torch.allclose(y.grad, 2 * n * total), (y.grad, total)
+
+
 def init_again(r, n, where):
     """init_process_group with env:// on one MASTER_PORT again after destroy_process_group
     (pytest fixtures do): the library lets torch's store go when its init returns. Its
@@ -1120,6 +1138,7 @@ def main():
         bad += ranks.check(fsdp_checkpoint, 2, "FSDP1 sharded checkpoints saved and loaded")
     bad += ranks.check(objects, 3, "object collectives (and ZeRO, checkpoints on 2.x)")
     bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
+    bad += ranks.check(autograd_collectives, 3, "torch.distributed.nn's collectives, backward")
     bad += ranks.check(init_again, 3, "init on one MASTER_PORT again after destroy")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
