@@ -1031,6 +1031,34 @@ def monitored(r, n, where):
     pg.monitored_barrier(datetime.timedelta(seconds=10))
 
 
+def non_contiguous(r, n, where):
+    """Transposed (non-contiguous) inputs and outputs give Gloo's results: all_gather,
+    broadcast, all_reduce, scatter; gather and all_to_all_single against the rows by hand
+    (Gloo's write the rows into such an output's storage in memory order, wrongly)."""
+    g = init(r, n, where)
+
+    def t32():  # (3, 2), not contiguous
+        return torch.zeros(2, 3).t()
+    got = {}
+    for name, pg in (("ours", None), ("gloo", g)):
+        src = (torch.arange(6.0).reshape(2, 3) + 10 * r).t()
+        outs = [t32() for _ in range(n)]
+        dist.all_gather(outs, src, group=pg)
+        b, a = src.clone().t().contiguous().t(), src.clone().t().contiguous().t()
+        dist.broadcast(b, n - 1, group=pg)
+        dist.all_reduce(a, group=pg)
+        sc = t32()
+        dist.scatter(sc, [src + p for p in range(n)] if r == 0 else None, src=0, group=pg)
+        got[name] = outs + [b, a, sc]
+    assert all(torch.equal(x, y) for x, y in zip(*got.values())), got
+    gathered = [t32() for _ in range(n)] if r == 0 else None
+    dist.gather(src, gathered, dst=0)
+    assert r != 0 or all(torch.equal(x, y) for x, y in zip(gathered, outs)), gathered
+    o = torch.zeros(2, n).t()
+    dist.all_to_all_single(o, torch.arange(2.0 * n).reshape(n, 2) + r)
+    assert torch.equal(o, torch.tensor([[2.0 * r + q, 2.0 * r + 1 + q] for q in range(n)])), o
+
+
 def autograd_collectives(r, n, where):
     """torch.distributed.nn's collectives with autograd (contrastive losses gather
     embeddings so): all_gather's backward is a reduce-scatter, which Gloo has not (so no
@@ -1138,6 +1166,7 @@ def main():
         bad += ranks.check(fsdp_checkpoint, 2, "FSDP1 sharded checkpoints saved and loaded")
     bad += ranks.check(objects, 3, "object collectives (and ZeRO, checkpoints on 2.x)")
     bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
+    bad += ranks.check(non_contiguous, 3, "non-contiguous inputs and outputs against gloo")
     bad += ranks.check(autograd_collectives, 3, "torch.distributed.nn's collectives, backward")
     bad += ranks.check(init_again, 3, "init on one MASTER_PORT again after destroy")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
