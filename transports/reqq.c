@@ -29,18 +29,35 @@ cl_tr_req *cl_req_recv(cl_req_owner *o, cl_msg_hdr *hdr, void *buf, size_t cap)
     return r;
 }
 
-void cl_reqq_push(cl_reqq *q, cl_tr_req *r)
+static void live_link(cl_tr_req *r)
 {
     cl_req_owner *o = r->owner;
     r->live_next = o->live;
     if (o->live)
         o->live->live_prev = r;
     o->live = r;
+}
+
+void cl_reqq_append(cl_reqq *q, cl_tr_req *r)
+{
     if (q->tail)
         q->tail->next = r;
     else
         q->head = r;
     q->tail = r;
+}
+
+void cl_reqq_push(cl_reqq *q, cl_tr_req *r)
+{
+    live_link(r);
+    cl_reqq_append(q, r);
+}
+
+void cl_req_keep(cl_tr_req *r)
+{
+    cl_lock_take(r->owner->mu);
+    live_link(r);
+    cl_lock_give(r->owner->mu);
 }
 
 void cl_req_complete(cl_tr_req *r, int status)

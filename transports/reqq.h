@@ -1,7 +1,8 @@
 /* Requests queued per connection, for transports whose progress copies into and out of
- * the caller's buffers (shm, ibverbs): one definition of the request, its completion,
- * its test-and-free, and the list that lets a context free requests a caller abandoned.
- * The owner's mutex (the context's) guards the queues and the list. */
+ * the caller's buffers (shm, ibverbs, loop): one definition of the request, its
+ * completion, its test-and-free, and the list that lets a context free requests a caller
+ * abandoned. The owner's mutex (the context's) guards the list, and the queues of shm and
+ * ibverbs; loop's queues sit in pipes two contexts share, under the pipe's own mutex. */
 #ifndef CL_REQQ_H
 #define CL_REQQ_H
 
@@ -42,6 +43,10 @@ cl_tr_req *cl_req_send(cl_req_owner *o, const cl_msg_hdr *hdr, const void *buf);
 cl_tr_req *cl_req_recv(cl_req_owner *o, cl_msg_hdr *hdr, void *buf, size_t cap);
 /* Under o->mu: lists r as live and appends it to q. */
 void cl_reqq_push(cl_reqq *q, cl_tr_req *r);
+/* Takes o->mu to list r as live, for a transport whose queues another mutex guards. */
+void cl_req_keep(cl_tr_req *r);
+/* Appends r, listed as live already, to q. */
+void cl_reqq_append(cl_reqq *q, cl_tr_req *r);
 /* Removes the head of q and returns it. */
 cl_tr_req *cl_reqq_pop(cl_reqq *q);
 /* Marks r done with status and wakes waiters. */

@@ -8,6 +8,7 @@
 
 #include "common/suite.h"
 #include "transport/conformance.h"
+#include "transport/pair.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -34,63 +35,21 @@ static const char *tname;
 /* The socket transports' family (a second argument AF_INET6): the same suite over IPv6. */
 static int family = AF_UNSPEC;
 
-typedef struct {
-    const cl_transport *tr;
-    cl_notifier na, nb;
-    cl_tr_ctx *a, *b;
-    cl_tr_listener *l;
-    cl_tr_conn *send, *recv;
-} pair;
-
-static int wait_req(pair *p, cl_tr_req *r, size_t *nbytes)
-{
-    int64_t deadline = cl_now_ms() + 10000;
-    for (;;) {
-        int done = 0, rc = p->tr->test(r, &done, nbytes);
-        if (done)
-            return rc;
-        ck_assert_msg(cl_now_ms() < deadline, "request never completed");
-        /* Completions may signal either side's notifier: poll with a short sleep. */
-        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 2);
-    }
-}
-
 /* What pair_open's link asks to keep in flight (connect's want). */
 static size_t pair_want = 1 << 20;
 
 static void pair_open(pair *p)
 {
-    memset(p, 0, sizeof(*p));
-    p->tr = cl_transport_find(tname);
-    ck_assert_ptr_nonnull(p->tr);
-    cl_notifier_init(&p->na);
-    cl_notifier_init(&p->nb);
-    cl_tr_config ca = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->na},
-                 cb = {.device = "lo", .family = family, .timeout_ms = 5000, .notifier = &p->nb};
-    ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
-    ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
-    char handle[CL_HANDLE_BYTES];
-    ck_assert_int_eq(p->tr->listen(p->b, handle, &p->l), COLL_OK);
+    cl_tr_config cfg = {.device = "lo", .family = family, .timeout_ms = 5000};
+    pair_start(p, tname, cfg);
+    pair_listen_b(p, cfg);
     if (family == AF_INET6 && strcmp(tname, "tcp") == 0) /* its handle is its address */
-        ck_assert_msg(strncmp(handle, "[::1]:", 6) == 0, "listens at %s", handle);
+        ck_assert_msg(strncmp(p->handle, "[::1]:", 6) == 0, "listens at %s", p->handle);
     uint8_t hello[CL_HELLO_BYTES], got[CL_HELLO_BYTES];
     for (int i = 0; i < CL_HELLO_BYTES; i++)
         hello[i] = (uint8_t)(i * 7 + 1);
-    ck_assert_int_eq(p->tr->connect(p->a, handle, hello, pair_want, &p->send), COLL_OK);
-    int64_t deadline = cl_now_ms() + 5000;
-    while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
-        ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");
-        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 5);
-    }
+    pair_connect(p, hello, pair_want, got);
     ck_assert_int_eq(memcmp(hello, got, CL_HELLO_BYTES), 0);
-}
-
-static void pair_close(pair *p)
-{
-    p->tr->ctx_destroy(p->a);
-    p->tr->ctx_destroy(p->b);
-    cl_notifier_destroy(&p->na);
-    cl_notifier_destroy(&p->nb);
 }
 
 static cl_msg_hdr hdr(uint32_t len, uint32_t seq)

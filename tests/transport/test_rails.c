@@ -19,6 +19,7 @@
 #include "transports/transport.h"
 
 #include "common/suite.h"
+#include "transport/pair.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -32,15 +33,6 @@
 #include <unistd.h>
 
 enum { MSG = 512 << 10, NMSG = 16, CAP_MIB = 1 };
-
-typedef struct {
-    const cl_transport *tr;
-    cl_notifier na, nb;
-    cl_tr_ctx *a, *b;
-    cl_tr_listener *l;
-    cl_tr_conn *send, *recv;
-    char handle[CL_HANDLE_BYTES];
-} pair;
 
 /* ---- what the library logs -------------------------------------------------------- */
 
@@ -74,57 +66,31 @@ static const uint8_t *pair_key;
 
 static void pair_listen(pair *p)
 {
-    memset(p, 0, sizeof(*p));
     said[0] = 0;
     coll_set_log(keep_log, NULL, COLL_LOG_DEBUG);
-    p->tr = cl_transport_find("rails");
-    ck_assert_ptr_nonnull(p->tr);
-    cl_notifier_init(&p->na);
-    cl_notifier_init(&p->nb);
-    cl_tr_config ca = {.device = "lo", .timeout_ms = 5000, .notifier = &p->na, .key = pair_key},
-                 cb = {.device = "lo", .timeout_ms = 5000, .notifier = &p->nb, .key = pair_key};
-    ck_assert_int_eq(p->tr->ctx_create(&ca, &p->a), COLL_OK);
+    cl_tr_config cfg = {.device = "lo", .timeout_ms = 5000, .key = pair_key};
+    pair_start(p, "rails", cfg);
     char *a_rails = getenv("COLL_RAILS_REPEAT") ? strdup(getenv("COLL_RAILS_REPEAT")) : NULL;
     if (b_rails)
         setenv("COLL_RAILS_REPEAT", b_rails, 1);
-    ck_assert_int_eq(p->tr->ctx_create(&cb, &p->b), COLL_OK);
+    pair_listen_b(p, cfg);
     if (a_rails)
         setenv("COLL_RAILS_REPEAT", a_rails, 1);
     free(a_rails);
-    ck_assert_int_eq(p->tr->listen(p->b, p->handle, &p->l), COLL_OK);
 }
 
 static void pair_open(pair *p)
 {
     pair_listen(p);
     uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
-    ck_assert_int_eq(p->tr->connect(p->a, p->handle, hello, 1 << 20, &p->send), COLL_OK);
-    int64_t deadline = cl_now_ms() + 5000;
-    while (p->tr->accept(p->l, got, &p->recv) == COLL_INPROGRESS) {
-        ck_assert_msg(cl_now_ms() < deadline, "no connection accepted");
-        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 5);
-    }
+    pair_connect(p, hello, 1 << 20, got);
 }
 
-static void pair_close(pair *p)
+/* Closes the pair and gives the log back. */
+static void pair_done(pair *p)
 {
-    p->tr->ctx_destroy(p->a);
-    p->tr->ctx_destroy(p->b);
-    cl_notifier_destroy(&p->na);
-    cl_notifier_destroy(&p->nb);
+    pair_close(p);
     coll_set_log(NULL, NULL, COLL_LOG_WARN);
-}
-
-static int wait_req(pair *p, cl_tr_req *r, size_t *nbytes)
-{
-    int64_t deadline = cl_now_ms() + 10000;
-    for (;;) {
-        int done = 0, rc = p->tr->test(r, &done, nbytes);
-        if (done)
-            return rc;
-        ck_assert_msg(cl_now_ms() < deadline, "request never completed");
-        cl_notifier_wait(&p->nb, cl_notifier_events(&p->nb), cl_now_ms() + 2);
-    }
 }
 
 /* Waits up to 3 s for c's copies to be `want` bytes; what they are then. */
@@ -187,7 +153,7 @@ START_TEST(copies_stay_under_the_cap_while_nothing_is_acknowledged)
                   "%zu bytes kept before any ACK, want 1 to %d MiB", before, CAP_MIB);
     size_t after = kept_settles(p.send, 0);
     ck_assert_msg(after == 0, "%zu bytes still kept after every ACK", after);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -208,7 +174,7 @@ START_TEST(a_control_connection_that_cannot_receive_drops_the_copies)
     ck_assert_msg(log_says("rails: the control connection to"), "no word of it:\n%s", said);
     send_all_acks_late(&p, &before);
     ck_assert_msg(before == 0, "%zu bytes kept with no control connection", before);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -231,7 +197,7 @@ START_TEST(a_failed_rail_s_parts_go_over_the_control_connection)
     wait_log("failed (its peer found it failed): its share goes to the other rails");
     size_t before = 0;
     send_all_acks_late(&p, &before);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -247,7 +213,7 @@ START_TEST(a_halt_asked_after_a_local_close_touches_nothing)
     cl_rails_fail_rail(p.recv, 1, "asked after the close");
     usleep(500 * 1000); /* the grace and two turns of b's worker */
     ck_assert_msg(!log_says("asked after the close"), "b acted after its close:\n%s", said);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -292,7 +258,7 @@ static void hello_refused(int v, const char *want)
     ck_assert_msg(closed_by_listener(&p, fd), "the connection was not closed");
     close(fd);
     ck_assert_msg(log_says(want), "want '%s' in:\n%s", want, said);
-    pair_close(&p);
+    pair_done(&p);
 }
 
 START_TEST(a_rails_hello_of_another_version_is_refused_naming_both)
@@ -318,7 +284,7 @@ START_TEST(under_a_secret_a_rails_hello_needs_the_proof)
     ck_assert_msg(strstr(p.tr->peer_name(p.send), "(2 rails)"), "%s", p.tr->peer_name(p.send));
     size_t before = 0;
     send_all_acks_late(&p, &before);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -434,7 +400,7 @@ START_TEST(each_rail_carries_its_weight_s_share)
     rails_tx(&p, 2, t1);
     double r1 = (double)(t1[1] - t0[1]) / (double)(t1[0] - t0[0] + t1[1] - t0[1]);
     ck_assert_msg(r1 > 0.19 && r1 < 0.21, "rail 1 carried %.3f of the bytes, want 0.2", r1);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -457,7 +423,7 @@ START_TEST(a_failed_rail_s_share_goes_to_the_rails_left_by_weight)
     double r2 = (double)(t1[2] - t0[2]) / (double)(t1[0] - t0[0] + t1[2] - t0[2]);
     ck_assert_msg(r2 > 0.64 && r2 < 0.69, "rail 2 carried %.3f of rails 0 and 2's, want 2/3", r2);
     ck_assert_uint_eq(t1[1], 0); /* closed at the failure: nothing went on it */
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -483,7 +449,7 @@ START_TEST(ends_of_unlike_rail_counts_use_the_fewer)
                       p.tr->peer_name(p.recv));
         size_t before = 0;
         send_all_acks_late(&p, &before);
-        pair_close(&p);
+        pair_done(&p);
     }
 }
 END_TEST
@@ -508,7 +474,7 @@ START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
                   h.tag);
     free(in);
     free(out);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -564,7 +530,7 @@ START_TEST(unclaimed_rails_make_room_after_a_while)
                       !log_says("no place left"), "no room made:\n%s", said);
     for (int i = 0; i < 65; i++)
         close(fds[i]);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 /* Accepts p's connection, which must come within 4.5 s (a rail given up at 3 s). */
@@ -588,7 +554,7 @@ START_TEST(a_rail_that_never_comes_is_given_up)
                       log_says("has not come in 3000 ms: going on without it"), "%s", said);
     wait_log("failed (its peer found it failed): its share goes to the other rails");
     both_ways(&p);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -620,7 +586,7 @@ START_TEST(a_big_message_sent_before_a_rail_is_given_up_arrives_whole)
     ck_assert_msg(memcmp(in, out, BIG) == 0, "the message arrived wrong");
     free(in);
     free(out);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -656,7 +622,7 @@ START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
     close(late);
     close(in);
     close(hold);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 
@@ -695,7 +661,7 @@ START_TEST(a_replayed_rails_hello_holds_one_place)
     }
     pair_key = NULL;
     close(first);
-    pair_close(&p);
+    pair_done(&p);
 }
 END_TEST
 

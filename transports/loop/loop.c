@@ -3,9 +3,8 @@
  * posted yet (eager), so it completes at once; a receive completes when its message
  * arrives. It exists to test algorithms fast; it must stay simple enough to trust. */
 #include "collective.h"
-#include "transports/transport.h"
+#include "transports/reqq.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,23 +15,12 @@ struct msg {
     unsigned char data[];
 };
 
-struct cl_tr_req {
-    cl_tr_req_head head;
-    struct cl_tr_req *next;
-    cl_msg_hdr *hdr;
-    void *buf;
-    size_t cap, len;
-    int status;
-    atomic_int done;
-};
-
 struct pipe {
     pthread_mutex_t mu;
     int refs;
-    int closed;              /* either end closed: later traffic fails */
-    cl_notifier *recv_notif; /* the receiving context's, NULL once it closed */
+    int closed; /* either end closed: later traffic fails */
     struct msg *msg_head, *msg_tail;
-    cl_tr_req *recv_head, *recv_tail;
+    cl_reqq recvs; /* the receiving context's requests, which complete with its notifier */
 };
 
 struct cl_tr_conn {
@@ -53,7 +41,8 @@ struct cl_tr_listener {
 
 struct cl_tr_ctx {
     cl_notifier *notifier;
-    pthread_mutex_t mu;
+    cl_lock mu; /* the connection list, and the requests' live list */
+    cl_req_owner reqs;
     cl_tr_conn *conns;
     int down;
 };
@@ -62,21 +51,13 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static cl_tr_listener *registry;
 static unsigned next_id = 1;
 
-static void complete(cl_tr_req *r, int status, cl_notifier *n)
-{
-    r->status = status;
-    atomic_store_explicit(&r->done, 1, memory_order_release);
-    if (n)
-        cl_notify(n);
-}
-
 static int loop_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
 {
     cl_tr_ctx *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
-    pthread_mutex_init(&ctx->mu, NULL);
+    ctx->reqs = (cl_req_owner){&cl_transport_loop, &ctx->mu, cfg->notifier, NULL};
     *out = ctx;
     return COLL_OK;
 }
@@ -97,21 +78,14 @@ static void pipe_release(struct pipe *p)
     free(p);
 }
 
-/* Closing either end fails the receives still waiting on the pipe: nothing will come. */
+/* Closing either end fails the receives still waiting on the pipe: nothing will come.
+ * Once the receiving end closed none is queued, so no sender touches its context again. */
 static void pipe_close(cl_tr_conn *c, int status)
 {
     struct pipe *p = c->p;
     pthread_mutex_lock(&p->mu);
     p->closed = 1;
-    cl_notifier *n = p->recv_notif;
-    if (c->is_recv)
-        p->recv_notif = NULL; /* its context may be freed once this returns */
-    while (p->recv_head) {
-        cl_tr_req *r = p->recv_head;
-        p->recv_head = r->next;
-        complete(r, c->is_recv ? status : COLL_EPEER, n);
-    }
-    p->recv_tail = NULL;
+    cl_reqq_fail(&p->recvs, c->is_recv ? status : COLL_EPEER);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -136,7 +110,7 @@ static void loop_ctx_destroy(cl_tr_ctx *ctx)
         }
     }
     pthread_mutex_unlock(&reg_mu);
-    pthread_mutex_destroy(&ctx->mu);
+    cl_req_owner_free_live(&ctx->reqs); /* requests their callers abandoned */
     free(ctx);
 }
 
@@ -188,10 +162,10 @@ static cl_tr_conn *new_conn(cl_tr_ctx *ctx, struct pipe *p, const char *name)
     c->ctx = ctx;
     c->p = p;
     snprintf(c->name, sizeof(c->name), "%s", name);
-    pthread_mutex_lock(&ctx->mu);
+    cl_lock_take(&ctx->mu);
     c->next_all = ctx->conns;
     ctx->conns = c;
-    pthread_mutex_unlock(&ctx->mu);
+    cl_lock_give(&ctx->mu);
     return c;
 }
 
@@ -214,7 +188,6 @@ static int loop_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     cl_tr_conn *s = l ? new_conn(ctx, p, handle) : NULL;
     cl_tr_conn *r = s ? new_conn(l->ctx, p, "loop peer") : NULL;
     if (r) {
-        p->recv_notif = l->ctx->notifier;
         r->is_recv = 1;
         memcpy(r->hello, hello, CL_HELLO_BYTES);
         if (l->ready_tail)
@@ -237,18 +210,20 @@ static int loop_connect(cl_tr_ctx *ctx, const char handle[CL_HANDLE_BYTES],
     return COLL_OK;
 }
 
-static cl_tr_req *new_req(void)
+/* Every request is listed as its context's until tested, so that destroying the context
+ * frees those a caller abandoned. */
+static cl_tr_req *kept(cl_tr_req *r)
 {
-    cl_tr_req *r = calloc(1, sizeof(cl_tr_req));
     if (r)
-        r->head.tr = &cl_transport_loop;
+        cl_req_keep(r);
     return r;
 }
 
+/* r->len is the receive's capacity until the message is in. */
 static int deliver(cl_tr_req *r, const cl_msg_hdr *hdr, const void *data)
 {
-    *r->hdr = *hdr;
-    if (hdr->len > r->cap)
+    *r->hdr_in = *hdr;
+    if (hdr->len > r->len)
         return COLL_EMISMATCH;
     if (hdr->len)
         memcpy(r->buf, data, hdr->len);
@@ -258,7 +233,7 @@ static int deliver(cl_tr_req *r, const cl_msg_hdr *hdr, const void *data)
 
 static int loop_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_tr_req **out)
 {
-    cl_tr_req *s = new_req();
+    cl_tr_req *s = kept(cl_req_send(&c->ctx->reqs, hdr, buf));
     if (!s)
         return COLL_ENOMEM;
     struct pipe *p = c->p;
@@ -266,13 +241,10 @@ static int loop_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_
     pthread_mutex_lock(&p->mu);
     if (p->closed) {
         status = COLL_EPEER;
-    } else if (p->recv_head) {
-        cl_tr_req *r = p->recv_head;
-        p->recv_head = r->next;
-        if (!p->recv_head)
-            p->recv_tail = NULL;
+    } else if (p->recvs.head) {
+        cl_tr_req *r = cl_reqq_pop(&p->recvs);
         int rs = deliver(r, hdr, buf);
-        complete(r, rs, p->recv_notif);
+        cl_req_complete(r, rs);
         if (rs != COLL_OK)
             p->closed = 1; /* as on a stream: nothing after a bad message can be trusted */
     } else {
@@ -292,20 +264,16 @@ static int loop_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_
         }
     }
     pthread_mutex_unlock(&p->mu);
-    s->len = hdr->len;
-    complete(s, status, c->ctx->notifier);
+    cl_req_complete(s, status);
     *out = s;
     return COLL_OK;
 }
 
 static int loop_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_tr_req **out)
 {
-    cl_tr_req *r = new_req();
+    cl_tr_req *r = kept(cl_req_recv(&c->ctx->reqs, hdr, buf, cap));
     if (!r)
         return COLL_ENOMEM;
-    r->hdr = hdr;
-    r->buf = buf;
-    r->cap = cap;
     struct pipe *p = c->p;
     pthread_mutex_lock(&p->mu);
     if (p->msg_head) {
@@ -317,59 +285,44 @@ static int loop_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_
         free(m);
         if (rs != COLL_OK)
             p->closed = 1;
-        complete(r, rs, c->ctx->notifier);
+        cl_req_complete(r, rs);
     } else if (p->closed) {
-        complete(r, COLL_EPEER, c->ctx->notifier);
+        cl_req_complete(r, COLL_EPEER);
     } else {
-        if (p->recv_tail)
-            p->recv_tail->next = r;
-        else
-            p->recv_head = r;
-        p->recv_tail = r;
+        cl_reqq_append(&p->recvs, r);
     }
     pthread_mutex_unlock(&p->mu);
     *out = r;
     return COLL_OK;
 }
 
-static int loop_test(cl_tr_req *r, int *done, size_t *nbytes)
+/* Marks c closed; 1 if it was already. */
+static int mark_closed(cl_tr_conn *c)
 {
-    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
-        *done = 0;
-        return COLL_INPROGRESS;
-    }
-    *done = 1;
-    if (nbytes)
-        *nbytes = r->len;
-    int status = r->status;
-    free(r);
-    return status;
+    cl_lock_take(&c->ctx->mu);
+    int was = c->closed;
+    c->closed = 1;
+    cl_lock_give(&c->ctx->mu);
+    return was;
 }
 
 static void loop_close_conn(cl_tr_conn *c)
 {
-    pthread_mutex_lock(&c->ctx->mu);
-    int was = c->closed;
-    c->closed = 1;
-    pthread_mutex_unlock(&c->ctx->mu);
-    if (!was)
+    if (!mark_closed(c))
         pipe_close(c, COLL_EPEER);
 }
 
 static void loop_shutdown(cl_tr_ctx *ctx, int status, const cl_msg_hdr *farewell)
 {
-    pthread_mutex_lock(&ctx->mu);
+    cl_lock_take(&ctx->mu);
     cl_tr_conn *c = ctx->conns;
     ctx->down = 1;
-    pthread_mutex_unlock(&ctx->mu);
+    cl_lock_give(&ctx->mu);
     for (; c; c = c->next_all) {
-        pthread_mutex_lock(&ctx->mu);
-        int was = c->closed;
-        c->closed = 1;
-        pthread_mutex_unlock(&ctx->mu);
+        int was = mark_closed(c);
         cl_tr_req *r;
         if (!was && farewell && !c->is_recv && loop_isend(c, farewell, NULL, &r) == COLL_OK)
-            loop_test(r, &(int){0}, NULL);
+            cl_req_test(r, &(int){0}, NULL);
         if (!was)
             pipe_close(c, status);
     }
@@ -390,7 +343,7 @@ const cl_transport cl_transport_loop = {
     .connect = loop_connect,
     .isend = loop_isend,
     .irecv = loop_irecv,
-    .test = loop_test,
+    .test = cl_req_test,
     .close_conn = loop_close_conn,
     .shutdown = loop_shutdown,
     .peer_name = loop_peer_name,
