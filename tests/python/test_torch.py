@@ -173,6 +173,43 @@ def ddp(r, n, where):
     dist.destroy_process_group()
 
 
+def ddp_variants(r, n, where):
+    """DDP's options and uses over our group end as over Gloo's: gradient_as_bucket_view,
+    static_graph, find_unused_parameters (a layer left out), no_sync (accumulation every
+    other step), and torch's Python fp16_compress_hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    g = init(r, n, where)
+
+    def run(pg, how):
+        torch.manual_seed(0)
+        model = torch.nn.ModuleDict({"a": torch.nn.Linear(8, 8), "b": torch.nn.Linear(8, 4),
+                                     "unused": torch.nn.Linear(3, 3)})
+        model.forward = lambda x: model["b"](torch.relu(model["a"](x)))
+        model["unused"].requires_grad_(how == "find_unused_parameters")
+        kw = {how: True} if how not in ("no_sync", "fp16_compress_hook") else {}
+        m = DDP(model, process_group=pg, **kw)
+        if how == "fp16_compress_hook":
+            m.register_comm_hook(pg, default_hooks.fp16_compress_hook)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(4):
+            x = torch.randn(6, 8, generator=torch.Generator().manual_seed(100 * r + i))
+            if how == "no_sync" and i % 2 == 0:
+                with m.no_sync():
+                    m(x).pow(2).mean().backward()
+                continue
+            m(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        return [p.detach().clone() for p in model.parameters()]
+    for how in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "no_sync",
+                "fp16_compress_hook"):
+        ours, gloo = run(None, how), run(g, how)
+        worst = max((a - b).abs().max().item() for a, b in zip(ours, gloo))
+        assert worst < 1e-5, (how, worst)
+        same_everywhere(ours, n)
+
+
 def codecs(r, n, where):
     """set_codec: float32 sums move through int8 (close to Gloo's, not equal), other
     dtypes stay exact, "none" is exact again; DDP through ef_hook (int8 with error
@@ -1129,6 +1166,7 @@ def main():
     for n in (1, 2, 3, 4):
         bad += ranks.check(ops, n, "torch ops against gloo")
     bad += ranks.check(ddp, 2, "DDP against gloo")
+    bad += ranks.check(ddp_variants, 2, "DDP's options (bucket views, static graph, no_sync ...)")
     bad += ranks.check(codecs, 3, "codecs and the error-feedback DDP hook")
     bad += ranks.check(bad_input, 2, "bad input")
     bad += ranks.check(copy_fails, 2, "a failing result copy fails its work only")
