@@ -25,6 +25,7 @@ import ctypes
 import datetime
 import functools
 import inspect
+import numbers
 import os
 import threading
 import time
@@ -71,6 +72,8 @@ def _reduction(opts):
     pickles the factor with the op (__getstate__: (PREMUL_SUM, factor)); 1.13 does not."""
     # torch's binding also takes the op alone (allreduce(tensor, op))
     op = getattr(opts, "reduceOp", opts) if opts is not None else dist.ReduceOp.SUM
+    if isinstance(op, int):  # torch 2.x's ops compare equal to ints: 1 would be AVG
+        raise TypeError(f"collective: {op!r} is not a reduce op or reduce options")
     if hasattr(dist.ReduceOp, "PREMUL_SUM") and op == dist.ReduceOp.PREMUL_SUM:
         state = op.__getstate__()
         if not isinstance(state, tuple):
@@ -707,7 +710,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self._name, self._desc, self._seq, self._monitored = name, "", 0, 0
 
     def __del__(self):
-        self.abort()
+        if hasattr(self, "inbox"):  # the last made: an init that failed made no more
+            self.abort()
 
     def abort(self):
         """Ends the group at once: operations in flight fail with COLL_EABORTED (their
@@ -822,8 +826,11 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def reduce(self, tensors, opts=None, op=None, root=None):
         """Also torch's binding's bare form, reduce(tensor, root, op=SUM)."""
         if isinstance(tensors, torch.Tensor):
-            tensors, root = [tensors], opts if root is None else root
-            opts = None
+            tensors = [tensors]
+            if not hasattr(opts, "rootRank"):  # a root, not options
+                if opts is not None and root is not None:
+                    raise TypeError("collective: reduce got the root twice")
+                opts, root = None, opts if root is None else root
         root = self._root("reduce", opts if root is None else root)
         t, back = _flat(_one("reduce", tensors, "tensor"))
         op, factor = _reduction(opts if op is None else op)
@@ -1055,7 +1062,12 @@ class ProcessGroupCollective(dist.ProcessGroup):
     # a wrong size must never become another rank's data or a short copy.
     def _root(self, op, opts):
         # torch's binding also takes the root alone (broadcast(tensor, root))
-        root = opts if isinstance(opts, int) else opts.rootRank if opts is not None else 0
+        if opts is None or hasattr(opts, "rootRank"):
+            root = opts.rootRank if opts is not None else 0
+        elif isinstance(opts, numbers.Integral):  # numpy's too; not torch 2.x's ops
+            root = int(opts)
+        else:
+            raise TypeError(f"collective: {op}: {opts!r} is not a root rank or options")
         if not 0 <= root < self.comm.size:
             _invalid(op, f"invalid root rank: {root}")
         if getattr(opts, "rootTensor", 0) != 0:  # gather's and scatter's options have none

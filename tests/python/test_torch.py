@@ -706,6 +706,20 @@ def bare_forms(r, n, where):
         root = {"reduce(t, root)": n - 1, "reduce(t, root, op)": n - 1,
                 "reduce(t, root=, op=)": 0, "gather(outs, t, root) at the root": 0}.get(name, r)  # Gloo's other ranks: scratch
         assert r != root or all(torch.equal(a, b) for a, b in zip(*seen)), (name, seen)
+    ours = dist.group.WORLD
+    for i, wrong in enumerate((lambda: ours.reduce([x()], 1), lambda: ours.allreduce([x()], 1),
+                               lambda: ours.reduce(x(), 1, 1), lambda: ours.reduce(x(), 1, root=0),
+                               lambda: ours.reduce(x(), R.MAX))):  # an op or a root? as Gloo:
+        try:  # a TypeError, before anything is sent (torch 2.x's ops equal ints: 1 is AVG)
+            wrong()
+            raise AssertionError(f"case {i}: no TypeError")
+        except TypeError:
+            pass
+    both = dist.ReduceOptions()
+    both.rootRank, both.reduceOp = n - 1, R.MAX
+    t = x()
+    ours.reduce(t, both).wait()  # a bare tensor with options: both honoured
+    assert r != n - 1 or torch.equal(t, torch.arange(6.0) + 10 * (n - 1)), t
     o = torch.zeros(2)  # Gloo has no reduce_scatter on torch 1.13: against the sum
     dist.group.WORLD.reduce_scatter(o, [torch.full((2,), float(p + r)) for p in range(n)]).wait()
     assert torch.equal(o, torch.full((2,), float(n * r + n * (n - 1) // 2))), o
