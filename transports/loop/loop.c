@@ -19,6 +19,7 @@ struct pipe {
     pthread_mutex_t mu;
     int refs;
     int closed; /* either end closed: later traffic fails */
+    int bad;    /* a message failed its receive (its status): none after it is delivered */
     struct msg *msg_head, *msg_tail;
     cl_reqq recvs; /* the receiving context's requests, which complete with its notifier */
 };
@@ -246,7 +247,7 @@ static int loop_isend(cl_tr_conn *c, const cl_msg_hdr *hdr, const void *buf, cl_
         int rs = deliver(r, hdr, buf);
         cl_req_complete(r, rs);
         if (rs != COLL_OK)
-            p->closed = 1; /* as on a stream: nothing after a bad message can be trusted */
+            p->closed = 1, p->bad = rs; /* as on a stream: nothing after it can be trusted */
     } else {
         struct msg *m = malloc(sizeof(*m) + hdr->len);
         if (!m) {
@@ -276,7 +277,9 @@ static int loop_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_
         return COLL_ENOMEM;
     struct pipe *p = c->p;
     pthread_mutex_lock(&p->mu);
-    if (p->msg_head) {
+    if (p->bad) {
+        cl_req_complete(r, p->bad);
+    } else if (p->msg_head) {
         struct msg *m = p->msg_head;
         p->msg_head = m->next;
         if (!p->msg_head)
@@ -284,7 +287,7 @@ static int loop_irecv(cl_tr_conn *c, cl_msg_hdr *hdr, void *buf, size_t cap, cl_
         int rs = deliver(r, &m->hdr, m->data);
         free(m);
         if (rs != COLL_OK)
-            p->closed = 1;
+            p->closed = 1, p->bad = rs;
         cl_req_complete(r, rs);
     } else if (p->closed) {
         cl_req_complete(r, COLL_EPEER);
