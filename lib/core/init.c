@@ -380,38 +380,26 @@ static void serve_status_at(coll_comm *c, const cl_rdzv *rv)
     }
 }
 
-/* How long a rank whose init failed waits for rank 0's store to say so, or rank 0 for
- * the others to read it: ranks of a job start within seconds of each other, and its own
- * error waits meanwhile (where every rank fails, rank 0 too, the others return this much
- * later; rank 0 returns once every other rank has read its note). */
+/* How long a rank whose init failed waits for rank 0's store to say so: ranks of a job
+ * start within seconds of each other, and its own error waits meanwhile (where every
+ * rank fails, rank 0 too, the others return this much later). */
 enum { TELL_MS = 5000 };
 
-/* The note in store: rank 0 writes its terms beside it (and waits while the others read
- * it), every other rank writes it beside rank 0's. */
-static void leave_note(cl_store *store, const cl_config *cfg, const cl_rdzv *rv, int code,
-                       int64_t deadline)
-{
-    if (rv->rank == 0)
-        cl_terms_fail_rank0(store, cfg, rv->size, rv->family, code, cl_init_err, deadline);
-    else
-        cl_terms_fail(store, cfg, rv->rank, code, cl_init_err, deadline);
-}
-
-/* This rank's init failed before it met (its transport, its interface): it says so in
- * the store (leave_note), and the others' waits end at once with its error instead of at
- * their timeout saying it is missing. Rank 0 opens a tcp:// store as it would to meet
- * (serving it); where another program or job holds the port, it writes nothing there.
- * Closes store (a caller's; NULL: this rank opens rv's for the note). */
+/* This rank's init failed before it met (its transport, its interface): it says so
+ * beside rank 0's terms (cl_terms_fail), and the others' waits end at once with its
+ * error instead of at their timeout saying it is missing. Rank 0 says nothing: a note
+ * stands beside its terms, and a tcp rendezvous's store is its own. Closes store (a
+ * caller's; NULL: this rank opens rv's for the note). */
 static void tell_failure(const cl_config *cfg, const cl_rdzv *rv, cl_store *store, int code)
 {
     int wait_ms = CL_MIN(cfg->timeout_ms, TELL_MS);
     char err[300];
-    if (rv->size > 1) /* its own error now, not after the wait */
+    if (rv->rank != 0) /* its own error now, not after the wait for rank 0's store */
         cl_log(COLL_LOG_WARN, "rank %d: init failed: %s; telling the other ranks (up to %d ms)",
                rv->rank, cl_init_err, wait_ms);
-    if (rv->size > 1 &&
+    if (rv->rank != 0 &&
         (store || cl_store_open(rv, wait_ms, &store, err, sizeof(err)) == COLL_OK))
-        leave_note(store, cfg, rv, code, cl_now_ms() + wait_ms);
+        cl_terms_fail(store, cfg, rv->rank, code, cl_init_err, cl_now_ms() + wait_ms);
     if (store)
         store->ops->close(store);
 }

@@ -7,11 +7,7 @@
  * The store before the seal is open to whoever reaches it, so a note holds no text: it
  * says who differs and both sides' terms, and each reader writes the sentence itself.
  * A rank whose own init fails leaves a note of another kind in the same place, beside
- * rank 0's terms: its rank, its error code and its words. Rank 0, failing, writes its
- * terms for that note to stand beside, the note first: no rank reads those terms without
- * it (nor compares them and leaves a note of its own over it). Every rank that reads
- * rank 0's note says so ("heard/R", the terms' nonce), so rank 0 keeps its store up only
- * until all have, and never into another job's terms. Those words are shown only
+ * rank 0's terms: its rank, its error code and its words. Those words are shown only
  * where a tag under the job's COLL_SECRET vouches for them, or the job has no secret
  * (anyone who reaches its store may then join it anyway); either note ends the job as
  * easily as the other. Rank 0's terms carry a fresh nonce, and a note counts only while
@@ -35,10 +31,6 @@
 #define FORMED_MAGIC "collformed"
 #define FAIL_MAGIC "collfail"
 #define FAIL_DOMAIN "coll fail note v1"
-#define HEARD_KEY "heard/%d"
-
-/* Looks at the note between short waits: every rank fails within a moment of it. */
-enum { LOOK_MS = 200 };
 
 /* Fixed-width fields only: the record is read by other processes as it is. */
 typedef struct {
@@ -166,7 +158,7 @@ static int read_failure(fail_note *f, size_t got, int size, const uint8_t *key, 
 {
     uint8_t want[CL_TAG_BYTES];
     if (got != sizeof(*f) || memcmp(f->magic, FAIL_MAGIC, sizeof(f->magic)) != 0 ||
-        f->rank < 0 || f->rank >= size)
+        f->rank < 1 || f->rank >= size) /* rank 0 leaves none */
         return 0;
     if (key)
         fail_tag(key, f, want); /* over the bytes as written */
@@ -198,9 +190,8 @@ static int current(cl_store *plain, const uint8_t nonce[16], int *size)
     return 1;
 }
 
-/* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why, and
- * for a failed rank's note its rank in *from (NULL: not asked). */
-static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len, int *from)
+/* COLL_OK: no note; else the note's answer (cl_terms_wait), its sentence in why. */
+static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len)
 {
     any_note a;
     note *n = &a.differ;
@@ -217,11 +208,8 @@ static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len
         if (differ(&n->r0, &n->theirs, n->rank, why, len))
             return COLL_EMISMATCH;
     }
-    if (there && read_failure(&a.fail, got, size, key, why, len)) {
-        if (from)
-            *from = a.fail.rank;
+    if (there && read_failure(&a.fail, got, size, key, why, len))
         return CL_TERMS_FAILED;
-    }
     if (plain->ops->get(plain, FORMED_KEY, formed, sizeof(formed), &got) == COLL_OK &&
         got == sizeof(formed) && memcmp(formed, FORMED_MAGIC, sizeof(formed)) == 0) {
         snprintf(why, len,
@@ -236,53 +224,6 @@ static int read_notes(cl_store *plain, const uint8_t *key, char *why, size_t len
 static const uint8_t *key_of(const cl_config *cfg)
 {
     return cfg->keyed ? cfg->key : NULL;
-}
-
-static void heard_key(int rank, char *key, size_t len)
-{
-    snprintf(key, len, HEARD_KEY, rank);
-}
-
-/* This rank read rank 0's note beside the terms of nonce: rank 0 may stop serving once
- * every rank has. Where rank 0 removed the terms meanwhile (it gave up waiting), nobody
- * will remove the word, which a file directory would keep: this rank does. */
-static void heard(cl_store *s, int rank, const uint8_t nonce[16])
-{
-    char key[32];
-    int size;
-    heard_key(rank, key, sizeof(key));
-    if (s->ops->set(s, key, nonce, 16) == COLL_OK && !current(s, nonce, &size))
-        cl_store_remove(s, key);
-}
-
-/* read_notes for a rank that read rank 0's terms r0, which says where it read rank 0's
- * own failure (a rank rank 0 waits for: one its world size has). */
-static int notes_for(cl_store *s, const cl_config *cfg, int rank, const terms *r0, char *why,
-                     size_t len)
-{
-    int from = -1, rc = read_notes(s, key_of(cfg), why, len, &from);
-    if (rc == CL_TERMS_FAILED && from == 0 && rank < r0->size)
-        heard(s, rank, r0->nonce);
-    return rc;
-}
-
-/* Rank 0's terms: its settings and a fresh nonce. 0, or no random bytes. */
-static int draw(terms *t, const cl_config *cfg, int size, int family)
-{
-    fill(t, cfg, size, family);
-    return cl_auth_nonce(t->nonce, sizeof(t->nonce));
-}
-
-/* This rank's failure (code, its words) as a note beside the terms of nonce. */
-static int write_failure(cl_store *s, const cl_config *cfg, int rank, const uint8_t nonce[16],
-                         int code, const char *words)
-{
-    fail_note f = {.magic = FAIL_MAGIC, .rank = rank, .code = code};
-    memcpy(f.nonce, nonce, sizeof(f.nonce));
-    snprintf(f.words, sizeof(f.words), "%s", words);
-    if (cfg->keyed)
-        fail_tag(cfg->key, &f, f.tag);
-    return s->ops->set(s, ABORT_KEY, &f, sizeof(f));
 }
 
 /* Rank 0's terms r0 (n bytes read) are this library's and of this rank's job. */
@@ -306,8 +247,9 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
 {
     terms mine, r0;
     size_t n = 0;
+    fill(&mine, cfg, size, family);
     if (rank == 0) {
-        if (draw(&mine, cfg, size, family) != 0) {
+        if (cl_auth_nonce(mine.nonce, sizeof(mine.nonce)) != 0) {
             snprintf(why, len, "no random bytes for the job's terms");
             return COLL_ESYS;
         }
@@ -316,13 +258,12 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
             snprintf(why, len, "a job's terms are there already");
         return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
     }
-    fill(&mine, cfg, size, family);
     int rc = cl_terms_wait(s, s, key_of(cfg), "terms", &r0, sizeof(r0), &n, deadline, why, len);
     if (rc != COLL_OK || (rc = check_job(&r0, n, cfg, why, len)) != COLL_OK)
         return rc;
     /* the terms of a job that formed already, or that a note ends: the tcp store keeps
      * them, so the wait above did not look at the notes */
-    if ((rc = notes_for(s, cfg, rank, &r0, why, len)) != COLL_OK)
+    if ((rc = read_notes(s, key_of(cfg), why, len)) != COLL_OK)
         return rc;
     if (!differ(&r0, &mine, rank, why, len))
         return COLL_OK;
@@ -331,13 +272,15 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
     return COLL_EMISMATCH;
 }
 
+/* Looks at the note between short waits: every rank fails within a moment of it. */
+enum { LOOK_MS = 200 };
+
 int cl_terms_wait(cl_store *s, cl_store *plain, const uint8_t *job_key, const char *key,
                   void *buf, size_t cap, size_t *len, int64_t deadline, char *why, size_t whylen)
 {
     for (;;) {
         int rc = cl_store_wait(s, key, buf, cap, len, CL_MIN(deadline, cl_now_ms() + LOOK_MS));
-        if (rc != COLL_ETIMEDOUT ||
-            (rc = read_notes(plain, job_key, why, whylen, NULL)) != COLL_OK)
+        if (rc != COLL_ETIMEDOUT || (rc = read_notes(plain, job_key, why, whylen)) != COLL_OK)
             return rc;
         if (cl_now_ms() >= deadline)
             return COLL_ETIMEDOUT;
@@ -354,52 +297,14 @@ int cl_terms_fail(cl_store *s, const cl_config *cfg, int rank, int code, const c
     /* another job's store, or a note there already (the first cause stays), or a job
      * that formed without this rank: nothing to say */
     if (rc != COLL_OK || (rc = check_job(&r0, n, cfg, why, sizeof(why))) != COLL_OK ||
-        (rc = notes_for(s, cfg, rank, &r0, why, sizeof(why))) != COLL_OK)
+        (rc = read_notes(s, key_of(cfg), why, sizeof(why))) != COLL_OK)
         return rc;
-    return write_failure(s, cfg, rank, r0.nonce, code, words);
-}
-
-/* Whether rank said by deadline that it read rank 0's note beside the terms of nonce. */
-static int heard_from(cl_store *s, int rank, const uint8_t nonce[16], int64_t deadline)
-{
-    char key[32];
-    uint8_t got[16];
-    size_t n = 0;
-    heard_key(rank, key, sizeof(key));
-    while (cl_store_wait(s, key, got, sizeof(got), &n, deadline) == COLL_OK) {
-        if (n == sizeof(got) && memcmp(got, nonce, sizeof(got)) == 0)
-            return 1;
-        if (cl_now_ms() >= deadline) /* another job's word, which this rank's replaces */
-            return 0;
-        cl_sleep_ms(CL_MIN(LOOK_MS, cl_store_ms_left(deadline)));
-    }
-    return 0;
-}
-
-int cl_terms_fail_rank0(cl_store *s, const cl_config *cfg, int size, int family, int code,
-                        const char *words, int64_t deadline)
-{
-    terms mine;
-    size_t n = 0;
-    int rc = s->ops->get(s, "terms", &mine, sizeof(mine), &n), all = 1;
-    if (rc != COLL_INPROGRESS) /* terms there: another job's, whose records are not ours */
-        return rc == COLL_OK ? CL_TERMS_CLASH : rc;
-    if (draw(&mine, cfg, size, family) != 0)
-        return COLL_ESYS;
-    /* the note first: whoever reads the terms reads it (its nonce counts once they come) */
-    if ((rc = write_failure(s, cfg, 0, mine.nonce, code, words)) != COLL_OK)
-        return rc;
-    if ((rc = cl_store_create(s, "terms", &mine, sizeof(mine))) != COLL_OK)
-        return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc; /* the note counts beside none */
-    for (int p = 1; all && p < size; p++)
-        all = heard_from(s, p, mine.nonce, deadline);
-    cl_terms_remove(s); /* the terms first: a rank that says it heard after this removes it */
-    for (int p = 1; p < size; p++) {
-        char key[32];
-        heard_key(p, key, sizeof(key));
-        cl_store_remove(s, key);
-    }
-    return all ? COLL_OK : COLL_ETIMEDOUT;
+    fail_note f = {.magic = FAIL_MAGIC, .rank = rank, .code = code};
+    memcpy(f.nonce, r0.nonce, sizeof(f.nonce));
+    snprintf(f.words, sizeof(f.words), "%s", words);
+    if (cfg->keyed)
+        fail_tag(cfg->key, &f, f.tag);
+    return s->ops->set(s, ABORT_KEY, &f, sizeof(f));
 }
 
 int cl_terms_formed(cl_store *s)

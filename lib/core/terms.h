@@ -39,17 +39,10 @@ int cl_terms_wait(cl_store *s, cl_store *plain, const uint8_t *job_key, const ch
                   size_t whylen);
 /* A rank whose own init failed (code, its error in words) says so in the plain store s,
  * for every other rank's wait to end with it: once rank 0's terms of this job are there
- * (waiting for them until deadline), unless a note is there already (rank 0's: it says
- * it read it, as cl_terms_agree does). COLL_OK once written. */
+ * (waiting for them until deadline), unless a note is there already. COLL_OK once
+ * written. */
 int cl_terms_fail(cl_store *s, const cl_config *cfg, int rank, int code, const char *words,
                   int64_t deadline);
-/* Rank 0's own init failed (code, words): it writes the note, then its terms (size,
- * family: the job's, as far as it knows) for the note to stand beside, into the plain store
- * s, unless terms are there already (CL_TERMS_CLASH: another job's, nothing written); then
- * waits until every other rank has read the note or deadline (COLL_ETIMEDOUT), and removes
- * what it wrote. COLL_OK: every rank read it. */
-int cl_terms_fail_rank0(cl_store *s, const cl_config *cfg, int size, int family, int code,
-                        const char *words, int64_t deadline);
 /* Rank 0's note, once the job formed, for a rank that comes later. */
 int cl_terms_formed(cl_store *s);
 /* Forgets the terms and the note (stores whose records outlive the job). */
