@@ -241,8 +241,10 @@ COLL_API int coll_reduce_scatterv(coll_comm *comm, const void *sendbuf, void *re
  * returns 0 with a malloc'ed copy in *value (the library frees it), or a COLL_E* code
  * (COLL_ETIMEDOUT when the key did not come; any other value is taken as COLL_ESYS).
  * Both may be called from the calling thread only, and only until init returns; ctx
- * stays the caller's. The library writes the keys "job" and "addr/<rank>": give each
- * communicator its own store or key prefix (as torch's PrefixStore does). */
+ * stays the caller's. The library writes keys of its own ("terms", "job", "addr/<rank>",
+ * "cards/<n>", and notes such as "abort" and "clash") and, having no way to remove
+ * them, leaves them there: give each communicator its own store or key prefix (as
+ * torch's PrefixStore does), and a fresh one for each init. */
 typedef struct coll_store_ops {
     int (*set)(void *ctx, const char *key, const void *value, size_t len);
     int (*get)(void *ctx, const char *key, void **value, size_t *len, int timeout_ms);
