@@ -5,7 +5,8 @@
  * data goes on; a rails hello of another version, or of none (an older library), is
  * refused with a message naming both versions; a rail failed on purpose fails over to
  * the control connection, a rail that never comes is given up after 3 s at both ends
- * (messages still whole both ways), and a halt asked after a local close touches nothing. The
+ * (messages still whole both ways), a listener gone while a rail is awaited fails the
+ * dialer's sends at once, and a halt asked after a local close touches nothing. The
  * weighted cut (rails_cut.h): its arithmetic, each rail's bytes in proportion to the cut
  * its sender chose (the receiver reads it from the wire), the caller's tag kept, and a
  * failed rail's share spread over the rails left by their weights. */
@@ -590,6 +591,22 @@ START_TEST(a_big_message_sent_before_a_rail_is_given_up_arrives_whole)
 }
 END_TEST
 
+/* A listening socket on loopback (its queue: backlog) in place of rail 1 in p's handle;
+ * its fd. */
+static int rail_1_aside(pair *p, int backlog)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(at);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&at, len), 0);
+    ck_assert_int_eq(listen(fd, backlog), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
+    char *rail1 = p->handle + strlen(p->handle) + 1;
+    memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p->handle));
+    snprintf(rail1, 32, "127.0.0.1:%d", ntohs(at.sin_port));
+    return fd;
+}
+
 /* The race of a rail given up: the dialer's rail 1 (held here, in a socket of the test's
  * own, until the listener handed the connection out without it) reaches the listener
  * late. The listener closes it at once, and messages still go whole both ways: the
@@ -598,16 +615,9 @@ START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
 {
     pair p;
     pair_listen(&p);
-    int hold = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(at);
-    ck_assert_int_eq(bind(hold, (struct sockaddr *)&at, len), 0);
-    ck_assert_int_eq(listen(hold, 1), 0);
-    ck_assert_int_eq(getsockname(hold, (struct sockaddr *)&at, &len), 0);
     char *rail1 = p.handle + strlen(p.handle) + 1, real[CL_HANDLE_BYTES];
     snprintf(real, sizeof(real), "%s", rail1);
-    memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p.handle));
-    snprintf(rail1, 32, "127.0.0.1:%d", ntohs(at.sin_port));
+    int hold = rail_1_aside(&p, 1);
     uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
     ck_assert_int_eq(p.tr->connect(p.a, p.handle, hello, 1 << 20, &p.send), COLL_OK);
     strcpy(rail1, real); /* raw_hello's way to the listener's rail 1 */
@@ -621,6 +631,58 @@ START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
     both_ways(&p);
     close(late);
     close(in);
+    close(hold);
+    pair_done(&p);
+}
+END_TEST
+
+/* A connection to listening socket fd left in its queue of one (backlog 0): a dial to fd
+ * after it is never answered, its SYNs dropped, as where a firewall drops them. */
+static int fill_queue(int fd)
+{
+    struct sockaddr_in at;
+    socklen_t len = sizeof(at);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
+    int in_queue = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(in_queue, (struct sockaddr *)&at, len), 0);
+    return in_queue;
+}
+
+/* The listener goes (its coll_destroy: the listener closed, then the context) while a
+ * connection forms, waiting for a rail 1 whose dial it never answers: a striped send of
+ * the dialer's, posted before the listener goes (0: a part waits on rail 1) or after the
+ * dialer saw its control connection end (1), fails with COLL_EPEER within a second.
+ * Before, such a part waited for the dial until the kernel gave it up (about two
+ * minutes) or the operation's timeout. */
+START_TEST(a_listener_gone_while_a_rail_is_awaited_fails_the_dialer_s_sends)
+{
+    enum { SIZE = 256 << 10 }; /* striped, and within the socket buffers: rail 0's part goes */
+    pair p;
+    pair_listen(&p);
+    int hold = rail_1_aside(&p, 0), in_queue = fill_queue(hold);
+    uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
+    ck_assert_int_eq(p.tr->connect(p.a, p.handle, hello, 1 << 20, &p.send), COLL_OK);
+    char *out = calloc(1, SIZE);
+    cl_msg_hdr h = {.magic = CL_MSG_MAGIC, .len = SIZE, .tag = 0x5a18u};
+    cl_tr_req *rs;
+    if (_i == 0)
+        ck_assert_int_eq(p.tr->isend(p.send, &h, out, &rs), COLL_OK);
+    for (int64_t end = cl_now_ms() + 500; cl_now_ms() < end; usleep(20000)) /* it forms */
+        ck_assert_int_eq(p.tr->accept(p.l, got, &p.recv), COLL_INPROGRESS);
+    int64_t gone = cl_now_ms();
+    p.tr->close_listener(p.l);
+    p.tr->ctx_destroy(p.b);
+    p.b = NULL;
+    if (_i == 1) {
+        wait_log("rails: the control connection to");
+        ck_assert_int_eq(p.tr->isend(p.send, &h, out, &rs), COLL_OK);
+    }
+    int rc = wait_req(&p, rs, NULL);
+    long long ms = (long long)(cl_now_ms() - gone);
+    ck_assert_msg(rc == COLL_EPEER && ms < 1000, "the send: %s after %lld ms, want %s in 1 s\n%s",
+                  coll_strerror(rc), ms, coll_strerror(COLL_EPEER), said);
+    free(out);
+    close(in_queue);
     close(hold);
     pair_done(&p);
 }
@@ -683,6 +745,7 @@ int main(void)
     tcase_add_test(t, unclaimed_rails_make_room_after_a_while);
     tcase_add_test(t, a_big_message_sent_before_a_rail_is_given_up_arrives_whole);
     tcase_add_test(t, a_rail_that_comes_after_it_was_given_up_is_closed);
+    tcase_add_loop_test(t, a_listener_gone_while_a_rail_is_awaited_fails_the_dialer_s_sends, 0, 2);
     tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
     tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
     tcase_add_test(t, the_equal_code_cuts_as_before);

@@ -66,8 +66,9 @@
  * message keeps a part on each rail: the caller's tag rides on it, and the GOT's count
  * of a rail's parts stays the count of messages. Rail 0 failing still fails the
  * connection (as tcp's failure does): the headers and the order live on rail 0; the
- * control connection's loss fails a message that needed it. A rail that comes back is
- * not used again.
+ * control connection's loss fails a message that needed it, and closes a rail whose
+ * dial is not through (no GOT can give it up now). A rail that comes back is not used
+ * again.
  *
  * Not done yet (see the issue's closing note): small messages on the fastest rail (see
  * the wire above); the auto transport still uses plain tcp. */
@@ -703,7 +704,7 @@ static cl_tr_conn *claim(cl_tr_listener *l, cl_tr_conn *c, int k, int take)
     return t;
 }
 
-static void ctl_start(cl_tr_conn *c);
+static void ctl_start(cl_tr_conn *c, cl_tr_conn *ctl);
 static int ctl_send(cl_tr_conn *c, cl_msg_hdr h, const void *buf, cl_tr_req **out);
 
 /* Rail k of c (handed out now, its control connection started) did not come: failed from
@@ -737,15 +738,15 @@ static int complete_conn(cl_tr_listener *l, cl_tr_conn *c)
             return 0;
     for (int k = 1; k < n; k++)
         c->rail[k] = claim(l, c, k, 1);
-    c->ctl = n > 1 ? claim(l, c, CTL, 1) : NULL; /* none where the dialer uses one rail */
+    cl_tr_conn *ctl = n > 1 ? claim(l, c, CTL, 1) : NULL; /* none where the dialer uses one */
     c->n = n;
     for (int k = 1; k < n; k++) /* before ctl_start: the peer's frames read them */
         if (!c->rail[k]) {
             c->state[k] = HALTED;
             c->shut[k] = 1; /* no tcp connection to close */
         }
-    if (c->ctl)
-        ctl_start(c);
+    if (ctl)
+        ctl_start(c, ctl);
     for (int k = 1; k < n; k++)
         if (!c->rail[k])
             give_up_rail(l, c, k);
@@ -891,6 +892,7 @@ static uint64_t fresh_id(void)
  * message that binds them to rail 0 for the acceptor. */
 static int dial_rails(cl_tr_conn *c, char h[MAX_RAILS][CL_HANDLE_BYTES], int theirs, size_t want)
 {
+    cl_tr_conn *t = NULL; /* the control connection, c's once ctl_start publishes it */
     c->id[0] = fresh_id();
     c->id[1] = (uint64_t)c->n;
     for (int k = 1; k <= c->n && c->n > 1; k++) {
@@ -903,12 +905,12 @@ static int dial_rails(cl_tr_conn *c, char h[MAX_RAILS][CL_HANDLE_BYTES], int the
         if (c->ctx->keyed)
             prove(c->ctx, hello, h[0]);
         int rc = TCP->connect(c->ctx->rail[ctl ? 0 : k], h[ctl ? 0 : k], hello, want,
-                              ctl ? &c->ctl : &c->rail[k]);
+                              ctl ? &t : &c->rail[k]);
         if (rc != COLL_OK)
             return rc;
     }
-    if (c->ctl)
-        ctl_start(c);
+    if (t)
+        ctl_start(c, t);
     if (theirs < 2)
         return COLL_OK;
     cl_msg_hdr idh = {.magic = CL_MSG_MAGIC, .coll = RAIL_ID, .len = sizeof(c->id)};
@@ -1166,11 +1168,20 @@ static void ctl_frame_cb(void *arg, const cl_msg_hdr *h, void *buf)
         wake_worker(c->ctx);
 }
 
-static void ctl_start(cl_tr_conn *c)
+/* Sets c's control connection, then posts its frame receiver, each under fo_mu: the
+ * worker looks at every listed connection, forming ones too (ctl_check). The connection
+ * first: once the receiver is up, the peer's frames may wake the worker to send on it. */
+static void ctl_start(cl_tr_conn *c, cl_tr_conn *ctl)
 {
-    if (cl_tcp_irecv_frames(c->ctl, &c->ctl_hdr, ctl_hdr_cb, ctl_frame_cb, c, &c->ctl_rx) !=
-        COLL_OK)
-        c->ctl_dead = 1;
+    pthread_mutex_lock(&c->fo_mu);
+    c->ctl = ctl;
+    pthread_mutex_unlock(&c->fo_mu);
+    cl_tr_req *rx = NULL;
+    int rc = cl_tcp_irecv_frames(ctl, &c->ctl_hdr, ctl_hdr_cb, ctl_frame_cb, c, &rx);
+    pthread_mutex_lock(&c->fo_mu);
+    c->ctl_rx = rx;
+    c->ctl_dead = rc != COLL_OK;
+    pthread_mutex_unlock(&c->fo_mu);
 }
 
 /* Rail k's end, if it may fail over: 1 to look again soon (the grace has not passed). A
@@ -1260,12 +1271,39 @@ static void route_rail(cl_tr_conn *c, int k)
     free(again);
 }
 
+/* Rails k > 0 of c whose dial is not through, closed once the control connection ended:
+ * the peer's GOT that gives such a rail up cannot come now, and a dial the peer never
+ * answers (its listener gone while the connection formed: a coll_destroy there, SYNs
+ * dropped on the way) would hold a part posted on it until the kernel gives up the dial
+ * (minutes) or the operation's timeout. Closed, the rail fails that part at once, and
+ * the message with it (COLL_EPEER), as any rail failing without the control connection;
+ * halted first, as one that never came (complete_conn), so that no later part is posted
+ * on it: tcp frees a closed connection that never carried a request. */
+static void close_undialed(cl_tr_conn *c)
+{
+    for (int k = 1; k < c->n; k++) {
+        pthread_mutex_lock(&c->send_mu); /* sends read the state, then post on the rail */
+        pthread_mutex_lock(&c->fo_mu);
+        int undialed =
+            c->state[k] == LIVE && !c->closed && !c->shut[k] && !cl_tcp_ready(c->rail[k]);
+        if (undialed)
+            c->state[k] = HALTED;
+        pthread_mutex_unlock(&c->fo_mu);
+        pthread_mutex_unlock(&c->send_mu);
+        if (undialed)
+            close_tcp(c, k);
+    }
+}
+
 /* The control connection ended (or the whole connection goes down): no rail can fail
  * over now, so the copies are of no use, and no ACK would free them. It closes, so that
  * the peer stops counting on it too (its receiver may have died alone: a bad frame). */
 static void ctl_check(cl_tr_conn *c)
 {
-    if (!c->ctl || !ctl_dead(c))
+    pthread_mutex_lock(&c->fo_mu); /* set as the connection forms (ctl_start) */
+    int has_ctl = c->ctl != NULL;
+    pthread_mutex_unlock(&c->fo_mu);
+    if (!has_ctl || !ctl_dead(c))
         return;
     pthread_mutex_lock(&c->send_mu); /* rail 0 stays (rails_close_conn) */
     pthread_mutex_lock(&c->fo_mu);
@@ -1289,6 +1327,7 @@ static void ctl_check(cl_tr_conn *c)
            "(%s): a rail that fails from now on fails the connection", c->name,
            coll_strerror(status));
     close_tcp(c, CTL);
+    close_undialed(c);
 }
 
 /* 1 when c wants another look soon. */
