@@ -783,7 +783,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None, op=None):
         tensors = _listed(tensors)
         t, back = _flat(_one("allreduce", tensors, "tensor"))
-        op, factor = _reduction(opts if op is None else op)
+        op, factor = _reduction(_either("allreduce", opts, op, "op"))
         if factor is not None:
             t.mul_(factor)
         return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
@@ -819,7 +819,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None, root=None):
         tensors = _listed(tensors)
-        root = self._root("broadcast", opts if root is None else root)
+        root = self._root("broadcast", _either("broadcast", opts, root, "root"))
         t, back = _flat(_one("broadcast", tensors, "tensor"))
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
@@ -828,12 +828,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
             if not hasattr(opts, "rootRank"):  # a root, not options
-                if opts is not None and root is not None:
-                    raise TypeError("collective: reduce got the root twice")
-                opts, root = None, opts if root is None else root
+                opts, root = None, _either("reduce", opts, root, "root")
         root = self._root("reduce", opts if root is None else root)
         t, back = _flat(_one("reduce", tensors, "tensor"))
-        op, factor = _reduction(opts if op is None else op)
+        op, factor = _reduction(_either("reduce", opts, op, "op"))
         i = _scaled(t, factor)  # a copy: a rank other than the root keeps its tensor
         out = t if self.comm.rank == root else None
         return self._start("reduce", (_ptr(i), _ptr(out), t.numel(), _dtype(t), op, root),
@@ -1114,6 +1112,14 @@ def _late(ranks, ms):
 
 def _invalid(op, what):
     raise RuntimeError(f"collective: {op}: {what}")
+
+
+def _either(op, positional, keyword, name):
+    """The one of an argument given by position (options, or the bare form's value) or
+    by keyword; both is torch's binding's TypeError, not a silent choice."""
+    if positional is not None and keyword is not None:
+        raise TypeError(f"collective: {op} got its {name} twice")
+    return keyword if positional is None else positional
 
 
 def _listed(tensors):

@@ -704,13 +704,16 @@ def bare_forms(r, n, where):
             call(pg, t).wait()
             seen.append([t] + got.get(id(pg), []))
         root = {"reduce(t, root)": n - 1, "reduce(t, root, op)": n - 1,
-                "reduce(t, root=, op=)": 0, "gather(outs, t, root) at the root": 0}.get(name, r)  # Gloo's other ranks: scratch
+                "reduce(t, root=, op=)": 0,  # Gloo's other ranks hold scratch
+                "gather(outs, t, root) at the root": 0}.get(name, r)
         assert r != root or all(torch.equal(a, b) for a, b in zip(*seen)), (name, seen)
     ours = dist.group.WORLD
-    for i, wrong in enumerate((lambda: ours.reduce([x()], 1), lambda: ours.allreduce([x()], 1),
-                               lambda: ours.reduce(x(), 1, 1), lambda: ours.reduce(x(), 1, root=0),
-                               lambda: ours.reduce(x(), R.MAX))):  # an op or a root? as Gloo:
-        try:  # a TypeError, before anything is sent (torch 2.x's ops equal ints: 1 is AVG)
+    wrongs = (lambda: ours.reduce([x()], 1), lambda: ours.allreduce([x()], 1),
+              lambda: ours.reduce(x(), 1, 1), lambda: ours.reduce(x(), 1, root=0),
+              lambda: ours.reduce(x(), R.MAX), lambda: ours.broadcast(x(), 1, root=0),
+              lambda: ours.allreduce([x()], R.MAX, op=R.MIN))
+    for i, wrong in enumerate(wrongs):  # as Gloo's: a TypeError, before anything is sent
+        try:  # (torch 2.x's ops equal ints: 1 is AVG)
             wrong()
             raise AssertionError(f"case {i}: no TypeError")
         except TypeError:
@@ -960,8 +963,8 @@ def fsdp_checkpoint(r, n, where):
     assert dist.distributed_c10d._device_capability() == ["cpu"]
     for name, pg in (("ours", None), ("gloo", g)):
         torch.manual_seed(0)
-        m = FSDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)),
-                 process_group=pg, device_id=torch.device("cpu"), use_orig_params=True)
+        mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        m = FSDP(mlp, process_group=pg, device_id=torch.device("cpu"), use_orig_params=True)
         opt = torch.optim.Adam(m.parameters(), lr=0.01)
         for i in range(3):
             torch.manual_seed(r * 10 + i)
