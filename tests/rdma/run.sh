@@ -1,7 +1,7 @@
 #!/bin/sh
 # meson test rdma-vm: the ibverbs transport, and the ofi plugin over libfabric's verbs
 # provider, on real verbs (SoftRoCE) in one qemu boot. RDMA_VM_SPEED=1 adds the speed
-# references of ofi_speed.sh (5 minutes more); RDMA_VM_ONLY=ofi runs the ofi plugin's
+# references (perftest's ib_write_bw, about a minute, and ofi_speed.sh, 5 minutes more); RDMA_VM_ONLY=ofi runs the ofi plugin's
 # checks alone (in_vm.sh).
 # Skips (77) where qemu is not installed; .ci/deps installs it.
 # Usage: run.sh TEST_CONFORMANCE TEST_MATRIX COLL_PERF LIBCOLLECTIVE [COLL_NET_CHECK OFI_PLUGIN]
