@@ -113,7 +113,10 @@ COLL_API const char *coll_last_error(const coll_comm *comm);
  *                         OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else
  *                         SLURM_PROCID/SLURM_NTASKS (with MASTER_ADDR/MASTER_PORT)
  *      "tcp://host:port"  rank 0 binds it and serves the rendezvous store; the others
- *                         retry with backoff until the timeout
+ *                         retry with backoff until the timeout. A rank it served that
+ *                         finds it gone before init ends (its connection closed, and
+ *                         nothing with the terms it read answers there) fails at once:
+ *                         COLL_EPEER, rank 0 failed or ended
  *      "file:///dir"      a directory every rank can reach (use a fresh one per job)
  *      "mem://name"       in-process store, for ranks that are threads of one process
  * rank, size < 0: taken from the environment. cfg may be NULL (all defaults).

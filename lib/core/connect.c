@@ -90,6 +90,21 @@ int cl_link_verdict(coll_comm *c, int status)
     return rc;
 }
 
+/* Whether rank 0's store, which served this rank at init (cl_store_renew: its connection
+ * ended and nothing with the terms it read answers there), went away: rank 0 left, and a
+ * link from it would never come. Only until this rank passes the first token: rank 0
+ * closes its store once the token is back. */
+static int rank0_gone(coll_comm *c)
+{
+    if (!c->store || cl_store_renew(c->store) != COLL_EPEER)
+        return 0;
+    cl_comm_fail(c, COLL_EPEER,
+                 "rank %d: rank 0's rendezvous store went away while the communicator "
+                 "connected: rank 0 failed, gave up or ended (its own error says why)",
+                 c->rank);
+    return 1;
+}
+
 /* This rank's ring links, to the next rank and from the previous one, within the
  * timeout: a rank that cannot reach its neighbours learns it at init. */
 static int ring_links(coll_comm *c)
@@ -112,6 +127,8 @@ static int ring_links(coll_comm *c)
         }
         if (cl_now_ms() >= deadline)
             break;
+        if (rank0_gone(c))
+            return COLL_EPEER;
         /* Not every listener signals a connection: look again soon. */
         cl_notifier_wait(c->note, seen, CL_MIN(deadline, cl_now_ms() + 1));
     }

@@ -126,9 +126,9 @@ static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *
     char list[256];
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM, lost = 0;
-    if (have && c->rank != 0) {
+    if (have && c->rank != 0) { /* EPEER: rank 0's store went away (rank0_gone says so) */
         int rc = card_values(c, m, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
-        missing = (rc == COLL_ETIMEDOUT || rc == COLL_EPEER) && !m->noted ? 1 : rc;
+        missing = rc == COLL_ETIMEDOUT && !m->noted ? 1 : rc;
     }
     if (have) { /* this rank is here, whatever the store says */
         have[c->rank] = 1;
@@ -404,6 +404,35 @@ static void tell_failure(const cl_config *cfg, const cl_rdzv *rv, cl_store *stor
         store->ops->close(store);
 }
 
+/* A rank that rank 0's tcp store served (it read the terms, which pin it) and whose
+ * connection then ended while it waited on rank 0 (the terms' nonce, the job, the cards):
+ * no server with those terms answers there now, so rank 0 failed, gave up or was killed,
+ * and this rank says so at once instead of naming every rank missing at its timeout. A
+ * healthy rank 0 closes its store only once every rank has passed the first token, after
+ * its last read. Nothing is written anywhere: the look is one dial. */
+static void rank0_gone(const meeting *m, int rc)
+{
+    if (rc == COLL_EPEER && !m->noted && m->plain && cl_store_renew(m->plain) == COLL_EPEER)
+        snprintf(cl_init_err, sizeof(cl_init_err),
+                 "rendezvous: rank 0's store at %s://%.300s went away during init: rank 0 "
+                 "failed, gave up or ended (its own error says why)",
+                 m->rv->scheme, m->rv->where);
+}
+
+/* Fault injection for the tests: COLL_FAULT_INIT=cards fails rank 0's init a second
+ * after it published the cards (the others have read them and connect meanwhile), its
+ * store closed as on any failure. */
+static int fault_after_cards(const coll_comm *c)
+{
+    const char *f = getenv("COLL_FAULT_INIT");
+    if (c->rank != 0 || !f || strcmp(f, "cards") != 0)
+        return COLL_OK;
+    cl_sleep_ms(1000);
+    snprintf(cl_init_err, sizeof(cl_init_err),
+             "a fault injected after the cards (COLL_FAULT_INIT)");
+    return COLL_ESYS;
+}
+
 int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
@@ -435,7 +464,8 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
         rc = COLL_ENOMEM;
         goto fail;
     }
-    if ((rc = gather_cards(c, &m, &mine, cards, deadline)) != COLL_OK)
+    if ((rc = gather_cards(c, &m, &mine, cards, deadline)) != COLL_OK ||
+        (rc = fault_after_cards(c)) != COLL_OK)
         goto fail;
     serve_status_at(c, rv); /* coll_status asks the job where its ranks met */
     if ((rc = cl_comm_connect(c, l, cards)) != COLL_OK) {
@@ -456,6 +486,8 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     *out = c;
     return COLL_OK;
 fail:
+    if (!cl_init_err[0]) /* a store's EPEER says nothing; a failed connect said its own */
+        rank0_gone(&m, rc);
     if (!cl_init_err[0])
         snprintf(cl_init_err, sizeof(cl_init_err), "rendezvous at %s://%.300s: %s", rv->scheme,
                  rv->where, coll_strerror(rc));

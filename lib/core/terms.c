@@ -259,6 +259,11 @@ int cl_terms_agree(cl_store *s, const cl_config *cfg, int rank, int size, int fa
         return rc == CL_STORE_TAKEN ? CL_TERMS_CLASH : rc;
     }
     int rc = cl_terms_wait(s, s, key_of(cfg), "terms", &r0, sizeof(r0), &n, deadline, why, len);
+    /* rank 0's store served this rank: where its connection ends before init does, the
+     * store's renew asks whether a server with these very terms (their nonce) answers
+     * there still, or rank 0 went away (init.c, connect.c) */
+    if (rc == COLL_OK)
+        rc = cl_store_pin(s, "terms", &r0, n);
     if (rc != COLL_OK || (rc = check_job(&r0, n, cfg, why, len)) != COLL_OK)
         return rc;
     /* the terms of a job that formed already, or that a note ends: the tcp store keeps

@@ -118,6 +118,12 @@ static void seal_remove(cl_store *st, const char *key)
     cl_store_remove(((sealed *)st)->inner, key);
 }
 
+/* The connection is the inner store's, and so is what it pinned (the terms, unsealed). */
+static int seal_renew(cl_store *st)
+{
+    return cl_store_renew(((sealed *)st)->inner);
+}
+
 static void seal_close(cl_store *st)
 {
     sealed *s = (sealed *)st;
@@ -129,13 +135,15 @@ static const cl_store_ops ops = {.set = seal_set,
                                  .get = seal_get,
                                  .close = seal_close,
                                  .create = seal_create,
-                                 .remove = seal_remove};
+                                 .remove = seal_remove,
+                                 .renew = seal_renew};
 static const cl_store_ops waiting_ops = {.set = seal_set,
                                          .get = seal_get,
                                          .close = seal_close,
                                          .wait = seal_wait,
                                          .create = seal_create,
-                                         .remove = seal_remove};
+                                         .remove = seal_remove,
+                                         .renew = seal_renew};
 
 int cl_store_seal(cl_store *inner, const uint8_t key[32], cl_store **out)
 {

@@ -60,3 +60,13 @@ void cl_store_remove(cl_store *s, const char *key)
     if (s->ops->remove)
         s->ops->remove(s, key);
 }
+
+int cl_store_pin(cl_store *s, const char *key, const void *val, size_t len)
+{
+    return s->ops->pin ? s->ops->pin(s, key, val, len) : COLL_OK;
+}
+
+int cl_store_renew(cl_store *s)
+{
+    return s->ops->renew ? s->ops->renew(s) : COLL_OK;
+}

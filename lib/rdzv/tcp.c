@@ -22,8 +22,17 @@
 typedef struct {
     cl_store base;
     int fd; /* client socket */
+    int ended; /* a request found the connection closed */
+    int gone;  /* renew found no server with the pinned value: it went away */
     int64_t deadline_ms;
     cl_store_server *server; /* rank 0 only */
+    char host[256], port[16];
+    int family;
+    /* A value the server that served this client holds (tcp_pin): renew's proof that a
+     * server at the address now is that one. NULL: none. */
+    char pin_key[CL_STORE_MAX_KEY + 1];
+    void *pin;
+    size_t pin_len;
 } tcp_store;
 
 static int send_all(int fd, const void *p, size_t n)
@@ -218,7 +227,7 @@ static int recv_all(tcp_store *t, void *p, size_t n)
             return COLL_ETIMEDOUT;
         ssize_t k = recv(t->fd, c, n, 0);
         if (k <= 0)
-            return COLL_EPEER;
+            return t->ended = 1, COLL_EPEER;
         c += k;
         n -= (size_t)k;
     }
@@ -235,7 +244,7 @@ static int request(tcp_store *t, unsigned char op, const char *key, const void *
         return COLL_EINVAL;
     if (send_all(t->fd, hdr, CL_STORE_REQ_HDR) || send_all(t->fd, key, klen) ||
         (vlen && send_all(t->fd, val, vlen)))
-        return COLL_EPEER;
+        return t->ended = 1, COLL_EPEER;
     return COLL_OK;
 }
 
@@ -313,11 +322,74 @@ static void tcp_close(cl_store *s)
         close(t->fd);
     if (t->server)
         cl_store_server_stop(t->server);
+    free(t->pin);
     free(t);
 }
 
-static const cl_store_ops ops = {
-    .set = tcp_set, .get = tcp_get, .close = tcp_close, .create = tcp_create};
+static int tcp_pin(cl_store *s, const char *key, const void *val, size_t len)
+{
+    tcp_store *t = (tcp_store *)s;
+    void *copy = malloc(len ? len : 1);
+    if (!copy || strlen(key) > CL_STORE_MAX_KEY) {
+        free(copy);
+        return copy ? COLL_EINVAL : COLL_ENOMEM;
+    }
+    memcpy(copy, val, len);
+    free(t->pin);
+    snprintf(t->pin_key, sizeof(t->pin_key), "%s", key);
+    t->pin = copy, t->pin_len = len;
+    return COLL_OK;
+}
+
+/* Whether the connection has ended: nothing is asked between requests, so anything to
+ * read (the server's close or reset) says so. */
+static int ended(tcp_store *t)
+{
+    struct pollfd pfd = {.fd = t->fd, .events = POLLIN};
+    return t->ended || poll(&pfd, 1, 0) != 0;
+}
+
+/* The server at the address now holds the pinned value: it is the one that served. */
+static int holds_pin(tcp_store *t)
+{
+    size_t n = 0;
+    void *got = malloc(t->pin_len + 1);
+    int same = got && tcp_get(&t->base, t->pin_key, got, t->pin_len + 1, &n) == COLL_OK &&
+               n == t->pin_len && memcmp(got, t->pin, n) == 0;
+    free(got);
+    return same;
+}
+
+/* One dial, no retry: the server was up a moment ago, so a refusal means it went away,
+ * not that it is late. Waits at most GREET_MS for an answer. */
+static int tcp_renew(cl_store *s)
+{
+    tcp_store *t = (tcp_store *)s;
+    char err[300], where[300];
+    if (t->gone)
+        return COLL_EPEER;
+    if (!t->pin || !ended(t))
+        return COLL_OK;
+    if (t->fd >= 0)
+        close(t->fd);
+    t->ended = 0;
+    t->fd = try_connect(t->host, t->port, t->family);
+    cl_addr_join(t->host, t->port, where, sizeof(where));
+    int64_t deadline = t->deadline_ms;
+    t->deadline_ms = cl_now_ms() + GREET_MS;
+    int here = t->fd >= 0 && greet(t, where, err, sizeof(err)) == COLL_OK && holds_pin(t);
+    t->deadline_ms = deadline;
+    t->gone = !here;
+    t->ended = !here;
+    return here ? COLL_OK : COLL_EPEER;
+}
+
+static const cl_store_ops ops = {.set = tcp_set,
+                                 .get = tcp_get,
+                                 .close = tcp_close,
+                                 .create = tcp_create,
+                                 .pin = tcp_pin,
+                                 .renew = tcp_renew};
 
 cl_store_server *cl_store_tcp_keep_server(cl_store *s)
 {
@@ -342,6 +414,9 @@ int cl_store_tcp_open(const char *hostport, int family, int serve_it, int64_t de
     t->base.ops = &ops;
     t->fd = -1;
     t->deadline_ms = deadline_ms;
+    t->family = family;
+    snprintf(t->host, sizeof(t->host), "%s", host);
+    snprintf(t->port, sizeof(t->port), "%s", port);
     int64_t idle_ms = CL_MAX(2 * CL_MIN(deadline_ms - cl_now_ms(), INT64_MAX / 2), 1000);
     int rc = serve_it ? bind_server(t, host, port, family, idle_ms, err, errlen) : COLL_OK;
     if (rc == COLL_OK && (t->fd = connect_retry(host, port, family, deadline_ms)) < 0) {

@@ -5,7 +5,8 @@
  * family, codec, secret, segment, algorithm) all fail at once naming it; a port held by
  * another program is named as such; loop over a tcp rendezvous and an interface that
  * does not exist are refused naming the cause; a file directory is reused after a job
- * (its records are removed) and refused while another job's records are there. */
+ * (its records are removed) and refused while another job's records are there; a rank 0
+ * that leaves after its tcp store served the others ends their init at once. */
 #include "collective.h"
 
 #include "common/harness.h"
@@ -269,6 +270,47 @@ START_TEST(a_rank_that_fails_at_init_ends_every_rank_init_at_once)
 }
 END_TEST
 
+/* Rank 0 leaves after its tcp store served the others (they read its terms): killed
+ * while they wait for its cards (a world of 4, rank 3 never comes), or its own init
+ * failing a second after it published them (COLL_FAULT_INIT=cards), while the others
+ * connect and rank 1 waits for the link from it. Each other rank's init ends with
+ * COLL_EPEER well within the timeout (30 s; they must be done within 10 s), rank 1 saying
+ * that rank 0's store went away; before, they said "missing rank(s) 0,2" with
+ * COLL_ETIMEDOUT, and rank 1 waited for its timeout for the link. */
+#define GONE "rank 0's store at tcp://127.0.0.1:"
+#define GONE_LINKING "rank 0's rendezvous store went away while the communicator connected"
+
+static void rank_0_killed_while_the_others_wait(void)
+{
+    char url[64];
+    env_url(url, sizeof(url));
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++) {
+        who w = {r, 4, 0, NULL, COLL_EPEER, GONE, 0};
+        if ((pids[r] = fork()) == 0)
+            _exit(rank_main(url, &w));
+    }
+    sleep_ms(2000); /* every rank has read the terms by then, even on a loaded machine */
+    kill(pids[0], SIGKILL);
+    ck_assert_msg(reap_all(pids + 1, 2) == 0, "the others' init did not fail soon naming it");
+    waitpid(pids[0], NULL, 0);
+}
+
+START_TEST(rank_0_gone_after_its_store_served_ends_every_rank_init_at_once)
+{
+    timeout_ms = 30000, fail_within_ms = 10000;
+    rank_0_killed_while_the_others_wait();
+    char url[64];
+    env_url(url, sizeof(url));
+    who ws[] = {{0, 3, 0, "COLL_FAULT_INIT=cards", COLL_ESYS, "COLL_FAULT_INIT", 0},
+                {1, 3, 0, NULL, COLL_EPEER, GONE_LINKING, 0},
+                {2, 3, 0, NULL, COLL_EPEER, "", 0}};
+    int bad = run(url, ws, 3);
+    timeout_ms = TIMEOUT_MS, fail_within_ms = 0;
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* A rank of a job that formed: it meets, waits (the late rank comes meanwhile), then
  * all-reduces, which must fail where `fails` says, naming why, and add up otherwise. */
 static int formed_rank(const char *url, int rank, int fails)
@@ -520,6 +562,7 @@ int main(void)
     tcase_add_test(t, ranks_on_different_families_are_named_on_every_rank);
     tcase_add_test(t, a_wrong_world_size_is_named_on_every_rank);
     tcase_add_test(t, a_rank_that_fails_at_init_ends_every_rank_init_at_once);
+    tcase_add_test(t, rank_0_gone_after_its_store_served_ends_every_rank_init_at_once);
     tcase_add_test(t, a_rank_after_the_job_formed_is_told_and_an_unnamed_job_stops);
     tcase_add_test(t, a_second_rank_0_at_the_port_stops_the_job_its_ranks_met);
     tcase_add_test(t, a_port_held_by_another_program_is_named_at_once);

@@ -1,6 +1,7 @@
 /* The rendezvous stores (file, mem, tcp) behave alike: set then get, a missing key is
  * "not yet", waiting past the deadline times out; the tcp server survives garbage and
- * bounds what a client can take. */
+ * bounds what a client can take; a tcp client tells a connection the server dropped from
+ * a server gone. */
 #include "base/addr.h"
 #include "base/util.h"
 #include "core/config.h"
@@ -168,6 +169,53 @@ START_TEST(tcp_server_bounds_what_a_client_can_take)
     s->ops->close(s);
     close(greedy);
     close(silent);
+}
+END_TEST
+
+/* A client's renew (what init asks when its connection to rank 0's store ends): nothing
+ * without a pin, or while the connection is up; a connection the server dropped (idle
+ * past its bound, 1 s here) is replaced where the server still holds the pinned value;
+ * a server gone (the port refused), or another one there (another value under the key),
+ * is COLL_EPEER, and stays so. */
+static void serve_at(const char *where, const char *terms, cl_store **server)
+{
+    char err[256];
+    ck_assert_int_eq(
+        cl_store_tcp_open(where, AF_UNSPEC, 1, cl_now_ms() + 400, server, err, sizeof(err)),
+        COLL_OK);
+    ck_assert_int_eq((*server)->ops->set(*server, "terms", terms, strlen(terms) + 1), COLL_OK);
+}
+
+START_TEST(tcp_renew_tells_a_dropped_connection_from_a_server_gone)
+{
+    char where[64], err[256], got[16];
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    cl_store *server, *s, *other;
+    size_t len = 0;
+    serve_at(where, "one", &server);
+    ck_assert_int_eq(
+        cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(cl_store_renew(s), COLL_OK); /* no pin: never gone */
+    ck_assert_int_eq(s->ops->get(s, "terms", got, sizeof(got), &len), COLL_OK);
+    ck_assert_int_eq(cl_store_pin(s, "terms", got, len), COLL_OK);
+    ck_assert_int_eq(cl_store_renew(s), COLL_OK);
+    usleep(2500 * 1000); /* the server drops the idle client; it serves on */
+    ck_assert_int_eq(cl_store_renew(s), COLL_OK);
+    ck_assert_int_eq(s->ops->get(s, "terms", got, sizeof(got), &len), COLL_OK);
+    ck_assert_str_eq(got, "one");
+    server->ops->close(server);
+    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER); /* refused: the server went away */
+    serve_at(where, "two", &other);
+    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER); /* and stays so */
+    s->ops->close(s);
+    ck_assert_int_eq(
+        cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(cl_store_pin(s, "terms", "one", 4), COLL_OK);
+    other->ops->close(other);
+    serve_at(where, "two", &other); /* another server at the port: not the one pinned */
+    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER);
+    other->ops->close(other);
+    s->ops->close(s);
 }
 END_TEST
 
@@ -462,6 +510,7 @@ int main(void)
     tcase_add_test(t, tcp_server_survives_garbage_clients);
     tcase_add_test(t, tcp_server_bounds_what_a_client_can_take);
     tcase_add_test(t, tcp_client_times_out_without_server);
+    tcase_add_test(t, tcp_renew_tells_a_dropped_connection_from_a_server_gone);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
     tcase_add_test(t, file_store_refuses_a_directory_others_can_write);
     tcase_add_loop_test(t, file_store_ignores_a_planted_fifo_or_link, 0, 2);
