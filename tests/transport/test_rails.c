@@ -64,12 +64,15 @@ static int log_says(const char *what)
 static const char *b_rails;
 /* The job's key of both ends (COLL_SECRET's), NULL: none. */
 static const uint8_t *pair_key;
+/* Both ends' peer timeout (cl_tr_config's timeout_ms), 0: 5 s. */
+static int pair_timeout_ms;
 
 static void pair_listen(pair *p)
 {
     said[0] = 0;
     coll_set_log(keep_log, NULL, COLL_LOG_DEBUG);
-    cl_tr_config cfg = {.device = "lo", .timeout_ms = 5000, .key = pair_key};
+    cl_tr_config cfg = {
+        .device = "lo", .timeout_ms = pair_timeout_ms ? pair_timeout_ms : 5000, .key = pair_key};
     pair_start(p, "rails", cfg);
     char *a_rails = getenv("COLL_RAILS_REPEAT") ? strdup(getenv("COLL_RAILS_REPEAT")) : NULL;
     if (b_rails)
@@ -80,11 +83,23 @@ static void pair_listen(pair *p)
     free(a_rails);
 }
 
+/* Waits up to 3 s for c's rails to be through their dials; whether they are. */
+static int dialed_within_3_s(cl_tr_conn *c)
+{
+    for (int64_t end = cl_now_ms() + 3000; !cl_rails_dialed(c) && cl_now_ms() < end;)
+        usleep(1000);
+    return cl_rails_dialed(c);
+}
+
+/* b accepts a's connection, and a's rails are through their dials: b has every rail's
+ * hello then, but a's tcp threads may not have taken the sockets over yet, and until
+ * they have, a's cuts give those rails no share (send_code). */
 static void pair_open(pair *p)
 {
     pair_listen(p);
     uint8_t hello[CL_HELLO_BYTES] = {1}, got[CL_HELLO_BYTES];
     pair_connect(p, hello, 1 << 20, got);
+    ck_assert_msg(dialed_within_3_s(p->send), "a's rails not through in 3 s:\n%s", said);
 }
 
 /* Closes the pair and gives the log back. */
@@ -405,6 +420,17 @@ START_TEST(each_rail_carries_its_weight_s_share)
 }
 END_TEST
 
+/* Waits up to 3 s for a's rail k to be failed over, b's GOT in (b warned before it sent
+ * it). Until then a's striped sends keep their parts past rail 0's for rail k's resend,
+ * and one past the copies' cap has no copy, which fails the connection once the GOT
+ * comes: the failover's limit (COLL_RAILS_KEEP_MIB), not what a test of the cut asks. */
+static void wait_routed(pair *p, int k)
+{
+    for (int64_t end = cl_now_ms() + 3000; !cl_rails_routed(p->send, k) && cl_now_ms() < end;)
+        usleep(1000);
+    ck_assert_msg(cl_rails_routed(p->send, k), "a's rail %d not failed over in 3 s:\n%s", k, said);
+}
+
 /* Three rails cut 1:1:2; rail 1 fails: later sends give rail 1 one unit (over the
  * control connection: the rail itself is closed) and split the rest 1:2 between rails 0
  * and 2. */
@@ -416,6 +442,7 @@ START_TEST(a_failed_rail_s_share_goes_to_the_rails_left_by_weight)
     cl_rails_pin_cut(p.send, code3(64, 64, 128));
     cl_rails_fail_rail(p.send, 1, "failed by the test");
     wait_log("failed (its peer found it failed): its share goes to the other rails");
+    wait_routed(&p, 1);
     ck_assert_uint_eq(cl_rails_next_cut(p.send), code3(64, 0, 128));
     size_t t0[CL_RAILS_MAX], t1[CL_RAILS_MAX], before = 0;
     rails_tx(&p, 3, t0);
@@ -479,17 +506,42 @@ START_TEST(a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag)
 }
 END_TEST
 
-/* A rail of the dialer's that never reaches the listener (here: a port where nobody
- * listens in its place in the handle): after RAIL_WAIT_MS (3 s), well before the init
- * timeout, the listener hands the connection out without it, saying so, and tells the
- * dialer (a GOT), which stops its rail 1 too. Striped messages then go both ways whole,
- * rail 1's parts over the control connection. */
-/* Connects p with rail 1 of the handle at a port where nobody listens. */
-static void connect_without_rail_1(pair *p)
+/* A listening socket on loopback (its queue: backlog) in place of rail 1 in p's handle;
+ * its fd. */
+static int rail_1_aside(pair *p, int backlog)
 {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(at);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&at, len), 0);
+    ck_assert_int_eq(listen(fd, backlog), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
     char *rail1 = p->handle + strlen(p->handle) + 1;
     memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p->handle));
-    strcpy(rail1, "127.0.0.1:1");
+    snprintf(rail1, 32, "127.0.0.1:%d", ntohs(at.sin_port));
+    return fd;
+}
+
+/* A connection to listening socket fd left in its queue of one (backlog 0): a dial to fd
+ * after it is never answered, its SYNs dropped, as where a firewall drops them. */
+static int fill_queue(int fd)
+{
+    struct sockaddr_in at;
+    socklen_t len = sizeof(at);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
+    int in_queue = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(in_queue, (struct sockaddr *)&at, len), 0);
+    return in_queue;
+}
+
+/* Connects p with rail 1 of the handle at a listening socket of the test's whose queue
+ * is full: the dial is never answered, neither through nor failed, as where a firewall
+ * drops its SYNs. (A port where nobody listens refuses it at once: a rail the dialer
+ * finds failed, not one that never comes.) The two sockets to close go into aside. */
+static void connect_without_rail_1(pair *p, int aside[2])
+{
+    aside[0] = rail_1_aside(p, 0);
+    aside[1] = fill_queue(aside[0]);
     uint8_t hello[CL_HELLO_BYTES] = {1};
     ck_assert_int_eq(p->tr->connect(p->a, p->handle, hello, 1 << 20, &p->send), COLL_OK);
 }
@@ -534,6 +586,7 @@ START_TEST(unclaimed_rails_make_room_after_a_while)
     pair_done(&p);
 }
 END_TEST
+
 /* Accepts p's connection, which must come within 4.5 s (a rail given up at 3 s). */
 static void accept_within_4_5_s(pair *p)
 {
@@ -545,16 +598,24 @@ static void accept_within_4_5_s(pair *p)
     }
 }
 
+/* A rail of the dialer's that never reaches the listener (connect_without_rail_1):
+ * after RAIL_WAIT_MS (3 s), well before the init timeout, the listener hands the
+ * connection out without it, saying so, and tells the dialer (a GOT), which stops its
+ * rail 1 too. Striped messages then go both ways whole, rail 1's parts over the control
+ * connection. */
 START_TEST(a_rail_that_never_comes_is_given_up)
 {
     pair p;
     pair_listen(&p);
-    connect_without_rail_1(&p);
+    int aside[2];
+    connect_without_rail_1(&p, aside);
     accept_within_4_5_s(&p);
     ck_assert_msg(log_says("rails: rail 1 (lo) from 127.0.0.1:") &&
                       log_says("has not come in 3000 ms: going on without it"), "%s", said);
     wait_log("failed (its peer found it failed): its share goes to the other rails");
     both_ways(&p);
+    close(aside[1]);
+    close(aside[0]);
     pair_done(&p);
 }
 END_TEST
@@ -563,13 +624,19 @@ END_TEST
  * against copies capped at 1 MiB: a share of rail 1 would have no copy to resend when
  * the listener gives the rail up (3 s later), and the connection failed then ("not
  * acknowledged and not copied"). A rail whose dial is not through carries no share, so
- * the message arrives whole. */
+ * the message arrives whole. The ends' peer timeout is the library's default, 30 s: the
+ * receive is posted at the hand-out, and until it drains rail 0 the sender's 4 MiB keep
+ * that window shut, which TCP_USER_TIMEOUT (the peer timeout) ends as a peer gone; at
+ * 5 s, a receive drained 2 s after the hand-out (a loaded machine) reset rail 0. */
 START_TEST(a_big_message_sent_before_a_rail_is_given_up_arrives_whole)
 {
     enum { BIG = 4 << 20 };
     pair p;
+    pair_timeout_ms = 30000;
     pair_listen(&p);
-    connect_without_rail_1(&p);
+    pair_timeout_ms = 0;
+    int aside[2];
+    connect_without_rail_1(&p, aside);
     char *out = malloc(BIG), *in = calloc(1, BIG);
     for (size_t j = 0; j < BIG; j++)
         out[j] = (char)(j % 251);
@@ -587,25 +654,11 @@ START_TEST(a_big_message_sent_before_a_rail_is_given_up_arrives_whole)
     ck_assert_msg(memcmp(in, out, BIG) == 0, "the message arrived wrong");
     free(in);
     free(out);
+    close(aside[1]);
+    close(aside[0]);
     pair_done(&p);
 }
 END_TEST
-
-/* A listening socket on loopback (its queue: backlog) in place of rail 1 in p's handle;
- * its fd. */
-static int rail_1_aside(pair *p, int backlog)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(at);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&at, len), 0);
-    ck_assert_int_eq(listen(fd, backlog), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
-    char *rail1 = p->handle + strlen(p->handle) + 1;
-    memset(rail1, 0, CL_HANDLE_BYTES - (size_t)(rail1 - p->handle));
-    snprintf(rail1, 32, "127.0.0.1:%d", ntohs(at.sin_port));
-    return fd;
-}
 
 /* The race of a rail given up: the dialer's rail 1 (held here, in a socket of the test's
  * own, until the listener handed the connection out without it) reaches the listener
@@ -635,18 +688,6 @@ START_TEST(a_rail_that_comes_after_it_was_given_up_is_closed)
     pair_done(&p);
 }
 END_TEST
-
-/* A connection to listening socket fd left in its queue of one (backlog 0): a dial to fd
- * after it is never answered, its SYNs dropped, as where a firewall drops them. */
-static int fill_queue(int fd)
-{
-    struct sockaddr_in at;
-    socklen_t len = sizeof(at);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&at, &len), 0);
-    int in_queue = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_eq(connect(in_queue, (struct sockaddr *)&at, len), 0);
-    return in_queue;
-}
 
 /* The listener goes (its coll_destroy: the listener closed, then the context) while a
  * connection forms, waiting for a rail 1 whose dial it never answers: a striped send of
@@ -727,6 +768,18 @@ START_TEST(a_replayed_rails_hello_holds_one_place)
 }
 END_TEST
 
+/* Each test a case of its own, named as the test: CK_RUN_CASE=<name> runs it alone (a
+ * loop of one case under load is how a rare failure is found). */
+static void add_case(Suite *s, const char *name, const TTest *test, int from, int to)
+{
+    TCase *t = tcase_create(name);
+    tcase_set_timeout(t, 30);
+    tcase_add_loop_test(t, test, from, to);
+    suite_add_tcase(s, t);
+}
+#define CASE(s, test) add_case(s, #test, test, 0, 1)
+#define LOOP_CASE(s, test, from, to) add_case(s, #test, test, from, to)
+
 int main(void)
 {
     setenv("COLL_RAILS_REPEAT", "2", 1);
@@ -734,28 +787,25 @@ int main(void)
     snprintf(cap, sizeof(cap), "%d", CAP_MIB);
     setenv("COLL_RAILS_KEEP_MIB", cap, 1);
     Suite *s = suite_create("rails");
-    TCase *t = tcase_create("rails");
-    tcase_set_timeout(t, 30);
-    tcase_add_test(t, copies_stay_under_the_cap_while_nothing_is_acknowledged);
-    tcase_add_test(t, a_control_connection_that_cannot_receive_drops_the_copies);
-    tcase_add_loop_test(t, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
-    tcase_add_test(t, under_a_secret_a_rails_hello_needs_the_proof);
-    tcase_add_test(t, a_replayed_rails_hello_holds_one_place);
-    tcase_add_test(t, a_rail_that_never_comes_is_given_up);
-    tcase_add_test(t, unclaimed_rails_make_room_after_a_while);
-    tcase_add_test(t, a_big_message_sent_before_a_rail_is_given_up_arrives_whole);
-    tcase_add_test(t, a_rail_that_comes_after_it_was_given_up_is_closed);
-    tcase_add_loop_test(t, a_listener_gone_while_a_rail_is_awaited_fails_the_dialer_s_sends, 0, 2);
-    tcase_add_test(t, a_failed_rail_s_parts_go_over_the_control_connection);
-    tcase_add_test(t, a_halt_asked_after_a_local_close_touches_nothing);
-    tcase_add_test(t, the_equal_code_cuts_as_before);
-    tcase_add_test(t, a_code_cuts_in_proportion_and_bad_codes_are_refused);
-    tcase_add_test(t, weights_follow_the_measured_speeds_with_a_floor);
-    tcase_add_test(t, a_cut_in_use_stays_within_the_band);
-    tcase_add_test(t, each_rail_carries_its_weight_s_share);
-    tcase_add_test(t, ends_of_unlike_rail_counts_use_the_fewer);
-    tcase_add_test(t, a_failed_rail_s_share_goes_to_the_rails_left_by_weight);
-    tcase_add_test(t, a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag);
-    suite_add_tcase(s, t);
+    CASE(s, copies_stay_under_the_cap_while_nothing_is_acknowledged);
+    CASE(s, a_control_connection_that_cannot_receive_drops_the_copies);
+    LOOP_CASE(s, a_rails_hello_of_another_version_is_refused_naming_both, 0, 3);
+    CASE(s, under_a_secret_a_rails_hello_needs_the_proof);
+    CASE(s, a_replayed_rails_hello_holds_one_place);
+    CASE(s, a_rail_that_never_comes_is_given_up);
+    CASE(s, unclaimed_rails_make_room_after_a_while);
+    CASE(s, a_big_message_sent_before_a_rail_is_given_up_arrives_whole);
+    CASE(s, a_rail_that_comes_after_it_was_given_up_is_closed);
+    LOOP_CASE(s, a_listener_gone_while_a_rail_is_awaited_fails_the_dialer_s_sends, 0, 2);
+    CASE(s, a_failed_rail_s_parts_go_over_the_control_connection);
+    CASE(s, a_halt_asked_after_a_local_close_touches_nothing);
+    CASE(s, the_equal_code_cuts_as_before);
+    CASE(s, a_code_cuts_in_proportion_and_bad_codes_are_refused);
+    CASE(s, weights_follow_the_measured_speeds_with_a_floor);
+    CASE(s, a_cut_in_use_stays_within_the_band);
+    CASE(s, each_rail_carries_its_weight_s_share);
+    CASE(s, ends_of_unlike_rail_counts_use_the_fewer);
+    CASE(s, a_failed_rail_s_share_goes_to_the_rails_left_by_weight);
+    CASE(s, a_striped_message_too_long_fails_the_receive_naming_the_caller_s_tag);
     return run_suite(s);
 }

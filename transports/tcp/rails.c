@@ -1851,6 +1851,26 @@ size_t cl_rails_rail_tx(cl_tr_conn *c, int k)
     return n;
 }
 
+int cl_rails_dialed(cl_tr_conn *c)
+{
+    pthread_mutex_lock(&c->send_mu); /* as close_undialed reads it */
+    pthread_mutex_lock(&c->fo_mu);
+    int yes = 1;
+    for (int k = 1; k < c->n && c->ctl && !c->closed; k++)
+        yes &= c->state[k] != LIVE || c->shut[k] || cl_tcp_ready(c->rail[k]);
+    pthread_mutex_unlock(&c->fo_mu);
+    pthread_mutex_unlock(&c->send_mu);
+    return yes;
+}
+
+int cl_rails_routed(cl_tr_conn *c, int k)
+{
+    pthread_mutex_lock(&c->fo_mu);
+    int yes = k < c->n && c->state[k] == ROUTED;
+    pthread_mutex_unlock(&c->fo_mu);
+    return yes;
+}
+
 void cl_rails_fail_rail(cl_tr_conn *c, int k, const char *why)
 {
     ask_halt(c, k, why);
