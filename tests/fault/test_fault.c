@@ -189,21 +189,30 @@ START_TEST(stopped_rank_makes_the_others_time_out)
 END_TEST
 
 /* A rank busy for three times the peer timeout (evaluating, writing a checkpoint) is not
- * dead: the others wait in the collective, bounded by the operation timeout only. */
+ * dead: the others wait in the collective, bounded by the operation timeout only. 64 MiB,
+ * more than the kernel's socket buffers hold: its neighbour's sends stay queued behind a
+ * closed receive window all the while, which TCP_USER_TIMEOUT at the peer timeout took for
+ * a dead peer (Linux since 5.11 counts a window kept shut as unacknowledged data) and
+ * reset the link. */
+enum { BUSY_COUNT = 16 << 20 };
+
 static int busy_rank(coll_comm *c, void *arg)
 {
     (void)arg;
-    float buf[256];
+    float *buf = malloc(BUSY_COUNT * sizeof(float));
+    FAIL_IF(!buf, "no memory");
     for (int round = 0; round < 2; round++) {
-        for (int k = 0; k < 256; k++)
-            buf[k] = (float)(coll_rank(c) + k);
+        for (int k = 0; k < BUSY_COUNT; k++)
+            buf[k] = (float)(coll_rank(c) + k % 256);
         if (coll_rank(c) == 1 && round == 1)
             usleep(3 * 1000 * 1000);
-        EXPECT_RC(coll_allreduce(c, buf, buf, 256, COLL_F32, COLL_SUM), COLL_OK);
+        EXPECT_RC(coll_allreduce(c, buf, buf, BUSY_COUNT, COLL_F32, COLL_SUM), COLL_OK);
         int n = coll_size(c);
-        for (int k = 0; k < 256; k++)
-            FAIL_IF(buf[k] != (float)(n * (n - 1) / 2 + n * k), "element %d: %g", k, buf[k]);
+        for (int k = 0; k < BUSY_COUNT; k++)
+            FAIL_IF(buf[k] != (float)(n * (n - 1) / 2 + n * (k % 256)), "element %d: %g", k,
+                    buf[k]);
     }
+    free(buf);
     return 0;
 }
 

@@ -366,19 +366,24 @@ static void start_reading(cl_tr_conn *c)
 /* ---- connections ----------------------------------------------------------------- */
 
 /* A peer whose host vanished or whose network went away is found within about the
- * peer timeout T, whatever the operation's own bound: keepalive probes an idle link
- * (first after T/2, then every T/6, three unanswered end it) and TCP_USER_TIMEOUT ends a
- * link whose sent bytes stay unacknowledged for T. A peer that is only busy answers
- * both from its kernel. */
-static void tune_socket(uv_tcp_t *t, int peer_timeout_ms)
+ * peer timeout T on an idle link: keepalive probes it (first after T/2, then every T/6,
+ * three unanswered end it). A link with bytes on their way is the heartbeat's to judge
+ * (lib/core/beat.c) and the operation timeout's: TCP_USER_TIMEOUT ends it only past the
+ * longer of T and the operation timeout, because Linux (since 5.11) counts a receive
+ * window kept shut as bytes unacknowledged, and a peer busy in its own code (evaluating,
+ * writing a checkpoint) shuts it while the bytes sent to it wait for its receive: at T,
+ * a busy rank's link was reset and the job failed (test fault,
+ * a_busy_rank_is_not_a_dead_one). */
+static void tune_socket(uv_tcp_t *t, const cl_tr_ctx *ctx)
 {
     uv_tcp_nodelay(t, 1);
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)t, &fd) != 0)
         return;
-    int on = 1, idle = CL_MAX(1, peer_timeout_ms / 2000), intvl = CL_MAX(1, peer_timeout_ms / 6000);
+    int peer_ms = ctx->timeout_ms;
+    int on = 1, idle = CL_MAX(1, peer_ms / 2000), intvl = CL_MAX(1, peer_ms / 6000);
     int cnt = 3;
-    unsigned user = (unsigned)peer_timeout_ms;
+    unsigned user = (unsigned)CL_MAX(peer_ms, ctx->op_timeout_ms);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -415,7 +420,7 @@ static void on_connect(uv_connect_t *req, int status)
         mark_dead(c, dead ? dead : COLL_EPEER, status < 0 ? uv_strerror(status) : "closed");
         return;
     }
-    tune_socket(&c->tcp, c->ctx->timeout_ms);
+    tune_socket(&c->tcp, c->ctx);
     if (send_hello(c) != 0) {
         mark_dead(c, COLL_EPEER, "cannot send the hello");
         return;
@@ -488,7 +493,7 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer.sa, &len);
     peer.len = (socklen_t)len;
     cl_addr_text(&peer, c->name, sizeof(c->name));
-    tune_socket(&c->tcp, c->ctx->timeout_ms);
+    tune_socket(&c->tcp, c->ctx);
     await_hello(l, c);
 }
 
@@ -608,6 +613,7 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
     ctx->timeout_ms = cfg->timeout_ms;
+    ctx->op_timeout_ms = cfg->op_timeout_ms;
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
     char why[400];
