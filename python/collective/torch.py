@@ -3,23 +3,25 @@
     import collective.torch
     torch.distributed.init_process_group("collective")   # torchrun, env:// or any init_method
 
-The backend meets through the store torch hands it (coll_init_store: no second port).
-The backend is never told async_op: a collective is held back for a moment (_Slot), and
-a wait() that comes first (torch's async_op=False waits at once, from Python or C++) runs
+The backend meets through the store torch hands it (coll_init_store: no second port). The
+backend is never told async_op: a collective is held back for a moment (_Slot), and a
+wait() that comes first (torch's async_op=False waits at once, from Python or C++) runs
 the library's blocking form on the waiting thread; anything else (the next operation,
 get_future, is_completed, or the moment passing) starts its non-blocking form, and
 get_future() hands it to a thread that settles the future when it ends. CPU tensors of
-float32/64, float16, bfloat16, int8/32/64 and uint8; non-contiguous tensors go through a
-contiguous copy. On torch 2.x, its C++ side (the functional collectives, DTensor) reaches
-the group through torch's Python trampoline: the group keeps the name torch gives it, and
-implements the coalesced forms those call. Each operation checks what Gloo checks (roots,
-list lengths, each tensor's size and dtype) on the calling rank before anything is sent;
-a work's get_future() returns at once. Each send carries a header (tag, size) ahead of
-its tensor, so that a receive from any source learns its sender: the library matches
-messages in order per peer (see _Inbox). COLL_CODEC (or COLL_* variables in general) reach
-the library as for C programs; set_codec(codec, group) switches a group's wire codec, and
-ef_hook is a DDP communication hook that averages gradients through a codec with error
-feedback.
+float32/64, float16, bfloat16, int8/32/64, uint8 and bool (as Gloo: a sum is an or, a
+product an and); non-contiguous tensors go through a contiguous copy. On torch 2.x, its
+C++ side (the functional collectives, DTensor) reaches the group through torch's Python
+trampoline: the group keeps the name torch gives it, and implements the coalesced forms
+those call. Each operation checks what Gloo checks (roots, list lengths, each tensor's
+size and dtype) on the calling rank before anything is sent; a work's get_future()
+returns at once. The group's methods take what torch's binding takes, keywords included
+(_as_binding). Each send carries a header (tag, size) ahead of its tensor, so that a
+receive learns its sender and takes the first message with its tag, as Gloo's: the
+library matches messages in order per peer (see _Inbox). COLL_CODEC (or COLL_* variables
+in general) reach the library as for C programs; set_codec(codec, group) switches a
+group's wire codec, and ef_hook is a DDP communication hook that averages gradients
+through a codec with error feedback.
 """
 import ctypes
 import datetime
@@ -27,6 +29,7 @@ import functools
 import inspect
 import numbers
 import os
+import re
 import threading
 import time
 
@@ -39,9 +42,11 @@ from collective import _torchcompat
 
 _torchcompat.store_without_libuv()  # torchrun's workers on a torch without libuv
 
+# bool as its bytes (0 or 1; reduced as _reduction says), as Gloo takes it: DDP broadcasts
+# a model's buffers, and a causal mask is often one. Ahead of uint8, which _BY_CODE names.
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-           torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8",
-           torch.int32: "int32", torch.int64: "int64"}
+           torch.bfloat16: "bfloat16", torch.int8: "int8", torch.bool: "uint8",
+           torch.uint8: "uint8", torch.int32: "int32", torch.int64: "int64"}
 _OPS = [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.PRODUCT, "prod"), (dist.ReduceOp.MIN, "min"),
         (dist.ReduceOp.MAX, "max")]
 if hasattr(dist.ReduceOp, "AVG"):
@@ -66,10 +71,11 @@ def _op(op):
     raise RuntimeError(f"collective: reduce op {getattr(op, 'op', op)} is not supported")
 
 
-def _reduction(opts):
-    """The library's op for opts.reduceOp (default SUM), and the factor PREMUL_SUM
-    multiplies each rank's input by before its SUM (None for any other op). torch 2.x
-    pickles the factor with the op (__getstate__: (PREMUL_SUM, factor)); 1.13 does not."""
+def _reduction(opts, t):
+    """The library's op for opts.reduceOp (default SUM) on tensors of t's dtype, and the
+    factor PREMUL_SUM multiplies each rank's input by before its SUM (None for any other
+    op). torch 2.x pickles the factor with the op (__getstate__: (PREMUL_SUM, factor));
+    1.13 does not."""
     # torch's binding also takes the op alone (allreduce(tensor, op))
     op = getattr(opts, "reduceOp", opts) if opts is not None else dist.ReduceOp.SUM
     if isinstance(op, int):  # torch 2.x's ops compare equal to ints: 1 would be AVG
@@ -79,8 +85,22 @@ def _reduction(opts):
         if not isinstance(state, tuple):
             raise RuntimeError("collective: PREMUL_SUM's factor cannot be read on torch "
                                f"{torch.__version__}")
-        return collective.OPS["sum"], state[1]
-    return _op(op), None
+        code, factor = collective.OPS["sum"], state[1]
+    else:
+        code, factor = _op(op), None
+    return (_on_bool(code, factor), None) if t.dtype == torch.bool else (code, factor)
+
+
+# bool's reductions as Gloo's (C++'s bool arithmetic): a sum is an or, a product an and,
+# which on a bool tensor's bytes (0 or 1, reduced as uint8) are max and min.
+_ON_BOOL = {collective.OPS[a]: collective.OPS[b]
+            for a, b in (("sum", "max"), ("prod", "min"), ("min", "min"), ("max", "max"))}
+
+
+def _on_bool(code, factor):
+    if factor is not None or code not in _ON_BOOL:
+        raise RuntimeError("collective: bool tensors reduce by SUM, PRODUCT, MIN or MAX only")
+    return _ON_BOOL[code]
 
 
 def _scaled(t, factor):
@@ -230,11 +250,6 @@ def _head_args(head, peer):
     return (_ptr(head), _HEADER, collective.DTYPES["int64"], peer, _HEADER_TAG)
 
 
-def _then(first, second):
-    """A callable running first, then second (if any)."""
-    return first if second is None else (lambda: (first(), second()))
-
-
 def _misfit(t, n, code):
     """Why t cannot take a message of n elements of dtype code (None: it can)."""
     if code == _dtype(t) and n == t.numel():
@@ -252,6 +267,7 @@ class _Ask:
         self.inbox, self.src, self.tag, self.t = inbox, src, tag, t
         self.came = threading.Event()
         self.source, self.req, self.buf, self.error = -1, None, None, None
+        self.driven = False  # a thread waits on it, taking its rank's headers (drive)
 
     def wants(self, peer, tag):
         return self.src in (None, peer) and self.tag == tag
@@ -265,6 +281,8 @@ class _Ask:
 
     def wait(self):
         """Waits for a message, within the group's timeout (as Gloo), then its tensor."""
+        if self.src is not None:
+            self.inbox.drive(self)
         ms = self.inbox.ms
         if not self.came.wait(ms / 1000 if ms else None) and self.inbox.withdraw(self):
             whom = "any source" if self.src is None else f"rank {self.src}"
@@ -281,13 +299,14 @@ class _Ask:
 
 
 class _Inbox:
-    """Receives matched by the senders' headers: those from any source, and those from a
-    rank whose next header it already listens for (messages come in order per peer: once
-    a header receive is posted to a rank, that rank's later messages pass through here).
-    A thread polls the posted header receives while any are posted (coll_test: a receive
+    """Receives matched by the senders' headers: the library matches messages in order
+    per peer, and a receive takes the first message with its tag, as Gloo's do, whatever
+    came before it with other tags (a tensor received blindly after its header failed the
+    group at the first message of another tag). A header receive is posted to each rank
+    a receive waits for; a thread polls them while any are posted (coll_test: a receive
     never waited for does not time out, so one posted to a rank that sends nothing more
-    is harmless). A message no receive has asked for yet is taken into a buffer of its
-    own; a receive takes the first message with its tag, as Gloo's do."""
+    is harmless), and a receive from one rank waited on takes its rank's headers itself
+    (drive). A message no receive has asked for yet is taken into a buffer of its own."""
 
     def __init__(self, comm, timeout_ms):
         self.comm, self.ms = comm, timeout_ms
@@ -296,16 +315,13 @@ class _Inbox:
         self.heads = {}  # peer -> (header tensor, its request), posted
         self.early = []  # (peer, tag, buffer, request): came before a receive asked
         self.asks = []  # _Ask, in the order asked
-        self.thread, self.closed = None, False
+        self.thread, self.closed, self.resting = None, False, False
 
-    def receive(self, src, tag, t, direct):
-        """An _Ask for the message, or direct() when nothing of src's passes through
-        here (called with the lock held: the inbox posts nothing to src meanwhile)."""
+    def receive(self, src, tag, t):
+        """An _Ask for the message from src (None: any rank) with tag, into t."""
         with self.mu:
             if self.closed:
                 raise RuntimeError(_SHUT)
-            if src is not None and src not in self.heads and all(e[0] != src for e in self.early):
-                return direct()
             ask = _Ask(self, src, tag, t)
             for e in self.early:
                 if ask.wants(e[0], e[1]):
@@ -313,8 +329,25 @@ class _Inbox:
                     ask.found(e[0], e[3], e[2], _misfit(t, e[2].numel(), _dtype(e[2])))
                     return ask
             self.asks.append(ask)
-            self._listen(range(self.comm.size) if src is None else [src])
+            self._listen(range(self.comm.size) if src is None else [src], src is None)
             return ask
+
+    def drive(self, ask):
+        """Takes the headers of ask's rank on the waiting thread until ask is matched (or
+        failed): a blocking receive waits for its message, not for the poller's next look."""
+        ask.driven = True
+        while not ask.came.is_set():
+            with self.mu:
+                posted = self.heads.get(ask.src)
+            if posted is None:  # closed: the ask fails
+                return
+            try:
+                posted[1].wait()
+            except collective.CollectiveError:
+                pass  # _look hands it to the asks
+            with self.mu:
+                if self.heads.get(ask.src) is posted:  # the poller has not taken it
+                    self._look(ask.src)
 
     def withdraw(self, ask):
         """Takes back an ask nothing matched yet; False if something did."""
@@ -333,7 +366,10 @@ class _Inbox:
             self.asks = []
             self.wake.notify_all()
 
-    def _listen(self, peers):
+    def _listen(self, peers, look=True):
+        """Posts a header receive to each of peers that has none; the poller looks at once
+        if look (a receive from one rank is mostly waited on at once, and drive takes its
+        headers: the poller's wake-up cost more than the receive) or if it rests."""
         for p in peers:
             if p != self.comm.rank and p not in self.heads:
                 head = torch.empty(_HEADER, dtype=torch.int64)
@@ -342,15 +378,26 @@ class _Inbox:
             self.thread = threading.Thread(target=self._poll, daemon=True,
                                            name="collective-inbox")
             self.thread.start()
-        self.wake.notify_all()
+        elif look or self.resting:
+            self.wake.notify_all()
 
     def _poll(self):
         pause = _PAUSE[0]
         with self.mu:
-            while self.heads and not self.closed:
+            while not self.closed:
+                # Kept a while for the next receive: a thread started per receive cost
+                # more than the receive.
+                if not self.heads:
+                    self.resting = True
+                    self.wake.wait(_PAUSE[3])
+                    self.resting = False
+                    if not self.heads:
+                        break
                 came = [p for p in list(self.heads) if self._look(p)]
-                # Quick while receives wait, slower while only leftover headers are posted.
-                pause = _PAUSE[0] if came else min(2 * pause, _PAUSE[1 if self.asks else 2])
+                # Quick while receives wait (but those a waiting thread drives itself),
+                # slower while only leftover headers are posted.
+                idle = all(a.driven for a in self.asks)
+                pause = _PAUSE[0] if came else min(2 * pause, _PAUSE[2 if idle else 1])
                 self.wake.wait(pause)
             self.thread = None
 
@@ -360,6 +407,7 @@ class _Inbox:
         try:
             if not req.test():
                 return False
+            req.wait()  # its error, whichever thread collected it (drive or test)
             del self.heads[p]
             self._arrived(p, *head.tolist())
         except (collective.CollectiveError, RuntimeError) as e:
@@ -388,8 +436,9 @@ class _Inbox:
 
 
 _SHUT = "COLL_EABORTED: aborted: collective: recv: the process group was shut down"
-_PAUSE = (20e-6, 1e-3, 20e-3)  # seconds between looks: after an arrival, longest while
-#                                receives wait, longest otherwise
+_PAUSE = (20e-6, 1e-3, 20e-3, 1.0)  # seconds between looks: after an arrival, longest
+#                                     while receives wait, longest otherwise; and how
+#                                     long the poller waits for a header to look at
 
 
 class _Launch:
@@ -696,6 +745,72 @@ def _done(result):
     return _c10d._create_work_from_future(fut)
 
 
+def _forms(name):
+    """torch's binding's forms of ProcessGroup.<name>, read from its docstring (pybind
+    writes each as `name(self: T, a: T, b: T = default) -> R`), so that each torch's own
+    names hold: they differ between versions (alltoall's output_tensors on 2.x, output on
+    1.13). Per form, its parameters' names in order (None for one pybind takes by
+    position only: argN) and how many lead without a default (required). None where
+    torch has no such method."""
+    doc = getattr(getattr(dist.ProcessGroup, name, None), "__doc__", None)
+    if not doc:
+        return None
+    forms = []
+    for m in re.finditer(rf"^(?:\d+\. )?{name}\(self: (.*)\) -> ", doc, re.M):
+        params = [p.partition(": ") for p in _outside_brackets(m.group(1))[1:]]
+        names = tuple(None if re.fullmatch(r"arg\d+", n) else n for n, _, _ in params)
+        forms.append((names, sum(" = " not in rest for _, _, rest in params)))
+    return forms or None
+
+
+def _outside_brackets(text):
+    """text cut at its commas that no bracket encloses (a default's repr has some)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c in "([{<") - (c in ")]}>")
+        if c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return parts + [text[start:].strip()]
+
+
+def _as_binding(method):
+    """method taking its arguments as torch's binding of the same name does: by position,
+    or by the keywords of one of its forms (gather(output_tensors=, input_tensor=, root=)),
+    which reach method by position: all forms of a method put their names at the same
+    places. A TypeError where the binding raises one for the names: a keyword no form
+    has, one given by position too (_either), a form's required argument missing. What
+    each value may be stays method's to check."""
+    forms = _forms(method.__name__)
+    if forms is None:  # a method this torch's binding lacks: Python's own signature
+        return method
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return method(self, *_positions(method.__name__, forms, args, kwargs))
+    return call
+
+
+def _positions(op, forms, args, kwargs):
+    """args and kwargs by position, as the first form they fit places them (trailing
+    ones not given left out, for method's defaults)."""
+    for names, required in forms:
+        if len(args) > len(names) or (kwargs and not kwargs.keys() <= set(names)) or \
+                any(n not in kwargs for n in names[len(args):required]):
+            continue
+        if not kwargs:
+            return args
+        values = [_either(op, args[i] if i < len(args) else None, kwargs.get(n), n)
+                  for i, n in enumerate(names)]
+        while values and values[-1] is None:
+            values.pop()
+        return values
+    words = "; ".join(", ".join(n or "_" for n in names) for names, _ in forms)
+    raise TypeError(f"collective: {op}: no form of torch's binding takes {len(args)} "
+                    f"positional argument(s) and keywords {sorted(kwargs)} (its forms: "
+                    f"{words})")
+
+
 class ProcessGroupCollective(dist.ProcessGroup):
     """The process group torch.distributed builds for backend "collective"."""
 
@@ -780,21 +895,24 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return _PyWork(self.completer, req, after, result, source, self.comm,
                        self.recorder_dir, waits)
 
-    def allreduce(self, tensors, opts=None, op=None):
+    @_as_binding
+    def allreduce(self, tensors, opts=None):
+        """Also the binding's allreduce(tensors, op) and allreduce(tensor, op)."""
         tensors = _listed(tensors)
         t, back = _flat(_one("allreduce", tensors, "tensor"))
-        op, factor = _reduction(_either("allreduce", opts, op, "op"))
+        op, factor = _reduction(opts, t)
         if factor is not None:
             t.mul_(factor)
         return self._start("allreduce", (_ptr(t), _ptr(t), t.numel(), _dtype(t), op), (t,),
                            back, tensors)
 
+    @_as_binding
     def allreduce_coalesced(self, tensors, opts=None):
         """One all-reduce of the tensors laid end to end (one dtype, as Gloo asks)."""
         if not tensors:
             _invalid("allreduce_coalesced", "requires non-empty tensor list")
         _like("allreduce_coalesced", tensors, tensors[0], None)
-        op, factor = _reduction(opts)
+        op, factor = _reduction(opts, tensors[0])
         flat = _scaled(torch.cat([t.reshape(-1) for t in tensors]), factor)
         return self._start("allreduce", (_ptr(flat), _ptr(flat), flat.numel(), _dtype(flat),
                                          op), (flat,), lambda: _unpack(flat, tensors), tensors,
@@ -817,26 +935,28 @@ class ProcessGroupCollective(dist.ProcessGroup):
         req = self.comm._run("allreduce_ef", True, args, (tensor, residual))
         return self.completer.add(req, None, tensor)
 
-    def broadcast(self, tensors, opts=None, root=None):
+    @_as_binding
+    def broadcast(self, tensors, opts=None):
+        """Also the binding's broadcast(tensor, root)."""
         tensors = _listed(tensors)
-        root = self._root("broadcast", _either("broadcast", opts, root, "root"))
+        root = self._root("broadcast", opts)
         t, back = _flat(_one("broadcast", tensors, "tensor"))
         return self._start("broadcast", (_ptr(t), t.numel(), _dtype(t), root), (t,), back, tensors)
 
-    def reduce(self, tensors, opts=None, op=None, root=None):
-        """Also torch's binding's bare form, reduce(tensor, root, op=SUM)."""
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
-            if not hasattr(opts, "rootRank"):  # a root, not options
-                opts, root = None, _either("reduce", opts, root, "root")
-        root = self._root("reduce", opts if root is None else root)
+    @_as_binding
+    def reduce(self, tensors, opts=None, op=None):
+        """Also the binding's reduce(tensor, root, op=SUM): opts is then the root."""
+        bare = isinstance(tensors, torch.Tensor) and not hasattr(opts, "rootRank")
+        tensors = _listed(tensors)
+        root = self._root("reduce", opts)
         t, back = _flat(_one("reduce", tensors, "tensor"))
-        op, factor = _reduction(_either("reduce", opts, op, "op"))
+        op, factor = _reduction(_either("reduce", None if bare else opts, op, "op"), t)
         i = _scaled(t, factor)  # a copy: a rank other than the root keeps its tensor
         out = t if self.comm.rank == root else None
         return self._start("reduce", (_ptr(i), _ptr(out), t.numel(), _dtype(t), op, root),
                            (i, t), back, tensors)
 
+    @_as_binding
     def _allgather_base(self, output, input, opts=None):
         _blocks("_allgather_base", output, input, self.comm.size, "output", "input")
         i, _ = _flat(input)
@@ -844,6 +964,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("allgather", (_ptr(i), _ptr(o), i.numel(), _dtype(i)), (i, o), back,
                            [output])
 
+    @_as_binding
     def allgather(self, output_lists, inputs, opts=None):
         if isinstance(inputs, torch.Tensor):  # the bare form: allgather(outputs, input)
             output_lists, inputs = [output_lists], [inputs]
@@ -856,9 +977,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
                            lambda: _unpack(tmp, outs), output_lists)
 
+    @_as_binding
     def _reduce_scatter_base(self, output, input, opts=None):
         _blocks("_reduce_scatter_base", input, output, self.comm.size, "input", "output")
-        op, factor = _reduction(opts)
+        op, factor = _reduction(opts, input)
         i, _ = _flat(_scaled(input, factor))
         o, back = _flat(output)
         return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
@@ -866,6 +988,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     # torch 2.x's functional collectives call these two (one pair of tensors or several)
     # for all_gather_into_tensor and reduce_scatter_tensor, as _coalescing_manager does.
+    @_as_binding
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         """One all-gather of the inputs laid end to end, each output its columns. One pair
         (the functional all_gather_into_tensor's, DTensor's) is _allgather_base's layout:
@@ -879,6 +1002,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("allgather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i)), (i, tmp),
                            lambda: _from_rows(tmp, n, outputs), outputs, len(outputs))
 
+    @_as_binding
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """One reduce-scatter of the inputs' blocks laid side by side, rank by rank. One
         pair is _reduce_scatter_base's layout: no copy of the input, none back."""
@@ -886,12 +1010,13 @@ class ProcessGroupCollective(dist.ProcessGroup):
         self._pairs("reduce_scatter_tensor_coalesced", inputs, outputs, "input", "output")
         if len(inputs) == 1:
             return self._reduce_scatter_base(outputs[0], inputs[0], opts)
-        op, factor = _reduction(opts)
+        op, factor = _reduction(opts, inputs[0])
         i = _scaled(_rows(inputs, n), factor)
         o = torch.empty(i.numel() // n, dtype=i.dtype)
         return self._start("reduce_scatter", (_ptr(i), _ptr(o), o.numel(), _dtype(i), op),
                            (i, o), lambda: _unpack(o, outputs), outputs, len(outputs))
 
+    @_as_binding
     def reduce_scatter(self, outputs, input_lists, opts=None):
         if isinstance(outputs, torch.Tensor):  # the bare form: reduce_scatter(output, inputs)
             outputs, input_lists = [outputs], [input_lists]
@@ -902,6 +1027,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         tmp = torch.cat([t.reshape(-1) for t in ins])
         return self._reduce_scatter_base(o, tmp, opts)
 
+    @_as_binding
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _like("alltoall_base", [output], input, None)
         if not output_split_sizes and not input_split_sizes and output.numel() != input.numel():
@@ -913,6 +1039,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         o, back = _flat(output)
         return self._alltoallv(i, sc, o, rc, back, [output])
 
+    @_as_binding
     def alltoall(self, output_tensors, input_tensors, opts=None):
         self._per_rank("alltoall", input_tensors, "input")
         self._per_rank("alltoall", output_tensors, "output")
@@ -933,6 +1060,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("alltoallv", (_ptr(i), s, sd, _ptr(o), r, rd, _dtype(i)),
                            (i, o, s, r, sd, rd), back, result)
 
+    @_as_binding
     def gather(self, output_lists, inputs, opts=None):
         if isinstance(inputs, torch.Tensor):  # the bare form: gather(outputs, input, root)
             output_lists, inputs = [output_lists], [inputs]
@@ -950,6 +1078,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("gather", (_ptr(i), _ptr(tmp), i.numel(), _dtype(i), root), (i, tmp),
                            after, output_lists)
 
+    @_as_binding
     def scatter(self, outputs, input_lists, opts=None):
         if isinstance(outputs, torch.Tensor):  # the bare form: scatter(output, inputs, root)
             outputs, input_lists = [outputs], [input_lists]
@@ -967,12 +1096,14 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return self._start("scatter", (_ptr(tmp), _ptr(o), o.numel(), _dtype(o), root), (tmp, o),
                            back, outputs)
 
+    @_as_binding
     def barrier(self, opts=None):
         self._seq += 1
         self.slot.release()
         self.comm.barrier()
         return _done([])
 
+    @_as_binding
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """Gloo's monitored barrier, through the store: every rank checks in, rank 0 looks
         for each one until the timeout (default: the group's) and names the ranks that
@@ -1015,8 +1146,9 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return absent if all_of_them else absent[:1]
 
     # Each send is a header (_HEADER: its tag, elements and dtype) then the tensor, so a
-    # receive from any source learns from the header who sent what: the library matches
+    # receive learns from the header who sent what with which tag: the library matches
     # messages in order per peer and has no receive from any source.
+    @_as_binding
     def send(self, tensors, dst, tag=0):
         self._peer("send", dst, "destination")
         t, _ = _flat(_one("send", tensors, "tensor"))
@@ -1027,10 +1159,12 @@ class ProcessGroupCollective(dist.ProcessGroup):
             req = self.comm._run("send", True, (_ptr(t), t.numel(), _dtype(t), dst, tag), (t,))
         return self._p2p(req, h.wait, tensors, dst)
 
+    @_as_binding
     def recv(self, tensors, src, tag=0):
         self._peer("recv", src, "source")
         return self._receive(tensors, src, tag)
 
+    @_as_binding
     def recv_anysource(self, tensors, tag=0):
         """The first message with this tag from any rank, as Gloo's: the work's
         source_rank() says whose (dist.recv(t) returns it)."""
@@ -1038,18 +1172,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
 
     def _receive(self, tensors, src, tag):
         t, back = _flat(_one("recv", tensors, "tensor"))
-        dt = _dtype(t)
+        _dtype(t)
         tag = collective._int(tag, "tag", collective.TAG_RANGE)
-        head = torch.empty(_HEADER, dtype=torch.int64)
-
-        def direct():  # the inbox holds nothing of src's: its header and tensor, in order
-            h = self.comm._run("recv", True, _head_args(head, src), (head,))
-            return h, self.comm._run("recv", True, (_ptr(t), t.numel(), dt, src, tag), (t,))
-        got = self.inbox.receive(src, tag, t, direct)
-        if isinstance(got, _Ask):
-            return self._p2p(got, back, tensors, got)
-        h, req = got
-        return self._p2p(req, _then(h.wait, back), tensors, src)
+        ask = self.inbox.receive(src, tag, t)
+        return self._p2p(ask, back, tensors, ask if src is None else src)
 
     def _p2p(self, req, after, result, source):
         self._seq += 1
@@ -1073,6 +1199,10 @@ class ProcessGroupCollective(dist.ProcessGroup):
         return root
 
     def _peer(self, op, peer, what):
+        """A rank other than this one (the library's EINVAL for this one failed the group;
+        Gloo's group goes on)."""
+        if peer == self.comm.rank:
+            _invalid(op, f"invalid {what} rank: {peer} (this rank)")
         if not 0 <= peer < self.comm.size:
             _invalid(op, f"invalid {what} rank: {peer}")
 

@@ -3,8 +3,9 @@ processes (every dtype and reduce op, uneven all-to-all, non-contiguous tensors,
 work, subgroups, p2p), DDP against Gloo (also through torch's communication hooks), and a
 dead rank as an exception everywhere; what Gloo refuses is refused before anything is sent,
 a failing result copy fails only its work, and get_future() does not wait. Also AVG,
-PREMUL_SUM, the coalesced forms, batch_isend_irecv, sequence numbers, monitored_barrier
-and, on torch 2.x, the functional collectives and DTensor tensor parallelism. The same file
+PREMUL_SUM, the coalesced forms, batch_isend_irecv, receives by tag in any order, bool
+tensors, the binding's bare and keyword forms, sequence numbers, monitored_barrier and,
+on torch 2.x, the functional collectives and DTensor tensor parallelism. The same file
 runs on torch 1.13 (suite python) and 2.6 (suite torch2); TORCH2 marks what 1.13 lacks."""
 import os
 import sys
@@ -128,7 +129,7 @@ def ops(r, n, where):
         t = torch.ones(3)
         dist.all_reduce(t, group=sub)
         assert t.sum() == 3 * len(range(0, n, 2))
-    for bad in [lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)),
+    for bad in [lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)),
                 lambda: dist._all_gather_base(torch.zeros(1), torch.ones(3))]:
         try:
             bad()
@@ -257,10 +258,15 @@ def refused(fn):
 
 def bad_input(r, n, where):
     """Each a RuntimeError with the library's words, never a crash or a hang: a tensor
-    on another device, splits that do not cover the tensor, and (last: it leaves the
-    ranks out of step, so the group fails) sizes that differ across ranks."""
+    on another device, a dtype the library lacks, splits that do not cover the tensor,
+    a send to or a receive from this rank (the group goes on: the library's EINVAL
+    failed it), and (last: it leaves the ranks out of step, so the group fails) sizes
+    that differ across ranks."""
     init(r, n, where, timeout_s=10)
     refused(lambda: dist.all_reduce(torch.ones(3, device="meta")))
+    refused(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)))
+    refused(lambda: dist.isend(torch.ones(3), r).wait())
+    refused(lambda: dist.irecv(torch.ones(3), r).wait())
     refused(lambda: dist.all_to_all_single(torch.zeros(4), torch.ones(4), [1] * n, [5] * n))
     refused(lambda: dist.all_to_all_single(torch.zeros(2 * n + 1), torch.ones(2 * n + 1)))
     dist.barrier()
@@ -665,6 +671,32 @@ def any_source(r, n, where):
     assert torch.equal(t, torch.full((4,), float(n))), t
 
 
+def tags_any_order(r, n, where):
+    """A receive from a rank takes the first message with its tag, whatever came before
+    it with other tags, as Gloo's (ours failed the group: the library matches in order):
+    each rank sends the next three messages, tags 1, 2 and 3, each of its own size and
+    dtype, and takes the previous rank's in the order 3 (blocking), 2, 1 (not); the
+    group goes on after."""
+    g = init(r, n, where)
+    kinds = {1: torch.float32, 2: torch.int64, 3: torch.float64}
+    got = {}
+    for name, pg in (("ours", None), ("gloo", g)):
+        sent = [dist.isend(torch.full((k + 1,), 10 * r + k, dtype=dt), (r + 1) % n, group=pg,
+                           tag=k) for k, dt in kinds.items()]
+        outs = {k: torch.zeros(k + 1, dtype=dt) for k, dt in kinds.items()}
+        within(lambda: dist.recv(outs[3], (r - 1) % n, group=pg, tag=3))
+        late = [dist.irecv(outs[k], (r - 1) % n, group=pg, tag=k) for k in (2, 1)]
+        for w in late + sent:
+            within(w.wait)
+        got[name] = outs
+    for k, dt in kinds.items():
+        want = torch.full((k + 1,), 10 * ((r - 1) % n) + k, dtype=dt)
+        assert torch.equal(got["ours"][k], want) and torch.equal(got["gloo"][k], want), got
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(n))), t
+
+
 def bare_forms(r, n, where):
     """The process group's methods called as torch's binding also takes them (a tensor
     where the list form has a list of one; a root or an op alone, or by keyword) give
@@ -726,6 +758,153 @@ def bare_forms(r, n, where):
     o = torch.zeros(2)  # Gloo has no reduce_scatter on torch 1.13: against the sum
     dist.group.WORLD.reduce_scatter(o, [torch.full((2,), float(p + r)) for p in range(n)]).wait()
     assert torch.equal(o, torch.full((2,), float(n * r + n * (n - 1) // 2))), o
+    dist.barrier()
+
+
+def keyword_forms(r, n, where):
+    """Every form of torch's binding called by its keywords (this torch's names: alltoall's
+    and reduce_scatter's differ between 1.13 and 2.x) gives what Gloo's gives (where Gloo
+    lacks the operation, what Gloo's all_reduce or alltoall_base make of it); what the
+    binding refuses by name (a keyword no form has, one given by position too, two forms
+    mixed, a required one missing) is a TypeError on both, before anything is sent."""
+    import datetime
+    g = init(r, n, where)
+    R, ours = dist.ReduceOp, dist.group.WORLD
+    x = lambda k=1: torch.arange(k * n * 2, dtype=torch.float32) + 10 * r  # noqa: E731
+    zeros = lambda: [torch.zeros(2 * n) for _ in range(n)]  # noqa: E731
+    root = n - 1
+
+    def opts(kind, **fields):
+        o = getattr(torch._C._distributed_c10d, kind)()
+        for k, v in fields.items():
+            setattr(o, k, v)
+        return o
+
+    def at(kind):  # the options of a collective rooted at root
+        return opts(kind, rootRank=root)
+
+    def done(work, *tensors):
+        if work is not None:
+            work.wait()
+        return list(tensors)
+
+    def summed(pg, t):  # Gloo's reference for a reduce-scatter: the sum's block r
+        pg.allreduce([t]).wait()
+        return [t.view(n, -1)[r].clone()]
+
+    def a2a(pg, o, i):  # Gloo's reference for alltoall: alltoall_base of the same
+        return done(pg.alltoall_base(o, i, [], []), o)
+    # alltoall's and reduce_scatter's bare form's names on this torch, and the other's
+    a2a_names, a2a_other = ("output_tensors", "input_tensors"), ("output", "input")
+    rs_names, rs_other = ("output", "input"), ("output_tensors", "input_tensor")
+    if not TORCH2:
+        a2a_names, a2a_other = ("output_tensor", "input_tensor"), a2a_names
+        rs_names, rs_other = rs_other, rs_names
+    at_root = r == root
+    cases = {  # name: (call(pg) -> tensors to compare, Gloo's reference or None: the same)
+        "allreduce(tensors=, opts=)": lambda pg: done(pg.allreduce(
+            tensors=[t], opts=opts("AllreduceOptions", reduceOp=R.MAX)), t),
+        "allreduce(tensors=, op=)": lambda pg: done(pg.allreduce(tensors=[t], op=R.MIN), t),
+        "allreduce(tensor=, op=)": lambda pg: done(pg.allreduce(tensor=t, op=R.MAX), t),
+        "allreduce_coalesced(tensors=, opts=)": lambda pg: done(pg.allreduce_coalesced(
+            tensors=[t, i], opts=opts("AllreduceCoalescedOptions")), t, i),
+        "broadcast(tensors=, opts=)": lambda pg: done(pg.broadcast(
+            tensors=[t], opts=opts("BroadcastOptions", rootRank=root)), t),
+        "broadcast(tensor=, root=)": lambda pg: done(pg.broadcast(tensor=t, root=root), t),
+        "reduce(tensors=, opts=)": lambda pg: done(pg.reduce(
+            tensors=[t], opts=opts("ReduceOptions", rootRank=root, reduceOp=R.MAX)),
+            *[t][:at_root]),  # Gloo's other ranks hold scratch
+        "reduce(tensor=, root=, op=)": lambda pg: done(pg.reduce(tensor=t, root=root, op=R.MIN),
+                                                       *[t][:at_root]),
+        "allgather(output_tensors=, input_tensors=, opts=)": lambda pg: done(pg.allgather(
+            output_tensors=[outs], input_tensors=[t], opts=opts("AllgatherOptions")), *outs),
+        "allgather(output_tensors=, input_tensor=)": lambda pg: done(pg.allgather(
+            output_tensors=outs, input_tensor=t), *outs),
+        "_allgather_base(output=, input=, opts=)": (
+            lambda pg: done(pg._allgather_base(output=big, input=t, opts=opts("AllgatherOptions")),
+                            big),
+            lambda pg: [torch.cat(done(pg.allgather([outs], [t]), *outs))]),
+        "gather(output_tensors=, input_tensors=, opts=)": lambda pg: done(pg.gather(
+            output_tensors=[outs] if at_root else [], input_tensors=[t],
+            opts=at("GatherOptions")), *outs),
+        "gather(output_tensors=, input_tensor=, root=) at the root": lambda pg: done(
+            pg.gather(output_tensors=outs, input_tensor=t, root=root) if at_root else
+            pg.gather(output_tensors=[], input_tensors=[t], opts=at("GatherOptions")), *outs),
+        "scatter(output_tensors=, input_tensors=, opts=)": lambda pg: done(pg.scatter(
+            output_tensors=[o], input_tensors=[ins] if at_root else [],
+            opts=at("ScatterOptions")), o),
+        "scatter(output_tensor=, input_tensors=, root=) at the root": lambda pg: done(
+            pg.scatter(output_tensor=o, input_tensors=ins, root=root) if at_root else
+            pg.scatter(output_tensors=[o], input_tensors=[], opts=at("ScatterOptions")), o),
+        "reduce_scatter(output_tensors=, input_tensors=, opts=)": (
+            lambda pg: done(pg.reduce_scatter(output_tensors=[o], input_tensors=[ins],
+                                              opts=opts("ReduceScatterOptions")), o),
+            lambda pg: summed(pg, torch.cat(ins))),
+        f"reduce_scatter({rs_names[0]}=, {rs_names[1]}=, op=)": (
+            lambda pg: done(pg.reduce_scatter(**{rs_names[0]: o, rs_names[1]: ins},
+                                              op=R.SUM), o),
+            lambda pg: summed(pg, torch.cat(ins))),
+        "_reduce_scatter_base(outputTensor=, inputTensor=, opts=)": (
+            lambda pg: done(pg._reduce_scatter_base(outputTensor=o, inputTensor=wide,
+                                                    opts=opts("ReduceScatterOptions")), o),
+            lambda pg: summed(pg, wide)),
+        "alltoall_base(output=, input=, output_split_sizes=, input_split_sizes=)":
+            lambda pg: done(pg.alltoall_base(output=o, input=t, output_split_sizes=[],
+                                             input_split_sizes=[]), o),
+        f"alltoall({a2a_names[0]}=, {a2a_names[1]}=, opts=)": (
+            lambda pg: done(pg.alltoall(**{a2a_names[0]: list(o.view(n, -1)),
+                                           a2a_names[1]: list(t.view(n, -1))},
+                                        opts=opts("AllToAllOptions")), o),
+            lambda pg: a2a(pg, o, t)),
+        "barrier(opts=)": lambda pg: done(pg.barrier(opts=opts("BarrierOptions"))),
+        "monitored_barrier(timeout=, wait_all_ranks=)": lambda pg: done(pg.monitored_barrier(
+            timeout=datetime.timedelta(seconds=20), wait_all_ranks=True)),
+        "send(tensors=, dstRank=, tag=), recv(tensors=, srcRank=, tag=)": lambda pg: done(
+            [w.wait() for w in (pg.send(tensors=[t], dstRank=(r + 1) % n, tag=3),
+                                pg.recv(tensors=[o], srcRank=(r - 1) % n, tag=3))] and None, o),
+    }
+    if not TORCH2:  # 1.13's second forms of alltoall and alltoall_base
+        cases["alltoall(output=, input=)"] = (
+            lambda pg: done(pg.alltoall(output=list(o.view(n, -1)), input=list(t.view(n, -1))),
+                            o),
+            lambda pg: a2a(pg, o, t))
+        cases["alltoall_base(output_tensor=, input_tensor=, ..., opts=)"] = (
+            lambda pg: done(pg.alltoall_base(output_tensor=o, input_tensor=t,
+                                             output_split_sizes=[], input_split_sizes=[],
+                                             opts=opts("AllToAllOptions")), o))
+    for name, case in cases.items():  # each call's tensors made anew for each group
+        ours_call, gloo_call = case if isinstance(case, tuple) else (case, case)
+        seen = []
+        for pg, call in ((ours, ours_call), (g, gloo_call)):
+            t, o, i, wide, outs = x(), torch.zeros(2 * n), x(), x(n), zeros()
+            big, ins = torch.zeros(2 * n * n), [x() * (p + 1) for p in range(n)]
+            seen.append(call(pg))
+        assert all(torch.equal(a, b) for a, b in zip(*seen)) and len(seen[0]) == len(seen[1]), \
+            (name, seen)
+    wrongs = {
+        "unknown keyword": lambda pg: pg.allreduce([x()], bogus=1),
+        "our old name": lambda pg: pg.send(tensors=[x()], dst=(r + 1) % n, tag=0),
+        "tensors twice": lambda pg: pg.allreduce([x()], tensors=[x()]),
+        "two forms mixed": lambda pg: pg.allreduce(tensors=[x()], opts=opts("AllreduceOptions"),
+                                                   op=R.MAX),
+        "gather's forms mixed": lambda pg: pg.gather(output_tensors=zeros(),
+                                                     input_tensors=x(), root=0),
+        "reduce without its root": lambda pg: pg.reduce(tensor=x(), op=R.MAX),
+        "broadcast without its root": lambda pg: pg.broadcast(tensor=x()),
+        "recv_anysource's tag by keyword": lambda pg: pg.recv_anysource([x()], arg1=0),
+        "the other torch's alltoall": lambda pg: pg.alltoall(
+            **dict(zip(a2a_other, ([torch.zeros(2)] * n, list(x().view(n, -1)))))),
+        "the other torch's reduce_scatter": lambda pg: pg.reduce_scatter(
+            **dict(zip(rs_other, (torch.zeros(2 * n), [x()] * n)))),
+        "wait_all": lambda pg: pg.monitored_barrier(wait_all=True),
+    }
+    for name, wrong in wrongs.items():
+        for pg in (ours, g):
+            try:
+                wrong(pg)
+                raise AssertionError(f"{name}: no TypeError from {pg.getBackendName()}")
+            except TypeError:
+                pass
     dist.barrier()
 
 
@@ -1085,6 +1264,59 @@ def monitored(r, n, where):
     pg.monitored_barrier(datetime.timedelta(seconds=10))
 
 
+def bools(r, n, where):
+    """bool tensors as torch 2.x's Gloo takes them: all_reduce (a sum is an or, a product
+    an and, as C++'s bool arithmetic), reduce, broadcast, all_gather, send and recv give
+    Gloo's results (on 1.13, whose Gloo refuses bool, Gloo's on int64 tested against 0),
+    AVG is refused, and DDP over a model with a bool buffer (a causal mask, broadcast at
+    construction) trains as over Gloo (ours refused bool before)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    g = init(r, n, where)
+    R = dist.ReduceOp
+    x = lambda: torch.tensor([r == 0, False, True, r % 2 == 1, r == n - 1])  # noqa: E731
+    calls = [("all_reduce", op, lambda t, pg, op=op: dist.all_reduce(t, op=op, group=pg))
+             for op in (R.SUM, R.PRODUCT, R.MIN, R.MAX)]
+    calls += [("reduce", R.MAX, lambda t, pg: dist.reduce(t, n - 1, group=pg)),
+              ("broadcast", None, lambda t, pg: dist.broadcast(t, n - 1, group=pg)),
+              ("all_gather", None, lambda t, pg: t.copy_(all_gathered(t, pg)[(r + 1) % n])),
+              ("send and recv", None, lambda t, pg: [w.wait() for w in (
+                  dist.isend(t.clone(), (r + 1) % n, group=pg),
+                  dist.irecv(t, (r - 1) % n, group=pg))])]
+
+    def all_gathered(t, pg):
+        outs = [torch.zeros_like(t) for _ in range(n)]
+        dist.all_gather(outs, t, group=pg)
+        return outs
+    for name, op, call in calls:
+        seen = []
+        for pg, t in ((None, x()), (g, x() if TORCH2 else x().long())):
+            call(t, pg)
+            seen.append(t != 0)
+        assert (name == "reduce" and r != n - 1) or torch.equal(*seen), (name, op, seen)
+    raises(lambda: dist.all_reduce(x(), op=R.AVG), "bool tensors reduce by SUM")
+
+    class Masked(torch.nn.Module):
+        def __init__(self, dtype):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.register_buffer("mask", torch.tril(torch.ones(4, 4)).to(dtype))
+
+        def forward(self, x):
+            return self.lin(x).masked_fill(self.mask[1] == 0, 0)
+    trained = []
+    for pg, dtype in ((None, torch.bool), (g, torch.bool if TORCH2 else torch.float32)):
+        torch.manual_seed(0)
+        m = DDP(Masked(dtype), process_group=pg)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(3):
+            data = torch.randn(3, 4, generator=torch.Generator().manual_seed(10 * r + i))
+            m(data).pow(2).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        trained.append([p.detach().clone() for p in m.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained)), trained
+
+
 def non_contiguous(r, n, where):
     """Transposed (non-contiguous) inputs and outputs give Gloo's results: all_gather,
     broadcast, all_reduce, scatter; gather and all_to_all_single against the rows by hand
@@ -1198,8 +1430,10 @@ def main():
         bad += ranks.check(reductions, n, "AVG, PREMUL_SUM and the coalesced forms")
         bad += ranks.check(p2p_batch, n, "batch_isend_irecv around a ring")
         bad += ranks.check(any_source, n, "receives from any source against gloo")
+        bad += ranks.check(tags_any_order, n, "receives by tag in any order against gloo")
         bad += ranks.check(work_objects, n, "work objects' methods against gloo")
         bad += ranks.check(bare_forms, n, "the binding's bare forms against gloo")
+        bad += ranks.check(keyword_forms, n, "the binding's keyword forms against gloo")
         bad += ranks.check(held_then_elsewhere, n, "an async collective starts unwaited")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
@@ -1222,6 +1456,8 @@ def main():
     bad += ranks.check(objects, 3, "object collectives (and ZeRO, checkpoints on 2.x)")
     bad += ranks.check(status_names_torch_ranks, 2, "coll_status names a stopped torch rank")
     bad += ranks.check(non_contiguous, 3, "non-contiguous inputs and outputs against gloo")
+    for n in (2, 3):
+        bad += ranks.check(bools, n, "bool tensors (and DDP with a bool buffer) against gloo")
     bad += ranks.check(autograd_collectives, 3, "torch.distributed.nn's collectives, backward")
     bad += ranks.check(init_again, 3, "init on one MASTER_PORT again after destroy")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
