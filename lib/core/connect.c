@@ -94,9 +94,9 @@ int cl_link_verdict(coll_comm *c, int status)
  * ended and nothing with the terms it read answers there), went away: rank 0 left, and a
  * link from it would never come. Only until this rank passes the first token: rank 0
  * closes its store once the token is back. */
-static int rank0_gone(coll_comm *c)
+static int rank0_left_while_linking(coll_comm *c, int64_t deadline)
 {
-    if (!c->store || cl_store_renew(c->store) != COLL_EPEER)
+    if (!c->store || cl_store_renew(c->store, deadline) != COLL_EPEER)
         return 0;
     cl_comm_fail(c, COLL_EPEER,
                  "rank %d: rank 0's rendezvous store went away while the communicator "
@@ -127,7 +127,7 @@ static int ring_links(coll_comm *c)
         }
         if (cl_now_ms() >= deadline)
             break;
-        if (rank0_gone(c))
+        if (rank0_left_while_linking(c, deadline))
             return COLL_EPEER;
         /* Not every listener signals a connection: look again soon. */
         cl_notifier_wait(c->note, seen, CL_MIN(deadline, cl_now_ms() + 1));

@@ -126,7 +126,7 @@ static int gather_cards(coll_comm *c, meeting *m, const cl_card *mine, cl_card *
     char list[256];
     int64_t start = cl_now_ms();
     int missing = have ? 1 : COLL_ENOMEM, lost = 0;
-    if (have && c->rank != 0) { /* EPEER: rank 0's store went away (rank0_gone says so) */
+    if (have && c->rank != 0) { /* EPEER: rank 0's store went away (say_rank0_gone says so) */
         int rc = card_values(c, m, cards, 0, deadline - CL_MIN(c->timeout_ms / 4, 2000));
         missing = rc == COLL_ETIMEDOUT && !m->noted ? 1 : rc;
     }
@@ -410,9 +410,10 @@ static void tell_failure(const cl_config *cfg, const cl_rdzv *rv, cl_store *stor
  * and this rank says so at once instead of naming every rank missing at its timeout. A
  * healthy rank 0 closes its store only once every rank has passed the first token, after
  * its last read. Nothing is written anywhere: the look is one dial. */
-static void rank0_gone(const meeting *m, int rc)
+static void say_rank0_gone(const meeting *m, int rc, int64_t deadline)
 {
-    if (rc == COLL_EPEER && !m->noted && m->plain && cl_store_renew(m->plain) == COLL_EPEER)
+    if (rc == COLL_EPEER && !m->noted && m->plain &&
+        cl_store_renew(m->plain, deadline) == COLL_EPEER)
         snprintf(cl_init_err, sizeof(cl_init_err),
                  "rendezvous: rank 0's store at %s://%.300s went away during init: rank 0 "
                  "failed, gave up or ended (its own error says why)",
@@ -487,7 +488,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     return COLL_OK;
 fail:
     if (!cl_init_err[0]) /* a store's EPEER says nothing; a failed connect said its own */
-        rank0_gone(&m, rc);
+        say_rank0_gone(&m, rc, deadline);
     if (!cl_init_err[0])
         snprintf(cl_init_err, sizeof(cl_init_err), "rendezvous at %s://%.300s: %s", rv->scheme,
                  rv->where, coll_strerror(rc));

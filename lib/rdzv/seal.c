@@ -119,9 +119,9 @@ static void seal_remove(cl_store *st, const char *key)
 }
 
 /* The connection is the inner store's, and so is what it pinned (the terms, unsealed). */
-static int seal_renew(cl_store *st)
+static int seal_renew(cl_store *st, int64_t deadline_ms)
 {
-    return cl_store_renew(((sealed *)st)->inner);
+    return cl_store_renew(((sealed *)st)->inner, deadline_ms);
 }
 
 static void seal_close(cl_store *st)

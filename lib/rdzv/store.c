@@ -66,7 +66,7 @@ int cl_store_pin(cl_store *s, const char *key, const void *val, size_t len)
     return s->ops->pin ? s->ops->pin(s, key, val, len) : COLL_OK;
 }
 
-int cl_store_renew(cl_store *s)
+int cl_store_renew(cl_store *s, int64_t deadline_ms)
 {
-    return s->ops->renew ? s->ops->renew(s) : COLL_OK;
+    return s->ops->renew ? s->ops->renew(s, deadline_ms) : COLL_OK;
 }

@@ -39,8 +39,9 @@ typedef struct cl_store_ops {
     /* Optional: COLL_EPEER where this client's connection has ended and no server that
      * holds the pinned value answers at the address (one dial, no retry): the server that
      * served it went away. COLL_OK otherwise (a fresh connection took the place of one the
-     * server dropped), and always without a pin. */
-    int (*renew)(cl_store *s);
+     * server dropped), always without a pin, and where deadline_ms has passed. Returns by
+     * deadline_ms. */
+    int (*renew)(cl_store *s, int64_t deadline_ms);
 } cl_store_ops;
 
 struct cl_store {
@@ -94,7 +95,7 @@ void cl_store_remove(cl_store *s, const char *key);
 /* The ops' pin and renew where the store has them; COLL_OK otherwise (a file directory,
  * a process's table or a caller's store never goes away under a rank). */
 int cl_store_pin(cl_store *s, const char *key, const void *val, size_t len);
-int cl_store_renew(cl_store *s);
+int cl_store_renew(cl_store *s, int64_t deadline_ms);
 
 /* Milliseconds from now until deadline_ms as an int (poll(), a waiting get): 0 once it has
  * passed, INT_MAX at most. Time is reckoned in 64 bits: a timeout of INT_MAX ms doubled,

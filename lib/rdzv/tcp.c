@@ -9,6 +9,7 @@
 #include "collective.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,8 +27,9 @@ typedef struct {
     int gone;  /* renew found no server with the pinned value: it went away */
     int64_t deadline_ms;
     cl_store_server *server; /* rank 0 only */
-    char host[256], port[16];
-    int family;
+    /* The server's address as this client first reached it: renew dials that one, looking
+     * up no name (a resolver that hangs, or a name's other address). */
+    cl_addr served;
     /* A value the server that served this client holds (tcp_pin): renew's proof that a
      * server at the address now is that one. NULL: none. */
     char pin_key[CL_STORE_MAX_KEY + 1];
@@ -360,25 +362,42 @@ static int holds_pin(tcp_store *t)
     return same;
 }
 
+/* A connection to a by deadline_ms, or -1: a blocking connect to a host gone from the
+ * network waits out TCP's retries (about two minutes), past any init timeout. Blocking
+ * once connected, as every request expects. */
+static int dial_by(const cl_addr *a, int64_t deadline_ms)
+{
+    int fd = cl_addr_dial(a, SOCK_NONBLOCK), err = 0;
+    socklen_t len = sizeof(err);
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    if (fd >= 0 && poll(&pfd, 1, cl_store_ms_left(deadline_ms)) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 &&
+        !cl_addr_self_dialed(fd) && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
 /* One dial, no retry: the server was up a moment ago, so a refusal means it went away,
- * not that it is late. Waits at most GREET_MS for an answer. */
-static int tcp_renew(cl_store *s)
+ * not that it is late. The dial and the answers take GREET_MS at most, and never past the
+ * caller's deadline: with none left, nothing is proven. */
+static int tcp_renew(cl_store *s, int64_t deadline_ms)
 {
     tcp_store *t = (tcp_store *)s;
-    char err[300], where[300];
+    char err[300], where[CL_ADDR_TEXT];
+    int64_t by = CL_MIN(deadline_ms, cl_now_ms() + GREET_MS), keep = t->deadline_ms;
     if (t->gone)
         return COLL_EPEER;
-    if (!t->pin || !ended(t))
+    if (!t->pin || !ended(t) || by <= cl_now_ms())
         return COLL_OK;
     if (t->fd >= 0)
         close(t->fd);
-    t->ended = 0;
-    t->fd = try_connect(t->host, t->port, t->family);
-    cl_addr_join(t->host, t->port, where, sizeof(where));
-    int64_t deadline = t->deadline_ms;
-    t->deadline_ms = cl_now_ms() + GREET_MS;
+    t->fd = dial_by(&t->served, by);
+    cl_addr_text(&t->served, where, sizeof(where));
+    t->deadline_ms = by;
     int here = t->fd >= 0 && greet(t, where, err, sizeof(err)) == COLL_OK && holds_pin(t);
-    t->deadline_ms = deadline;
+    t->deadline_ms = keep;
     t->gone = !here;
     t->ended = !here;
     return here ? COLL_OK : COLL_EPEER;
@@ -414,9 +433,6 @@ int cl_store_tcp_open(const char *hostport, int family, int serve_it, int64_t de
     t->base.ops = &ops;
     t->fd = -1;
     t->deadline_ms = deadline_ms;
-    t->family = family;
-    snprintf(t->host, sizeof(t->host), "%s", host);
-    snprintf(t->port, sizeof(t->port), "%s", port);
     int64_t idle_ms = CL_MAX(2 * CL_MIN(deadline_ms - cl_now_ms(), INT64_MAX / 2), 1000);
     int rc = serve_it ? bind_server(t, host, port, family, idle_ms, err, errlen) : COLL_OK;
     if (rc == COLL_OK && (t->fd = connect_retry(host, port, family, deadline_ms)) < 0) {
@@ -426,6 +442,9 @@ int cl_store_tcp_open(const char *hostport, int family, int serve_it, int64_t de
     }
     if (rc == COLL_OK)
         rc = greet(t, hostport, err, errlen);
+    t->served.len = sizeof(t->served.sa);
+    if (rc == COLL_OK && getpeername(t->fd, (struct sockaddr *)&t->served.sa, &t->served.len))
+        rc = COLL_ESYS;
     if (rc != COLL_OK) {
         tcp_close(&t->base);
         return rc;

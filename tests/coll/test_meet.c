@@ -91,13 +91,21 @@ static int rank_main(const char *url, const who *w)
     return 0;
 }
 
+/* Starts one rank as a process. */
+static pid_t start(const char *url, const who *w)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(rank_main(url, w));
+    return pid;
+}
+
 /* Starts every rank as a process; returns how many did not behave. */
 static int run(const char *url, const who *ws, int n)
 {
     pid_t pids[16];
     for (int i = 0; i < n; i++)
-        if ((pids[i] = fork()) == 0)
-            _exit(rank_main(url, &ws[i]));
+        pids[i] = start(url, &ws[i]);
     return reap_all(pids, n);
 }
 
@@ -108,22 +116,29 @@ static void env_url(char *url, size_t len)
 
 #define CLASH "another job is using this rendezvous"
 
-/* Job A's ranks 0 and 1 come first (rank 0 serves the store); all of job B comes: its
- * rank 0 cannot bind the port, its rank 1 finds rank 1's place taken, its rank 2 takes
- * rank 2's place. Rank 0 finds rank 1's note, and every rank that met fails saying so:
- * none computes with the other job's ranks. Job A's rank 2 comes after the store closed
- * and finds nobody. */
+/* Job A's ranks 0 and 1 come first (rank 0 serves the store); then job B's rank 1, which
+ * finds rank 1's place taken; then the rest of job B: its rank 0 cannot bind the port,
+ * its rank 2 takes rank 2's place. Rank 0 finds rank 1's note, and every rank that met
+ * fails saying so: none computes with the other job's ranks. Job A's rank 2 comes after
+ * the store closed and finds nobody. Each comes after the one it follows has ended, not
+ * after a delay: under load, job B's rank 1 still on its way when the job formed found
+ * the store closed, and job A's rank 2 started 1500 ms in found it still open. */
 START_TEST(two_jobs_at_one_port_fail_together)
 {
     char url[64];
     env_url(url, sizeof(url));
-    who ws[] = {{0, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
-                {1, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
-                {2, 3, 1500, NULL, COLL_ETIMEDOUT, "did not answer", 100},
-                {0, 3, 500, NULL, COLL_ESYS, "another job", 200},
-                {1, 3, 500, NULL, COLL_EMISMATCH, "rank 1 registered twice", 200},
-                {2, 3, 500, NULL, COLL_EMISMATCH, CLASH, 200}};
-    ck_assert_int_eq(run(url, ws, 6), 0);
+    who a[] = {{0, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
+               {1, 3, 0, NULL, COLL_EMISMATCH, CLASH, 100},
+               {2, 3, 0, NULL, COLL_ETIMEDOUT, "did not answer", 100}};
+    who b[] = {{0, 3, 0, NULL, COLL_ESYS, "another job", 200},
+               {1, 3, 500, NULL, COLL_EMISMATCH, "rank 1 registered twice", 200},
+               {2, 3, 0, NULL, COLL_EMISMATCH, CLASH, 200}};
+    pid_t pids[] = {start(url, &a[0]), start(url, &a[1]), start(url, &b[1]), 0};
+    int bad = reap_all(pids + 2, 1); /* its note is there before the job can form */
+    pids[2] = start(url, &b[0]), pids[3] = start(url, &b[2]);
+    bad += reap_all(pids, 4);
+    bad += run(url, &a[2], 1); /* job A's rank 0 has ended: nothing serves the port */
+    ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
@@ -287,8 +302,7 @@ static void rank_0_killed_while_the_others_wait(void)
     pid_t pids[3];
     for (int r = 0; r < 3; r++) {
         who w = {r, 4, 0, NULL, COLL_EPEER, GONE, 0};
-        if ((pids[r] = fork()) == 0)
-            _exit(rank_main(url, &w));
+        pids[r] = start(url, &w);
     }
     sleep_ms(2000); /* every rank has read the terms by then, even on a loaded machine */
     kill(pids[0], SIGKILL);

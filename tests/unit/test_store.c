@@ -186,6 +186,12 @@ static void serve_at(const char *where, const char *terms, cl_store **server)
     ck_assert_int_eq((*server)->ops->set(*server, "terms", terms, strlen(terms) + 1), COLL_OK);
 }
 
+/* A renew with init's time to spare (5 s). */
+static int renew(cl_store *s)
+{
+    return cl_store_renew(s, cl_now_ms() + 5000);
+}
+
 START_TEST(tcp_renew_tells_a_dropped_connection_from_a_server_gone)
 {
     char where[64], err[256], got[16];
@@ -195,26 +201,52 @@ START_TEST(tcp_renew_tells_a_dropped_connection_from_a_server_gone)
     serve_at(where, "one", &server);
     ck_assert_int_eq(
         cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)), COLL_OK);
-    ck_assert_int_eq(cl_store_renew(s), COLL_OK); /* no pin: never gone */
+    ck_assert_int_eq(renew(s), COLL_OK); /* no pin: never gone */
     ck_assert_int_eq(s->ops->get(s, "terms", got, sizeof(got), &len), COLL_OK);
     ck_assert_int_eq(cl_store_pin(s, "terms", got, len), COLL_OK);
-    ck_assert_int_eq(cl_store_renew(s), COLL_OK);
+    ck_assert_int_eq(renew(s), COLL_OK);
     usleep(2500 * 1000); /* the server drops the idle client; it serves on */
-    ck_assert_int_eq(cl_store_renew(s), COLL_OK);
+    ck_assert_int_eq(renew(s), COLL_OK);
     ck_assert_int_eq(s->ops->get(s, "terms", got, sizeof(got), &len), COLL_OK);
     ck_assert_str_eq(got, "one");
     server->ops->close(server);
-    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER); /* refused: the server went away */
+    ck_assert_int_eq(renew(s), COLL_EPEER); /* refused: the server went away */
     serve_at(where, "two", &other);
-    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER); /* and stays so */
+    ck_assert_int_eq(renew(s), COLL_EPEER); /* and stays so */
     s->ops->close(s);
     ck_assert_int_eq(
         cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)), COLL_OK);
     ck_assert_int_eq(cl_store_pin(s, "terms", "one", 4), COLL_OK);
     other->ops->close(other);
     serve_at(where, "two", &other); /* another server at the port: not the one pinned */
-    ck_assert_int_eq(cl_store_renew(s), COLL_EPEER);
+    ck_assert_int_eq(renew(s), COLL_EPEER);
     other->ops->close(other);
+    s->ops->close(s);
+}
+END_TEST
+
+/* Where the port's new holder takes the connection and never answers, renew gives up by
+ * its caller's deadline (300 ms here): COLL_EPEER, the server that served is not there.
+ * Before, it waited GREET_MS (5 s) whatever the caller's timeout. */
+START_TEST(tcp_renew_returns_by_its_deadline)
+{
+    char where[64], err[256];
+    int port = free_port();
+    snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+    cl_store *server, *s;
+    serve_at(where, "one", &server);
+    ck_assert_int_eq(
+        cl_store_tcp_open(where, AF_UNSPEC, 0, cl_now_ms() + 60000, &s, err, sizeof(err)), COLL_OK);
+    ck_assert_int_eq(cl_store_pin(s, "terms", "one", 4), COLL_OK);
+    server->ops->close(server);
+    cl_addr at;
+    ck_assert_int_eq(cl_addr_parse(where, &at), 0);
+    int silent = cl_addr_listen(&at, 0, 8); /* takes connections (the backlog), says nothing */
+    ck_assert_int_ge(silent, 0);
+    int64_t start = cl_now_ms();
+    ck_assert_int_eq(cl_store_renew(s, start + 300), COLL_EPEER);
+    ck_assert_int_lt(cl_now_ms() - start, 1500);
+    close(silent);
     s->ops->close(s);
 }
 END_TEST
@@ -511,6 +543,7 @@ int main(void)
     tcase_add_test(t, tcp_server_bounds_what_a_client_can_take);
     tcase_add_test(t, tcp_client_times_out_without_server);
     tcase_add_test(t, tcp_renew_tells_a_dropped_connection_from_a_server_gone);
+    tcase_add_test(t, tcp_renew_returns_by_its_deadline);
     tcase_add_test(t, rendezvous_urls_parse_or_explain);
     tcase_add_test(t, file_store_refuses_a_directory_others_can_write);
     tcase_add_loop_test(t, file_store_ignores_a_planted_fifo_or_link, 0, 2);
