@@ -475,6 +475,7 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     }
     free(cards);
     if ((rc = verdict(c, &m)) != COLL_OK) {
+        snprintf(cl_init_err, sizeof(cl_init_err), "%.500s", c->err);
         coll_destroy(c); /* its engine runs already */
         return rc;
     }
