@@ -280,7 +280,9 @@ class _Ask:
         return self.came.is_set() and (self.req is None or self.req.test())
 
     def wait(self):
-        """Waits for a message, within the group's timeout (as Gloo), then its tensor."""
+        """Waits for a message, within the group's timeout (as Gloo), then its tensor. A
+        receive from one rank waits in the library (drive), whose timeout then fails the
+        group, as a Gloo pair's does; a receive from any source is withdrawn alone."""
         if self.src is not None:
             self.inbox.drive(self)
         ms = self.inbox.ms
@@ -310,6 +312,7 @@ class _Inbox:
 
     def __init__(self, comm, timeout_ms):
         self.comm, self.ms = comm, timeout_ms
+        self.rank = comm.rank  # read once: each read is a call into the library (a lock)
         self.mu = threading.Lock()
         self.wake = threading.Condition(self.mu)
         self.heads = {}  # peer -> (header tensor, its request), posted
@@ -371,7 +374,7 @@ class _Inbox:
         if look (a receive from one rank is mostly waited on at once, and drive takes its
         headers: the poller's wake-up cost more than the receive) or if it rests."""
         for p in peers:
-            if p != self.comm.rank and p not in self.heads:
+            if p != self.rank and p not in self.heads:
                 head = torch.empty(_HEADER, dtype=torch.int64)
                 self.heads[p] = head, self.comm._run("recv", True, _head_args(head, p), (head,))
         if self.thread is None:
@@ -779,14 +782,18 @@ def _as_binding(method):
     or by the keywords of one of its forms (gather(output_tensors=, input_tensor=, root=)),
     which reach method by position: all forms of a method put their names at the same
     places. A TypeError where the binding raises one for the names: a keyword no form
-    has, one given by position too (_either), a form's required argument missing. What
-    each value may be stays method's to check."""
+    has, one given by position too (_either), a form's required keyword missing. What
+    each value may be stays method's to check, and a call by position alone goes to
+    method as it is: torch's own callers (its C++ trampoline, distributed_c10d) call by
+    position, and a form the docstrings' parse missed must not refuse them."""
     forms = _forms(method.__name__)
     if forms is None:  # a method this torch's binding lacks: Python's own signature
         return method
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        if not kwargs:
+            return method(self, *args)
         return method(self, *_positions(method.__name__, forms, args, kwargs))
     return call
 
@@ -795,11 +802,9 @@ def _positions(op, forms, args, kwargs):
     """args and kwargs by position, as the first form they fit places them (trailing
     ones not given left out, for method's defaults)."""
     for names, required in forms:
-        if len(args) > len(names) or (kwargs and not kwargs.keys() <= set(names)) or \
+        if len(args) > len(names) or not kwargs.keys() <= set(names) or \
                 any(n not in kwargs for n in names[len(args):required]):
             continue
-        if not kwargs:
-            return args
         values = [_either(op, args[i] if i < len(args) else None, kwargs.get(n), n)
                   for i, n in enumerate(names)]
         while values and values[-1] is None:
@@ -1201,7 +1206,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
     def _peer(self, op, peer, what):
         """A rank other than this one (the library's EINVAL for this one failed the group;
         Gloo's group goes on)."""
-        if peer == self.comm.rank:
+        if peer == self.inbox.rank:
             _invalid(op, f"invalid {what} rank: {peer} (this rank)")
         if not 0 <= peer < self.comm.size:
             _invalid(op, f"invalid {what} rank: {peer}")
