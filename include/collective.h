@@ -80,7 +80,8 @@ typedef struct coll_config {
      * checkpoint. 0: $COLL_OP_TIMEOUT_MS, else timeout_ms when the caller set that (field
      * or $COLL_TIMEOUT_MS), else 1800000 (30 minutes, torch's default). A peer that is
      * gone is found sooner: its process's exit closes its links at once, its host's loss
-     * within timeout_ms (tcp keepalive). */
+     * within about timeout_ms (an idle tcp link's keepalive; while a collective waits, the
+     * heartbeat). */
     int op_timeout_ms;
     /* 1: coll_split's communicators (and their splits) use this communicator's links
      * instead of opening their own, as NCCL's splitShare: their collectives then run in
@@ -312,7 +313,7 @@ COLL_API int coll_init_grow(coll_comm **out, const char *id, const coll_config *
  * message, in its buffers or the peer's receive. A message larger than what the link
  * buffers (shm: the pair's ring, 4 MiB; tcp: the kernel's socket buffers, a few MiB;
  * ibverbs: the registered slots) waits for the peer to post its receive, so two ranks
- * that both send a large message first wait for each other until COLL_TIMEOUT_MS. Use
+ * that both send a large message first wait for each other until the operation timeout. Use
  * coll_sendrecv, or coll_isend then the receive, for exchanges. */
 COLL_API int coll_send(coll_comm *comm, const void *buf, size_t count, coll_dtype dtype,
                        int peer, uint32_t tag);

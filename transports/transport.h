@@ -74,9 +74,6 @@ typedef const char *(*cl_tr_vet)(void *arg, const uint8_t hello[CL_HELLO_BYTES])
 typedef struct cl_tr_config {
     const char *device;    /* interface name or NCCL-style list; NULL: auto */
     int timeout_ms;        /* a connection that sends no hello in this time is dropped */
-    /* The longest a wait on a live peer may last (coll_config.op_timeout_ms; 0: none
-     * longer than timeout_ms): a link to a peer busy that long is no dead one. */
-    int op_timeout_ms;
     cl_notifier *notifier; /* signalled on every completion */
     char *err;             /* NULL, or where ctx_create says why it failed */
     size_t errlen;

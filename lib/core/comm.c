@@ -121,7 +121,6 @@ static int open_transport(coll_comm *c, const cl_config *cfg, cl_tr_listener **l
 {
     char why[256] = "";
     cl_tr_config tc = {.device = cfg->device, .timeout_ms = cfg->timeout_ms,
-                       .op_timeout_ms = cfg->op_timeout_ms,
                        .notifier = &c->notifier, .err = why, .errlen = sizeof(why),
                        .vet = cl_link_vet, .vet_arg = c, .family = cfg->family,
                        .key = cfg->keyed ? cfg->key : NULL};

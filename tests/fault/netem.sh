@@ -6,10 +6,13 @@
 #     pairs with tcp, in one communicator, and every result is exact;
 #  3. the link goes down in the middle of a long all-reduce: both ranks fail within the
 #     timeout instead of hanging; and again with a 10-minute operation timeout: the
-#     links' keepalive finds the lost peer within the peer timeout (COLL_TIMEOUT_MS).
+#     heartbeat finds the lost peer within the peer timeout (COLL_TIMEOUT_MS);
+#  4. a receive from a peer whose namespace leaves the network, operation timeout 10
+#     min: no collective runs, so the idle link's keepalive must end it within about the
+#     peer timeout (TCP_USER_TIMEOUT, where set, overrides keepalive's count of probes).
 # Needs root and iproute2 (tc); skips (77) where namespaces cannot be made.
 set -u
-perf=$1
+perf=$1 lost=$2
 a=ctA$$ b=ctB$$
 cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; }
 trap cleanup EXIT INT TERM
@@ -117,8 +120,41 @@ link_down() {
 
 echo "== link down in the middle of a 64 MiB all-reduce loop (timeout 3 s)"
 link_down 20
-# Operations allowed 10 minutes without progress: the links' keepalive and
-# TCP_USER_TIMEOUT (bound by COLL_TIMEOUT_MS, 3 s) find the lost peer, not the operation.
+# Operations allowed 10 minutes without progress: the heartbeat (bound by
+# COLL_TIMEOUT_MS, 3 s) finds the lost peer, not the operation.
 echo "== link down, operation timeout 10 min, peer timeout 3 s"
 COLL_OP_TIMEOUT_MS=600000 && export COLL_OP_TIMEOUT_MS
 link_down 30
+
+echo "== a receive from a peer that left the network, operation timeout 10 min, peer timeout 3 s"
+port=$((port + 1)) perf=$lost # COLL_OP_TIMEOUT_MS=600000 still exported
+ip -n "$a" link set va$$ up
+rank 0 "$a" "$port" 3000 > /tmp/netem.$$.0 2>&1 &
+p0=$!
+rank 1 "$b" "$port" 3000 > /tmp/netem.$$.1 2>&1 &
+p1=$!
+ready=0
+for i in $(seq 1 100); do
+    grep -q ready /tmp/netem.$$.0 && { ready=1; break; }
+    sleep 0.1
+done
+ip netns exec "$b" nft add table inet gone
+ip netns exec "$b" nft 'add chain inet gone in { type filter hook input priority 0; policy drop; }'
+ip netns exec "$b" nft 'add chain inet gone out { type filter hook output priority 0; policy drop; }'
+start=$(date +%s)
+ended=0
+for i in $(seq 1 150); do # 15 s: five peer timeouts
+    kill -0 $p0 2>/dev/null || { ended=1; break; }
+    sleep 0.1
+done
+took=$(( $(date +%s) - start ))
+[ $ended = 1 ] || kill $p0
+wait $p0; s0=$?
+kill $p1; wait $p1
+cat /tmp/netem.$$.0
+rm -f /tmp/netem.$$.0 /tmp/netem.$$.1
+if [ $ready = 0 ] || [ $ended = 0 ] || [ $s0 -ne 0 ]; then
+    echo "FAIL: a receive from a lost peer: ready $ready, ended $ended (exit $s0) after $took s"
+    exit 1
+fi
+echo "the receive failed $took s after the peer left"

@@ -626,8 +626,9 @@ END_TEST
  * acknowledged and not copied"). A rail whose dial is not through carries no share, so
  * the message arrives whole. The ends' peer timeout is the library's default, 30 s: the
  * receive is posted at the hand-out, and until it drains rail 0 the sender's 4 MiB keep
- * that window shut, which TCP_USER_TIMEOUT (the peer timeout) ends as a peer gone; at
- * 5 s, a receive drained 2 s after the hand-out (a loaded machine) reset rail 0. */
+ * that window shut, which TCP_USER_TIMEOUT at the peer timeout ended as a peer gone; at
+ * 5 s, a receive drained 2 s after the hand-out (a loaded machine) reset rail 0 (tcp
+ * sets no TCP_USER_TIMEOUT since: docs/faults.md). */
 START_TEST(a_big_message_sent_before_a_rail_is_given_up_arrives_whole)
 {
     enum { BIG = 4 << 20 };

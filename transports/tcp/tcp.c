@@ -368,27 +368,26 @@ static void start_reading(cl_tr_conn *c)
 /* A peer whose host vanished or whose network went away is found within about the
  * peer timeout T on an idle link: keepalive probes it (first after T/2, then every T/6,
  * three unanswered end it). A link with bytes on their way is the heartbeat's to judge
- * (lib/core/beat.c) and the operation timeout's: TCP_USER_TIMEOUT ends it only past the
- * longer of T and the operation timeout, because Linux (since 5.11) counts a receive
- * window kept shut as bytes unacknowledged, and a peer busy in its own code (evaluating,
- * writing a checkpoint) shuts it while the bytes sent to it wait for its receive: at T,
- * a busy rank's link was reset and the job failed (test fault,
- * a_busy_rank_is_not_a_dead_one). */
-static void tune_socket(uv_tcp_t *t, const cl_tr_ctx *ctx)
+ * (lib/core/beat.c) while a collective waits, and the operation timeout's. No
+ * TCP_USER_TIMEOUT: Linux (since 5.11) counts a receive window kept shut as bytes
+ * unacknowledged, and a peer busy in its own code (evaluating, writing a checkpoint)
+ * shuts it while more than the socket buffers hold waits for its receive, so at T a busy
+ * rank's link was reset and the job failed (test fault, a_busy_rank_is_not_a_dead_one);
+ * and where it is set it replaces keepalive's count of probes by its own time, so at the
+ * operation timeout an idle link's vanished host went unseen for that long (30 minutes
+ * by default) instead of T (test fault, bad-links' receive from a vanished host). */
+static void tune_socket(uv_tcp_t *t, int peer_timeout_ms)
 {
     uv_tcp_nodelay(t, 1);
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)t, &fd) != 0)
         return;
-    int peer_ms = ctx->timeout_ms;
-    int on = 1, idle = CL_MAX(1, peer_ms / 2000), intvl = CL_MAX(1, peer_ms / 6000);
+    int on = 1, idle = CL_MAX(1, peer_timeout_ms / 2000), intvl = CL_MAX(1, peer_timeout_ms / 6000);
     int cnt = 3;
-    unsigned user = (unsigned)CL_MAX(peer_ms, ctx->op_timeout_ms);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
 }
 
 static int conn_dead(cl_tr_conn *c)
@@ -420,7 +419,7 @@ static void on_connect(uv_connect_t *req, int status)
         mark_dead(c, dead ? dead : COLL_EPEER, status < 0 ? uv_strerror(status) : "closed");
         return;
     }
-    tune_socket(&c->tcp, c->ctx);
+    tune_socket(&c->tcp, c->ctx->timeout_ms);
     if (send_hello(c) != 0) {
         mark_dead(c, COLL_EPEER, "cannot send the hello");
         return;
@@ -493,7 +492,7 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer.sa, &len);
     peer.len = (socklen_t)len;
     cl_addr_text(&peer, c->name, sizeof(c->name));
-    tune_socket(&c->tcp, c->ctx);
+    tune_socket(&c->tcp, c->ctx->timeout_ms);
     await_hello(l, c);
 }
 
@@ -613,7 +612,6 @@ static int tcp_ctx_create(const cl_tr_config *cfg, cl_tr_ctx **out)
         return COLL_ENOMEM;
     ctx->notifier = cfg->notifier;
     ctx->timeout_ms = cfg->timeout_ms;
-    ctx->op_timeout_ms = cfg->op_timeout_ms;
     ctx->vet = cfg->vet;
     ctx->vet_arg = cfg->vet_arg;
     char why[400];

@@ -85,7 +85,6 @@ struct cl_tr_conn {
 struct cl_tr_ctx {
     cl_notifier *notifier;
     int timeout_ms;
-    int op_timeout_ms; /* cl_tr_config's */
     cl_addr at; /* where listeners bind (port 0): the interface picked */
     uv_loop_t loop;
     uv_async_t async;
