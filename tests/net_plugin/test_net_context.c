@@ -254,6 +254,11 @@ START_TEST(a_plugin_auto_starts_says_its_warnings_as_warnings)
 }
 END_TEST
 
+#if !defined(__SANITIZE_ADDRESS__)
+/* Not under ASan: its allocator (GCC 12's) is not fork-safe. A child forked while a
+ * parent thread holds the allocator's lock waits on it for good in its first malloc
+ * (every thread of the child in SizeClassAllocator64::GetFromAllocator; 2 hangs in 6
+ * runs of the ASan pass here). The first pass runs this case. */
 /* In a forked child: a communicator of its own over the plugin, in a context of its own
  * (the parent's holds the parent's sockets, and its lock may have been held by a parent
  * thread at the fork). 0, or what went wrong; SIGALRM kills a child that hangs. */
@@ -297,6 +302,7 @@ START_TEST(a_forked_child_starts_a_context_of_its_own)
     coll_destroy(c);
 }
 END_TEST
+#endif
 
 int main(void)
 {
@@ -309,7 +315,9 @@ int main(void)
     tcase_add_test(t, a_failed_init_is_an_error_and_tried_again_by_the_next_communicator);
     tcase_add_test(t, a_plugin_auto_leaves_out_says_its_errors_at_info);
     tcase_add_test(t, a_plugin_auto_starts_says_its_warnings_as_warnings);
+#if !defined(__SANITIZE_ADDRESS__)
     tcase_add_test(t, a_forked_child_starts_a_context_of_its_own);
+#endif
     suite_add_tcase(s, t);
     return run_suite(s);
 }
