@@ -65,10 +65,11 @@
  * one ALIGN unit still goes its way (over the control connection), as every striped
  * message keeps a part on each rail: the caller's tag rides on it, and the GOT's count
  * of a rail's parts stays the count of messages. Rail 0 failing still fails the
- * connection (as tcp's failure does): the headers and the order live on rail 0; the
- * control connection's loss fails a message that needed it, and closes a rail whose
- * dial is not through (no GOT can give it up now). A rail that comes back is not used
- * again.
+ * connection: a reset as tcp's does, the loss of its interface at the heartbeat's bound
+ * (docs/transports.md, "Rail 0's interface lost"): the headers and the order live on
+ * rail 0, and the control connection on its interface; the control connection's loss
+ * fails a message that needed it, and closes a rail whose dial is not through (no GOT
+ * can give it up now). A rail that comes back is not used again.
  *
  * Not done yet (see the issue's closing note): small messages on the fastest rail (see
  * the wire above); the auto transport still uses plain tcp. */
