@@ -4,7 +4,7 @@
  *             [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
  *             [-d float|double|half|bfloat16|int8|uint8|int32|int64|all] (or f32, f64,
  *                fp16, bf16) [-I 0|1]
- *             [-o sum|prod|min|max|avg|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8]
+ *             [-o sum|prod|min|max|avg|band|bor|bxor|all] [-T TIMEOUT_MS] [-z none|fp16|bf16|int8]
  *             [-J FILE]
  * Without launcher variables it spawns N local ranks (default 2); under mpirun, srun or
  * torchrun it is one rank and meets the others through env://. Sizes are bytes per rank
@@ -44,7 +44,8 @@ static const char *coll_names[] = { "all_reduce", "reduce_scatter", "all_gather"
 static const char *dt_names[] = { "float", "double", "half", "bfloat16",
                                   "int8",  "uint8",  "int32", "int64" };
 static const size_t dt_size[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
-static const char *op_names[] = { "sum", "prod", "min", "max", "avg" };
+static const char *op_names[] = { "sum", "prod", "min", "max", "avg", "band", "bor", "bxor" };
+enum { NOPS = sizeof(op_names) / sizeof(op_names[0]) };
 
 typedef struct {
     enum coll coll;
@@ -255,7 +256,7 @@ static int parse(int argc, char **argv, opts *o)
             break;
         case 'o':
             o->op_all = strcmp(optarg, "all") == 0;
-            if (!o->op_all && (k = lookup(optarg, op_names, 5)) < 0)
+            if (!o->op_all && (k = lookup(optarg, op_names, NOPS)) < 0)
                 return -1;
             o->op = o->op_all ? COLL_SUM : (coll_op)k;
             break;
@@ -560,9 +561,12 @@ static int run_all(coll_comm *c, const opts *o)
         fprintf(o->json, "[\n");
     double busbw = 0;
     for (int d = o->dt_all ? 0 : (int)o->dt; d <= (o->dt_all ? 7 : (int)o->dt) && failed < 2; d++)
-        for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? 4 : (int)o->op); p++) {
+        for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? NOPS - 1 : (int)o->op); p++) {
             if (o->coll != AR && o->coll != RS && o->coll != RD && p != (int)o->op)
                 continue; /* no reduction: one op is enough */
+            if ((o->coll == AR || o->coll == RS || o->coll == RD) && o->op_all &&
+                !cl_op_fits((coll_dtype)d, (coll_op)p))
+                continue; /* -o all: the bitwise ops on the integer dtypes only */
             for (double b = (double)o->minb; b <= (double)o->maxb && failed < 2; b *= o->factor) {
                 int rc = run_size(c, o, s, r, (size_t)b, (coll_dtype)d, (coll_op)p, &busbw, &rows);
                 failed = rc < 0 ? 2 : (failed | rc);
@@ -594,7 +598,8 @@ int main(int argc, char **argv)
                 "  sizes: bytes, or with K, M, G; collectives also without '_' (allreduce)\n"
                 "  DTYPE: float|double|half|bfloat16|int8|uint8|int32|int64 (also f32, f64, "
                 "fp16, bf16)\n"
-                "  OP: sum|prod|min|max|avg\n");
+                "  OP: sum|prod|min|max|avg|band|bor|bxor (band, bor, bxor: integer dtypes only;\n"
+                "      all skips them on floats)\n");
         return asked > 0 ? 0 : 2;
     }
     int rank, size, status = 0;

@@ -6,11 +6,25 @@
 #include <math.h>
 #include <stdint.h>
 
+int cl_op_fits(coll_dtype dt, coll_op op)
+{
+    int integer = dt == COLL_I8 || dt == COLL_U8 || dt == COLL_I32 || dt == COLL_I64;
+    return integer || op < COLL_BAND;
+}
+
 double cl_val(int rank, size_t i, coll_op op)
 {
     if (op == COLL_PROD)
         return ((i + (size_t)rank) % 4 == 0 && rank < 4) ? 2.0 : 1.0;
+    if (op >= COLL_BAND) /* all 7 low bits in play, and every int8 holds them */
+        return (double)(((size_t)rank * 37 + i * 11 + 5) % 128);
     return (double)(((size_t)rank * 7 + i * 3) % 11 + 1);
+}
+
+static double bitwise(double acc, double v, coll_op op)
+{
+    int64_t a = (int64_t)acc, b = (int64_t)v;
+    return (double)(op == COLL_BAND ? a & b : op == COLL_BOR ? a | b : a ^ b);
 }
 
 static void put(void *buf, size_t i, coll_dtype dt, double v)
@@ -54,10 +68,11 @@ static double reference(size_t i, coll_dtype dt, coll_op op, int n)
     double acc = cl_val(0, i, op);
     for (int r = 1; r < n; r++) {
         double v = cl_val(r, i, op);
-        acc = op == COLL_PROD  ? acc * v
-              : op == COLL_MIN ? fmin(acc, v)
-              : op == COLL_MAX ? fmax(acc, v)
-                               : acc + v;
+        acc = op >= COLL_BAND   ? bitwise(acc, v, op)
+              : op == COLL_PROD ? acc * v
+              : op == COLL_MIN  ? fmin(acc, v)
+              : op == COLL_MAX  ? fmax(acc, v)
+                                : acc + v;
     }
     if (op != COLL_AVG)
         return acc;

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+/* op is defined on dt: the bitwise ops on integer dtypes only. */
+int cl_op_fits(coll_dtype dt, coll_op op);
 /* The value rank `rank` contributes at element index i. */
 double cl_val(int rank, size_t i, coll_op op);
 /* buf[k] = cl_val(rank, first + k, op) for k < count. */

@@ -40,7 +40,7 @@ const char *cl_dtype_name(int dtype)
 
 const char *cl_op_name(int op)
 {
-    static const char *names[] = { "sum", "prod", "min", "max", "avg" };
-    _Static_assert(sizeof(names) / sizeof(names[0]) == COLL_AVG + 1, "a name for every op");
-    return op >= COLL_SUM && op <= COLL_AVG ? names[op] : "invalid";
+    static const char *names[] = { "sum", "prod", "min", "max", "avg", "band", "bor", "bxor" };
+    _Static_assert(sizeof(names) / sizeof(names[0]) == COLL_BXOR + 1, "a name for every op");
+    return op >= COLL_SUM && op <= COLL_BXOR ? names[op] : "invalid";
 }

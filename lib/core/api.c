@@ -28,7 +28,7 @@ static int allreduce(const char *fn, coll_comm *c, const void *s, void *r, size_
     if (rc == COLL_OK)
         rc = cl_check_overlap(fn, c, s, bytes, r, bytes, s == r);
     if (rc == COLL_OK)
-        rc = cl_check_op(fn, c, op);
+        rc = cl_check_op(fn, c, op, dt);
     if (rc == COLL_OK)
         rc = cl_check_algo(fn, c, CL_ALLREDUCE, count, dt, op);
     if (rc == COLL_OK)
@@ -49,7 +49,7 @@ static int reduce_scatter(const char *fn, coll_comm *c, const void *s, void *r, 
                            r == s || (const char *)r == own);
     }
     if (rc == COLL_OK)
-        rc = cl_check_op(fn, c, op);
+        rc = cl_check_op(fn, c, op, dt);
     if (rc == COLL_OK)
         rc = cl_check_algo(fn, c, CL_REDUCE_SCATTER, count, dt, op);
     if (rc == COLL_OK)

@@ -50,7 +50,7 @@ static int reduce(const char *fn, coll_comm *c, const void *s, void *r, size_t c
     if (rc == COLL_OK && at_root)
         rc = cl_check_overlap(fn, c, s, bytes, r, bytes, s == r);
     if (rc == COLL_OK)
-        rc = cl_check_op(fn, c, op);
+        rc = cl_check_op(fn, c, op, dt);
     if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
     return rc == COLL_OK ? cl_start(c, CL_REDUCE, s, at_root ? r : NULL, count, dt, op, root, 0, req)
@@ -164,7 +164,7 @@ static int reduce_scatterv(const char *fn, coll_comm *c, cl_op *o, coll_req **re
                               o->rbuf == o->sbuf || (const char *)o->rbuf == own);
     }
     if (rc == COLL_OK)
-        rc = cl_check_op(fn, c, o->op);
+        rc = cl_check_op(fn, c, o->op, o->dtype);
     if (rc == COLL_OK)
         rc = cl_check_req(fn, c, req);
     return rc == COLL_OK ? launch_v(c, o, req) : rc;

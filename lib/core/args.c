@@ -4,6 +4,7 @@
 #include "core/args.h"
 
 #include "base/log.h"
+#include "base/names.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/fail.h"
@@ -200,9 +201,14 @@ int cl_start(coll_comm *c, int kind, const void *s, void *r, size_t count, int d
     return go(c, &here, out);
 }
 
-int cl_check_op(const char *fn, coll_comm *c, int op)
+int cl_check_op(const char *fn, coll_comm *c, int op, int dtype)
 {
-    return cl_op_valid(op) ? COLL_OK : cl_bad(c, fn, "invalid reduction op %d", op);
+    if (!cl_op_valid(op))
+        return cl_bad(c, fn, "invalid reduction op %d", op);
+    if (!cl_op_serves(op, dtype))
+        return cl_bad(c, fn, "op %s is bitwise: integer dtypes only, not %s", cl_op_name(op),
+                      cl_dtype_name(dtype));
+    return COLL_OK;
 }
 
 int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dtype dt,

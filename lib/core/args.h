@@ -28,7 +28,8 @@ int cl_check(const char *fn, coll_comm *c, const void *s, const void *r, size_t 
  * the in-place layouts the call allows (`in_place`). */
 int cl_check_overlap(const char *fn, coll_comm *c, const void *s, size_t sn, const void *r,
                      size_t rn, int in_place);
-int cl_check_op(const char *fn, coll_comm *c, int op);
+/* op is a coll_op that dtype has (bitwise ops on integer dtypes only). */
+int cl_check_op(const char *fn, coll_comm *c, int op, int dtype);
 int cl_check_root(const char *fn, coll_comm *c, int root);
 /* COLL_ALGO forces an algorithm that cannot run this one (collective `kind`): COLL_ENOTSUP. */
 int cl_check_algo(const char *fn, coll_comm *c, int kind, size_t count, coll_dtype dt,

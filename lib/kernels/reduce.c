@@ -1,5 +1,6 @@
 /* Reduction kernels. One macro generates every native-type kernel so there is one loop
- * to read; f16/bf16 convert blocks to f32, reuse the f32 kernel, and convert back.
+ * to read; f16/bf16 convert blocks to f32, reuse the f32 kernel, and convert back;
+ * bitwise ops run one byte kernel for every integer width.
  * Integer sums and products compute in the unsigned type so overflow wraps instead of
  * being undefined. */
 #include "kernels/reduce.h"
@@ -100,8 +101,17 @@ INT_ORDER(u8, uint8_t)
 INT_ORDER(i32, int32_t)
 INT_ORDER(i64, int64_t)
 
+/* Bitwise operations do not care where one element ends and the next begins: one kernel
+ * per op over bytes serves every integer width (n elements of size s are n * s bytes),
+ * and at -O3 it is as wide a vector loop as any per-type copy would be. */
+BINARY(band_bytes, uint8_t, (uint8_t)(x & y))
+BINARY(bor_bytes, uint8_t, (uint8_t)(x | y))
+BINARY(bxor_bytes, uint8_t, (uint8_t)(x ^ y))
+static const kernel_fn bitwise[] = {
+    [COLL_BAND] = band_bytes, [COLL_BOR] = bor_bytes, [COLL_BXOR] = bxor_bytes};
+
 #define ROW(S) { sum_##S, prod_##S, min_##S, max_##S, sum_##S }
-static const kernel_fn table[][5] = {
+static const kernel_fn table[][COLL_AVG + 1] = {
     [COLL_F32] = ROW(f32), [COLL_F64] = ROW(f64), [COLL_I8] = ROW(i8),
     [COLL_U8] = ROW(u8),   [COLL_I32] = ROW(i32), [COLL_I64] = ROW(i64),
 };
@@ -114,7 +124,18 @@ size_t cl_dtype_size(int dtype)
 
 int cl_op_valid(int op)
 {
-    return op >= COLL_SUM && op <= COLL_AVG;
+    return op >= COLL_SUM && op <= COLL_BXOR;
+}
+
+int cl_op_bitwise(int op)
+{
+    return op == COLL_BAND || op == COLL_BOR || op == COLL_BXOR;
+}
+
+int cl_op_serves(int op, int dtype)
+{
+    int integer = dtype == COLL_I8 || dtype == COLL_U8 || dtype == COLL_I32 || dtype == COLL_I64;
+    return cl_op_valid(op) && (integer || !cl_op_bitwise(op));
 }
 
 enum { BLOCK = 256 };
@@ -146,7 +167,9 @@ static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_
 
 void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op)
 {
-    if (dtype == COLL_F16 || dtype == COLL_BF16)
+    if (cl_op_bitwise(op))
+        bitwise[op](dst, a, b, n * cl_dtype_size(dtype));
+    else if (dtype == COLL_F16 || dtype == COLL_BF16)
         reduce_half(dst, a, b, n, dtype == COLL_BF16, op);
     else
         table[dtype][op](dst, a, b, n);

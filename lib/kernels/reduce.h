@@ -8,11 +8,16 @@
 
 /* Bytes per element, or 0 for a value outside coll_dtype. */
 size_t cl_dtype_size(int dtype);
+/* op is a coll_op value. */
 int cl_op_valid(int op);
+/* COLL_BAND, COLL_BOR or COLL_BXOR: no arithmetic, integer dtypes only. */
+int cl_op_bitwise(int op);
+/* op is valid and defined on dtype (bitwise ops on integers only). */
+int cl_op_serves(int op, int dtype);
 
 /* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. COLL_AVG sums here: the
  * division happens once, in cl_divide, where the sum is complete. f16/bf16 go through
- * f32 and round once per call. */
+ * f32 and round once per call. Bitwise ops: integer dtypes only (cl_op_serves). */
 void cl_reduce(void *dst, const void *a, const void *b, size_t n, coll_dtype dtype, coll_op op);
 
 /* The last step of an average: dst[i] = (a[i] + b[i]) / k, the same numbers cl_reduce

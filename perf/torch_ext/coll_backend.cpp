@@ -48,6 +48,9 @@ coll_op op_of(const c10d::ReduceOp &op) {
     case c10d::ReduceOp::MIN: return COLL_MIN;
     case c10d::ReduceOp::MAX: return COLL_MAX;
     case c10d::ReduceOp::AVG: return COLL_AVG;
+    case c10d::ReduceOp::BAND: return COLL_BAND; // integer dtypes: the library refuses floats
+    case c10d::ReduceOp::BOR: return COLL_BOR;
+    case c10d::ReduceOp::BXOR: return COLL_BXOR;
     default: throw std::runtime_error("coll_ext: reduce op not supported");
     }
 }

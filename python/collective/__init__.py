@@ -34,7 +34,8 @@ CODES = {"OK": 0, "INPROGRESS": 1, "EINVAL": -1, "ENOMEM": -2, "ENOTSUP": -3, "E
 _NAMES = {v: k for k, v in CODES.items()}
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int8": 4, "uint8": 5,
           "int32": 6, "int64": 7}
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+# band, bor, bxor: bitwise, on the integer dtypes only (a float dtype is COLL_EINVAL)
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
 CODECS = {"none": 0, "fp16": 1, "bf16": 2, "int8": 3}
 
 
@@ -429,7 +430,8 @@ class Communicator:
         return s, r
 
     def allreduce(self, sendbuf, recvbuf=None, op="sum", async_op=False):
-        """Reduces every rank's sendbuf into recvbuf (None: in place)."""
+        """Reduces every rank's sendbuf into recvbuf (None: in place). op: one of OPS
+        (band, bor and bxor on integer arrays only)."""
         s, r = self._pair(sendbuf, recvbuf)
         if r.size != s.size:
             raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")

@@ -48,7 +48,9 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "f
            torch.bfloat16: "bfloat16", torch.int8: "int8", torch.bool: "uint8",
            torch.uint8: "uint8", torch.int32: "int32", torch.int64: "int64"}
 _OPS = [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.PRODUCT, "prod"), (dist.ReduceOp.MIN, "min"),
-        (dist.ReduceOp.MAX, "max")]
+        (dist.ReduceOp.MAX, "max"), (dist.ReduceOp.BAND, "band"), (dist.ReduceOp.BOR, "bor"),
+        (dist.ReduceOp.BXOR, "bxor")]
+_BITWISE = {collective.OPS[name]: name.upper() for name in ("band", "bor", "bxor")}
 if hasattr(dist.ReduceOp, "AVG"):
     _OPS.append((dist.ReduceOp.AVG, "avg"))
 
@@ -88,18 +90,27 @@ def _reduction(opts, t):
         code, factor = collective.OPS["sum"], state[1]
     else:
         code, factor = _op(op), None
+    if code in _BITWISE and t.dtype.is_floating_point:
+        # refused here, on every rank, as Gloo does, not by the library: its refusal
+        # (COLL_EINVAL) would fail the communicator, and with it the group
+        raise RuntimeError(f"collective: Cannot use ReduceOp.{_BITWISE[code]} with "
+                           f"non-integral dtype {t.dtype}: BAND, BOR and BXOR take "
+                           "integer or bool tensors")
     return (_on_bool(code, factor), None) if t.dtype == torch.bool else (code, factor)
 
 
 # bool's reductions as Gloo's (C++'s bool arithmetic): a sum is an or, a product an and,
-# which on a bool tensor's bytes (0 or 1, reduced as uint8) are max and min.
+# which on a bool tensor's bytes (0 or 1, reduced as uint8) are max and min; the bitwise
+# ops on those bytes are bool's own and, or and xor.
 _ON_BOOL = {collective.OPS[a]: collective.OPS[b]
-            for a, b in (("sum", "max"), ("prod", "min"), ("min", "min"), ("max", "max"))}
+            for a, b in (("sum", "max"), ("prod", "min"), ("min", "min"), ("max", "max"),
+                         ("band", "band"), ("bor", "bor"), ("bxor", "bxor"))}
 
 
 def _on_bool(code, factor):
     if factor is not None or code not in _ON_BOOL:
-        raise RuntimeError("collective: bool tensors reduce by SUM, PRODUCT, MIN or MAX only")
+        raise RuntimeError("collective: bool tensors reduce by SUM, PRODUCT, MIN, MAX, BAND, "
+                           "BOR or BXOR only")
     return _ON_BOOL[code]
 
 

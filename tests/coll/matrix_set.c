@@ -140,7 +140,7 @@ int set_cases(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt, int n
 {
     int n = coll_size(c), fails = 0;
     for (int op = 0; op < nops && !fails; op++)
-        for (int ip = 0; ip < 2 && !fails; ip++)
+        for (int ip = 0; ip < 2 && !fails && cl_op_fits(dt, (coll_op)op); ip++)
             fails = reduce_case(c, s, r, count, dt, (coll_op)op, (op + ip) % n, ip) ||
                     reduce_scatterv_case(c, s, r, count, dt, (coll_op)op, ip);
     for (int ip = 0; ip < 2 && !fails; ip++)

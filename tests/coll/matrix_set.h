@@ -8,7 +8,8 @@
 
 #include <stddef.h>
 
-/* s and r hold at least (count + 8) * n * 9 elements of the largest dtype. */
+/* s and r hold at least (count + 8) * n * 9 elements of the largest dtype. Reductions
+ * with the first nops ops that dt has (the bitwise ones on integer dtypes only). */
 int set_cases(coll_comm *c, char *s, char *r, size_t count, coll_dtype dt, int nops);
 
 #endif

@@ -383,7 +383,12 @@ END_TEST
 /* Misuse number k on s; every one is a bad argument, named in the sentence by `names`. */
 static const char *const names[] = { "dtype 42", "op -1", "sendbuf is NULL", "overflows",
                                      "overflows", "root 99", "peer", "peer -1", "req is NULL",
-                                     "codec 99", "buf is NULL" };
+                                     "codec 99", "buf is NULL",
+                                     "op band is bitwise: integer dtypes only, not float",
+                                     "op bor is bitwise: integer dtypes only, not half",
+                                     "op bxor is bitwise: integer dtypes only, not bfloat16",
+                                     "op band is bitwise: integer dtypes only, not double",
+                                     "op bxor is bitwise: integer dtypes only, not float" };
 
 static int misuse(coll_comm *s, int k, void *arg)
 {
@@ -400,7 +405,16 @@ static int misuse(coll_comm *s, int k, void *arg)
     case 7: return coll_recv(s, f, 4, COLL_F32, -1, 0);
     case 8: return coll_iallreduce(s, f, f, 4, COLL_F32, COLL_SUM, NULL);
     case 9: return coll_set_codec(s, (coll_codec)99);
-    default: return coll_irecv(s, NULL, 4, COLL_F32, 0, 0, &q);
+    case 10: return coll_irecv(s, NULL, 4, COLL_F32, 0, 0, &q);
+    /* a bitwise op with a float dtype, through every call that reduces */
+    case 11: return coll_allreduce(s, f, f, 4, COLL_F32, COLL_BAND);
+    case 12: return coll_reduce_scatter(s, f, f, 1, COLL_F16, COLL_BOR);
+    case 13: return coll_reduce(s, f, f, 4, COLL_BF16, COLL_BXOR, 0);
+    case 14: {
+        size_t counts[2] = { 1, 1 };
+        return coll_reduce_scatterv(s, f, f, counts, COLL_F64, COLL_BAND);
+    }
+    default: return coll_iallreduce(s, f, f, 4, COLL_F32, COLL_BXOR, &q);
     }
 }
 

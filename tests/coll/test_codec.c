@@ -190,6 +190,12 @@ static int disagree_rank(coll_comm *c, void *arg)
         FAIL_IF(all[2 * r] != 1234567.0f || all[2 * r + 1] != 7.0f + (float)r,
                 "all-gather block %d: %g %g", r, all[2 * r], all[2 * r + 1]);
     EXPECT_RC(coll_allreduce_ef(c, x, x, 300, COLL_MAX, COLL_CODEC_INT8, x), COLL_ENOTSUP);
+    EXPECT_RC(coll_allreduce_ef(c, x, x, 300, COLL_BXOR, COLL_CODEC_INT8, x), COLL_ENOTSUP);
+    /* bitwise ops are exact under any codec: every bit of each rank's value survives */
+    uint64_t b = 1ull << (61 + coll_rank(c)) | 0x5a; /* the top three bits, one a rank */
+    EXPECT_RC(coll_allreduce(c, &b, &b, 1, COLL_I64, COLL_BXOR), COLL_OK);
+    FAIL_IF(b != (0xe000000000000000ull | 0x5a), "int64 bxor under int8: %#llx",
+            (unsigned long long)b);
     return 0;
 }
 

@@ -1,9 +1,10 @@
-/* The collective matrix through the public API: every dtype x op, counts 0, 1, 7, n-1,
- * n, n+1 and a large odd count, in place and out of place, for all-reduce,
- * reduce-scatter, all-gather and broadcast, and the rest of the set (matrix_set.c), on 1..8 real processes over tcp, plus the
- * same matrix on the loop transport with ranks as threads, on shm (processes and
- * threads) and on ibverbs over fake verbs (threads). Results are compared with an
- * exact reference, and all-reduce results must be bit-identical on every rank. */
+/* The collective matrix through the public API: every dtype x op (the bitwise ops on the
+ * integer dtypes), counts 0, 1, 7, n-1, n, n+1 and a large odd count, in place and out
+ * of place, for all-reduce, reduce-scatter, all-gather and broadcast, and the rest of the
+ * set (matrix_set.c), on 1..8 real processes over tcp, plus the same matrix on the loop
+ * transport with ranks as threads, on shm (processes and threads) and on ibverbs over
+ * fake verbs (threads). Results are compared with an exact reference, and all-reduce
+ * results must be bit-identical on every rank. */
 #include "coll/matrix_set.h"
 #include "common/harness.h"
 #include "perf/verify.h"
@@ -17,6 +18,7 @@
 #include <string.h>
 
 static const size_t esz[] = { 4, 8, 2, 2, 1, 1, 4, 8 };
+enum { NOPS = COLL_BXOR + 1 }; /* every op; the bitwise ones on the integer dtypes only */
 
 typedef struct {
     int ndtypes; /* test the first ndtypes dtypes (all: 8) */
@@ -86,8 +88,8 @@ static int matrix_rank(coll_comm *c, void *p)
     int fails = 0;
     for (int d = 0; d < a->ndtypes && !fails; d++)
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && !fails; k++) {
-            for (int op = 0; op < 5 && !fails; op++)
-                for (int ip = 0; ip < 2 && !fails; ip++)
+            for (int op = 0; op < NOPS && !fails; op++)
+                for (int ip = 0; ip < 2 && !fails && cl_op_fits((coll_dtype)d, (coll_op)op); ip++)
                     fails = allreduce_case(c, s, r, counts[k], (coll_dtype)d, (coll_op)op, ip) ||
                             reduce_scatter_case(c, s, r, counts[k], (coll_dtype)d, (coll_op)op, ip);
             for (int ip = 0; ip < 2 && !fails; ip++)
@@ -95,7 +97,7 @@ static int matrix_rank(coll_comm *c, void *p)
             if (!fails)
                 fails = broadcast_case(c, r, counts[k], (coll_dtype)d, (int)(k % (size_t)n));
             if (!fails)
-                fails = set_cases(c, s, r, counts[k], (coll_dtype)d, 5);
+                fails = set_cases(c, s, r, counts[k], (coll_dtype)d, NOPS);
         }
     free(s);
     free(r);

@@ -9,7 +9,8 @@
  *   to the bit (each column's values are chosen so that any order rounds alike);
  * - AVG divides a sum accumulated as numpy's mean does: f16 and bf16 in f32 (every rank
  *   holding 49152 in f16 averages to 49152, not inf), f32 and f64 in their own type;
- * - integers wrap in their type (SUM, PROD), int8/uint8/int32 AVG is exact;
+ * - integers wrap in their type (SUM, PROD), int8/uint8/int32 AVG is exact, BAND, BOR
+ *   and BXOR (integers only) are C's &, | and ^ on every bit, the sign bit included;
  * - through a codec (docs/codecs.md): a NaN where numpy's is; numpy's Inf (from an Inf
  *   input or a sum past f32's range) as that Inf, or through int8 as NaN (the scale of
  *   a block holding an Inf); finite inputs within the codec's error, n + 1 encodings of
@@ -238,14 +239,19 @@ static int64_t wrap(uint64_t u, int dt)
 
 static int64_t ref_int(int dt, int col, int n, int op)
 {
-    uint64_t acc = op == COLL_PROD ? 1 : 0;
+    uint64_t acc = op == COLL_PROD ? 1 : 0, bits = op == COLL_BAND ? ~0ull : 0;
     int64_t m = icol(dt, col, 0, n), exact = 0;
     for (int r = 0; r < n; r++) {
         int64_t v = icol(dt, col, r, n);
         acc = op == COLL_PROD ? acc * (uint64_t)v : acc + (uint64_t)v;
         m = (op == COLL_MIN ? v < m : v > m) ? v : m;
         exact += dt == COLL_I64 ? 0 : v; /* int8/uint8/int32 average in 64 bits */
+        bits = op == COLL_BAND  ? bits & (uint64_t)v
+               : op == COLL_BOR ? bits | (uint64_t)v
+                                : bits ^ (uint64_t)v;
     }
+    if (op >= COLL_BAND)
+        return wrap(bits, dt);
     if (op == COLL_MIN || op == COLL_MAX)
         return m;
     if (op == COLL_AVG)
@@ -288,7 +294,8 @@ static size_t check(const void *got, size_t count, int dt, int op, int n, size_t
             memcpy(&wb, want, es);
             static const char *const dts[] = {"f32", "f64", "f16", "bf16",
                                               "i8",  "u8",  "i32", "i64"};
-            static const char *const ops[] = {"sum", "prod", "min", "max", "avg"};
+            static const char *const ops[] = {"sum", "prod", "min", "max",
+                                              "avg", "band", "bor", "bxor"};
             fprintf(stderr, "%s %s %s n %d: element %zu (column %d): bits %#llx, want %#llx%s\n",
                     what, dts[dt], ops[op], n, first + i, col, (unsigned long long)gb,
                     (unsigned long long)wb, any_nan ? " (a NaN)" : "");
@@ -322,7 +329,7 @@ static int numerics_rank(coll_comm *c, void *arg)
     char *s = malloc(cap), *r = malloc(cap);
     int failed = 0;
     for (int dt = 0; dt <= COLL_I64 && !failed; dt++)
-        for (int op = 0; op <= COLL_AVG && !failed; op++)
+        for (int op = 0; op <= (is_float(dt) ? COLL_AVG : COLL_BXOR) && !failed; op++)
             failed = one_dtype_op(c, s, r, dt, op);
     free(s);
     free(r);

@@ -3,7 +3,8 @@
 # stdout with status 0, a bad size refused, collective names with or without '_', the
 # codec's dtype names, N/A in #wrong without checking, headings over the codec columns;
 # and the collective set (issue 18): reduce, gather, scatter, alltoall, checked; and the
-# ping-pong latency test (issue 22), 3 ranks (the third sits out); the header (issue 56).
+# ping-pong latency test (issue 22), 3 ranks (the third sits out); the header (issue 56);
+# -o all with the bitwise ops (issue 50).
 # Usage: coll_perf_cli.sh COLL_PERF
 set -u
 p=$1 fail=0
@@ -20,6 +21,15 @@ for C in reduce gather scatter alltoall pingpong; do
     out=$("$p" --np 3 -C $C -b 1K -e 64K -f 8 -n 2 -w 1 -d all 2>&1) || no "-C $C fails: $out"
     echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-C $C: wrong results"
 done
+# -o all (issue 50): the bitwise ops on the integer dtypes, checked, and on no float one;
+# a bitwise op named with a float dtype is the library's refusal, not a hang.
+out=$("$p" --np 3 -C reduce_scatter -b 64 -e 64 -n 2 -w 1 -d all -o all 2>&1) || no "-o all fails: $out"
+echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-o all: wrong results: $out"
+[ "$(echo "$out" | grep -cE " (int8|uint8|int32|int64) +(band|bor|bxor) ")" -eq 12 ] ||
+    no "-o all: not a row for each of 4 integer dtypes x 3 bitwise ops: $out"
+echo "$out" | grep -qE " (float|double|half|bfloat16) +(band|bor|bxor) " && no "-o all: bitwise on floats: $out"
+out=$(timeout 60 "$p" --np 2 -b 64 -e 64 -n 1 -w 0 -d float -o bxor 2>&1) && no "-d float -o bxor passes"
+echo "$out" | grep -q "op bxor is bitwise: integer dtypes only, not float" || no "no refusal: $out"
 out=$("$p" --np 2 -b 1K -e 1K -n 2 -w 1 -z int8 -I 0 2>&1) || no "-z int8 fails"
 echo "$out" | grep -q "#wrong.*wire bytes" || no "no heading over the codec columns"
 # The header names what ran (issue 56): the transport of rank 0's ring links (auto picks

@@ -28,6 +28,18 @@ def collectives(r, n, where):
             x = vals[r].copy()
             c.allreduce(x, op=op)
             assert np.array_equal(x, ref(np.stack(vals), axis=0).astype(dt)), (dt, op, x)
+    for dt in ["int32", "int64", "int8", "uint8"]:  # bitwise: integers only, every bit
+        info = np.iinfo(dt)
+        for op, ref in [("band", np.bitwise_and), ("bor", np.bitwise_or),
+                        ("bxor", np.bitwise_xor)]:
+            vals = [np.random.default_rng(p).integers(info.min, info.max, 9, dt, True)
+                    for p in range(n)]
+            x = vals[r].copy()
+            c.allreduce(x, op=op)
+            assert np.array_equal(x, ref.reduce(np.stack(vals), axis=0)), (dt, op, x)
+            y = vals[r].copy()
+            c.reduce(y, op=op.upper(), root=n - 1)
+            assert r != n - 1 or np.array_equal(x, y), (dt, op, y)
     x = np.full(1000, r + 1.0, np.float32)
     y = np.zeros_like(x)
     c.iallreduce(x, y, op="avg").wait()
@@ -100,16 +112,17 @@ def errors(r, n, where):
             raise AssertionError(f"{bad} did not raise {exc}")
     c.barrier()  # refused before the library saw them: still usable
     # One the library refuses (COLL_EINVAL) fails that communicator: on a split of its own.
-    s, a = c.split(0), np.ones(12, np.float32)
-    for call, name in [(lambda: s.allreduce(a[0:8], a[4:12]), "COLL_EINVAL"),  # overlapping
-                       (s.barrier, "COLL_ESTATE")]:
-        try:
-            call()
-        except collective.CollectiveError as e:
-            assert e.name == name, e
-        else:
-            raise AssertionError(f"{call} did not raise {name}")
-    s.close()
+    for bad in [lambda s: s.allreduce(a[0:8], a[4:12]),  # overlapping
+                lambda s: s.allreduce(a, op="bxor")]:  # bitwise on floats
+        s, a = c.split(0), np.ones(12, np.float32)
+        for call, name in [(lambda: bad(s), "COLL_EINVAL"), (s.barrier, "COLL_ESTATE")]:
+            try:
+                call()
+            except collective.CollectiveError as e:
+                assert e.name == name, e
+            else:
+                raise AssertionError(f"{call} did not raise {name}")
+        s.close()
     c.barrier()
     # A count that differs between ranks: COLL_EMISMATCH on every rank.
     try:

@@ -3,8 +3,8 @@ processes (every dtype and reduce op, uneven all-to-all, non-contiguous tensors,
 work, subgroups, p2p), DDP against Gloo (also through torch's communication hooks), and a
 dead rank as an exception everywhere; what Gloo refuses is refused before anything is sent,
 a failing result copy fails only its work, and get_future() does not wait. Also AVG,
-PREMUL_SUM, the coalesced forms, batch_isend_irecv, receives by tag in any order, bool
-tensors, the binding's bare and keyword forms, sequence numbers, monitored_barrier and,
+PREMUL_SUM, BAND/BOR/BXOR, the coalesced forms, batch_isend_irecv, receives by tag in any
+order, bool tensors, the binding's bare and keyword forms, sequence numbers, monitored_barrier and,
 on torch 2.x, the functional collectives and DTensor tensor parallelism. The same file
 runs on torch 1.13 (suite python) and 2.6 (suite torch2); TORCH2 marks what 1.13 lacks."""
 import os
@@ -1317,6 +1317,62 @@ def bools(r, n, where):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained)), trained
 
 
+def bitwise(r, n, where):
+    """BAND, BOR and BXOR as Gloo's on every integer dtype (random bits, sign bits
+    included) and on bool (on 1.13, whose Gloo refuses bool, Gloo's on uint8 of the same
+    bytes): all_reduce, reduce, reduce_scatter (list and tensor forms, against Gloo's
+    all_reduce of the whole), all_reduce_coalesced. A float tensor with a bitwise op is
+    refused on every rank, as by Gloo, and the group still works after."""
+    g = init(r, n, where)
+    R = dist.ReduceOp
+    k = 7  # elements in each rank's block: odd, so vector loops have a tail
+    limits = {torch.int8: (-2 ** 7, 2 ** 7), torch.uint8: (0, 2 ** 8),
+              torch.int32: (-2 ** 31, 2 ** 31), torch.int64: (-2 ** 63, 2 ** 63 - 1),
+              torch.bool: (0, 2)}
+
+    def scatter(out, x, op):
+        with warnings.catch_warnings():  # 1.13: _reduce_scatter_base "will be deprecated"
+            warnings.simplefilter("ignore")
+            (dist.reduce_scatter_tensor if TORCH2 else dist._reduce_scatter_base)(out, x, op=op)
+    for i, (dt, (lo, hi)) in enumerate(limits.items()):
+        for op in (R.BAND, R.BOR, R.BXOR):
+            gen = torch.Generator().manual_seed(100 * r + i)
+            drawn = torch.int64 if dt == torch.bool else dt  # randint draws no bools
+            x = torch.randint(lo, hi, (k * n,), generator=gen, dtype=drawn).to(dt)
+            ref = x.clone() if TORCH2 or dt != torch.bool else x.to(torch.uint8)
+            dist.all_reduce(ref, op=op, group=g)
+            ref = ref.to(dt)
+            a = x.clone()
+            dist.all_reduce(a, op=op)
+            assert torch.equal(a, ref), ("all_reduce", dt, op, a, ref)
+            a = x.clone()
+            dist.reduce(a, n - 1, op=op)
+            assert torch.equal(a, ref if r == n - 1 else x), ("reduce", dt, op, a, ref)
+            o = torch.zeros(k, dtype=dt)
+            dist.reduce_scatter(o, list(x.chunk(n)), op=op)
+            assert torch.equal(o, ref[k * r:k * (r + 1)]), ("reduce_scatter", dt, op, o)
+            o = torch.zeros(k, dtype=dt)
+            scatter(o, x, op=op)
+            assert torch.equal(o, ref[k * r:k * (r + 1)]), ("reduce_scatter_tensor", dt, op)
+            ts = [x[:k].clone(), x[k:].clone().reshape(-1, k)]
+            with warnings.catch_warnings():  # "will be deprecated"
+                warnings.simplefilter("ignore")
+                dist.all_reduce_coalesced(ts, op=op)
+            assert torch.equal(torch.cat([t.reshape(-1) for t in ts]), ref), ("coalesced", dt, op)
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for op in (R.BAND, R.BOR, R.BXOR):
+            raises(lambda: dist.all_reduce(torch.ones(4, dtype=dt), op=op), "non-integral")
+            raises(lambda: dist.reduce(torch.ones(4, dtype=dt), 0, op=op), "non-integral")
+            raises(lambda: scatter(torch.ones(1, dtype=dt), torch.ones(n, dtype=dt), op=op),
+                   "non-integral")
+        if dt not in FLOATS:  # Gloo's own refusal (1.13's Gloo lacks some halves)
+            raises(lambda: dist.all_reduce(torch.ones(4, dtype=dt), op=R.BXOR, group=g),
+                   "non-integral")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(n))), t
+
+
 def non_contiguous(r, n, where):
     """Transposed (non-contiguous) inputs and outputs give Gloo's results: all_gather,
     broadcast, all_reduce, scatter; gather and all_to_all_single against the rows by hand
@@ -1458,6 +1514,8 @@ def main():
     bad += ranks.check(non_contiguous, 3, "non-contiguous inputs and outputs against gloo")
     for n in (2, 3):
         bad += ranks.check(bools, n, "bool tensors (and DDP with a bool buffer) against gloo")
+    for n in (1, 2, 3, 4):
+        bad += ranks.check(bitwise, n, "BAND, BOR, BXOR on integers and bool against gloo")
     bad += ranks.check(autograd_collectives, 3, "torch.distributed.nn's collectives, backward")
     bad += ranks.check(init_again, 3, "init on one MASTER_PORT again after destroy")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})

@@ -1,6 +1,6 @@
-/* Reduction kernels against a scalar reference for every dtype x op, and the f16/bf16
- * conversions on the values that break naive code: rounding ties, overflow, denormals,
- * infinities and NaN. */
+/* Reduction kernels against a scalar reference for every dtype x op (the bitwise ops on
+ * every integer width), and the f16/bf16 conversions on the values that break naive code:
+ * rounding ties, overflow, denormals, infinities and NaN. */
 #include "base/names.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"
@@ -71,6 +71,47 @@ START_TEST(every_dtype_and_op_matches_scalar_reference)
     }
     cl_reduce(a, a, b, N, (coll_dtype)dt, (coll_op)op); /* dst aliasing a source */
     ck_assert_int_eq(memcmp(a, d, N * es), 0);
+    free(a);
+    free(b);
+    free(d);
+}
+END_TEST
+
+/* Element i of an integer buffer, sign-extended to 64 bits. */
+static int64_t whole(const void *b, size_t i, int dt)
+{
+    switch (dt) {
+    case COLL_I8: return ((const int8_t *)b)[i];
+    case COLL_U8: return ((const uint8_t *)b)[i];
+    case COLL_I32: return ((const int32_t *)b)[i];
+    default: return ((const int64_t *)b)[i];
+    }
+}
+
+/* The bitwise kernels on every integer width, over random bits (the sign bit and the top
+ * bytes of int64 included), element by element against C's own operator, from an odd
+ * element offset (unaligned vectors) and with dst aliasing a source. */
+START_TEST(bitwise_ops_on_every_integer_width)
+{
+    static const int dts[] = { COLL_I8, COLL_U8, COLL_I32, COLL_I64 };
+    int dt = dts[_i / 3], op = COLL_BAND + _i % 3;
+    size_t es = cl_dtype_size(dt);
+    ck_assert(cl_op_serves(op, dt));
+    unsigned char *a = malloc((N + 1) * es), *b = malloc((N + 1) * es), *d = malloc((N + 1) * es);
+    srand(11 + (unsigned)_i);
+    for (size_t i = 0; i < (N + 1) * es; i++) {
+        a[i] = (unsigned char)rand();
+        b[i] = (unsigned char)rand();
+    }
+    cl_reduce(d + es, a + es, b + es, N, (coll_dtype)dt, (coll_op)op);
+    for (size_t i = 1; i <= N; i++) {
+        int64_t x = whole(a, i, dt), y = whole(b, i, dt), got = whole(d, i, dt);
+        int64_t want = op == COLL_BAND ? x & y : op == COLL_BOR ? x | y : x ^ y;
+        ck_assert_msg(got == want, "dtype %s op %s element %zu: got %lld want %lld",
+                      cl_dtype_name(dt), cl_op_name(op), i, (long long)got, (long long)want);
+    }
+    cl_reduce(b + es, a + es, b + es, N, (coll_dtype)dt, (coll_op)op);
+    ck_assert_int_eq(memcmp(b + es, d + es, N * es), 0);
     free(a);
     free(b);
     free(d);
@@ -242,7 +283,16 @@ START_TEST(sizes_and_names)
     ck_assert_uint_eq(cl_dtype_size(COLL_I64), 8);
     ck_assert_uint_eq(cl_dtype_size(8), 0);
     ck_assert_uint_eq(cl_dtype_size(-1), 0);
-    ck_assert(!cl_op_valid(5) && cl_op_valid(COLL_AVG));
+    ck_assert(!cl_op_valid(8) && !cl_op_valid(-1) && cl_op_valid(COLL_AVG) &&
+              cl_op_valid(COLL_BXOR));
+    ck_assert(cl_op_serves(COLL_BXOR, COLL_I64) && cl_op_serves(COLL_BAND, COLL_U8) &&
+              cl_op_serves(COLL_MAX, COLL_F16));
+    for (int dt = COLL_F32; dt <= COLL_BF16; dt++)
+        ck_assert(!cl_op_serves(COLL_BAND, dt) && !cl_op_serves(COLL_BOR, dt) &&
+                  !cl_op_serves(COLL_BXOR, dt));
+    ck_assert_str_eq(cl_op_name(COLL_BAND), "band");
+    ck_assert_str_eq(cl_op_name(COLL_BXOR), "bxor");
+    ck_assert_str_eq(cl_op_name(8), "invalid");
     ck_assert_str_eq(cl_dtype_name(COLL_F16), "half");
 }
 END_TEST
@@ -252,6 +302,7 @@ int main(void)
     Suite *s = suite_create("reduce kernels");
     TCase *t = tcase_create("kernels");
     tcase_add_loop_test(t, every_dtype_and_op_matches_scalar_reference, 0, 40);
+    tcase_add_loop_test(t, bitwise_ops_on_every_integer_width, 0, 12);
     tcase_add_test(t, divide_rounds_like_the_type);
     tcase_add_loop_test(t, fused_average_equals_sum_then_divide, 0, 40);
     tcase_add_test(t, half_average_divides_the_f32_sum);
