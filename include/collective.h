@@ -377,6 +377,9 @@ COLL_API int coll_isend(coll_comm *comm, const void *buf, size_t count, coll_dty
                         int peer, uint32_t tag, coll_req **req);
 COLL_API int coll_irecv(coll_comm *comm, void *buf, size_t count, coll_dtype dtype, int peer,
                         uint32_t tag, coll_req **req);
+/* The barrier's non-blocking form: the request is done once every rank has entered the
+ * barrier, by this call or by coll_barrier (the two meet). */
+COLL_API int coll_ibarrier(coll_comm *comm, coll_req **req);
 
 /* Never blocks: *done = 1 once the request finished (its status is then returned and
  * coll_wait must still be called to free it), else 0 and COLL_INPROGRESS. */

@@ -209,13 +209,27 @@ int coll_broadcast(coll_comm *c, void *buf, size_t count, coll_dtype dt, int roo
     return broadcast(__func__, c, buf, count, dt, root, CL_BLOCKING);
 }
 
+static int barrier(const char *fn, coll_comm *c, coll_req **req)
+{
+    cl_clear_req(req);
+    if (!c)
+        return cl_bad(c, fn, "communicator is NULL");
+    int rc = cl_comm_state(c);
+    if (rc == COLL_OK)
+        rc = cl_check_req(fn, c, req);
+    if (rc != COLL_OK)
+        return rc;
+    return cl_start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, req);
+}
+
 int coll_barrier(coll_comm *c)
 {
-    if (!c)
-        return cl_bad(c, __func__, "communicator is NULL");
-    int rc = cl_comm_state(c);
-    return rc == COLL_OK ? cl_start(c, CL_BARRIER, NULL, NULL, 0, COLL_U8, COLL_SUM, 0, 0, CL_BLOCKING)
-                         : rc;
+    return barrier(__func__, c, CL_BLOCKING);
+}
+
+int coll_ibarrier(coll_comm *c, coll_req **req)
+{
+    return barrier(__func__, c, req);
 }
 
 int coll_send(coll_comm *c, const void *buf, size_t count, coll_dtype dt, int peer, uint32_t tag)

@@ -12,7 +12,9 @@ sentence. Every collective has a non-blocking form named i<name> returning a Req
 Arguments the library cannot take as given (a buffer shorter than its counts say, a
 read-only buffer to write, a byte order other than the machine's, an integer the C type
 cannot hold) are a ValueError or TypeError naming the argument, on the ranks where they
-are, before anything is sent.
+are, before anything is sent. Ctrl-C while the main thread is inside a call (a blocking
+collective, a Request's wait) raises KeyboardInterrupt at once and aborts the
+communicator (_signals): its peers fail at once, later calls raise saying why.
 """
 import ctypes
 import operator
@@ -22,7 +24,7 @@ import weakref
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _signals
 from ._lib import lib
 
 __all__ = ["Communicator", "Request", "CollectiveError", "DTYPES", "OPS"]
@@ -174,10 +176,20 @@ class Request:
             if self._status is not None:
                 return self._status
             h, self._h = self._h, None
-        status = lib.coll_wait(h)
-        with self._mu:
-            self._status, self._keep = status, None
-            self._settled.notify_all()
+        status, marked = None, _signals.OTHER
+        try:
+            marked = _signals.enter(self._comm)
+            status = lib.coll_wait(h)
+        finally:
+            _signals.leave(marked)
+            with self._mu:
+                # Interrupted (a KeyboardInterrupt raised as coll_wait returned, which
+                # freed h): aborted as far as any other waiter is concerned, the
+                # buffers kept in case it had not begun.
+                self._status = CODES["EABORTED"] if status is None else status
+                if status is not None:
+                    self._keep = None
+                self._settled.notify_all()
         return status
 
     def wait(self):
@@ -246,7 +258,7 @@ class Communicator:
         self._h = None
         self._mu = threading.Lock()  # close() against the calls that hold the handle
         self._idle = threading.Condition(self._mu)  # the last call holding it returned
-        self._inside, self._closing = 0, False
+        self._inside, self._closing, self._interrupted = 0, False, False
         self._reqs = weakref.WeakSet()  # requests not yet waited, collected by close()
         if _handle is not None:
             self._h = _handle
@@ -304,9 +316,12 @@ class Communicator:
         with self._mu:
             h = self._live()
             self._inside += 1
+        marked = _signals.OTHER
         try:
+            marked = _signals.enter(self)  # Ctrl-C aborts the call (_signals)
             return fn(h, *args)
         finally:
+            _signals.leave(marked)
             with self._mu:
                 self._inside -= 1
                 if not self._inside:
@@ -316,11 +331,23 @@ class Communicator:
         """Raises rc with this communicator's explanation; never reads a freed one."""
         if rc == 0:
             return
+        if self._interrupted:
+            what = f"{what}the communicator was aborted by a KeyboardInterrupt on this rank: "
         with self._mu:
             if not self._h:
                 raise CollectiveError(rc, f"{what}{lib.coll_strerror(rc).decode()}: the "
                                           "communicator was closed")
             _check(rc, self._h, what)
+
+    def _interrupt(self):
+        """A KeyboardInterrupt ended a wait on this communicator, or SIGINT came while the
+        main thread is inside a call on it and its handler raises one as the call returns
+        (_signals' thread calls this): aborted, so that the call returns now, the peers
+        fail at once, and later calls raise saying why."""
+        with self._mu:
+            if self._h and not self._closing:
+                self._interrupted = True
+                lib.coll_abort(self._h)
 
     def close(self):
         """Destroys the communicator: operations still running are aborted (the library
@@ -409,8 +436,9 @@ class Communicator:
         self._check(self._call(lib.coll_get_stats, ctypes.byref(s)))
         return {f: getattr(s, f) for f, _ in _lib.Stats._fields_}
 
-    def barrier(self):
-        self._check(self._call(lib.coll_barrier))
+    def barrier(self, async_op=False):
+        """Returns once every rank has entered it (async_op: a Request done then)."""
+        return self._run("barrier", async_op, (), ())
 
     # -- operations --------------------------------------------------------------------
     def _run(self, name, async_op, args, keep):
@@ -594,5 +622,5 @@ def _nonblocking(name):
 
 for _name in ("allreduce", "allreduce_ef", "reduce_scatter", "allgather", "allgatherv",
               "reduce_scatterv", "broadcast", "reduce", "gather", "scatter", "alltoall",
-              "alltoallv", "send", "recv"):
+              "alltoallv", "send", "recv", "barrier"):
     setattr(Communicator, "i" + _name, _nonblocking(_name))

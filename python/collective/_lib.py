@@ -84,7 +84,6 @@ _SIGS = {
     "coll_rank": (_I, [comm_p]),
     "coll_size": (_I, [comm_p]),
     "coll_set_codec": (_I, [comm_p, _I]),
-    "coll_barrier": (_I, [comm_p]),
     "coll_get_stats": (_I, [comm_p, ctypes.POINTER(Stats)]),
     "coll_test": (_I, [req_p, ctypes.POINTER(_I)]),
     "coll_wait": (_I, [req_p]),
@@ -107,6 +106,7 @@ _OPS = {
     "allreduce_ef": [comm_p, _P, _P, _SZ, _I, _I, _P],
     "send": [comm_p, _P, _SZ, _I, _I, ctypes.c_uint32],
     "recv": [comm_p, _P, _SZ, _I, _I, ctypes.c_uint32],
+    "barrier": [comm_p],
 }
 for name, (res, args) in _SIGS.items():
     fn = getattr(lib, name)

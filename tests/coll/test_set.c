@@ -1,8 +1,9 @@
 /* The collective set's contract beyond the matrix: the non-blocking forms complete with
- * the right data; counts or roots that disagree between ranks are COLL_EMISMATCH on
- * every rank within the timeout, never a hang or garbage; bad arguments are COLL_EINVAL
- * on the calling rank with a message naming the call and the argument (and fail the
- * communicator, as every bad argument does); memory a large message grew is given back. */
+ * the right data (the barrier's once every rank came, not before); counts or roots that
+ * disagree between ranks are COLL_EMISMATCH on every rank within the timeout, never a
+ * hang or garbage; bad arguments are COLL_EINVAL on the calling rank with a message
+ * naming the call and the argument (and fail the communicator, as every bad argument
+ * does); memory a large message grew is given back. */
 #include "common/harness.h"
 
 #include "common/suite.h"
@@ -50,6 +51,32 @@ START_TEST(the_nonblocking_forms_complete_with_the_right_data)
                       .timeout_ms = 10000, .deadline_s = 60};
         ck_assert_int_eq(run_ranks(&o, nonblocking_rank, NULL), 0);
     }
+}
+END_TEST
+
+/* The non-blocking barrier returns at once and is done only once every rank came: the
+ * last rank enters 300 ms late (by the blocking form, which must meet it). */
+static int ibarrier_rank(coll_comm *c, void *arg)
+{
+    (void)arg;
+    int n = coll_size(c), me = coll_rank(c), done = -1;
+    coll_req *q = NULL;
+    if (me == n - 1) {
+        usleep(300 * 1000);
+        EXPECT_RC(coll_barrier(c), COLL_OK);
+        return sum_is(c, 1, n);
+    }
+    EXPECT_RC(coll_ibarrier(c, &q), COLL_OK);
+    EXPECT_RC(coll_test(q, &done), COLL_INPROGRESS);
+    FAIL_IF(done != 0, "the barrier was done before the last rank came");
+    EXPECT_RC(coll_wait(q), COLL_OK);
+    return sum_is(c, 1, n);
+}
+
+START_TEST(the_nonblocking_barrier_is_done_when_the_last_rank_comes)
+{
+    run_opts o = {.nranks = 3, .rdzv = RDZV_FILE, .timeout_ms = 10000, .deadline_s = 60};
+    ck_assert_int_eq(run_ranks(&o, ibarrier_rank, NULL), 0);
 }
 END_TEST
 
@@ -116,7 +143,7 @@ static const char *const bad_names[] = { "coll_reduce: root 7", "coll_gather: ro
                                          "coll_allgatherv: sendcount 2",
                                          "coll_ireduce_scatterv: recvcounts",
                                          "coll_alltoall: sendbuf and recvbuf overlap",
-                                         "coll_scatter: sendbuf" };
+                                         "coll_scatter: sendbuf", "coll_ibarrier: req" };
 
 static int bad_arg(coll_comm *s, int k, void *arg)
 {
@@ -133,7 +160,8 @@ static int bad_arg(coll_comm *s, int k, void *arg)
         rc = coll_ireduce_scatterv(s, buf, out, NULL, COLL_I32, COLL_SUM, &q);
         return q ? COLL_OK : rc; /* a refused request must be NULL */
     case 5: return coll_alltoall(s, buf, buf + 1, 2, COLL_I32);
-    default: return coll_scatter(s, NULL, out, 1, COLL_I32, 0);
+    case 6: return coll_scatter(s, NULL, out, 1, COLL_I32, 0);
+    default: return coll_ibarrier(s, NULL);
     }
 }
 
@@ -256,6 +284,7 @@ int main(void)
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, the_nonblocking_forms_complete_with_the_right_data, 0, 2);
     tcase_add_loop_test(t, disagreeing_counts_or_roots_are_emismatch_everywhere, 0, 9);
+    tcase_add_test(t, the_nonblocking_barrier_is_done_when_the_last_rank_comes);
     tcase_add_test(t, bad_arguments_are_einval_naming_the_call_and_argument);
     tcase_add_test(t, memory_a_large_message_grew_is_given_back);
     suite_add_tcase(s, t);

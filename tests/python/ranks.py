@@ -1,10 +1,13 @@
 """Runs a function on n ranks (processes, forked) meeting at a fresh file:// rendezvous;
-returns their exit codes. A rank fails by raising (printed) or by not finishing in time."""
+returns their exit codes. A rank fails by raising (printed) or by not finishing in time.
+Also the Ctrl-C check both test files share (interrupted)."""
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import traceback
 
 
@@ -41,3 +44,61 @@ def check(fn, n, what, allowed=None):
         return 1
     print(f"ok   {what} on {n} ranks")
     return 0
+
+
+def _put(path, text):
+    """Writes text to path whole (renamed into place: a reader never sees half of it)."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+
+
+def _get(path, seconds):
+    """path's text once it exists (waiting up to seconds, else an AssertionError)."""
+    deadline = time.time() + seconds
+    while not os.path.exists(path):
+        assert time.time() < deadline, f"{os.path.basename(path)} did not come in {seconds} s"
+        time.sleep(0.01)
+    with open(path) as f:
+        return f.read()
+
+
+def interrupted(r, where, stuck, after, peer, within_s=3):
+    """Ctrl-C in a blocking call, on 2 ranks: rank 0 blocks in stuck() (a collective rank 1
+    never enters) and rank 1 sends it SIGINT a second later. Rank 0 must raise
+    KeyboardInterrupt within within_s of the signal, then after() (a call on the same
+    communicator) a RuntimeError saying "KeyboardInterrupt"; then rank 1's peer() (a
+    collective with rank 0) must fail with a COLL_E* error within 10 s, not at its
+    timeout (30 s)."""
+    pid, sent, left = (os.path.join(where, f) for f in ("pid", "sent", "left"))
+    if r == 0:
+        _put(pid, str(os.getpid()))
+        try:
+            stuck()
+        except KeyboardInterrupt:
+            came = time.time()
+        else:
+            raise AssertionError("stuck() returned")
+        took = came - float(_get(sent, 1))
+        _put(left, "")
+        assert took < within_s, f"KeyboardInterrupt {took:.1f} s after the signal"
+        _raises(after, "KeyboardInterrupt", 10)
+        return
+    target = int(_get(pid, 30))
+    time.sleep(1.0)  # rank 0 is inside stuck() by then
+    _put(sent, repr(time.time()))
+    os.kill(target, signal.SIGINT)
+    _get(left, 20)
+    _raises(peer, "COLL_E", 10)
+
+
+def _raises(fn, words, seconds):
+    """fn() raises a RuntimeError saying words, within seconds."""
+    t0 = time.time()
+    try:
+        fn()
+    except RuntimeError as e:
+        assert words in str(e), f"wanted {words!r}, got {e}"
+        assert time.time() - t0 < seconds, f"{time.time() - t0:.1f} s to raise {e}"
+        return
+    raise AssertionError(f"no error, wanted {words!r}")

@@ -1,7 +1,9 @@
 """The Python API on 1-4 processes against numpy references: every collective blocking
-and non-blocking, uneven forms, p2p, split, the store-backed init, errors."""
+and non-blocking, uneven forms, p2p, split, the store-backed init, errors, Ctrl-C inside
+a blocking call."""
 import collections
 import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -526,6 +528,18 @@ class whole_file:
         os.rename(self.path + ".tmp", self.path)
 
 
+def interrupted(r, n, where, how):
+    """Ctrl-C while rank 0 is blocked in a call that rank 1 never joins (ranks.interrupted):
+    a blocking all-reduce, a request's wait(), a blocking receive, a barrier. Before, the
+    signal waited for the call to end: at rank 1's exit, or the 30 s timeout."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=30000)
+    x = np.ones(4, np.float32)
+    stuck = {"allreduce": lambda: c.allreduce(x), "wait": lambda: c.iallreduce(x).wait(),
+             "recv": lambda: c.recv(x, 1), "barrier": c.barrier}[how]
+    ranks.interrupted(r, where, stuck, lambda: c.allreduce(x), lambda: c.allreduce(x))
+    c.close()
+
+
 def main():
     bad = 0
     for n in (1, 2, 4):
@@ -544,6 +558,9 @@ def main():
         bad += ranks.check(widths, n, "integer widths and byte order")
     bad += ranks.check(read_only, 2, "read-only buffers refused")
     bad += ranks.check(request_races, 2, "request races")
+    for how in ("allreduce", "wait", "recv", "barrier"):
+        bad += ranks.check(functools.partial(interrupted, how=how), 2,
+                           f"Ctrl-C while blocked in {how}")
     return 1 if bad else 0
 
 

@@ -4,9 +4,11 @@ work, subgroups, p2p), DDP against Gloo (also through torch's communication hook
 dead rank as an exception everywhere; what Gloo refuses is refused before anything is sent,
 a failing result copy fails only its work, and get_future() does not wait. Also AVG,
 PREMUL_SUM, BAND/BOR/BXOR, the coalesced forms, batch_isend_irecv, receives by tag in any
-order, bool tensors, the binding's bare and keyword forms, sequence numbers, monitored_barrier and,
-on torch 2.x, the functional collectives and DTensor tensor parallelism. The same file
+order, bool tensors, the binding's bare and keyword forms, sequence numbers,
+monitored_barrier, an async barrier, Ctrl-C inside an operation and, on torch 2.x, the
+functional collectives and DTensor tensor parallelism. The same file
 runs on torch 1.13 (suite python) and 2.6 (suite torch2); TORCH2 marks what 1.13 lacks."""
+import functools
 import os
 import sys
 import time
@@ -933,6 +935,64 @@ def work_objects(r, n, where):
     assert seen["ours"] == seen["gloo"] == [want, want], seen
 
 
+def async_barrier(r, n, where):
+    """dist.barrier(async_op=True) returns at once a pending work, as Gloo's: with the
+    last rank a second late, the others' work is not completed and its future not done,
+    and wait() returns once the last rank came; async_op=False still waits there. Before,
+    the call itself waited for every rank."""
+    g = init(r, n, where)
+    seen, late = {}, r == n - 1
+    for name, pg in (("ours", None), ("gloo", g)):
+        for async_op in (True, False):
+            dist.barrier(group=pg)
+            if late:
+                time.sleep(1.0)
+            t0 = time.time()
+            w = dist.barrier(group=pg, async_op=async_op)
+            issued = time.time() - t0
+            if not late and async_op:
+                assert issued < 0.5, (name, issued)
+                assert not w.is_completed(), name
+                fut = w.get_future()
+                assert not fut.done(), name
+                assert w.wait() is True and fut.wait() == [], name
+                assert time.time() - t0 > 0.5, (name, time.time() - t0)
+            elif not late:
+                assert issued > 0.5, (name, issued)
+            if async_op:
+                assert w.wait() is True and w.is_completed() and w.is_success(), name
+                seen[name] = [w.result(), w.get_future().wait()]
+    assert seen["ours"] == seen["gloo"] == [[], []], seen
+
+
+def _started(work):
+    """work, its operation started (not held for a wait that may come at once)."""
+    work.is_completed()
+    return work
+
+
+def interrupted(r, n, where, how):
+    """Ctrl-C while rank 0 is blocked in an operation rank 1 never joins
+    (ranks.interrupted): a blocking all-reduce, a started work's wait(), the wait of one
+    whose future was taken (a completer thread waits in the library), a receive from rank
+    1 and from any rank, a barrier; then destroy_process_group returns. Before, the signal
+    waited for the call to end (at rank 1's exit, or the 30 s timeout), and a receive from
+    any rank, interrupted, stayed posted for a later message."""
+    init(r, n, where)
+    t = torch.ones(3)
+
+    def future():
+        w = dist.all_reduce(t, async_op=True)
+        w.get_future()
+        w.wait()
+    stuck = {"all_reduce": lambda: dist.all_reduce(t),
+             "wait": lambda: _started(dist.all_reduce(t, async_op=True)).wait(),
+             "future": future, "recv": lambda: dist.recv(t, 1), "recv_any": lambda: dist.recv(t),
+             "barrier": dist.barrier}[how]
+    ranks.interrupted(r, where, stuck, lambda: dist.all_reduce(t), lambda: dist.all_reduce(t))
+    within(dist.destroy_process_group, 10)
+
+
 def held_then_elsewhere(r, n, where):
     """A collective nobody waits for yet still starts: rank 0 issues it with
     async_op=True, then waits in a Gloo barrier that the others reach only once that
@@ -1491,12 +1551,14 @@ def main():
         bad += ranks.check(bare_forms, n, "the binding's bare forms against gloo")
         bad += ranks.check(keyword_forms, n, "the binding's keyword forms against gloo")
         bad += ranks.check(held_then_elsewhere, n, "an async collective starts unwaited")
+        bad += ranks.check(async_barrier, n, "barrier(async_op=True) against gloo")
         bad += ranks.check(sequence_numbers, n, "sequence numbers as Gloo's")
         if TORCH2:
             bad += ranks.check(functional, n, "functional collectives against gloo")
             bad += ranks.check(dtensor, n, "DTensor tensor parallel against gloo")
     for n in (2, 3):
         bad += ranks.check(results_freed, n, "result tensors freed once let go")
+    bad += ranks.check(last_before_destroy, 2, "the last result freed by destroy")
     bad += ranks.check(join_uneven, 2, "DDP under Join, uneven inputs, a collection between")
     if TORCH2:
         bad += ranks.check(functional_into_one_tensor, 2, "two functional ops into one tensor")
@@ -1518,6 +1580,9 @@ def main():
         bad += ranks.check(bitwise, n, "BAND, BOR, BXOR on integers and bool against gloo")
     bad += ranks.check(autograd_collectives, 3, "torch.distributed.nn's collectives, backward")
     bad += ranks.check(init_again, 3, "init on one MASTER_PORT again after destroy")
+    for how in ("all_reduce", "wait", "future", "recv", "recv_any", "barrier"):
+        bad += ranks.check(functools.partial(interrupted, how=how), 2,
+                           f"Ctrl-C while blocked in {how}")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     return 1 if bad else 0
 
@@ -1565,6 +1630,25 @@ def results_freed(r, n, where):
         _freed(ref, "the result of a work let go")
         if TORCH2:
             _functional_dropped(r, n, want)
+    finally:
+        gc.enable()
+
+
+def last_before_destroy(r, n, where):
+    """The result of a job's last operation (async, waited, let go), which the group keeps
+    for C++ until its next operation (_Completer.last), is freed by destroy_process_group,
+    with Python's collector off."""
+    import gc
+    import weakref
+    init(r, n, where)
+    gc.disable()
+    try:
+        t = torch.ones(1 << 20)
+        dist.all_reduce(t, async_op=True).wait()
+        ref = weakref.ref(t)
+        del t
+        dist.destroy_process_group()
+        assert ref() is None, "the last result stays allocated after destroy_process_group"
     finally:
         gc.enable()
 
