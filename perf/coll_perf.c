@@ -564,9 +564,9 @@ static int run_all(coll_comm *c, const opts *o)
         for (int p = o->op_all ? 0 : (int)o->op; p <= (o->op_all ? NOPS - 1 : (int)o->op); p++) {
             if (o->coll != AR && o->coll != RS && o->coll != RD && p != (int)o->op)
                 continue; /* no reduction: one op is enough */
-            if ((o->coll == AR || o->coll == RS || o->coll == RD) && o->op_all &&
+            if ((o->coll == AR || o->coll == RS || o->coll == RD) && (o->op_all || o->dt_all) &&
                 !cl_op_fits((coll_dtype)d, (coll_op)p))
-                continue; /* -o all: the bitwise ops on the integer dtypes only */
+                continue; /* -o all or -d all: the bitwise ops on the integer dtypes only */
             for (double b = (double)o->minb; b <= (double)o->maxb && failed < 2; b *= o->factor) {
                 int rc = run_size(c, o, s, r, (size_t)b, (coll_dtype)d, (coll_op)p, &busbw, &rows);
                 failed = rc < 0 ? 2 : (failed | rc);
@@ -599,7 +599,7 @@ int main(int argc, char **argv)
                 "  DTYPE: float|double|half|bfloat16|int8|uint8|int32|int64 (also f32, f64, "
                 "fp16, bf16)\n"
                 "  OP: sum|prod|min|max|avg|band|bor|bxor (band, bor, bxor: integer dtypes only;\n"
-                "      all skips them on floats)\n");
+                "      -o all or -d all skips them on floats)\n");
         return asked > 0 ? 0 : 2;
     }
     int rank, size, status = 0;

@@ -4,7 +4,7 @@
 # codec's dtype names, N/A in #wrong without checking, headings over the codec columns;
 # and the collective set (issue 18): reduce, gather, scatter, alltoall, checked; and the
 # ping-pong latency test (issue 22), 3 ranks (the third sits out); the header (issue 56);
-# -o all with the bitwise ops (issue 50).
+# -o all, and -d all with one bitwise op (issue 50).
 # Usage: coll_perf_cli.sh COLL_PERF
 set -u
 p=$1 fail=0
@@ -28,6 +28,12 @@ echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-o all: wrong results
 [ "$(echo "$out" | grep -cE " (int8|uint8|int32|int64) +(band|bor|bxor) ")" -eq 12 ] ||
     no "-o all: not a row for each of 4 integer dtypes x 3 bitwise ops: $out"
 echo "$out" | grep -qE " (float|double|half|bfloat16) +(band|bor|bxor) " && no "-o all: bitwise on floats: $out"
+# -d all with one bitwise op: its integer dtypes, checked, as -o all's (it failed at float)
+out=$(timeout 60 "$p" --np 3 -C all_reduce -b 64 -e 64 -n 2 -w 1 -d all -o bxor 2>&1) ||
+    no "-d all -o bxor fails: $out"
+echo "$out" | grep -q "Out of bounds values : 0 OK" || no "-d all -o bxor: wrong results: $out"
+[ "$(echo "$out" | grep -cE " (int8|uint8|int32|int64) +bxor ")" -eq 4 ] ||
+    no "-d all -o bxor: not a row for each of the 4 integer dtypes: $out"
 out=$(timeout 60 "$p" --np 2 -b 64 -e 64 -n 1 -w 0 -d float -o bxor 2>&1) && no "-d float -o bxor passes"
 echo "$out" | grep -q "op bxor is bitwise: integer dtypes only, not float" || no "no refusal: $out"
 out=$("$p" --np 2 -b 1K -e 1K -n 2 -w 1 -z int8 -I 0 2>&1) || no "-z int8 fails"
