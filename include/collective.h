@@ -64,8 +64,9 @@ typedef enum { COLL_F32, COLL_F64, COLL_F16, COLL_BF16,
 /* COLL_BAND, COLL_BOR and COLL_BXOR are bitwise AND, OR and XOR, for the integer dtypes
  * only (int8, uint8, int32, int64; a bool is a uint8 of 0 or 1): with a float dtype (f32,
  * f64, f16, bf16) every call that reduces is COLL_EINVAL, with a message, on every rank
- * that passes it, as any bad argument. They never go through a codec. Appended: the
- * values above them are the ABI. */
+ * that passes it, as any bad argument (coll_allreduce_ef: COLL_ENOTSUP, as for any op but
+ * sum and avg). They never go through a codec. Appended: the values above them are the
+ * ABI. */
 typedef enum { COLL_SUM, COLL_PROD, COLL_MIN, COLL_MAX, COLL_AVG,
                COLL_BAND, COLL_BOR, COLL_BXOR } coll_op;
 typedef enum { COLL_CODEC_NONE, COLL_CODEC_FP16, COLL_CODEC_BF16,
