@@ -12,7 +12,11 @@ Python's default (it raises KeyboardInterrupt), aborts the marked communicator: 
 call returns COLL_EABORTED, the handler raises as it returns, and the communicator
 stays aborted (its links close, so the peers fail at once rather than at their timeout;
 a later call here raises, saying why). Another handler runs as before, once the call
-ends: it may not mean to stop the job.
+ends: it may not mean to stop the job. A SIGINT that came before the call began is left
+alone (its KeyboardInterrupt was raised already, and the caller may have caught it to run
+a last collective): the thread can take the GIL milliseconds after the signal, by which
+time the main thread may be inside a later call, so the wakeup fd is a datagram socket
+that stamps each signal's byte with the kernel's time, set against the call's start.
 
 The wakeup fd is taken at the main thread's first call; one set before (asyncio's) is
 handed every signal byte this module reads. One set after replaces this one, and Ctrl-C
@@ -20,11 +24,18 @@ inside a call then waits for its end, as before."""
 import _thread
 import os
 import signal
+import socket
+import struct
 import threading
+import time
 
 _main = [threading.main_thread().ident]
 _blocked = [None]  # the communicator the main thread is inside a call on
 _watch = [None]  # this process's _Watch; False: the wakeup fd could not be taken
+_since = [0]  # time.time_ns() as the main thread entered the call marked in _blocked
+_now = time.time_ns  # the clock of SO_TIMESTAMPNS's stamps (CLOCK_REALTIME)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number, not in 3.11
+_STAMP = struct.Struct("@ll")  # the stamp's struct timespec
 
 
 OTHER = object()  # enter's answer on a thread other than the main one
@@ -39,6 +50,7 @@ def enter(comm):
     if _watch[0] is None:
         _install()
     before, _blocked[0] = _blocked[0], comm
+    _since[0] = _now()
     return before
 
 
@@ -49,22 +61,31 @@ def leave(before):
 
 
 class _Watch:
-    """The pipe the wakeup fd writes into, and the fd set before it (None: none)."""
+    """The socket pair the wakeup fd writes into (a datagram a signal, stamped with its
+    time where the kernel can), and the fd set before it (None: none)."""
 
     def __init__(self):
-        self.r, self.w = os.pipe()  # not inherited by exec'd children
-        os.set_blocking(self.w, False)  # as set_wakeup_fd asks: a full pipe never blocks
+        # Not inherited by exec'd children. It holds 278 signals unread here (a datagram
+        # each; a pipe held 64 Ki), whose bytes a burst beyond loses, as a full pipe's:
+        # the thread reads each once it has the GIL (a switch interval, 5 ms, while the
+        # main thread runs Python).
+        self.r, self.w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.w.setblocking(False)  # as set_wakeup_fd asks: a full socket never blocks
+        try:
+            self.r.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass  # no stamps: every SIGINT aborts the call marked as it is read
         self.forward = None
 
     def close(self):
-        os.close(self.r)
-        os.close(self.w)
+        self.r.close()
+        self.w.close()
 
 
 def _install():
     w = _Watch()
     try:
-        old = signal.set_wakeup_fd(w.w, warn_on_full_buffer=False)
+        old = signal.set_wakeup_fd(w.w.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):  # not the main thread after all (an embedded interpreter)
         w.close()
         _watch[0] = False
@@ -75,12 +96,11 @@ def _install():
 
 
 def _run(w):
+    space = socket.CMSG_SPACE(_STAMP.size)
     while True:
         try:
-            data = os.read(w.r, 64)
-        except OSError:  # closed: a forked child let the parent's pipe go
-            return
-        if not data:
+            data, ancillary, _, _ = w.r.recvmsg(64, space)
+        except OSError:  # closed: a forked child let the parent's socket go
             return
         if w.forward is not None:
             try:
@@ -88,20 +108,34 @@ def _run(w):
             except OSError:
                 pass  # the owner's fd is full or gone: as the interpreter's own write
         if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            comm = _blocked[0]
-            if comm is not None:
+            comm, sent = _blocked[0], _sent(ancillary)
+            if comm is not None and (sent is None or sent >= _since[0]):
                 comm._interrupt()
 
 
+def _sent(ancillary):
+    """The kernel's time (ns) the signal's byte was written at; None where not stamped."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _STAMP.size:
+            s, ns = _STAMP.unpack_from(data)
+            return s * 1_000_000_000 + ns
+    return None
+
+
 def _after_fork():
-    """A forked child: its signals must not wake the parent's thread (the pipe is the
-    parent's too); the wakeup fd goes back to the one set before, and the child's first
-    call takes one of its own."""
+    """A forked child: its signals must not wake the parent's thread (the socket is the
+    parent's too); the wakeup fd goes back to the one set before where it is still this
+    module's, and the child's first call takes one of its own. Where another has
+    replaced it since (asyncio's loop ending sets none, and its socket's number may have
+    gone to any file), the child keeps what the parent had."""
     _main[0], _blocked[0] = _thread.get_ident(), None
     w, _watch[0] = _watch[0], None
     if w:
         try:
-            signal.set_wakeup_fd(-1 if w.forward is None else w.forward)
+            now = signal.set_wakeup_fd(-1)
+            back = w.forward if now == w.w.fileno() else now
+            if back not in (None, -1):
+                signal.set_wakeup_fd(back)
         except (ValueError, OSError):
             pass
         w.close()

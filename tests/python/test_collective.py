@@ -1,11 +1,14 @@
 """The Python API on 1-4 processes against numpy references: every collective blocking
 and non-blocking, uneven forms, p2p, split, the store-backed init, errors, Ctrl-C inside
 a blocking call."""
+import asyncio
 import collections
 import ctypes
 import functools
 import mmap
 import os
+import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -540,6 +543,68 @@ def interrupted(r, n, where, how):
     c.close()
 
 
+def interrupted_before(r, n, where):
+    """SIGINT while rank 0 runs Python, between calls: its KeyboardInterrupt is raised
+    there, and the caller catches it to run a last all-reduce with rank 1, which must
+    succeed (as on Gloo). Before, _signals' thread, taking the GIL milliseconds after the
+    signal, found rank 0 inside that all-reduce and aborted it."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=20000)
+    x = np.ones(4, np.float32)
+    c.allreduce(x)  # the first call takes the wakeup fd
+    pid, spinning = os.path.join(where, "pid"), os.path.join(where, "spinning")
+    if r == 0:
+        ranks._put(pid, str(os.getpid()))
+        try:
+            deadline = time.time() + 10
+            ranks._put(spinning, "")
+            while time.time() < deadline:  # in Python, no call
+                pass
+            raise AssertionError("no SIGINT in 10 s")
+        except KeyboardInterrupt:
+            pass
+    else:
+        target = int(ranks._get(pid, 30))
+        ranks._get(spinning, 30)
+        time.sleep(0.2)
+        os.kill(target, signal.SIGINT)
+        time.sleep(0.3)  # rank 0 waits inside its last all-reduce meanwhile
+    y = np.ones(4, np.float32)
+    c.allreduce(y)
+    assert (y == 2).all(), y
+    c.close()
+
+
+def fork_after_asyncio(r, n, where):
+    """asyncio's loop sets the wakeup fd, the first call takes it over (handing bytes on
+    to asyncio's), the loop ends (it sets none and closes its socket) and the program's
+    sockets take the numbers freed: a forked child's signals must not be written into
+    them. Before, the child set asyncio's old number back, and its SIGUSR2 wrote b'\\x0c'
+    into one of them."""
+    async def calls():
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, lambda: None)
+        c = collective.Communicator(url(where), r, n, timeout_ms=5000)
+        c.allreduce(np.ones(1, np.float32))
+        c.close()
+
+    asyncio.run(calls())
+    pairs = [socket.socketpair() for _ in range(4)]
+    for s in (s for pair in pairs for s in pair):
+        s.setblocking(False)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGUSR2, lambda *_: None)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    got = b""
+    for s in (s for pair in pairs for s in pair):
+        try:
+            got += s.recv(64)
+        except BlockingIOError:
+            pass
+    assert got == b"", f"the child wrote {got!r} into the program's sockets"
+
+
 def main():
     bad = 0
     for n in (1, 2, 4):
@@ -561,6 +626,8 @@ def main():
     for how in ("allreduce", "wait", "recv", "barrier"):
         bad += ranks.check(functools.partial(interrupted, how=how), 2,
                            f"Ctrl-C while blocked in {how}")
+    bad += ranks.check(interrupted_before, 2, "Ctrl-C between calls, caught, then a call")
+    bad += ranks.check(fork_after_asyncio, 1, "a forked child's signals after asyncio's loop")
     return 1 if bad else 0
 
 
