@@ -86,9 +86,9 @@ typedef struct coll_config {
      * with COLL_ETIMEDOUT, though its peers are alive: one may be evaluating or writing a
      * checkpoint. 0: $COLL_OP_TIMEOUT_MS, else timeout_ms when the caller set that (field
      * or $COLL_TIMEOUT_MS), else 1800000 (30 minutes, torch's default). A peer that is
-     * gone is found sooner: its process's exit closes its links at once, its host's loss
-     * within about timeout_ms (an idle tcp link's keepalive; while a collective waits, the
-     * heartbeat). */
+     * gone or stopped is found sooner: its process's exit closes its links at once, its
+     * host's loss or a stop within about timeout_ms (an idle tcp link's keepalive; while a
+     * collective waits, or a send or receive waits for that peer, the heartbeat). */
     int op_timeout_ms;
     /* 1: coll_split's communicators (and their splits) use this communicator's links
      * instead of opening their own, as NCCL's splitShare: their collectives then run in

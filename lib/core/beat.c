@@ -13,8 +13,8 @@
  * silence bound fails it, blamed by name: its farewell carries how long that rank was
  * silent, so every survivor's sentence names it, whichever link the failure reached it
  * by. A rank that destroys its communicator says so and is no longer watched.
- * Point-to-point waits are not judged (a pair of ranks may go on while a third is done)
- * and keep the operation timeout.
+ * A point-to-point wait judges only the rank it waits on (a pair of ranks may go on while
+ * a third is done), asking cl_beat_silent_ms from its own thread (req.c).
  *
  * The bound is the peer timeout, or half the operation timeout when that is shorter, so
  * that the heartbeat speaks before an operation's own timeout would (that one names the
@@ -121,6 +121,23 @@ int cl_beat_heard_lately(const coll_comm *c, int r)
     return cl_now_ms() - __atomic_load_n(&b->heard[r], __ATOMIC_RELAXED) < b->bound_ms;
 }
 
+int cl_beat_silent_ms(const coll_comm *c, int r)
+{
+    const cl_beat *b = c->beat;
+    if (!b || !b->heard || r < 0 || r >= c->size || r == c->rank)
+        return 0;
+    int p = c->to_root ? c->to_root[r] : r; /* the process: b's rank */
+    int64_t quiet = cl_now_ms() - __atomic_load_n(&b->heard[p], __ATOMIC_RELAXED);
+    if (__atomic_load_n(&b->unwatched[p], __ATOMIC_RELAXED) || quiet < b->bound_ms)
+        return 0;
+    return (int)CL_MIN(quiet, INT32_MAX);
+}
+
+int cl_beat_period_ms(const coll_comm *c)
+{
+    return c->beat && c->beat->heard ? c->beat->period_ms : 0;
+}
+
 cl_status *cl_beat_status(const coll_comm *c)
 {
     return c->beat && c->beat->c == c ? c->beat->status : NULL;
@@ -201,8 +218,8 @@ static void read_all(cl_beat *b, int64_t now)
         int r = got == (ssize_t)sizeof(m) ? sender(b, &m) : -1;
         if (r < 0)
             continue;
-        if (m.kind == LEAVE)
-            b->unwatched[r] = 1;
+        if (m.kind == LEAVE) /* read by cl_beat_silent_ms on other threads */
+            __atomic_store_n(&b->unwatched[r], 1, __ATOMIC_RELAXED);
         else /* read by cl_beat_heard_lately on other threads */
             __atomic_store_n(&b->heard[r], now, __ATOMIC_RELAXED);
     }

@@ -65,6 +65,14 @@ static int same_link(const coll_req *a, const coll_req *b)
            (am ? am[a->op.root] : a->op.root) == (bm ? bm[b->op.root] : b->op.root);
 }
 
+/* A peer whose link closed or reset is where the failure began (coll_failed_ranks), not
+ * this rank. */
+static void blame_peer(coll_comm *c, int peer, int rc)
+{
+    if (rc == COLL_EPEER)
+        cl_comm_blame(c, peer, COLL_EPEER, 0);
+}
+
 /* Posts every held request whose link opens now, in issue order; one behind another
  * held request on its link stays held (h: the hub, its p2p_mu held). A request that
  * cannot be posted leaves the list done with its status. */
@@ -85,9 +93,11 @@ static int flush(coll_comm *h)
             at = &q->next;
             continue;
         }
-        if (rc != COLL_OK && cl_comm_state(c) == COLL_OK)
+        if (rc != COLL_OK && cl_comm_state(c) == COLL_OK) {
+            blame_peer(c, q->op.root, rc);
             cl_comm_fail(c, rc, "rank %d %s #%u: cannot connect to peer %d: %s", c->rank,
                          cl_kind_name(q->op.kind), q->op.seq, q->op.root, coll_strerror(rc));
+        }
         q->status = rc;
         if (rc != COLL_OK) /* a posted one ends in its test (the recorder's end, once) */
             cl_rec_p2p_end(c, q->rec, rc, 0);
@@ -188,6 +198,7 @@ static int send_failed(coll_comm *c, const cl_op *r, int rc)
                                : COLL_OK;
     if (why != COLL_OK)
         return why;
+    blame_peer(c, r->root, rc);
     cl_comm_fail(c, rc, "rank %d send #%u: peer %d (%s): %s", c->rank, r->seq, r->root,
                  c->tr->peer_name(cl_link_now_of(c, CL_CH_P2P, 0, r->root)), coll_strerror(rc));
     return rc;

@@ -5,7 +5,9 @@
 #include "core/comm.h"
 
 #include "base/util.h"
+#include "core/beat.h"
 #include "core/engine.h"
+#include "core/error.h"
 #include "core/fail.h"
 #include "core/p2p.h"
 
@@ -47,14 +49,34 @@ static size_t moved(const coll_req *r)
     return r->treq && tr->moved ? tr->moved(r->treq) : 0;
 }
 
-/* Past the deadline (an op timeout in which no byte moved) the communicator fails;
- * its shutdown completes the transport request, which is then collected so nothing
- * writes into the buffer after return. */
+/* A point-to-point request's peer not heard for the heartbeat's bound (stopped, wedged,
+ * its process or host gone) fails the communicator, naming it, as a collective's silent
+ * rank does (beat.c): else a receive from a dead rank whose link never formed, or a send
+ * to a stopped one, waited the operation timeout (30 minutes by default). Only the rank
+ * waited on is judged (a pair may go on while a third is done), and only in a wait, as
+ * the operation timeout: a request only tested (a receive posted ahead, for a message
+ * that may never come) fails nothing. COLL_EPEER when it failed c here, else COLL_OK. */
+static int judge_peer(const coll_req *r)
+{
+    coll_comm *c = r->comm;
+    int ms = cl_beat_silent_ms(c, r->op.root);
+    if (!ms || cl_comm_state(c) != COLL_OK)
+        return COLL_OK;
+    cl_comm_blame(c, r->op.root, COLL_EPEER, ms);
+    cl_comm_fail(c, COLL_EPEER, "rank %d %s #%u: " CL_SILENT_FMT, c->rank,
+                 cl_kind_name(r->op.kind), r->op.seq, r->op.root, ms / 1000.0);
+    return COLL_EPEER;
+}
+
+/* Past the deadline (an op timeout in which no byte moved), or once the peer is silent
+ * (judge_peer), the communicator fails; its shutdown completes the transport request,
+ * which is then collected so nothing writes into the buffer after return. */
 static int wait_p2p(coll_req *r)
 {
     coll_comm *c = r->comm;
-    int done = 0, rc = COLL_INPROGRESS, timed_out = 0;
+    int done = 0, rc = COLL_INPROGRESS, failed = COLL_OK;
     int64_t deadline = cl_now_ms() + c->op_timeout_ms;
+    int period = cl_beat_period_ms(c);
     size_t seen_bytes = 0;
     cl_spin spin = cl_spin_start(&c->algo[CL_CH_P2P]);
     for (;;) {
@@ -66,26 +88,31 @@ static int wait_p2p(coll_req *r)
             continue;
         /* Bytes that moved since the last look are progress: the bound starts again
          * (a stall is found within one to two op timeouts). */
-        if (!timed_out && cl_now_ms() >= deadline && moved(r) != seen_bytes) {
+        if (!failed && cl_now_ms() >= deadline && moved(r) != seen_bytes) {
             seen_bytes = moved(r);
             deadline = cl_now_ms() + c->op_timeout_ms;
         }
+        if (!failed && (failed = judge_peer(r)) != COLL_OK)
+            deadline = cl_now_ms() + c->timeout_ms;
         if (cl_now_ms() >= deadline) {
-            if (timed_out)
+            if (failed)
                 break; /* the transport never let go: leave the request */
-            timed_out = 1;
+            failed = COLL_ETIMEDOUT;
             cl_comm_fail(c, COLL_ETIMEDOUT, "rank %d %s #%u: no progress with peer %d for %d ms",
                          c->rank, cl_kind_name(r->op.kind), r->op.seq, r->op.root,
                          c->op_timeout_ms);
             deadline = cl_now_ms() + c->timeout_ms;
         }
-        /* Not every listener signals a connection: a held request looks again soon. */
+        /* Not every listener signals a connection: a held request looks again soon; the
+         * peer's silence is asked once a beat. */
         int64_t until = cl_p2p_progress(c) ? CL_MIN(deadline, cl_now_ms() + 1) : deadline;
+        if (period && !failed)
+            until = CL_MIN(until, cl_now_ms() + period);
         cl_notifier_wait(c->note, seen, until);
         cl_spin_progress(&spin);
     }
     cl_spin_stop(&spin);
-    return timed_out ? COLL_ETIMEDOUT : rc;
+    return failed ? failed : rc;
 }
 
 /* Off the list of requests handed out (c->mu held). */

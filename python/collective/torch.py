@@ -868,6 +868,18 @@ def _positions(op, forms, args, kwargs):
                     f"{words})")
 
 
+def _timeouts(ms):
+    """The library's timeouts for a group of torch's timeout ms: both torch's (so ranks may
+    come to the group minutes apart, and a stopped rank, one in a debugger, is waited for
+    as long as Gloo waits), but where COLL_TIMEOUT_MS or COLL_OP_TIMEOUT_MS is set: that
+    one is the library's. So COLL_TIMEOUT_MS=30000 finds a rank that is gone or stopped
+    (a receive from a rank that died before their link formed: rendezvous, keepalive, the
+    heartbeat) within 30 s, while operations keep torch's timeout."""
+    env = os.environ.get
+    return {"timeout_ms": 0 if env("COLL_TIMEOUT_MS") else ms,
+            "op_timeout_ms": 0 if env("COLL_OP_TIMEOUT_MS") else ms}
+
+
 class ProcessGroupCollective(dist.ProcessGroup):
     """The process group torch.distributed builds for backend "collective"."""
 
@@ -875,7 +887,7 @@ class ProcessGroupCollective(dist.ProcessGroup):
         super().__init__(rank, size)
         ms = int(timeout.total_seconds() * 1000) if timeout else 0
         self.store, self.timeout_ms = _Store(store), ms
-        self.comm = collective.Communicator(self.store, rank, size, timeout_ms=ms)
+        self.comm = collective.Communicator(self.store, rank, size, **_timeouts(ms))
         self.recorder_dir = os.environ.get("COLL_RECORDER_DIR")  # as the library read it
         self.completer, self.slot = _Completer(), _Slot(self.comm)
         self.inbox, self._sending = _Inbox(self.comm, ms), threading.Lock()

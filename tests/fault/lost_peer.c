@@ -1,6 +1,6 @@
 /* Two ranks through env://: after one all-reduce, rank 0 waits in a receive from rank 1,
  * which sends nothing and sleeps until killed. netem.sh takes rank 1's namespace off the
- * network: no collective waits, so the heartbeat judges nothing, and the idle link's
+ * network: the heartbeat (the receive judges the rank it waits on) or the idle link's
  * keepalive must end the receive within about COLL_TIMEOUT_MS. Rank 0 exits 0 when the
  * receive failed, as it must, and prints how long it took. */
 #include "collective.h"

@@ -8,8 +8,9 @@
 #     timeout instead of hanging; and again with a 10-minute operation timeout: the
 #     heartbeat finds the lost peer within the peer timeout (COLL_TIMEOUT_MS);
 #  4. a receive from a peer whose namespace leaves the network, operation timeout 10
-#     min: no collective runs, so the idle link's keepalive must end it within about the
-#     peer timeout (TCP_USER_TIMEOUT, where set, overrides keepalive's count of probes).
+#     min: the heartbeat (a receive judges the rank it waits on) or the idle link's
+#     keepalive must end it within about the peer timeout (TCP_USER_TIMEOUT, where set,
+#     overrides keepalive's count of probes).
 # Needs root and iproute2 (tc); skips (77) where namespaces cannot be made.
 set -u
 perf=$1 lost=$2

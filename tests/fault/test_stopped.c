@@ -5,7 +5,10 @@
  * waited on). And silence is judged only while a collective waits: a rank stopped while
  * the others are busy in their own code, and continued before they call, is no failure.
  * A split that shares its root's links is judged by the root's heartbeat, with the same
- * words. Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and on shm. */
+ * words. A point-to-point receive from, or send to, a rank that is stopped or whose
+ * process is gone fails the same way within the peer timeout, though the operation
+ * timeout is ten minutes (before, it waited that long: the heartbeat judged collectives
+ * only). Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and on shm. */
 #include "base/util.h"
 #include "common/harness.h"
 
@@ -22,6 +25,8 @@
 #include <unistd.h>
 
 enum { NP = 4, VICTIM = 2, TIMEOUT_MS = 3000, COUNT = 1 << 18 /* 1 MiB of floats */ };
+/* A send larger than the socket buffers and the shm ring hold: it waits for the peer. */
+enum { BIG = 16 << 20 /* 64 MiB of floats */, P2P_OP_TIMEOUT_MS = 600000 };
 
 static const char *const transports[] = {"tcp", "shm"};
 
@@ -45,13 +50,14 @@ static void kill_stopped(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
-static coll_comm *join(const char *url, const char *transport, int rank, int share)
+static coll_comm *join(const char *url, const char *transport, int rank, int share,
+                       int op_timeout_ms)
 {
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.split_share = share;
     cfg.transport = transport;
     cfg.timeout_ms = TIMEOUT_MS;
-    cfg.op_timeout_ms = TIMEOUT_MS;
+    cfg.op_timeout_ms = op_timeout_ms;
     coll_comm *c = NULL;
     int rc = coll_init(&c, url, rank, NP, &cfg);
     if (rc != COLL_OK) {
@@ -59,6 +65,14 @@ static coll_comm *join(const char *url, const char *transport, int rank, int sha
         _exit(2);
     }
     return c;
+}
+
+/* What the call that ended a rank's run returned, for the parent. */
+static void say_how(coll_comm *c, report *me, int rc)
+{
+    me->rc = rc;
+    snprintf(me->msg, sizeof(me->msg), "%s", rc == COLL_OK ? "" : coll_last_error(c));
+    me->nfailed = coll_failed_ranks(c, me->failed, NP);
 }
 
 /* All-reduces until one fails (or `limit` are done), saying how it ended. */
@@ -71,23 +85,50 @@ static void reduce_until_failure(coll_comm *c, report *me, float *buf, int limit
             atomic_fetch_add(&me->iters, 1);
     }
     me->failed_ms = cl_now_ms();
-    me->rc = rc;
-    snprintf(me->msg, sizeof(me->msg), "%s", rc == COLL_OK ? "" : coll_last_error(c));
-    me->nfailed = coll_failed_ranks(c, me->failed, NP);
+    say_how(c, me, rc);
 }
 
-enum { BUSY, IDLE, SHARED };
+enum { BUSY, IDLE, SHARED, P2P_STOPPED, P2P_GONE };
+
+/* P2P_*: rank 0 receives from VICTIM, rank 1 sends it BIG, rank 3 waits for the parent's
+ * go; VICTIM waits to be stopped (P2P_STOPPED) or ends its process at once (P2P_GONE).
+ * Nobody sends rank 0 anything: only the victim's silence can end its receive. */
+static void p2p_main(coll_comm *c, report *me, int rank, int mode)
+{
+    atomic_store(&me->iters, 1);
+    if (rank == VICTIM && mode == P2P_GONE)
+        _exit(0);
+    int rc = COLL_OK;
+    if (rank == 0 || rank == 1) {
+        float *buf = calloc(BIG, sizeof(float));
+        if (!buf)
+            _exit(3);
+        rc = rank == 0 ? coll_recv(c, buf, COUNT, COLL_F32, VICTIM, 0)
+                       : coll_send(c, buf, BIG, COLL_F32, VICTIM, 0);
+        free(buf);
+    } else {
+        while (!atomic_load(&me->go))
+            cl_sleep_ms(5);
+    }
+    me->failed_ms = cl_now_ms();
+    say_how(c, me, rc);
+}
 
 /* BUSY: all-reduces until one fails. IDLE: one, then wait in the caller's code for the
- * parent's go, then five more. SHARED: BUSY on a split that shares c's links (family.h). */
+ * parent's go, then five more. SHARED: BUSY on a split that shares c's links (family.h).
+ * P2P_STOPPED, P2P_GONE: p2p_main. */
 static void rank_main(const char *url, const char *transport, int rank, int mode)
 {
     report *me = &reports[rank];
-    coll_comm *c = join(url, transport, rank, mode == SHARED), *s = NULL;
+    int p2p = mode == P2P_STOPPED || mode == P2P_GONE;
+    coll_comm *c = join(url, transport, rank, mode == SHARED, p2p ? P2P_OP_TIMEOUT_MS : TIMEOUT_MS);
+    coll_comm *s = NULL;
     float *buf = calloc(COUNT, sizeof(float));
     if (!buf)
         _exit(3);
-    if (mode == IDLE) {
+    if (p2p) {
+        p2p_main(c, me, rank, mode);
+    } else if (mode == IDLE) {
         reduce_until_failure(c, me, buf, 1);
         while (!atomic_load(&me->go))
             cl_sleep_ms(5);
@@ -219,6 +260,62 @@ START_TEST(a_rank_stopped_while_the_others_are_idle_is_no_failure)
 }
 END_TEST
 
+/* Rank 0's receive from VICTIM and rank 1's send to it, with a ten-minute operation
+ * timeout: each fails with COLL_EPEER naming VICTIM within the heartbeat's bound (the
+ * peer timeout here) after VICTIM is stopped or its process ends (a send to an ended
+ * process may fail sooner, its link closed: named as the peer); rank 3, idle, is not
+ * failed. */
+static void p2p_judged(const char *transport, int mode)
+{
+    start_ranks(transport, mode);
+    await_iters(1);
+    int64_t silent = cl_now_ms();
+    if (mode == P2P_STOPPED)
+        kill(pids[VICTIM], SIGSTOP);
+    else
+        reap_by(pids[VICTIM], silent + 4 * TIMEOUT_MS);
+    silent = mode == P2P_STOPPED ? silent : cl_now_ms();
+    int exits[2];
+    for (int r = 0; r < 2; r++)
+        exits[r] = reap_by(pids[r], silent + 4 * TIMEOUT_MS);
+    kill_stopped(pids[VICTIM]);
+    atomic_store(&reports[3].go, 1);
+    int idle = reap_by(pids[3], cl_now_ms() + 4 * TIMEOUT_MS);
+    char want[64], closed[32];
+    snprintf(want, sizeof(want), "rank %d has not answered for", VICTIM);
+    snprintf(closed, sizeof(closed), "peer %d", VICTIM);
+    for (int r = 0; r < 2; r++) {
+        const report *p = &reports[r];
+        long long took = (long long)(p->failed_ms - silent);
+        int named = strstr(p->msg, want) || (r == 1 && mode == P2P_GONE && strstr(p->msg, closed));
+        ck_assert_msg(exits[r] == 0, "%s: rank %d exit %d", transport, r, exits[r]);
+        ck_assert_msg(p->rc == COLL_EPEER && named,
+                      "%s: rank %d's %s got %s: '%s', want %s saying '%s'", transport, r,
+                      r ? "send" : "receive", coll_strerror(p->rc), p->msg,
+                      coll_strerror(COLL_EPEER), want);
+        ck_assert_msg(p->nfailed == 1 && p->failed[0] == VICTIM,
+                      "%s: rank %d: coll_failed_ranks gave %d ranks (first %d), want [%d]",
+                      transport, r, p->nfailed, p->failed[0], VICTIM);
+        ck_assert_msg(took < 2 * TIMEOUT_MS, "%s: rank %d failed %lld ms after the victim fell "
+                      "silent, want under twice the peer timeout (%d ms)", transport, r, took,
+                      TIMEOUT_MS);
+    }
+    ck_assert_msg(idle == 0 && reports[3].rc == COLL_OK, "%s: idle rank 3 exit %d, %s: '%s'",
+                  transport, idle, coll_strerror(reports[3].rc), reports[3].msg);
+}
+
+START_TEST(a_send_to_or_receive_from_a_stopped_rank_fails_naming_it)
+{
+    p2p_judged(transports[_i], P2P_STOPPED);
+}
+END_TEST
+
+START_TEST(a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it)
+{
+    p2p_judged(transports[_i], P2P_GONE);
+}
+END_TEST
+
 int main(void)
 {
     reports =
@@ -231,6 +328,9 @@ int main(void)
     tcase_add_loop_test(t, every_survivor_of_a_stopped_rank_names_it_within_the_op_timeout, 0, 2);
     tcase_add_loop_test(t, a_split_sharing_links_names_the_stopped_rank_too, 0, 2);
     tcase_add_loop_test(t, a_rank_stopped_while_the_others_are_idle_is_no_failure, 0, 2);
+    tcase_add_loop_test(t, a_send_to_or_receive_from_a_stopped_rank_fails_naming_it, 0, 2);
+    tcase_add_loop_test(t, a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it, 0,
+                        2);
     suite_add_tcase(s, t);
     return run_suite(s);
 }

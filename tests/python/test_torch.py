@@ -1526,6 +1526,26 @@ def dead(r, n, where):
     raise AssertionError("nobody noticed the dead rank")
 
 
+def dead_before_link(r, n, where):
+    """A receive from a rank that died after init, before any link to it formed, with
+    COLL_TIMEOUT_MS=3000 and torch's timeout 10 minutes: a RuntimeError naming it within
+    the peer timeout (before: torch's timeout was the peer timeout too, and the heartbeat's
+    bound its half, 5 minutes)."""
+    os.environ["COLL_TIMEOUT_MS"] = "3000"
+    init(r, n, where, timeout_s=600)
+    dist.barrier()
+    if r == 1:
+        os._exit(9)
+    t0 = time.time()
+    try:
+        dist.recv(torch.zeros(4), 1)
+    except RuntimeError as e:
+        assert "rank 1 has not answered" in str(e) and "COLL_EPEER" in str(e), e
+        assert time.time() - t0 < 10, time.time() - t0
+        return
+    raise AssertionError("a receive from a dead rank returned")
+
+
 def main():
     bad = 0
     for n in (1, 2, 3, 4):
@@ -1584,6 +1604,7 @@ def main():
         bad += ranks.check(functools.partial(interrupted, how=how), 2,
                            f"Ctrl-C while blocked in {how}")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
+    bad += ranks.check(dead_before_link, 2, "a receive from a rank dead before its link", {1: 9})
     return 1 if bad else 0
 
 
