@@ -72,6 +72,7 @@ struct cl_beat {
     int family;         /* this rank's address's */
     cl_addr *to;        /* every rank's: its lifeline's, with its card's port */
     int64_t *heard;     /* per rank: when a beat of it was last read (ms) */
+    int64_t looked;     /* when this thread last read the socket (ms) */
     uint8_t *unwatched; /* per rank: it left, or cannot be reached from here */
     beat_msg msg[2];    /* this rank's BEAT and LEAVE, sealed once */
     cl_status *status;  /* the status endpoint this thread answers (status.h) */
@@ -127,7 +128,11 @@ int cl_beat_silent_ms(const coll_comm *c, int r)
     if (!b || !b->heard || r < 0 || r >= c->size || r == c->rank)
         return 0;
     int p = c->to_root ? c->to_root[r] : r; /* the process: b's rank */
-    int64_t quiet = cl_now_ms() - __atomic_load_n(&b->heard[p], __ATOMIC_RELAXED);
+    /* Silent as of this thread's last look, not as of now: after this process was
+     * stopped (a debugger, ^Z, a suspended job) the waiter may run before this thread
+     * has read the beats that came meanwhile, and would blame a live peer for it. */
+    int64_t looked = __atomic_load_n(&b->looked, __ATOMIC_ACQUIRE);
+    int64_t quiet = looked - __atomic_load_n(&b->heard[p], __ATOMIC_RELAXED);
     if (__atomic_load_n(&b->unwatched[p], __ATOMIC_RELAXED) || quiet < b->bound_ms)
         return 0;
     return (int)CL_MIN(quiet, INT32_MAX);
@@ -284,6 +289,7 @@ static void *beat_main(void *arg)
             break;
         now = cl_now_ms();
         read_all(b, now);
+        __atomic_store_n(&b->looked, now, __ATOMIC_RELEASE); /* cl_beat_silent_ms */
         cl_status_serve(b->status, b->c, p + 1);
         judge_all(b, now);
     }
@@ -338,6 +344,7 @@ int cl_beat_start(coll_comm *c, const struct cl_card *cards)
     b->bound_ms = CL_MAX(BEAT_MIN_MS, CL_MIN(c->timeout_ms, c->op_timeout_ms / 2));
     b->period_ms = b->bound_ms / BEATS_PER_BOUND;
     int64_t now = cl_now_ms();
+    b->looked = now;
     for (int r = 0; r < n; r++) {
         b->heard[r] = now;
         /* A rank of another address family has no beat this socket could reach. */

@@ -36,10 +36,10 @@ uint64_t cl_beat_owner_id(const coll_comm *c);
  * its own): a rank that does not answer though it beat a moment ago is leaving, not
  * stopped. Any thread. */
 int cl_beat_heard_lately(const coll_comm *c, int r);
-/* How long rank r of c (c's numbering) has not been heard, in ms, once that is the
- * silence bound or more and r is watched (it did not leave); else 0, also where nothing
- * beats for c. What a point-to-point wait on r asks: no collective waits, so the beat's
- * own thread judges nothing. Any thread. */
+/* How long rank r of c (c's numbering) had not been heard when the beat's thread last
+ * read its socket, in ms, once that is the silence bound or more and r is watched (it
+ * did not leave); else 0, also where nothing beats for c. What a point-to-point wait on
+ * r asks: no collective waits, so the beat's own thread judges nothing. Any thread. */
 int cl_beat_silent_ms(const coll_comm *c, int r);
 /* How often a wait should ask cl_beat_silent_ms (ms): the beat's period; 0 without one. */
 int cl_beat_period_ms(const coll_comm *c);

@@ -15,6 +15,7 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ typedef struct {
 
 static report *reports;
 static pid_t pids[NP];
+static int peer_timeout_ms = TIMEOUT_MS; /* the ranks' timeout_ms, set before they fork */
 
 static void kill_stopped(pid_t pid)
 {
@@ -56,7 +58,7 @@ static coll_comm *join(const char *url, const char *transport, int rank, int sha
     coll_config cfg = COLL_CONFIG_INIT;
     cfg.split_share = share;
     cfg.transport = transport;
-    cfg.timeout_ms = TIMEOUT_MS;
+    cfg.timeout_ms = peer_timeout_ms;
     cfg.op_timeout_ms = op_timeout_ms;
     coll_comm *c = NULL;
     int rc = coll_init(&c, url, rank, NP, &cfg);
@@ -88,7 +90,7 @@ static void reduce_until_failure(coll_comm *c, report *me, float *buf, int limit
     say_how(c, me, rc);
 }
 
-enum { BUSY, IDLE, SHARED, P2P_STOPPED, P2P_GONE };
+enum { BUSY, IDLE, SHARED, P2P_STOPPED, P2P_GONE, P2P_WAITER_STOPPED };
 
 /* P2P_*: rank 0 receives from VICTIM, rank 1 sends it BIG, rank 3 waits for the parent's
  * go; VICTIM waits to be stopped (P2P_STOPPED) or ends its process at once (P2P_GONE).
@@ -114,19 +116,56 @@ static void p2p_main(coll_comm *c, report *me, int rank, int mode)
     say_how(c, me, rc);
 }
 
+/* P2P_WAITER_STOPPED: rank 0 receives from VICTIM, which sends once the parent says go;
+ * the others wait for the go too. */
+static void waiter_main(coll_comm *c, report *me, int rank)
+{
+    atomic_store(&me->iters, 1);
+    float *buf = calloc(COUNT, sizeof(float));
+    if (!buf)
+        _exit(3);
+    int rc = COLL_OK;
+    if (rank == 0) {
+        rc = coll_recv(c, buf, COUNT, COLL_F32, VICTIM, 0);
+    } else {
+        while (!atomic_load(&me->go))
+            cl_sleep_ms(5);
+        if (rank == VICTIM)
+            rc = coll_send(c, buf, COUNT, COLL_F32, 0, 0);
+    }
+    free(buf);
+    say_how(c, me, rc);
+}
+
+/* Binds this process (before its library starts threads: they inherit it) to the core
+ * it runs on, as coll_run binds every rank (COLL_BIND=core), where the race below was
+ * seen: its waiting thread and its heartbeat's thread then take turns after SIGCONT. */
+static void bind_one_core(void)
+{
+    cpu_set_t one;
+    int cpu = sched_getcpu();
+    CPU_ZERO(&one);
+    CPU_SET(cpu < 0 ? 0 : cpu, &one);
+    (void)sched_setaffinity(0, sizeof(one), &one);
+}
+
 /* BUSY: all-reduces until one fails. IDLE: one, then wait in the caller's code for the
  * parent's go, then five more. SHARED: BUSY on a split that shares c's links (family.h).
  * P2P_STOPPED, P2P_GONE: p2p_main. */
 static void rank_main(const char *url, const char *transport, int rank, int mode)
 {
     report *me = &reports[rank];
-    int p2p = mode == P2P_STOPPED || mode == P2P_GONE;
+    int p2p = mode == P2P_STOPPED || mode == P2P_GONE || mode == P2P_WAITER_STOPPED;
+    if (mode == P2P_WAITER_STOPPED && rank == 0)
+        bind_one_core();
     coll_comm *c = join(url, transport, rank, mode == SHARED, p2p ? P2P_OP_TIMEOUT_MS : TIMEOUT_MS);
     coll_comm *s = NULL;
     float *buf = calloc(COUNT, sizeof(float));
     if (!buf)
         _exit(3);
-    if (p2p) {
+    if (mode == P2P_WAITER_STOPPED) {
+        waiter_main(c, me, rank);
+    } else if (p2p) {
         p2p_main(c, me, rank, mode);
     } else if (mode == IDLE) {
         reduce_until_failure(c, me, buf, 1);
@@ -316,6 +355,37 @@ START_TEST(a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it)
 }
 END_TEST
 
+/* The waiting rank itself stopped (a debugger, ^Z and fg, a suspended job) for longer
+ * than the heartbeat's bound, then continued: its receive from a live rank is no failure
+ * and gets the message sent after. Its waiting thread, woken, judged the peer by beats
+ * its heartbeat's thread had not yet read, and failed the receive naming the live peer,
+ * whenever it ran first: a race, so stopped and continued STOPS times (peer timeout 1 s).
+ * Seen in about half the runs of two coll_run ranks; this harness rarely loses it. */
+enum { STOPS = 6, WAITER_TIMEOUT_MS = 1000 };
+START_TEST(a_receiver_stopped_and_continued_does_not_blame_its_live_peer)
+{
+    peer_timeout_ms = WAITER_TIMEOUT_MS;
+    start_ranks(transports[_i], P2P_WAITER_STOPPED);
+    peer_timeout_ms = TIMEOUT_MS;
+    await_iters(1);
+    for (int i = 0; i < STOPS; i++) {
+        cl_sleep_ms(100); /* rank 0 is in its receive, running */
+        kill(pids[0], SIGSTOP);
+        cl_sleep_ms(WAITER_TIMEOUT_MS * 3 / 2);
+        kill(pids[0], SIGCONT);
+    }
+    cl_sleep_ms(WAITER_TIMEOUT_MS / 2);
+    for (int r = 0; r < NP; r++)
+        atomic_store(&reports[r].go, 1);
+    int64_t deadline = cl_now_ms() + 4 * TIMEOUT_MS;
+    for (int r = 0; r < NP; r++) {
+        int e = reap_by(pids[r], deadline);
+        ck_assert_msg(e == 0 && reports[r].rc == COLL_OK, "%s: rank %d exit %d, %s: '%s'",
+                      transports[_i], r, e, coll_strerror(reports[r].rc), reports[r].msg);
+    }
+}
+END_TEST
+
 int main(void)
 {
     reports =
@@ -332,5 +402,9 @@ int main(void)
     tcase_add_loop_test(t, a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it, 0,
                         2);
     suite_add_tcase(s, t);
+    TCase *w = tcase_create("waiter"); /* CK_RUN_CASE=waiter runs it alone */
+    tcase_set_timeout(w, 60);
+    tcase_add_loop_test(w, a_receiver_stopped_and_continued_does_not_blame_its_live_peer, 0, 2);
+    suite_add_tcase(s, w);
     return run_suite(s);
 }
