@@ -308,12 +308,11 @@ static void p2p_judged(const char *transport, int mode)
 {
     start_ranks(transport, mode);
     await_iters(1);
-    int64_t silent = cl_now_ms();
     if (mode == P2P_STOPPED)
         kill(pids[VICTIM], SIGSTOP);
     else
-        reap_by(pids[VICTIM], silent + 4 * TIMEOUT_MS);
-    silent = mode == P2P_STOPPED ? silent : cl_now_ms();
+        reap_by(pids[VICTIM], cl_now_ms() + 4 * TIMEOUT_MS);
+    int64_t silent = cl_now_ms(); /* stopped, or its process reaped */
     int exits[2];
     for (int r = 0; r < 2; r++)
         exits[r] = reap_by(pids[r], silent + 4 * TIMEOUT_MS);
