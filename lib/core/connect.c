@@ -6,6 +6,7 @@
 #include "core/connect.h"
 #include "core/comm.h"
 
+#include "base/interrupt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/fail.h"
@@ -23,6 +24,18 @@ static int lap_header_ok(const cl_msg_hdr *h)
     return h->magic == CL_MSG_MAGIC && h->len == 0 && (h->coll == 0 || h->coll == CL_FAREWELL);
 }
 
+/* cl_link_await in slices, so that an interrupted init (interrupt.h) stops waiting. */
+static int await_slices(coll_comm *c, cl_tr_req **r, int64_t deadline)
+{
+    for (;;) {
+        int rc = cl_link_await(c, r, CL_MIN(deadline, cl_now_ms() + CL_INTERRUPT_SLICE_MS));
+        if (rc != COLL_ETIMEDOUT || cl_now_ms() >= deadline)
+            return rc;
+        if (cl_interrupted())
+            return COLL_EABORTED;
+    }
+}
+
 /* One header once around the ring in host order: rank 0 sends *start to the next rank,
  * every other rank passes on what came from the previous one (into *got). */
 static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const char *what)
@@ -36,7 +49,7 @@ static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const cha
     int rc = c->tr->irecv(cl_link_now_of(c, CL_CH_COLL, 1, from), got, NULL, 0, &r);
     if (rc != COLL_OK)
         r = NULL;
-    if (rc == COLL_OK && !first && (rc = cl_link_await(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
+    if (rc == COLL_OK && !first && (rc = await_slices(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
         rc = COLL_EPROTO;
     if (rc == COLL_OK) {
         peer = to, dir = "to";
@@ -44,10 +57,10 @@ static int lap(coll_comm *c, const cl_msg_hdr *start, cl_msg_hdr *got, const cha
         s = rc == COLL_OK ? s : NULL;
     }
     if (rc == COLL_OK)
-        rc = cl_link_await(c, &s, deadline);
+        rc = await_slices(c, &s, deadline);
     if (rc == COLL_OK && first) {
         peer = from, dir = "from";
-        if ((rc = cl_link_await(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
+        if ((rc = await_slices(c, &r, deadline)) == COLL_OK && !lap_header_ok(got))
             rc = COLL_EPROTO;
     }
     if (rc != COLL_OK) {
@@ -129,6 +142,10 @@ static int ring_links(coll_comm *c)
             break;
         if (rank0_left_while_linking(c, deadline))
             return COLL_EPEER;
+        if (cl_interrupted()) {
+            cl_comm_fail(c, COLL_EABORTED, "rank %d: init interrupted", c->rank);
+            return COLL_EABORTED;
+        }
         /* Not every listener signals a connection: look again soon. */
         cl_notifier_wait(c->note, seen, CL_MIN(deadline, cl_now_ms() + 1));
     }

@@ -7,6 +7,7 @@
 
 #include "base/addr.h"
 #include "base/auth.h"
+#include "base/interrupt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/beat.h"
@@ -420,6 +421,9 @@ static void say_rank0_gone(const meeting *m, int rc, int64_t deadline)
                  m->rv->scheme, m->rv->where);
 }
 
+static const char INTERRUPTED[] =
+    "init interrupted (coll_init_interrupt: Ctrl-C in Python calls it)";
+
 /* Fault injection for the tests: COLL_FAULT_INIT=cards fails rank 0's init a second
  * after it published the cards (the others have read them and connect meanwhile), its
  * store closed as on any failure. */
@@ -434,7 +438,7 @@ static int fault_after_cards(const coll_comm *c)
     return COLL_ESYS;
 }
 
-int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
+static int meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
     int64_t deadline = cl_now_ms() + cfg->timeout_ms;
     meeting m = {.cfg = cfg, .rv = rv};
@@ -488,6 +492,8 @@ int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_st
     *out = c;
     return COLL_OK;
 fail:
+    if (cl_interrupted() && m.plain) /* the others' waits end at once, naming this rank */
+        cl_terms_fail(m.plain, cfg, c->rank, COLL_EABORTED, INTERRUPTED, cl_now_ms());
     if (!cl_init_err[0]) /* a store's EPEER says nothing; a failed connect said its own */
         say_rank0_gone(&m, rc, deadline);
     if (!cl_init_err[0])
@@ -499,6 +505,31 @@ fail:
     leave_store(c, &m, 0);
     cl_comm_free(c);
     return rc;
+}
+
+/* Every init meets here, marked for coll_init_interrupt on its thread: one interrupted
+ * fails whatever it had come to (a communicator formed meanwhile is destroyed, as its
+ * peers learn at their next operation), so the caller's answer does not depend on
+ * where the interrupt found it. */
+int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
+{
+    cl_interrupt_arm();
+    int rc = meet(out, cfg, rv, store);
+    if (cl_interrupted()) {
+        if (rc == COLL_OK)
+            coll_destroy(*out);
+        *out = NULL;
+        rc = COLL_EABORTED;
+        snprintf(cl_init_err, sizeof(cl_init_err), "%s", INTERRUPTED);
+    }
+    cl_interrupt_disarm();
+    return rc;
+}
+
+int coll_init_interrupt(void)
+{
+    cl_interrupt_raise();
+    return COLL_OK;
 }
 
 int coll_init(coll_comm **out, const char *url, int rank, int size, const coll_config *cfg)

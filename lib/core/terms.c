@@ -17,6 +17,7 @@
 
 #include "base/addr.h"
 #include "base/auth.h"
+#include "base/interrupt.h"
 #include "base/util.h"
 #include "kernels/codec.h"
 #include "wire/wire.h"
@@ -284,6 +285,8 @@ int cl_terms_wait(cl_store *s, cl_store *plain, const uint8_t *job_key, const ch
                   void *buf, size_t cap, size_t *len, int64_t deadline, char *why, size_t whylen)
 {
     for (;;) {
+        if (cl_interrupted())
+            return COLL_EABORTED;
         int rc = cl_store_wait(s, key, buf, cap, len, CL_MIN(deadline, cl_now_ms() + LOOK_MS));
         if (rc != COLL_ETIMEDOUT || (rc = read_notes(plain, job_key, why, whylen)) != COLL_OK)
             return rc;

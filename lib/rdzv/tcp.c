@@ -4,6 +4,7 @@
 #include "rdzv/tcp_server.h"
 
 #include "base/addr.h"
+#include "base/interrupt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "collective.h"
@@ -205,7 +206,7 @@ static int connect_retry(const char *host, const char *port, int family, int64_t
     int64_t start = cl_now_ms();
     for (;;) {
         int fd = try_connect(host, port, family);
-        if (fd >= 0 || cl_now_ms() >= deadline_ms)
+        if (fd >= 0 || cl_now_ms() >= deadline_ms || cl_interrupted())
             return fd;
         char where[300];
         cl_addr_join(host, port, where, sizeof(where));

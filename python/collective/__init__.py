@@ -36,7 +36,7 @@ CODES = {"OK": 0, "INPROGRESS": 1, "EINVAL": -1, "ENOMEM": -2, "ENOTSUP": -3, "E
 _NAMES = {v: k for k, v in CODES.items()}
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int8": 4, "uint8": 5,
           "int32": 6, "int64": 7}
-# band, bor, bxor: bitwise, on the integer dtypes only (a float dtype is COLL_EINVAL)
+# band, bor, bxor: bitwise, on the integer dtypes only (a float dtype: ValueError)
 OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
 CODECS = {"none": 0, "fp16": 1, "bf16": 2, "int8": 3}
 
@@ -65,12 +65,27 @@ def dtype_code(dtype):
     return DTYPES[name]
 
 
-def op_code(op):
-    if isinstance(op, int) and op in OPS.values():
-        return op
+_BITWISE, _FLOATS = (5, 6, 7), (0, 1, 2, 3)
+
+
+def op_code(op, dtype):
+    """The library's op for a name (or code), reducing dtype (its code): a bitwise op on
+    a float dtype is a ValueError here, where the library would fail the communicator."""
+    code = op if isinstance(op, int) and op in OPS.values() else None
     if isinstance(op, str) and op.lower() in OPS:
-        return OPS[op.lower()]
-    raise ValueError(f"op {op!r} is not one of {', '.join(OPS)}")
+        code = OPS[op.lower()]
+    if code is None:
+        raise ValueError(f"op {op!r} is not one of {', '.join(OPS)}")
+    if code in _BITWISE and dtype in _FLOATS:
+        name = next(k for k, v in DTYPES.items() if v == dtype)
+        raise ValueError(f"op {op!r} is bitwise: integer dtypes only, not {name}")
+    return code
+
+
+def _reduction(dtype, op):
+    """The library's (dtype, op) for reducing an array of dtype with op."""
+    code = dtype_code(dtype)
+    return code, op_code(op, code)
 
 
 def codec_code(codec):
@@ -212,6 +227,38 @@ class Request:
         self._collect()
 
 
+class _Init:
+    """What _signals marks while the main thread is inside an init: a Ctrl-C interrupts
+    it (coll_init_interrupt) instead of waiting out the ranks that may never come."""
+
+    def __init__(self):
+        self.interrupted = False
+
+    def _interrupt(self):
+        self.interrupted = True
+        lib.coll_init_interrupt()
+
+
+def _meet(init, h, *args):
+    """init(&h, *args), one of the library's inits, which Ctrl-C interrupts:
+    _signals' thread sees the signal while the library waits, and Python's handler (held
+    for the call: it does not raise) while a store's callback runs. KeyboardInterrupt is
+    raised once the init has returned; a communicator it formed meanwhile is destroyed."""
+    mark = _Init()
+    marked, held = _signals.OTHER, _signals.hold(mark._interrupt)
+    try:
+        marked = _signals.enter(mark)
+        rc = init(ctypes.byref(h), *args)
+    finally:
+        _signals.leave(marked)
+        _signals.release(held)
+    if mark.interrupted:
+        if rc == 0:
+            lib.coll_destroy(h.value)
+        raise KeyboardInterrupt
+    return rc
+
+
 class _StoreBridge:
     """A caller's store behind coll_store_ops: store.set(key, bytes) and
     store.get(key, timeout_ms) -> bytes, or None when the key did not come in time."""
@@ -220,20 +267,23 @@ class _StoreBridge:
         self.store, self.error = store, None
         self.ops = _lib.StoreOps(_lib.STORE_SET(self._set), _lib.STORE_GET(self._get))
 
+    def _failed(self, e):
+        self.error = e
+        return CODES["ESYS"] if isinstance(e, Exception) else CODES["EABORTED"]
+
     def _set(self, ctx, key, value, length):
         try:
             self.store.set(key.decode(), ctypes.string_at(value, length) if length else b"")
             return 0
-        except Exception as e:  # the library gets a status; the reason is kept
-            self.error = e
-            return CODES["ESYS"]
+        except BaseException as e:  # the library gets a status; the reason is kept (a
+            # Ctrl-C's too: an exception leaving a ctypes callback is printed and lost)
+            return self._failed(e)
 
     def _get(self, ctx, key, value, length, timeout_ms):
         try:
             data = self.store.get(key.decode(), timeout_ms)
-        except Exception as e:
-            self.error = e
-            return CODES["ESYS"]
+        except BaseException as e:
+            return self._failed(e)
         if data is None:
             return CODES["ETIMEDOUT"]
         buf = _lib.libc.malloc(max(len(data), 1))
@@ -270,15 +320,14 @@ class Communicator:
                           _int(op_timeout_ms, "op_timeout_ms"), int(bool(split_share)))
         h = _lib.comm_p()
         if grow is not None:  # a newcomer: rank and size come from the grow
-            rc = lib.coll_init_grow(ctypes.byref(h), str(grow).encode(), ctypes.byref(cfg))
+            rc = _meet(lib.coll_init_grow, h, str(grow).encode(), ctypes.byref(cfg))
         elif isinstance(url_or_store, str):
-            rc = lib.coll_init(ctypes.byref(h), url_or_store.encode(), rank, size,
-                               ctypes.byref(cfg))
+            rc = _meet(lib.coll_init, h, url_or_store.encode(), rank, size, ctypes.byref(cfg))
         else:
             bridge = _StoreBridge(url_or_store)
             try:
-                rc = lib.coll_init_store(ctypes.byref(h), ctypes.byref(bridge.ops), None, rank,
-                                         size, ctypes.byref(cfg))
+                rc = _meet(lib.coll_init_store, h, ctypes.byref(bridge.ops), None, rank, size,
+                           ctypes.byref(cfg))
             finally:
                 # The library is done with the store once init returns. The callbacks hold
                 # the bridge (a cycle, freed only by the collector): a torch TCPStore kept
@@ -286,8 +335,10 @@ class Communicator:
                 # MASTER_PORT then met the last job's keys ("another job is using this
                 # rendezvous").
                 bridge.store, bridge.ops = None, None
-            if rc != 0 and bridge.error is not None:
+            if rc != 0 and isinstance(bridge.error, Exception):
                 raise CollectiveError(rc, f"the store failed: {bridge.error!r}") from bridge.error
+            if rc != 0 and bridge.error is not None:
+                raise bridge.error  # a KeyboardInterrupt inside the store's call
         _check(rc, None, "init: ")
         self._h = h.value
 
@@ -464,7 +515,7 @@ class Communicator:
         if r.size != s.size:
             raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")
         return self._run("allreduce", async_op,
-                         (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), op_code(op)), (s, r))
+                         (_ptr(s), _ptr(r), s.size, *_reduction(s.dtype, op)), (s, r))
 
     def allreduce_ef(self, sendbuf, recvbuf=None, residual=None, op="sum", codec="int8",
                      async_op=False):
@@ -480,7 +531,8 @@ class Communicator:
         if r.size != s.size:
             raise ValueError(f"recvbuf holds {r.size} elements, sendbuf {s.size}")
         return self._run("allreduce_ef", async_op,
-                         (_ptr(s), _ptr(r), s.size, op_code(op), codec_code(codec), _ptr(e)),
+                         (_ptr(s), _ptr(r), s.size, op_code(op, DTYPES["float32"]),
+                          codec_code(codec), _ptr(e)),
                          (s, r, e))
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", async_op=False):
@@ -488,7 +540,7 @@ class Communicator:
         if s.size != r.size * self.size:
             raise ValueError(f"sendbuf must hold size x {r.size} elements, not {s.size}")
         return self._run("reduce_scatter", async_op,
-                         (_ptr(s), _ptr(r), r.size, dtype_code(s.dtype), op_code(op)), (s, r))
+                         (_ptr(s), _ptr(r), r.size, *_reduction(s.dtype, op)), (s, r))
 
     def allgather(self, sendbuf, recvbuf, async_op=False):
         s, r = self._pair(sendbuf, recvbuf)
@@ -524,7 +576,7 @@ class Communicator:
                              f"{c[self.rank]}")
         c = _size_array(c)
         return self._run("reduce_scatterv", async_op,
-                         (_ptr(s), _ptr(r), c, dtype_code(s.dtype), op_code(op)), (s, r, c))
+                         (_ptr(s), _ptr(r), c, *_reduction(s.dtype, op)), (s, r, c))
 
     def broadcast(self, buf, root=0, async_op=False):
         b, root = _array(buf, True, "buf"), self._root(root)
@@ -541,7 +593,7 @@ class Communicator:
         else:
             s, r = _array(sendbuf, False, "sendbuf"), None
         return self._run("reduce", async_op,
-                         (_ptr(s), _ptr(r), s.size, dtype_code(s.dtype), op_code(op), root),
+                         (_ptr(s), _ptr(r), s.size, *_reduction(s.dtype, op), root),
                          (s, r))
 
     def _at_root(self, root, buf, what, block, block_what):

@@ -76,6 +76,7 @@ _SIGS = {
     "coll_grow_id": (_I, [comm_p, _I, ctypes.c_char_p, _SZ]),
     "coll_grow": (_I, [comm_p, ctypes.POINTER(comm_p)]),
     "coll_init_grow": (_I, [ctypes.POINTER(comm_p), ctypes.c_char_p, ctypes.POINTER(Config)]),
+    "coll_init_interrupt": (_I, []),
     "coll_failed_ranks": (_I, [comm_p, ctypes.POINTER(_I), _I]),
     "coll_recorder_dump": (_I, [comm_p, ctypes.c_char_p]),
     "coll_comm_set_label": (_I, [comm_p, ctypes.c_char_p, ctypes.c_int]),

@@ -33,6 +33,7 @@ _main = [threading.main_thread().ident]
 _blocked = [None]  # the communicator the main thread is inside a call on
 _watch = [None]  # this process's _Watch; False: the wakeup fd could not be taken
 _since = [0]  # time.time_ns() as the main thread entered the call marked in _blocked
+_held = [None]  # hold's SIGINT handler while it stands for Python's default
 _now = time.time_ns  # the clock of SO_TIMESTAMPNS's stamps (CLOCK_REALTIME)
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number, not in 3.11
 _STAMP = struct.Struct("@ll")  # the stamp's struct timespec
@@ -58,6 +59,28 @@ def leave(before):
     """The call enter marked returned (or never began): before, enter's answer, again."""
     if before is not OTHER:
         _blocked[0] = before
+
+
+def hold(interrupt):
+    """On the main thread under Python's default SIGINT handler: until release, a SIGINT
+    calls interrupt() instead of raising, and this module's thread treats it as the
+    default's. For a call during which Python code of others runs on the main thread (a
+    store's callbacks in an init): a KeyboardInterrupt raised there would leave a ctypes
+    callback, which prints it and loses it. Returns what release takes."""
+    if (_thread.get_ident() != _main[0] or
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return None
+    handler = lambda signum, frame: interrupt()
+    signal.signal(signal.SIGINT, handler)
+    _held[0] = handler
+    return handler
+
+
+def release(held):
+    """hold's handler goes; Python's default is SIGINT's again."""
+    if held is not None:
+        _held[0] = None
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _Watch:
@@ -107,7 +130,8 @@ def _run(w):
                 os.write(w.forward, data)
             except OSError:
                 pass  # the owner's fd is full or gone: as the interpreter's own write
-        if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handler = signal.getsignal(signal.SIGINT)
+        if signal.SIGINT in data and handler in (signal.default_int_handler, _held[0]):
             comm, sent = _blocked[0], _sent(ancillary)
             if comm is not None and (sent is None or sent >= _since[0]):
                 comm._interrupt()

@@ -6,7 +6,8 @@
  * another program is named as such; loop over a tcp rendezvous and an interface that
  * does not exist are refused naming the cause; a file directory is reused after a job
  * (its records are removed) and refused while another job's records are there; a rank 0
- * that leaves after its tcp store served the others ends their init at once. */
+ * that leaves after its tcp store served the others ends their init at once; an init
+ * interrupted (coll_init_interrupt) ends at once and tells the ranks it met. */
 #include "collective.h"
 
 #include "common/harness.h"
@@ -40,6 +41,9 @@ typedef struct {
 /* The library's timeout, and the time within which a rank's init must fail (0: any),
  * for the ranks run() starts next. */
 static int timeout_ms = TIMEOUT_MS, fail_within_ms;
+/* The rank whose init gets SIGUSR1 interrupt_ms after it began (its handler calls
+ * coll_init_interrupt), for the ranks run() starts next; -1: none. */
+static int interrupt_rank = -1, interrupt_ms;
 
 static void sleep_ms(int ms)
 {
@@ -52,6 +56,24 @@ static long long now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    coll_init_interrupt();
+}
+
+/* SIGUSR1 to this process in ms milliseconds, from the kernel (a timer): nothing of the
+ * test's runs beside the init. */
+static void interrupt_in(int ms)
+{
+    struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR1};
+    struct itimerspec at = {.it_value = {ms / 1000, (long)(ms % 1000) * 1000000L}};
+    timer_t t;
+    signal(SIGUSR1, on_usr1);
+    if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0 || timer_settime(t, 0, &at, NULL) != 0)
+        perror("interrupt_in");
 }
 
 static int rank_main(const char *url, const who *w)
@@ -68,6 +90,8 @@ static int rank_main(const char *url, const who *w)
     cfg.timeout_ms = timeout_ms;
     coll_comm *c = NULL;
     long long start = now_ms();
+    if (w->rank == interrupt_rank)
+        interrupt_in(interrupt_ms);
     int rc = coll_init(&c, url, w->rank, w->size, &cfg);
     long long took = now_ms() - start;
     const char *e = coll_last_error(NULL);
@@ -322,6 +346,49 @@ START_TEST(rank_0_gone_after_its_store_served_ends_every_rank_init_at_once)
     int bad = run(url, ws, 3);
     timeout_ms = TIMEOUT_MS, fail_within_ms = 0;
     ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* An init interrupted (coll_init_interrupt, from a signal handler) ends within moments
+ * at whatever it waits for: rank 0 waiting for a rank that never comes, a rank waiting
+ * for rank 0's store that is not up, a rank whose job waits for a third (the others
+ * then fail too, naming it: tcp and file stores). The library's timeout is a minute;
+ * each must be done within 10 s (about 1 s: the signal comes at 500-1000 ms). */
+#define INTERRUPTED "init interrupted"
+#define TOLD "rank 1 failed at init (aborted), so the job cannot form: " INTERRUPTED
+
+START_TEST(an_interrupted_init_ends_soon_and_the_others_learn_it)
+{
+    char url[96], dir[64] = "/tmp/coll_meet.XXXXXX", cmd[160];
+    timeout_ms = 60000, fail_within_ms = 10000, interrupt_ms = 500;
+    env_url(url, sizeof(url));
+    who alone = {0, 2, 0, NULL, COLL_EABORTED, INTERRUPTED, 0};
+    interrupt_rank = 0;
+    ck_assert_int_eq(run(url, &alone, 1), 0);
+    alone.rank = interrupt_rank = 1; /* nothing serves the port: it dials on */
+    ck_assert_int_eq(run(url, &alone, 1), 0);
+    who job[] = {{0, 3, 0, NULL, COLL_EPEER, TOLD, 0},
+                 {1, 3, 0, NULL, COLL_EABORTED, INTERRUPTED, 0}};
+    interrupt_ms = 1000;
+    env_url(url, sizeof(url));
+    ck_assert_int_eq(run(url, job, 2), 0);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    ck_assert_int_eq(run(url, job, 2), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    timeout_ms = TIMEOUT_MS, fail_within_ms = 0, interrupt_rank = -1;
+}
+END_TEST
+
+/* An interrupt counts for the inits in progress only: one begun after it meets. */
+START_TEST(an_init_after_an_interrupt_is_not_interrupted)
+{
+    coll_comm *c = NULL;
+    ck_assert_int_eq(coll_init_interrupt(), COLL_OK);
+    ck_assert_int_eq(coll_init(&c, "mem://after_interrupt", 0, 1, NULL), COLL_OK);
+    ck_assert_int_eq(coll_barrier(c), COLL_OK);
+    ck_assert_int_eq(coll_destroy(c), COLL_OK);
 }
 END_TEST
 
@@ -585,5 +652,10 @@ int main(void)
     tcase_add_test(t, loop_over_tcp_and_a_missing_interface_say_why);
     tcase_add_test(t, a_file_directory_is_reused_or_refused);
     suite_add_tcase(s, t);
+    TCase *i = tcase_create("interrupt");
+    tcase_set_timeout(i, 60);
+    tcase_add_test(i, an_interrupted_init_ends_soon_and_the_others_learn_it);
+    tcase_add_test(i, an_init_after_an_interrupt_is_not_interrupted);
+    suite_add_tcase(s, i);
     return run_suite(s);
 }

@@ -108,7 +108,12 @@ def errors(r, n, where):
     for bad, exc in [(lambda: c.allreduce(np.ones(3, np.complex64)), TypeError),
                      (lambda: c.allreduce(np.ones(4)[::2]), ValueError),
                      (lambda: c.allgather(np.ones(3), np.ones(2)), ValueError),
-                     (lambda: c.allreduce(np.ones(3), op="xor"), ValueError)]:
+                     (lambda: c.allreduce(np.ones(3), op="xor"), ValueError),
+                     # bitwise on floats: on every rank alike, so refused before sending
+                     (lambda: c.allreduce(np.ones(3, np.float32), op="bxor"), ValueError),
+                     (lambda: c.reduce(np.ones(3, np.float16), op="band"), ValueError),
+                     (lambda: c.reduce_scatterv(np.ones(n), np.ones(1), [1] * n, op="bor"),
+                      ValueError)]:
         try:
             bad()
         except exc:
@@ -117,8 +122,7 @@ def errors(r, n, where):
             raise AssertionError(f"{bad} did not raise {exc}")
     c.barrier()  # refused before the library saw them: still usable
     # One the library refuses (COLL_EINVAL) fails that communicator: on a split of its own.
-    for bad in [lambda s: s.allreduce(a[0:8], a[4:12]),  # overlapping
-                lambda s: s.allreduce(a, op="bxor")]:  # bitwise on floats
+    for bad in [lambda s: s.allreduce(a[0:8], a[4:12])]:  # overlapping
         s, a = c.split(0), np.ones(12, np.float32)
         for call, name in [(lambda: bad(s), "COLL_EINVAL"), (s.barrier, "COLL_ESTATE")]:
             try:
@@ -574,6 +578,33 @@ def interrupted_before(r, n, where):
     c.close()
 
 
+def interrupted_init(r, n, where, store):
+    """Ctrl-C in init: rank 1 of a world of 3 whose rank 2 never comes gets SIGINT a
+    second in. It must raise KeyboardInterrupt within 3 s, and rank 0's init must fail
+    within 10 s saying rank 1's was interrupted, not at the 30 s timeout. Through a url,
+    and through a store of Python's (its get runs on the main thread, where the
+    KeyboardInterrupt is raised: it must not be lost leaving the store's callback).
+    Before, the signal waited for the init's timeout."""
+    where_to = DictStore(where) if store else url(where)
+    t0 = time.time()
+    if r == 1:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            collective.Communicator(where_to, r, 3, timeout_ms=30000)
+        except KeyboardInterrupt:
+            took = time.time() - t0 - 1.0
+            assert took < 3, f"KeyboardInterrupt {took:.1f} s after the signal"
+            return
+        raise AssertionError("init returned")
+    try:
+        collective.Communicator(where_to, r, 3, timeout_ms=30000)
+    except collective.CollectiveError as e:
+        assert "rank 1 failed at init" in str(e) and "interrupted" in str(e), e
+        assert time.time() - t0 < 10, f"{time.time() - t0:.1f} s to fail"
+        return
+    raise AssertionError("rank 0's init returned")
+
+
 def fork_after_asyncio(r, n, where):
     """asyncio's loop sets the wakeup fd, the first call takes it over (handing bytes on
     to asyncio's), the loop ends (it sets none and closes its socket) and the program's
@@ -627,6 +658,9 @@ def main():
         bad += ranks.check(functools.partial(interrupted, how=how), 2,
                            f"Ctrl-C while blocked in {how}")
     bad += ranks.check(interrupted_before, 2, "Ctrl-C between calls, caught, then a call")
+    for store in (False, True):
+        bad += ranks.check(functools.partial(interrupted_init, store=store), 2,
+                           "Ctrl-C in init" + (" through a caller's store" if store else ""))
     bad += ranks.check(fork_after_asyncio, 1, "a forked child's signals after asyncio's loop")
     return 1 if bad else 0
 
