@@ -8,7 +8,8 @@ store per call; waiting on a non-blocking request in slices instead would cost e
 small collective a hand-off to the library's thread and back). A thread of this module
 reads the interpreter's wakeup fd (signal.set_wakeup_fd: the signal's C handler writes
 its number there, on whichever thread it lands) and, for a SIGINT whose handler is
-Python's default (it raises KeyboardInterrupt), aborts the marked communicator: its
+Python's default (it raises KeyboardInterrupt), aborts the marked communicator where its
+call has not returned 0.1 s later (GRACE_S; one that did keeps its communicator): the
 call returns COLL_EABORTED, the handler raises as it returns, and the communicator
 stays aborted (its links close, so the peers fail at once rather than at their timeout;
 a later call here raises, saying why). Another handler runs as before, once the call
@@ -40,6 +41,7 @@ _STAMP = struct.Struct("@ll")  # the stamp's struct timespec
 
 
 OTHER = object()  # enter's answer on a thread other than the main one
+GRACE_S = 0.1  # how long a call inside which SIGINT came may take to return by itself
 
 
 def enter(comm):
@@ -132,9 +134,23 @@ def _run(w):
                 pass  # the owner's fd is full or gone: as the interpreter's own write
         handler = signal.getsignal(signal.SIGINT)
         if signal.SIGINT in data and handler in (signal.default_int_handler, _held[0]):
-            comm, sent = _blocked[0], _sent(ancillary)
-            if comm is not None and (sent is None or sent >= _since[0]):
+            comm, since, sent = _blocked[0], _since[0], _sent(ancillary)
+            if comm is not None and (sent is None or sent >= since) and _stays(comm, since):
                 comm._interrupt()
+
+
+def _stays(comm, since):
+    """Whether the main thread is still inside the call on comm it began at since, GRACE_S
+    after the signal was read. One that returns meanwhile (most do: a signal lands inside
+    whichever short call runs) gets its KeyboardInterrupt from Python as it returns, its
+    communicator usable, as a Gloo group stays: a caller may catch it to run a last
+    collective. Only a call still waiting then is aborted."""
+    deadline = time.monotonic() + GRACE_S
+    while _blocked[0] is comm and _since[0] == since:
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def _sent(ancillary):

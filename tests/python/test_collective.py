@@ -578,6 +578,33 @@ def interrupted_before(r, n, where):
     c.close()
 
 
+def interrupted_in_short_calls(r, n, where):
+    """SIGINT while rank 0 runs a tight loop of small all-reduces (it lands inside one, most
+    often, or between two): its KeyboardInterrupt comes, and a last all-reduce with rank 1
+    succeeds, the communicator usable as a Gloo group stays. Before, a signal read while
+    any call ran aborted that call's communicator, however short the call."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=20000)
+    x, stop = np.zeros(4, np.float32), 100.0
+    c.allreduce(x)
+    if r == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            while time.time() - t0 < 10:
+                c.allreduce(np.zeros(4, np.float32))
+            raise AssertionError("no SIGINT in 10 s")
+        except KeyboardInterrupt:
+            pass
+        x[:] = stop  # the last one: rank 1 stops with it
+    while True:
+        c.allreduce(x)
+        if x[0] >= stop:
+            break
+        x[:] = 0
+    assert (x == stop).all(), x
+    c.close()
+
+
 def interrupted_init(r, n, where, store):
     """Ctrl-C in init: rank 1 of a world of 3 whose rank 2 never comes gets SIGINT a
     second in. It must raise KeyboardInterrupt within 3 s, and rank 0's init must fail
@@ -658,6 +685,7 @@ def main():
         bad += ranks.check(functools.partial(interrupted, how=how), 2,
                            f"Ctrl-C while blocked in {how}")
     bad += ranks.check(interrupted_before, 2, "Ctrl-C between calls, caught, then a call")
+    bad += ranks.check(interrupted_in_short_calls, 2, "Ctrl-C in a loop of short calls")
     for store in (False, True):
         bad += ranks.check(functools.partial(interrupted_init, store=store), 2,
                            "Ctrl-C in init" + (" through a caller's store" if store else ""))
