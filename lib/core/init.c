@@ -492,15 +492,18 @@ static int meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_sto
     *out = c;
     return COLL_OK;
 fail:
-    if (cl_interrupted() && m.plain) /* the others' waits end at once, naming this rank */
-        cl_terms_fail(m.plain, cfg, c->rank, COLL_EABORTED, INTERRUPTED, cl_now_ms());
+    /* the others' waits end at once, naming this rank (rank 0's store stays up a while
+     * for them to read it: a tcp:// store is its own, a file's terms go with it) */
+    int told = cl_interrupted() && m.plain &&
+               cl_terms_fail(m.plain, cfg, c->rank, COLL_EABORTED, INTERRUPTED, cl_now_ms()) ==
+                   COLL_OK;
     if (!cl_init_err[0]) /* a store's EPEER says nothing; a failed connect said its own */
         say_rank0_gone(&m, rc, deadline);
     if (!cl_init_err[0])
         snprintf(cl_init_err, sizeof(cl_init_err), "rendezvous at %s://%.300s: %s", rv->scheme,
                  rv->where, coll_strerror(rc));
     free(cards);
-    if (m.terms_owner && m.noted)
+    if (m.terms_owner && (m.noted || told))
         cl_sleep_ms(CL_TERMS_LINGER_MS); /* the others read the note while the store is up */
     leave_store(c, &m, 0);
     cl_comm_free(c);

@@ -159,7 +159,7 @@ static int read_failure(fail_note *f, size_t got, int size, const uint8_t *key, 
 {
     uint8_t want[CL_TAG_BYTES];
     if (got != sizeof(*f) || memcmp(f->magic, FAIL_MAGIC, sizeof(f->magic)) != 0 ||
-        f->rank < 1 || f->rank >= size) /* rank 0 leaves none */
+        f->rank < 0 || f->rank >= size)
         return 0;
     if (key)
         fail_tag(key, f, want); /* over the bytes as written */
