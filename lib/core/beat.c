@@ -138,6 +138,33 @@ int cl_beat_silent_ms(const coll_comm *c, int r)
     return (int)CL_MIN(quiet, INT32_MAX);
 }
 
+/* Wakes the thread to read its socket now (not at its next beat, a quarter of the bound
+ * away): a datagram to itself, which it reads as no one's. */
+static void nudge(const cl_beat *b)
+{
+    const cl_addr *me = &b->to[b->c->rank];
+    uint8_t poke = 0;
+    if (me->len)
+        (void)sendto(b->fd, &poke, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)&me->sa,
+                     me->len);
+}
+
+int cl_beat_left(const coll_comm *c, int r, int64_t since)
+{
+    const cl_beat *b = c->beat;
+    if (!b || !b->heard || r < 0 || r >= c->size)
+        return -1;
+    int p = c->to_root ? c->to_root[r] : r; /* the process: b's rank */
+    /* looked first: what that read set is seen below (its release, this acquire). */
+    int64_t looked = __atomic_load_n(&b->looked, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&b->unwatched[p], __ATOMIC_RELAXED))
+        return 1;
+    if (looked > since)
+        return 0;
+    nudge(b);
+    return -1;
+}
+
 int cl_beat_period_ms(const coll_comm *c)
 {
     return c->beat && c->beat->heard ? c->beat->period_ms : 0;

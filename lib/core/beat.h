@@ -41,6 +41,11 @@ int cl_beat_heard_lately(const coll_comm *c, int r);
  * did not leave); else 0, also where nothing beats for c. What a point-to-point wait on
  * r asks: no collective waits, so the beat's own thread judges nothing. Any thread. */
 int cl_beat_silent_ms(const coll_comm *c, int r);
+/* Whether rank r of c said it left (LEAVE) or cannot be watched, as of a read of the
+ * heartbeat's socket that began after `since` (ms), so a LEAVE sent before something
+ * seen at `since` is counted: 1 left or unwatched; 0 not; -1 not known yet (the thread
+ * is woken to read: ask again) or nothing beats for c. Any thread. */
+int cl_beat_left(const coll_comm *c, int r, int64_t since);
 /* How often a wait should ask cl_beat_silent_ms (ms): the beat's period; 0 without one. */
 int cl_beat_period_ms(const coll_comm *c);
 /* Stops the thread, tells every rank that this one leaves (no longer to be watched),

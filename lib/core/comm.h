@@ -43,6 +43,10 @@ struct cl_share {
     cl_tr_req *req;
     cl_msg_hdr hdr;
     uint8_t proof[CL_TAG_BYTES];
+    int farewell;       /* hdr is the peer's farewell, read on our dial (link.c) */
+    int64_t refused_ms; /* our dial got no verdict, refused or reset: when (0: not) */
+    int64_t gone_ms;    /* the peer's lifeline refused a connection too: when (0: not) */
+    int probes;         /* of its lifeline that it answered */
 };
 
 struct coll_comm {

@@ -63,6 +63,30 @@ int cl_life_dialed(int fd)
     return cl_addr_self_dialed(fd) ? -1 : 1; /* a dead peer's port, met by ourselves */
 }
 
+/* ECONNREFUSED, or our own port met (cl_life_dialed): a dead peer's port. */
+static int refusal(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        return 0;
+    return err == ECONNREFUSED || (err == 0 && cl_addr_self_dialed(fd));
+}
+
+int cl_life_refused(const char *addr, int wait_ms)
+{
+    cl_addr a;
+    if (cl_addr_parse(addr, &a) != 0)
+        return 0;
+    int fd = cl_addr_dial(&a, SOCK_NONBLOCK);
+    if (fd < 0)
+        return errno == ECONNREFUSED;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int refused = poll(&p, 1, wait_ms) > 0 && refusal(fd);
+    close(fd);
+    return refused;
+}
+
 int cl_life_send(int fd, const void *buf, size_t n, int64_t deadline_ms)
 {
     const char *p = buf;

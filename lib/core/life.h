@@ -93,6 +93,11 @@ void cl_life_close(cl_life *l);
 int cl_life_dial(const char *addr);
 /* 1 once a dial completed, 0 while it is under way, -1 when it failed. */
 int cl_life_dialed(int fd);
+/* 1 when a connection to addr is refused (no answer but a reset) within wait_ms: nobody
+ * listens there, the process that did closed it or ended. 0 when it is accepted, gets no
+ * answer in time, or fails otherwise (a host or network gone is no refusal). Blocks at
+ * most wait_ms. */
+int cl_life_refused(const char *addr, int wait_ms);
 /* Writes all n bytes before the deadline; COLL_OK, COLL_EPEER or COLL_ETIMEDOUT. */
 int cl_life_send(int fd, const void *buf, size_t n, int64_t deadline_ms);
 

@@ -16,8 +16,10 @@
 #include "base/auth.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/beat.h"
 #include "core/error.h"
 #include "core/family.h"
+#include "core/life.h"
 #include "core/lifecycle.h"
 #include "wire/wire.h"
 
@@ -141,6 +143,8 @@ static int verdict(coll_comm *c, int ch, int hi)
     if (rc == COLL_EPEER || (rc == COLL_OK && s->hdr.coll == CL_FAREWELL)) {
         cl_log(COLL_LOG_DEBUG, "rank %d: no verdict from rank %d (channel %d): %s", c->rank, hi,
                ch, rc != COLL_OK ? coll_strerror(rc) : "a farewell");
+        __atomic_store_n(&s->farewell, rc == COLL_OK, __ATOMIC_RELEASE); /* cl_link_farewell */
+        __atomic_store_n(&s->refused_ms, rc == COLL_OK ? 0 : cl_now_ms(), __ATOMIC_RELAXED);
         return COLL_INPROGRESS;
     }
     uint8_t want[CL_TAG_BYTES] = {0};
@@ -341,4 +345,76 @@ int cl_link_keep(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
     }
     __atomic_store_n(&c->vetting, 1, __ATOMIC_RELEASE);
     return COLL_OK;
+}
+
+/* ---- a peer whose process is gone ---------------------------------------------------- */
+
+/* A dead rank's ports refuse connections at once (its kernel closed them), so a wait on
+ * it need not wait out the heartbeat's silence bound (the peer timeout: 15 minutes under
+ * torch). A link it made before it ended was accepted by the kernel before its ports
+ * closed; GONE_SETTLE_MS later the transport's thread has long handed it to our
+ * listener's queue (a connection from a dialer is read at once: its hello is there). A
+ * LEAVE it sent before closing its ports is asked for by a read of the heartbeat's
+ * socket begun after: a peer that left normally is never judged gone. */
+enum { GONE_SETTLE_MS = 1000, GONE_PROBE_MS = 1000, GONE_PROBES = 3 };
+
+/* The share of (p2p channel, rank p) of the communicator that owns c's links, if any. */
+static struct cl_share *p2p_share(coll_comm *c, int p, coll_comm **owner, int *q)
+{
+    *owner = c->to_root ? cl_family_root(c) : c;
+    *q = c->to_root ? c->to_root[p] : p;
+    return (*owner)->share[CL_CH_P2P] ? &(*owner)->share[CL_CH_P2P][*q] : NULL;
+}
+
+/* Probes rank q's lifeline, after our dial to it was refused: refused too, its ports are
+ * closed (gone_ms set). Answered (or no answer in time), it is probed again a settle
+ * later, GONE_PROBES times in all (an exiting process's kernel closes its sockets one by
+ * one), then left to the heartbeat (refused_ms cleared). link_mu held, let go meanwhile. */
+static void probe_lifeline(coll_comm *o, struct cl_share *s, int q)
+{
+    pthread_mutex_unlock(&o->link_mu);
+    int refused = cl_life_refused(o->lives[q], CL_MIN(o->timeout_ms, GONE_PROBE_MS));
+    pthread_mutex_lock(&o->link_mu);
+    if (refused)
+        s->gone_ms = cl_now_ms();
+    else
+        __atomic_store_n(&s->refused_ms, ++s->probes < GONE_PROBES ? cl_now_ms() : 0,
+                         __ATOMIC_RELAXED);
+    cl_log(COLL_LOG_DEBUG, "rank %d: rank %d's lifeline %s", o->rank, q,
+           refused ? "refuses connections too" : "answers: not gone");
+}
+
+int cl_link_gone(coll_comm *c, int p)
+{
+    coll_comm *o;
+    int q, left = -1; /* cl_beat_left's answer; 0: it did not say it left */
+    struct cl_share *s = p2p_share(c, p, &o, &q);
+    if (!s || !__atomic_load_n(&s->refused_ms, __ATOMIC_RELAXED))
+        return 0;
+    int64_t settle = CL_MIN(GONE_SETTLE_MS, o->timeout_ms / 2), now = cl_now_ms();
+    pthread_mutex_lock(&o->link_mu);
+    take_waiting(o);
+    if (o->conns[CL_CH_P2P][1][q])
+        left = 1; /* its link came: not gone */
+    else if (!s->gone_ms && (!s->probes || now - s->refused_ms >= settle))
+        probe_lifeline(o, s, q);
+    else if (s->gone_ms && now - s->gone_ms >= settle)
+        left = cl_beat_left(c, p, s->gone_ms);
+    if (left > 0) /* not failed, and not judged here again */
+        __atomic_store_n(&s->refused_ms, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&o->link_mu);
+    return left == 0;
+}
+
+int cl_link_farewell(coll_comm *c, int p, cl_msg_hdr *out)
+{
+    coll_comm *o;
+    int q;
+    struct cl_share *s = p2p_share(c, p, &o, &q);
+    if (!s || !__atomic_load_n(&s->farewell, __ATOMIC_ACQUIRE)) /* every wait asks: no lock */
+        return 0;
+    pthread_mutex_lock(&o->link_mu);
+    *out = s->hdr;
+    pthread_mutex_unlock(&o->link_mu);
+    return 1;
 }

@@ -33,6 +33,15 @@ const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
 /* Waits for a request posted on a link, by deadline: done (then *r is NULL) and its
  * status, or COLL_ETIMEDOUT, the request still with the transport. */
 int cl_link_await(coll_comm *c, cl_tr_req **r, int64_t deadline);
+/* Whether rank p's process is gone, judged without waiting for its silence: our dial to
+ * it on the p2p channel got no verdict (refused or reset), its lifeline refuses a
+ * connection too, it did not say it left (heartbeat LEAVE), and a while after, nothing
+ * it sent before it ended waits on our listener. Only a lower rank's dial on a duplex
+ * transport finds this; elsewhere 0, as for a live, busy or slow rank. A p2p wait asks;
+ * it may probe the lifeline (a bounded connect) once. */
+int cl_link_gone(coll_comm *c, int p);
+/* 1 with *out the farewell rank p answered our p2p dial with (it failed), else 0. */
+int cl_link_farewell(coll_comm *c, int p, cl_msg_hdr *out);
 /* The link as it stands (NULL: not opened). */
 cl_tr_conn *cl_link_now_of(coll_comm *c, int ch, int dir, int peer);
 

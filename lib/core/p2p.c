@@ -73,6 +73,30 @@ static void blame_peer(coll_comm *c, int peer, int rc)
         cl_comm_blame(c, peer, COLL_EPEER, 0);
 }
 
+/* Where a peer that failed left this rank its farewell: on its p2p link to us or, where
+ * it had none, on the collective one, where cl_link_spread sends it (the ring's link, or
+ * one dialed for it). Read there, the sentence names the rank the failure began at, not
+ * the messenger: a live rank whose p2p link never formed was blamed for it. COLL_OK:
+ * no farewell came. */
+static int peer_farewell(coll_comm *c, const cl_op *r)
+{
+    int ch = cl_link_now_of(c, CL_CH_P2P, 1, r->root) ? CL_CH_P2P : CL_CH_COLL;
+    return cl_await_farewell(&c->algo[ch], r->root, cl_kind_name(r->kind), r->seq);
+}
+
+/* A link to or from r's peer that cannot be opened (its dial refused): the peer's
+ * farewell says why, if it left one; else the failure began at the peer. */
+static int connect_failed(coll_comm *c, const cl_op *r, int rc)
+{
+    int why = rc == COLL_EPEER ? peer_farewell(c, r) : COLL_OK;
+    if (why != COLL_OK)
+        return why;
+    blame_peer(c, r->root, rc);
+    cl_comm_fail(c, rc, "rank %d %s #%u: cannot connect to peer %d: %s", c->rank,
+                 cl_kind_name(r->kind), r->seq, r->root, coll_strerror(rc));
+    return rc;
+}
+
 /* Posts every held request whose link opens now, in issue order; one behind another
  * held request on its link stays held (h: the hub, its p2p_mu held). A request that
  * cannot be posted leaves the list done with its status. */
@@ -93,11 +117,8 @@ static int flush(coll_comm *h)
             at = &q->next;
             continue;
         }
-        if (rc != COLL_OK && cl_comm_state(c) == COLL_OK) {
-            blame_peer(c, q->op.root, rc);
-            cl_comm_fail(c, rc, "rank %d %s #%u: cannot connect to peer %d: %s", c->rank,
-                         cl_kind_name(q->op.kind), q->op.seq, q->op.root, coll_strerror(rc));
-        }
+        if (rc != COLL_OK && cl_comm_state(c) == COLL_OK)
+            rc = connect_failed(c, &q->op, rc);
         q->status = rc;
         if (rc != COLL_OK) /* a posted one ends in its test (the recorder's end, once) */
             cl_rec_p2p_end(c, q->rec, rc, 0);
@@ -194,8 +215,7 @@ static int check_recv(coll_comm *c, const coll_req *q, int rc)
 /* A peer that closed may have said why (a mismatch it saw): prefer its reason. */
 static int send_failed(coll_comm *c, const cl_op *r, int rc)
 {
-    int why = rc == COLL_EPEER ? cl_await_farewell(&c->algo[CL_CH_P2P], r->root, "send", r->seq)
-                               : COLL_OK;
+    int why = rc == COLL_EPEER ? peer_farewell(c, r) : COLL_OK;
     if (why != COLL_OK)
         return why;
     blame_peer(c, r->root, rc);

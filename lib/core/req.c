@@ -9,6 +9,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/fail.h"
+#include "core/link.h"
 #include "core/p2p.h"
 
 #include <stdlib.h>
@@ -49,10 +50,31 @@ static size_t moved(const coll_req *r)
     return r->treq && tr->moved ? tr->moved(r->treq) : 0;
 }
 
+/* What our dial to the peer of a request whose link never formed found, before the
+ * heartbeat's bound (link.c): the peer's farewell (it failed: its cause is this rank's
+ * too), or its process gone (its ports refuse connections). COLL_OK: neither, or not
+ * known; else the status c failed with here. */
+static int judge_link(const coll_req *r)
+{
+    coll_comm *c = r->comm;
+    cl_msg_hdr bye;
+    if (cl_link_farewell(c, r->op.root, &bye))
+        return cl_peer_failed(&c->algo[CL_CH_P2P], &bye, cl_kind_name(r->op.kind), r->op.seq);
+    if (!cl_link_gone(c, r->op.root))
+        return COLL_OK;
+    cl_comm_blame(c, r->op.root, COLL_EPEER, 0);
+    cl_comm_fail(c, COLL_EPEER,
+                 "rank %d %s #%u: rank %d is gone: its process ended (its ports refuse "
+                 "connections, and it did not say it left)",
+                 c->rank, cl_kind_name(r->op.kind), r->op.seq, r->op.root);
+    return COLL_EPEER;
+}
+
 /* A point-to-point request's peer not heard for the heartbeat's bound (stopped, wedged,
  * its process or host gone) fails the communicator, naming it, as a collective's silent
  * rank does (beat.c): else a receive from a dead rank whose link never formed, or a send
- * to a stopped one, waited the operation timeout (30 minutes by default). Only the rank
+ * to a stopped one, waited the operation timeout (30 minutes by default). Before that
+ * bound, what our dial to the peer found may fail it sooner (judge_link). Only the rank
  * waited on is judged (a pair may go on while a third is done), and only in a wait, as
  * the operation timeout: a request only tested (a receive posted ahead, for a message
  * that may never come) fails nothing. COLL_EPEER when it failed c here, else COLL_OK. */
@@ -60,8 +82,10 @@ static int judge_peer(const coll_req *r)
 {
     coll_comm *c = r->comm;
     int ms = cl_beat_silent_ms(c, r->op.root);
-    if (!ms || cl_comm_state(c) != COLL_OK)
+    if (cl_comm_state(c) != COLL_OK)
         return COLL_OK;
+    if (!ms)
+        return judge_link(r);
     cl_comm_blame(c, r->op.root, COLL_EPEER, ms);
     cl_comm_fail(c, COLL_EPEER, "rank %d %s #%u: " CL_SILENT_FMT, c->rank,
                  cl_kind_name(r->op.kind), r->op.seq, r->op.root, ms / 1000.0);

@@ -8,7 +8,11 @@
  * words. A point-to-point receive from, or send to, a rank that is stopped or whose
  * process is gone fails the same way within the peer timeout, though the operation
  * timeout is ten minutes (before, it waited that long: the heartbeat judged collectives
- * only). Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and on shm. */
+ * only). Case gone: a receive from a rank whose process ended fails before that bound
+ * where a dial finds it gone (tcp), a message sent before its sender went is still
+ * received, and a send to a rank that failed names the cause its farewell gives, not the
+ * live messenger. Ranks are forked processes meeting at a tcp:// rendezvous, on tcp and
+ * on shm. */
 #include "base/util.h"
 #include "common/harness.h"
 
@@ -39,6 +43,7 @@ typedef struct {
     int64_t failed_ms;       /* when it returned (cl_now_ms: one clock for every process) */
     char msg[512];           /* coll_last_error */
     int failed[NP], nfailed; /* coll_failed_ranks after the failure */
+    float got;               /* P2P_SENT_*: what rank 0 received */
 } report;
 
 static report *reports;
@@ -90,7 +95,17 @@ static void reduce_until_failure(coll_comm *c, report *me, float *buf, int limit
     say_how(c, me, rc);
 }
 
-enum { BUSY, IDLE, SHARED, P2P_STOPPED, P2P_GONE, P2P_WAITER_STOPPED };
+enum {
+    BUSY,
+    IDLE,
+    SHARED,
+    P2P_STOPPED,
+    P2P_GONE,
+    P2P_WAITER_STOPPED,
+    P2P_MESSENGER,
+    P2P_SENT_LEFT,
+    P2P_SENT_ENDED
+};
 
 /* P2P_*: rank 0 receives from VICTIM, rank 1 sends it BIG, rank 3 waits for the parent's
  * go; VICTIM waits to be stopped (P2P_STOPPED) or ends its process at once (P2P_GONE).
@@ -114,6 +129,54 @@ static void p2p_main(coll_comm *c, report *me, int rank, int mode)
     }
     me->failed_ms = cl_now_ms();
     say_how(c, me, rc);
+}
+
+/* P2P_MESSENGER: VICTIM's process ends at once; rank 0's receive from it fails, then
+ * rank 0 destroys its communicator (its ports close, its process lives on) and says so
+ * (iters 2); rank 1 then sends rank 0 a message, over a p2p link never formed. */
+static void messenger_main(coll_comm *c, report *me, int rank)
+{
+    float buf[4] = {0};
+    atomic_store(&me->iters, 1);
+    if (rank == VICTIM)
+        _exit(0);
+    if (rank == 0) {
+        (void)coll_recv(c, buf, 4, COLL_F32, VICTIM, 0);
+        coll_destroy(c);
+        atomic_store(&me->iters, 2);
+    } else if (rank == 1) {
+        while (atomic_load(&reports[0].iters) < 2)
+            cl_sleep_ms(5);
+        say_how(c, me, coll_send(c, buf, 4, COLL_F32, 0, 0));
+    }
+    while (rank != 1 && !atomic_load(&me->go))
+        cl_sleep_ms(5);
+    if (rank != 0)
+        coll_destroy(c);
+    _exit(0);
+}
+
+/* P2P_SENT_*: VICTIM sends rank 0 a message, then destroys its communicator and exits
+ * (LEFT) or ends its process at once (ENDED); rank 0 receives it after the parent reaped
+ * VICTIM and says go; the others wait for the go. */
+static void sent_main(coll_comm *c, report *me, int rank, int mode)
+{
+    float buf[4] = {42, 0, 0, 0};
+    atomic_store(&me->iters, 1);
+    if (rank == VICTIM) {
+        if (coll_send(c, buf, 4, COLL_F32, 0, 0) != COLL_OK)
+            _exit(5);
+        if (mode == P2P_SENT_LEFT)
+            coll_destroy(c);
+        _exit(0);
+    }
+    buf[0] = 0;
+    while (!atomic_load(&me->go))
+        cl_sleep_ms(5);
+    say_how(c, me, rank == 0 ? coll_recv(c, buf, 4, COLL_F32, VICTIM, 0) : COLL_OK);
+    me->got = buf[0];
+    coll_destroy(c);
+    _exit(0);
 }
 
 /* P2P_WAITER_STOPPED: rank 0 receives from VICTIM, which sends once the parent says go;
@@ -155,7 +218,8 @@ static void bind_one_core(void)
 static void rank_main(const char *url, const char *transport, int rank, int mode)
 {
     report *me = &reports[rank];
-    int p2p = mode == P2P_STOPPED || mode == P2P_GONE || mode == P2P_WAITER_STOPPED;
+    int p2p = mode == P2P_STOPPED || mode == P2P_GONE || mode == P2P_WAITER_STOPPED ||
+              mode == P2P_MESSENGER || mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED;
     if (mode == P2P_WAITER_STOPPED && rank == 0)
         bind_one_core();
     coll_comm *c = join(url, transport, rank, mode == SHARED, p2p ? P2P_OP_TIMEOUT_MS : TIMEOUT_MS);
@@ -163,7 +227,11 @@ static void rank_main(const char *url, const char *transport, int rank, int mode
     float *buf = calloc(COUNT, sizeof(float));
     if (!buf)
         _exit(3);
-    if (mode == P2P_WAITER_STOPPED) {
+    if (mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED) {
+        sent_main(c, me, rank, mode);
+    } else if (mode == P2P_MESSENGER) {
+        messenger_main(c, me, rank);
+    } else if (mode == P2P_WAITER_STOPPED) {
         waiter_main(c, me, rank);
     } else if (p2p) {
         p2p_main(c, me, rank, mode);
@@ -319,13 +387,16 @@ static void p2p_judged(const char *transport, int mode)
     kill_stopped(pids[VICTIM]);
     atomic_store(&reports[3].go, 1);
     int idle = reap_by(pids[3], cl_now_ms() + 4 * TIMEOUT_MS);
-    char want[64], closed[32];
+    char want[64], closed[32], gone[32];
     snprintf(want, sizeof(want), "rank %d has not answered for", VICTIM);
     snprintf(closed, sizeof(closed), "peer %d", VICTIM);
+    snprintf(gone, sizeof(gone), "rank %d is gone", VICTIM);
     for (int r = 0; r < 2; r++) {
         const report *p = &reports[r];
         long long took = (long long)(p->failed_ms - silent);
-        int named = strstr(p->msg, want) || (r == 1 && mode == P2P_GONE && strstr(p->msg, closed));
+        int named =
+            strstr(p->msg, want) ||
+            (mode == P2P_GONE && (strstr(p->msg, gone) || (r == 1 && strstr(p->msg, closed))));
         ck_assert_msg(exits[r] == 0, "%s: rank %d exit %d", transport, r, exits[r]);
         ck_assert_msg(p->rc == COLL_EPEER && named,
                       "%s: rank %d's %s got %s: '%s', want %s saying '%s'", transport, r,
@@ -351,6 +422,92 @@ END_TEST
 START_TEST(a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it)
 {
     p2p_judged(transports[_i], P2P_GONE);
+}
+END_TEST
+
+/* Rank 0's receive from VICTIM, whose process ended after init, with a peer timeout far
+ * longer than the test's bound, so the heartbeat cannot be what finds it: on tcp rank 0,
+ * the lower rank, dials the link, is refused, finds VICTIM's lifeline refusing too and
+ * fails at once, naming it (before: at the peer timeout, 15 minutes under torch). Rank
+ * 1's send to VICTIM fails when its dial is refused; idle rank 3 is not failed. */
+enum { LONG_PEER_TIMEOUT_MS = 60000, GONE_BOUND_MS = TIMEOUT_MS };
+START_TEST(a_receive_from_a_rank_whose_process_ended_fails_before_its_silence_bound)
+{
+    peer_timeout_ms = LONG_PEER_TIMEOUT_MS;
+    start_ranks("tcp", P2P_GONE);
+    peer_timeout_ms = TIMEOUT_MS;
+    await_iters(1);
+    reap_by(pids[VICTIM], cl_now_ms() + 4 * TIMEOUT_MS);
+    int64_t gone = cl_now_ms();
+    int exits[2];
+    for (int r = 0; r < 2; r++)
+        exits[r] = reap_by(pids[r], gone + 4 * TIMEOUT_MS);
+    atomic_store(&reports[3].go, 1);
+    int idle = reap_by(pids[3], cl_now_ms() + 4 * TIMEOUT_MS);
+    const report *p = &reports[0];
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d is gone", VICTIM);
+    ck_assert_msg(exits[0] == 0 && p->rc == COLL_EPEER && strstr(p->msg, want),
+                  "rank 0 exit %lld, its receive got %s: '%s', want %s saying '%s'",
+                  (long long)exits[0], coll_strerror(p->rc), p->msg, coll_strerror(COLL_EPEER),
+                  want);
+    ck_assert_msg(p->failed_ms - gone < GONE_BOUND_MS,
+                  "rank 0 failed %lld ms after the victim "
+                  "was reaped, want under %d",
+                  (long long)(p->failed_ms - gone), GONE_BOUND_MS);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(reports[r].nfailed == 1 && reports[r].failed[0] == VICTIM,
+                      "rank %d: coll_failed_ranks gave %d ranks (first %d), want [%d]", r,
+                      reports[r].nfailed, reports[r].failed[0], VICTIM);
+    ck_assert_msg(exits[1] == 0 && reports[1].rc == COLL_EPEER, "rank 1 exit %d, %s: '%s'",
+                  exits[1], coll_strerror(reports[1].rc), reports[1].msg);
+    ck_assert_msg(idle == 0 && reports[3].rc == COLL_OK, "idle rank 3 exit %d, %s: '%s'", idle,
+                  coll_strerror(reports[3].rc), reports[3].msg);
+}
+END_TEST
+
+/* What a rank sent before it destroyed its communicator, or before its process ended,
+ * is received after it is gone: a receive from it is never judged gone while its link
+ * waits on the listener (_i: 0 it left, 1 its process ended). */
+START_TEST(a_message_sent_before_the_sender_went_is_still_received)
+{
+    start_ranks("tcp", _i ? P2P_SENT_ENDED : P2P_SENT_LEFT);
+    int victim = reap_by(pids[VICTIM], cl_now_ms() + 4 * TIMEOUT_MS);
+    for (int r = 0; r < NP; r++)
+        atomic_store(&reports[r].go, 1);
+    for (int r = 0; r < NP; r++) {
+        int e = r == VICTIM ? victim : reap_by(pids[r], cl_now_ms() + 4 * TIMEOUT_MS);
+        ck_assert_msg(e == 0 && reports[r].rc == COLL_OK, "%s: rank %d exit %d, %s: '%s'",
+                      _i ? "ended" : "left", r, e, coll_strerror(reports[r].rc), reports[r].msg);
+    }
+    ck_assert_msg(reports[0].got == 42, "rank 0 received %g, want 42", (double)reports[0].got);
+}
+END_TEST
+
+/* VICTIM's process ends; rank 0's receive from it fails, rank 0 spreads its farewell and
+ * destroys its communicator, its process alive. Rank 1's send to rank 0, over a p2p link
+ * never formed, then fails with COLL_EPEER naming VICTIM, read from the farewell rank 0
+ * left on the collective link; before, it named rank 0 ("cannot connect to peer 0" on
+ * shm, "peer 0 (...)" on tcp) and coll_failed_ranks said [0], a live rank. */
+START_TEST(a_send_to_a_rank_that_failed_names_the_cause_not_the_messenger)
+{
+    start_ranks(transports[_i], P2P_MESSENGER);
+    int rc = reap_by(pids[1], cl_now_ms() + 4 * TIMEOUT_MS);
+    for (int r = 0; r < NP; r++)
+        atomic_store(&reports[r].go, 1);
+    for (int r = 0; r < NP; r++)
+        if (r != 1)
+            reap_by(pids[r], cl_now_ms() + 4 * TIMEOUT_MS);
+    const report *p = &reports[1];
+    char want[16];
+    snprintf(want, sizeof(want), "rank %d ", VICTIM);
+    ck_assert_msg(
+        rc == 0 && p->rc == COLL_EPEER && strstr(p->msg, want) && !strstr(p->msg, "peer 0"),
+        "%s: rank 1 exit %d, its send got %s: '%s', want %s naming rank %d, not rank 0",
+        transports[_i], rc, coll_strerror(p->rc), p->msg, coll_strerror(COLL_EPEER), VICTIM);
+    ck_assert_msg(p->nfailed <= 1 && (p->nfailed == 0 || p->failed[0] == VICTIM),
+                  "%s: rank 1: coll_failed_ranks gave %d ranks (first %d), want [%d] or none",
+                  transports[_i], p->nfailed, p->failed[0], VICTIM);
 }
 END_TEST
 
@@ -401,6 +558,12 @@ int main(void)
     tcase_add_loop_test(t, a_send_to_or_receive_from_a_rank_whose_process_ended_fails_naming_it, 0,
                         2);
     suite_add_tcase(s, t);
+    TCase *g = tcase_create("gone"); /* CK_RUN_CASE=gone */
+    tcase_set_timeout(g, 60);
+    tcase_add_test(g, a_receive_from_a_rank_whose_process_ended_fails_before_its_silence_bound);
+    tcase_add_loop_test(g, a_send_to_a_rank_that_failed_names_the_cause_not_the_messenger, 0, 2);
+    tcase_add_loop_test(g, a_message_sent_before_the_sender_went_is_still_received, 0, 2);
+    suite_add_tcase(s, g);
     TCase *w = tcase_create("waiter"); /* CK_RUN_CASE=waiter runs it alone */
     tcase_set_timeout(w, 60);
     tcase_add_loop_test(w, a_receiver_stopped_and_continued_does_not_blame_its_live_peer, 0, 2);
