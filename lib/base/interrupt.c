@@ -16,15 +16,19 @@ void cl_interrupt_raise(void)
     atomic_fetch_add(&raised, 1);
 }
 
-void cl_interrupt_arm(void)
+int cl_interrupt_arm(void)
 {
+    if (armed)
+        return 0;
     since = atomic_load(&raised);
     armed = 1;
+    return 1;
 }
 
-void cl_interrupt_disarm(void)
+void cl_interrupt_disarm(int mine)
 {
-    armed = 0;
+    if (mine)
+        armed = 0;
 }
 
 int cl_interrupted(void)

@@ -12,10 +12,13 @@ enum { CL_INTERRUPT_SLICE_MS = 200 };
 
 /* Counts one interrupt; async-signal-safe (one lock-free atomic add). */
 void cl_interrupt_raise(void);
-/* This thread runs an init from now: an interrupt counted after this call ends it. */
-void cl_interrupt_arm(void);
-/* This thread's init ended: its waits no longer look. */
-void cl_interrupt_disarm(void);
+/* This thread runs an init from now: an interrupt counted after this call ends it.
+ * Returns 1 where it armed the thread, 0 where it was armed already (an init's first
+ * steps arm it before its meeting does: an interrupt between them must still count). */
+int cl_interrupt_arm(void);
+/* This thread's init ended, where armed (cl_interrupt_arm's answer) is 1: its waits no
+ * longer look. */
+void cl_interrupt_disarm(int armed);
 /* Whether this thread runs an init that an interrupt came to since it was armed. */
 int cl_interrupted(void);
 

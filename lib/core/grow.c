@@ -10,6 +10,7 @@
 #include "core/comm.h"
 
 #include "base/auth.h"
+#include "base/interrupt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config.h"
@@ -175,6 +176,9 @@ int coll_init_grow(coll_comm **out, const char *id, const coll_config *user)
     grow_id g;
     cl_config cfg;
     cl_store *s = NULL;
+    /* Marked from here, not from the meeting on: the dials to the grow's rendezvous come
+     * first, and a newcomer given an id nobody serves (any more) dials until its timeout */
+    int armed = cl_interrupt_arm();
     int rank = -1, rc = parse_id(id, &g);
     if (rc != COLL_OK) {
         cl_comm_init_error("'%.60s' is not an id coll_grow_id made", id ? id : "");
@@ -198,6 +202,8 @@ int coll_init_grow(coll_comm **out, const char *id, const coll_config *user)
     }
     if (s)
         s->ops->close(s);
+    rc = cl_init_end(rc, out);
+    cl_interrupt_disarm(armed);
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_init_grow: %s", coll_last_error(NULL));
     return rc;

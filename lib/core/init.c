@@ -516,17 +516,21 @@ fail:
  * where the interrupt found it. */
 int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store)
 {
-    cl_interrupt_arm();
-    int rc = meet(out, cfg, rv, store);
-    if (cl_interrupted()) {
-        if (rc == COLL_OK)
-            coll_destroy(*out);
-        *out = NULL;
-        rc = COLL_EABORTED;
-        snprintf(cl_init_err, sizeof(cl_init_err), "%s", INTERRUPTED);
-    }
-    cl_interrupt_disarm();
+    int armed = cl_interrupt_arm();
+    int rc = cl_init_end(meet(out, cfg, rv, store), out);
+    cl_interrupt_disarm(armed);
     return rc;
+}
+
+int cl_init_end(int rc, coll_comm **out)
+{
+    if (!cl_interrupted())
+        return rc;
+    if (rc == COLL_OK)
+        coll_destroy(*out);
+    *out = NULL;
+    snprintf(cl_init_err, sizeof(cl_init_err), "%s", INTERRUPTED);
+    return COLL_EABORTED;
 }
 
 int coll_init_interrupt(void)

@@ -40,5 +40,9 @@ cl_config cl_comm_config(const coll_comm *c);
 /* coll_init's meeting (init.c): cfg's ranks meet at rv through store (the caller's, or
  * NULL to open the one rv names; the communicator owns it, failed or not). */
 int cl_init_meet(coll_comm **out, const cl_config *cfg, const cl_rdzv *rv, cl_store *store);
+/* The end of an init whose thread cl_interrupt_arm marked, rc its answer so far: where an
+ * interrupt came meanwhile, COLL_EABORTED ("init interrupted"), a communicator formed
+ * meanwhile destroyed and *out NULL; else rc. */
+int cl_init_end(int rc, coll_comm **out);
 
 #endif

@@ -26,6 +26,7 @@ typedef struct {
     int fd; /* client socket */
     int ended; /* a request found the connection closed */
     int gone;  /* renew found no server with the pinned value: it went away */
+    int mute;  /* an interrupted init stopped waiting for an answer: no request waits again */
     int64_t deadline_ms;
     cl_store_server *server; /* rank 0 only */
     /* The server's address as this client first reached it: renew dials that one, looking
@@ -174,8 +175,49 @@ static int bind_server(tcp_store *t, const char *host, const char *port, int fam
     return cl_store_server_start(fds, n, idle_ms, &t->server);
 }
 
-/* The first of host's addresses (of the job's family) that takes a connection, or -1. */
-static int try_connect(const char *host, const char *port, int family)
+/* Whether fd is ready for events by deadline_ms, waited for in slices: where this
+ * thread's init was interrupted (interrupt.h), for one more slice at most. A live store
+ * answers within it, so a failing rank's note still goes out; a rank 0 stopped, or gone
+ * from the network without a word, never answers, and the interrupt must not wait for
+ * the deadline. A signal's EINTR is no answer either: the wait goes on. */
+static int ready(int fd, short events, int64_t deadline_ms)
+{
+    int64_t cut = INT64_MAX;
+    for (;;) {
+        if (cut == INT64_MAX && cl_interrupted())
+            cut = cl_now_ms() + CL_INTERRUPT_SLICE_MS;
+        int left = cl_store_ms_left(CL_MIN(deadline_ms, cut));
+        struct pollfd pfd = {.fd = fd, .events = events};
+        if (left <= 0)
+            return 0;
+        int n = poll(&pfd, 1, CL_MIN(left, CL_INTERRUPT_SLICE_MS));
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return 0;
+    }
+}
+
+/* A connection to a by deadline_ms, or -1: a blocking connect to a host gone from the
+ * network (or behind a firewall that drops what it is sent) waits out TCP's retries,
+ * about two minutes, past any init timeout and any interrupt. Blocking once connected,
+ * as every request expects. */
+static int dial_by(const cl_addr *a, int64_t deadline_ms)
+{
+    int fd = cl_addr_dial(a, SOCK_NONBLOCK), err = 0;
+    socklen_t len = sizeof(err);
+    if (fd >= 0 && ready(fd, POLLOUT, deadline_ms) &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 &&
+        !cl_addr_self_dialed(fd) && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* The first of host's addresses (of the job's family) that takes a connection by
+ * deadline_ms, or -1. */
+static int try_connect(const char *host, const char *port, int family, int64_t deadline_ms)
 {
     struct addrinfo *res;
     char why[300];
@@ -185,7 +227,7 @@ static int try_connect(const char *host, const char *port, int family)
     for (struct addrinfo *r = res; r && fd < 0; r = r->ai_next) {
         cl_addr a = {.len = r->ai_addrlen};
         memcpy(&a.sa, r->ai_addr, r->ai_addrlen);
-        fd = cl_addr_dial(&a, 0);
+        fd = dial_by(&a, deadline_ms);
     }
     freeaddrinfo(res);
     return fd;
@@ -205,7 +247,7 @@ static int connect_retry(const char *host, const char *port, int family, int64_t
     int delay = 10, told = 0;
     int64_t start = cl_now_ms();
     for (;;) {
-        int fd = try_connect(host, port, family);
+        int fd = try_connect(host, port, family, deadline_ms);
         if (fd >= 0 || cl_now_ms() >= deadline_ms || cl_interrupted())
             return fd;
         char where[300];
@@ -224,10 +266,8 @@ static int recv_all(tcp_store *t, void *p, size_t n)
 {
     char *c = p;
     while (n) {
-        int left = cl_store_ms_left(t->deadline_ms);
-        struct pollfd pfd = { .fd = t->fd, .events = POLLIN };
-        if (left <= 0 || poll(&pfd, 1, left) <= 0)
-            return COLL_ETIMEDOUT;
+        if (!ready(t->fd, POLLIN, t->deadline_ms))
+            return t->mute = cl_interrupted(), COLL_ETIMEDOUT;
         ssize_t k = recv(t->fd, c, n, 0);
         if (k <= 0)
             return t->ended = 1, COLL_EPEER;
@@ -241,6 +281,8 @@ static int request(tcp_store *t, unsigned char op, const char *key, const void *
 {
     uint32_t klen = (uint32_t)strlen(key);
     unsigned char hdr[CL_STORE_REQ_HDR] = { op };
+    if (t->mute) /* the server did not answer the last one: the note and cleanup go on */
+        return COLL_ETIMEDOUT;
     memcpy(hdr + 1, &klen, 4);
     memcpy(hdr + 5, &vlen, 4);
     if (klen > CL_STORE_MAX_KEY || vlen > CL_STORE_MAX_VALUE)
@@ -361,23 +403,6 @@ static int holds_pin(tcp_store *t)
                n == t->pin_len && memcmp(got, t->pin, n) == 0;
     free(got);
     return same;
-}
-
-/* A connection to a by deadline_ms, or -1: a blocking connect to a host gone from the
- * network waits out TCP's retries (about two minutes), past any init timeout. Blocking
- * once connected, as every request expects. */
-static int dial_by(const cl_addr *a, int64_t deadline_ms)
-{
-    int fd = cl_addr_dial(a, SOCK_NONBLOCK), err = 0;
-    socklen_t len = sizeof(err);
-    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-    if (fd >= 0 && poll(&pfd, 1, cl_store_ms_left(deadline_ms)) == 1 &&
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 &&
-        !cl_addr_self_dialed(fd) && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
 }
 
 /* One dial, no retry: the server was up a moment ago, so a refusal means it went away,

@@ -7,7 +7,8 @@
  * does not exist are refused naming the cause; a file directory is reused after a job
  * (its records are removed) and refused while another job's records are there; a rank 0
  * that leaves after its tcp store served the others ends their init at once; an init
- * interrupted (coll_init_interrupt) ends at once and tells the ranks it met. */
+ * interrupted (coll_init_interrupt) ends at once, wherever it waits (a stopped rank 0, a
+ * host dropping its dials, a grow's newcomer), and tells the ranks it met. */
 #include "collective.h"
 
 #include "common/harness.h"
@@ -15,6 +16,7 @@
 #include "common/suite.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,8 +44,9 @@ typedef struct {
  * for the ranks run() starts next. */
 static int timeout_ms = TIMEOUT_MS, fail_within_ms;
 /* The rank whose init gets SIGUSR1 interrupt_ms after it began (its handler calls
- * coll_init_interrupt), for the ranks run() starts next; -1: none. */
-static int interrupt_rank = -1, interrupt_ms;
+ * coll_init_interrupt), for the ranks run() starts next; -1: none. With
+ * interrupt_thread, another thread of it calls coll_init_interrupt instead. */
+static int interrupt_rank = -1, interrupt_ms, interrupt_thread;
 
 static void sleep_ms(int ms)
 {
@@ -76,6 +79,24 @@ static void interrupt_in(int ms)
         perror("interrupt_in");
 }
 
+static void *interrupter(void *ms)
+{
+    sleep_ms((int)(intptr_t)ms);
+    coll_init_interrupt();
+    return NULL;
+}
+
+/* coll_init_interrupt from another thread in ms milliseconds, as Python's signal thread
+ * calls it: no signal lands on the init's thread, whose waits must look by themselves
+ * (a handler there ends a blocking poll or connect early, with EINTR, and hides one
+ * that never looks). */
+static void interrupt_from_thread(int ms)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, interrupter, (void *)(intptr_t)ms) == 0)
+        pthread_detach(t);
+}
+
 static int rank_main(const char *url, const who *w)
 {
     /* a rank still in init by then is stopped: the test fails, not hangs. Check's own
@@ -91,7 +112,7 @@ static int rank_main(const char *url, const who *w)
     coll_comm *c = NULL;
     long long start = now_ms();
     if (w->rank == interrupt_rank)
-        interrupt_in(interrupt_ms);
+        (interrupt_thread ? interrupt_from_thread : interrupt_in)(interrupt_ms);
     int rc = coll_init(&c, url, w->rank, w->size, &cfg);
     long long took = now_ms() - start;
     const char *e = coll_last_error(NULL);
@@ -384,6 +405,64 @@ START_TEST(an_interrupted_init_ends_soon_and_the_others_learn_it)
 }
 END_TEST
 
+/* Interrupted from another thread (as Python does) at what a blocking call waited for:
+ * rank 0's store stopped (SIGSTOP) after it served this rank, so a request's answer
+ * never comes; a host that drops every connection attempt (a listener whose queue is
+ * full, as a firewall), whose blocking connect waited out TCP's retries, two minutes,
+ * past any timeout too; a newcomer of a grow whose id names a port nobody serves (it
+ * dialed before its meeting began). Each must end within a few seconds. */
+START_TEST(an_init_interrupted_inside_a_blocking_wait_ends_soon)
+{
+    char url[96], id[COLL_GROW_ID_BYTES];
+    timeout_ms = 30000, fail_within_ms = 5000, interrupt_ms = 2000, interrupt_thread = 1;
+    env_url(url, sizeof(url));
+    who r0 = {0, 3, 0, NULL, COLL_ETIMEDOUT, "missing", 0};
+    who r1 = {1, 3, 0, NULL, COLL_EABORTED, INTERRUPTED, 0};
+    interrupt_rank = 1;
+    pid_t p0 = start(url, &r0), p1 = (sleep_ms(200), start(url, &r1));
+    sleep_ms(1000); /* rank 1 waits on rank 0's store for rank 2's card */
+    kill(p0, SIGSTOP);
+    int bad = reap_all(&p1, 1);
+    kill(p0, SIGKILL);
+    kill(p0, SIGCONT);
+    waitpid(p0, NULL, 0);
+    ck_assert_int_eq(bad, 0);
+
+    int port = free_port(), full = socket(AF_INET, SOCK_STREAM, 0), fill[4];
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(full, (struct sockaddr *)&at, sizeof(at)), 0);
+    ck_assert_int_eq(listen(full, 0), 0);
+    for (int i = 0; i < 4; i++) { /* never accepted: the queue fills, then SYNs drop */
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&at, sizeof(at));
+    }
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    r1.size = 2, interrupt_ms = 500;
+    ck_assert_int_eq(run(url, &r1, 1), 0);
+    who late = {1, 2, 0, NULL, COLL_ETIMEDOUT, "did not answer", 0};
+    timeout_ms = 2000, interrupt_rank = -1; /* and its timeout holds */
+    ck_assert_int_eq(run(url, &late, 1), 0);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(full);
+
+    coll_config cfg = COLL_CONFIG_INIT;
+    coll_comm *c = NULL;
+    cfg.timeout_ms = 30000;
+    snprintf(id, sizeof(id), "grow1/127.0.0.1:%d/1/2/0123456789abcdef0123456789abcdef",
+             free_port());
+    interrupt_from_thread(500);
+    long long start_ms = now_ms();
+    int rc = coll_init_grow(&c, id, &cfg);
+    ck_assert_msg(rc == COLL_EABORTED && strstr(coll_last_error(NULL), INTERRUPTED) &&
+                      now_ms() - start_ms < fail_within_ms,
+                  "coll_init_grow: %s after %lld ms: %s", coll_strerror(rc),
+                  now_ms() - start_ms, coll_last_error(NULL));
+    timeout_ms = TIMEOUT_MS, fail_within_ms = 0, interrupt_thread = 0;
+}
+END_TEST
+
 /* An interrupt counts for the inits in progress only: one begun after it meets. */
 START_TEST(an_init_after_an_interrupt_is_not_interrupted)
 {
@@ -658,6 +737,7 @@ int main(void)
     TCase *i = tcase_create("interrupt");
     tcase_set_timeout(i, 60);
     tcase_add_test(i, an_interrupted_init_ends_soon_and_the_others_learn_it);
+    tcase_add_test(i, an_init_interrupted_inside_a_blocking_wait_ends_soon);
     tcase_add_test(i, an_init_after_an_interrupt_is_not_interrupted);
     suite_add_tcase(s, i);
     return run_suite(s);
