@@ -133,12 +133,15 @@ COLL_API int coll_init(coll_comm **out, const char *url, int rank, int size,
                        const coll_config *cfg);
 
 /* Any thread, or a signal handler (it only counts the call): every coll_init,
- * coll_init_store and coll_init_grow in progress in this process returns COLL_EABORTED
- * within about 200 ms ("init interrupted"), whatever it waits for (ranks that have not
- * come, rank 0's store, the first messages). Ranks it met (it read rank 0's terms) learn
- * it: their inits fail at once naming this rank, as for any failed init (rank 0 keeps its
- * store up 0.5 s more for them to read it). An init that begins after the call is not
- * affected. Returns COLL_OK. The Python package calls it on Ctrl-C. */
+ * coll_init_store, coll_init_grow and coll_grow in progress in this process returns
+ * COLL_EABORTED within about 200 ms ("init interrupted"), whatever its meeting waits for
+ * (ranks that have not come, rank 0's store, the first messages; coll_grow's broadcast of
+ * the id on its communicator is not cut short). Ranks it met (it read rank 0's terms)
+ * learn it: their rendezvous fails at once naming this rank, as for any failed init
+ * (rank 0 keeps its store up 0.5 s more for them to read it); where they were connecting
+ * already, they fail when their links to it close or at their timeout. An init that
+ * begins after the call is not affected. Returns COLL_OK. The Python package calls it on
+ * Ctrl-C. */
 COLL_API int coll_init_interrupt(void);
 
 /* Collective over comm: ranks passing the same color form a new communicator ordered by

@@ -122,6 +122,9 @@ int coll_grow(coll_comm *c, coll_comm **out)
     *out = NULL;
     if (!c)
         return COLL_EINVAL;
+    /* Marked from here, as a newcomer's init: an interrupt while the id goes round
+     * (quick: every rank of c calls this) must still end the meeting after it */
+    int armed = cl_interrupt_arm();
     /* Rank 0 hands its id to the others over c; "" (none made) fails every rank alike. */
     char id[COLL_GROW_ID_BYTES] = "";
     if (c->rank == 0)
@@ -145,6 +148,8 @@ int coll_grow(coll_comm *c, coll_comm **out)
     }
     if (c->rank == 0)
         grow_stop(c); /* every rank has read what it needs, or the grow failed */
+    rc = cl_init_end(rc, out);
+    cl_interrupt_disarm(armed);
     if (rc != COLL_OK)
         cl_log(COLL_LOG_ERROR, "coll_grow: %s", coll_last_error(NULL));
     return rc;

@@ -68,7 +68,7 @@ def dtype_code(dtype):
 _BITWISE, _FLOATS = (5, 6, 7), (0, 1, 2, 3)
 
 
-def op_code(op, dtype):
+def op_code(op, dtype=None):
     """The library's op for a name (or code), reducing dtype (its code): a bitwise op on
     a float dtype is a ValueError here, where the library would fail the communicator."""
     code = op if isinstance(op, int) and op in OPS.values() else None
@@ -231,20 +231,22 @@ class _Init:
     """What _signals marks while the main thread is inside an init: a Ctrl-C interrupts
     it (coll_init_interrupt) instead of waiting out the ranks that may never come."""
 
-    def __init__(self):
-        self.interrupted = False
+    def __init__(self, then=None):
+        self.interrupted, self.then = False, then
 
     def _interrupt(self):
         self.interrupted = True
         lib.coll_init_interrupt()
+        if self.then is not None:  # a grow: its communicator's broadcast may wait too
+            self.then()
 
 
-def _meet(init, h, *args):
+def _meet(init, h, *args, then=None):
     """init(&h, *args), one of the library's inits, which Ctrl-C interrupts:
     _signals' thread sees the signal while the library waits, and Python's handler (held
     for the call: it does not raise) while a store's callback runs. KeyboardInterrupt is
     raised once the init has returned; a communicator it formed meanwhile is destroyed."""
-    mark = _Init()
+    mark = _Init(then)
     marked, held = _signals.OTHER, _signals.hold(mark._interrupt)
     try:
         marked = _signals.enter(mark)
@@ -456,9 +458,12 @@ class Communicator:
         return buf.value.decode()
 
     def grow(self):
-        """Every rank: the grown communicator (this one stays as it was)."""
+        """Every rank: the grown communicator (this one stays as it was). Ctrl-C in it
+        interrupts the grow's meeting, and aborts this communicator, as in any call."""
         out = _lib.comm_p()
-        _check(self._call(lib.coll_grow, ctypes.byref(out)), None, "grow: ")
+        rc = self._call(lambda h: _meet(lambda at: lib.coll_grow(h, at), out,
+                                        then=self._interrupt))
+        _check(rc, None, "grow: ")
         return Communicator(_handle=out.value)
 
     def failed_ranks(self):

@@ -133,7 +133,9 @@ def _run(w):
             except OSError:
                 pass  # the owner's fd is full or gone: as the interpreter's own write
         handler = signal.getsignal(signal.SIGINT)
-        if signal.SIGINT in data and handler in (signal.default_int_handler, _held[0]):
+        held = _held[0]
+        if signal.SIGINT in data and (handler is signal.default_int_handler or
+                                      (held is not None and handler is held)):
             comm, since, sent = _blocked[0], _since[0], _sent(ancillary)
             if comm is not None and (sent is None or sent >= since) and _stays(comm, since):
                 comm._interrupt()
@@ -169,6 +171,12 @@ def _after_fork():
     replaced it since (asyncio's loop ending sets none, and its socket's number may have
     gone to any file), the child keeps what the parent had."""
     _main[0], _blocked[0] = _thread.get_ident(), None
+    held, _held[0] = _held[0], None
+    try:  # forked while the main thread held SIGINT for an init: the child's is Python's
+        if held is not None and signal.getsignal(signal.SIGINT) is held:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # forked from a thread other than the main one
+        pass
     w, _watch[0] = _watch[0], None
     if w:
         try:

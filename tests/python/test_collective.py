@@ -632,6 +632,57 @@ def interrupted_init(r, n, where, store):
     raise AssertionError("rank 0's init returned")
 
 
+def interrupted_grow(r, n, where):
+    """Ctrl-C in grow(): ranks 0 and 1 grow to 3 and no newcomer comes; rank 1 gets SIGINT
+    a second in. It must raise KeyboardInterrupt within 3 s, and rank 0's grow must fail
+    within 10 s saying rank 1's was interrupted, not at the 30 s timeout. Before, the
+    signal aborted the old communicator, which the grow's meeting does not watch."""
+    c = collective.Communicator(url(where), r, n, timeout_ms=30000)
+    if r == 0:
+        c.grow_id(3)
+    c.barrier()  # the id is made before anyone grows
+    t0 = time.time()
+    if r == 1:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            c.grow()
+        except KeyboardInterrupt:
+            took = time.time() - t0 - 1.0
+            assert took < 3, f"KeyboardInterrupt {took:.1f} s after the signal"
+            return
+        raise AssertionError("grow returned")
+    try:
+        c.grow()
+    except collective.CollectiveError as e:
+        assert "rank 1 failed at init" in str(e) and "interrupted" in str(e), e
+        assert time.time() - t0 < 10, f"{time.time() - t0:.1f} s to fail"
+        return
+    raise AssertionError("rank 0's grow returned")
+
+
+def fork_during_init(r, n, where):
+    """A thread forks while the main thread waits in an init (which holds SIGINT with a
+    handler of its own, _signals.hold): the child's SIGINT must be Python's default again.
+    Before, the child kept the held handler and swallowed Ctrl-C for good. Then the init
+    is interrupted, as a check that it was waiting."""
+    def fork_and_look():
+        time.sleep(0.5)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 1)
+        child.append(os.waitpid(pid, 0)[1])
+        os.kill(os.getpid(), signal.SIGINT)
+
+    child = []
+    threading.Thread(target=fork_and_look).start()
+    try:
+        collective.Communicator(url(where), 0, 2, timeout_ms=20000)
+        raise AssertionError("init returned")
+    except KeyboardInterrupt:
+        pass
+    assert child == [0], f"the child's SIGINT handler was not Python's ({child})"
+
+
 def fork_after_asyncio(r, n, where):
     """asyncio's loop sets the wakeup fd, the first call takes it over (handing bytes on
     to asyncio's), the loop ends (it sets none and closes its socket) and the program's
@@ -686,9 +737,11 @@ def main():
                            f"Ctrl-C while blocked in {how}")
     bad += ranks.check(interrupted_before, 2, "Ctrl-C between calls, caught, then a call")
     bad += ranks.check(interrupted_in_short_calls, 2, "Ctrl-C in a loop of short calls")
+    bad += ranks.check(interrupted_grow, 2, "Ctrl-C in grow")
     for store in (False, True):
         bad += ranks.check(functools.partial(interrupted_init, store=store), 2,
                            "Ctrl-C in init" + (" through a caller's store" if store else ""))
+    bad += ranks.check(fork_during_init, 1, "a child forked during an init")
     bad += ranks.check(fork_after_asyncio, 1, "a forked child's signals after asyncio's loop")
     return 1 if bad else 0
 
