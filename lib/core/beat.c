@@ -165,6 +165,29 @@ int cl_beat_left(const coll_comm *c, int r, int64_t since)
     return -1;
 }
 
+int cl_beat_refused(const coll_comm *c, int r, int wait_ms)
+{
+    const cl_beat *b = c->beat;
+    if (!b || !b->to || r < 0 || r >= c->size)
+        return 0;
+    const cl_addr *to = &b->to[c->to_root ? c->to_root[r] : r];
+    int fd = to->len ? socket(to->sa.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0) : -1;
+    if (fd < 0)
+        return 0;
+    /* Connected, so the kernel's port unreachable comes back as this socket's error. A
+     * live rank's thread reads the byte as no one's beat. */
+    uint8_t poke = 0;
+    int err = 0, refused = 0;
+    socklen_t len = sizeof(err);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (connect(fd, (const struct sockaddr *)&to->sa, to->len) == 0 &&
+        send(fd, &poke, 1, MSG_NOSIGNAL) == 1 && poll(&p, 1, wait_ms) > 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
+        refused = err == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
 int cl_beat_period_ms(const coll_comm *c)
 {
     return c->beat && c->beat->heard ? c->beat->period_ms : 0;

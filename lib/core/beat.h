@@ -46,6 +46,12 @@ int cl_beat_silent_ms(const coll_comm *c, int r);
  * seen at `since` is counted: 1 left or unwatched; 0 not; -1 not known yet (the thread
  * is woken to read: ask again) or nothing beats for c. Any thread. */
 int cl_beat_left(const coll_comm *c, int r, int64_t since);
+/* 1 when rank r's heartbeat port answers a datagram with port unreachable within
+ * wait_ms: nothing listens there, its process ended. 0 when it does not (a live rank,
+ * also one whose TCP connections a firewall resets, as UDP beats pass), nothing beats
+ * for c, or no answer came in time (the network may drop it). Blocks at most wait_ms.
+ * Any thread. */
+int cl_beat_refused(const coll_comm *c, int r, int wait_ms);
 /* How often a wait should ask cl_beat_silent_ms (ms): the beat's period; 0 without one. */
 int cl_beat_period_ms(const coll_comm *c);
 /* Stops the thread, tells every rank that this one leaves (no longer to be watched),

@@ -366,14 +366,18 @@ static struct cl_share *p2p_share(coll_comm *c, int p, coll_comm **owner, int *q
     return (*owner)->share[CL_CH_P2P] ? &(*owner)->share[CL_CH_P2P][*q] : NULL;
 }
 
-/* Probes rank q's lifeline, after our dial to it was refused: refused too, its ports are
- * closed (gone_ms set). Answered (or no answer in time), it is probed again a settle
- * later, GONE_PROBES times in all (an exiting process's kernel closes its sockets one by
- * one), then left to the heartbeat (refused_ms cleared). link_mu held, let go meanwhile. */
+/* Probes rank q's lifeline, after our dial to it was refused: refused too, and its
+ * heartbeat's port as well, its ports are closed (gone_ms set). The heartbeat's is asked
+ * because a TCP refusal alone may be a firewall's reset, sent for a live rank whose UDP
+ * beats pass (its own link to us may still come). Answered (or no answer in time), it is
+ * probed again a settle later, GONE_PROBES times in all (an exiting process's kernel
+ * closes its sockets one by one), then left to the heartbeat (refused_ms cleared).
+ * link_mu held, let go meanwhile. */
 static void probe_lifeline(coll_comm *o, struct cl_share *s, int q)
 {
+    int wait_ms = CL_MIN(o->timeout_ms, GONE_PROBE_MS);
     pthread_mutex_unlock(&o->link_mu);
-    int refused = cl_life_refused(o->lives[q], CL_MIN(o->timeout_ms, GONE_PROBE_MS));
+    int refused = cl_life_refused(o->lives[q], wait_ms) && cl_beat_refused(o, q, wait_ms);
     pthread_mutex_lock(&o->link_mu);
     if (refused)
         s->gone_ms = cl_now_ms();
@@ -381,7 +385,8 @@ static void probe_lifeline(coll_comm *o, struct cl_share *s, int q)
         __atomic_store_n(&s->refused_ms, ++s->probes < GONE_PROBES ? cl_now_ms() : 0,
                          __ATOMIC_RELAXED);
     cl_log(COLL_LOG_DEBUG, "rank %d: rank %d's lifeline %s", o->rank, q,
-           refused ? "refuses connections too" : "answers: not gone");
+           refused ? "and heartbeat port refuse connections too"
+                   : "or heartbeat port answers: not gone");
 }
 
 int cl_link_gone(coll_comm *c, int p)

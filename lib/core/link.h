@@ -35,10 +35,11 @@ const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
 int cl_link_await(coll_comm *c, cl_tr_req **r, int64_t deadline);
 /* Whether rank p's process is gone, judged without waiting for its silence: our dial to
  * it on the p2p channel got no verdict (refused or reset), its lifeline refuses a
- * connection too, it did not say it left (heartbeat LEAVE), and a while after, nothing
- * it sent before it ended waits on our listener. Only a lower rank's dial on a duplex
- * transport finds this; elsewhere 0, as for a live, busy or slow rank. A p2p wait asks;
- * it may probe the lifeline (a bounded connect) once. */
+ * connection too and its heartbeat's port a datagram (a firewall's reset is no death),
+ * it did not say it left (heartbeat LEAVE), and a while after, nothing it sent before it
+ * ended waits on our listener. Only a lower rank's dial on a duplex transport finds this;
+ * elsewhere 0, as for a live, busy or slow rank. A p2p wait asks; it may probe the
+ * lifeline and the heartbeat's port (bounded) once. */
 int cl_link_gone(coll_comm *c, int p);
 /* 1 with *out the farewell rank p answered our p2p dial with (it failed), else 0. */
 int cl_link_farewell(coll_comm *c, int p, cl_msg_hdr *out);

@@ -104,7 +104,8 @@ enum {
     P2P_WAITER_STOPPED,
     P2P_MESSENGER,
     P2P_SENT_LEFT,
-    P2P_SENT_ENDED
+    P2P_SENT_ENDED,
+    P2P_RESET
 };
 
 /* P2P_*: rank 0 receives from VICTIM, rank 1 sends it BIG, rank 3 waits for the parent's
@@ -179,6 +180,33 @@ static void sent_main(coll_comm *c, report *me, int rank, int mode)
     _exit(0);
 }
 
+/* P2P_RESET: rank 1's new TCP connections are reset after init, as a firewall's would be
+ * (the nftables rule on RESET_GID, private_firewall); it receives from VICTIM, alive,
+ * which sends RESET_SEND_MS later over a link of its own. Rank 1 says it is done (iters
+ * 2); then every rank waits for the parent's go. */
+enum { RESET_GID = 4774, RESET_SEND_MS = 3000 };
+static void reset_main(coll_comm *c, report *me, int rank)
+{
+    float buf[4] = {42, 0, 0, 0};
+    atomic_store(&me->iters, 1);
+    if (rank == VICTIM) {
+        cl_sleep_ms(RESET_SEND_MS);
+        say_how(c, me, coll_send(c, buf, 4, COLL_F32, 1, 0));
+    } else if (rank == 1) {
+        buf[0] = 0;
+        if (setgid(RESET_GID) != 0)
+            _exit(6);
+        say_how(c, me, coll_recv(c, buf, 4, COLL_F32, VICTIM, 0));
+        me->failed_ms = cl_now_ms();
+        me->got = buf[0];
+        atomic_store(&me->iters, 2);
+    }
+    while (!atomic_load(&me->go))
+        cl_sleep_ms(5);
+    coll_destroy(c);
+    _exit(0);
+}
+
 /* P2P_WAITER_STOPPED: rank 0 receives from VICTIM, which sends once the parent says go;
  * the others wait for the go too. */
 static void waiter_main(coll_comm *c, report *me, int rank)
@@ -219,7 +247,8 @@ static void rank_main(const char *url, const char *transport, int rank, int mode
 {
     report *me = &reports[rank];
     int p2p = mode == P2P_STOPPED || mode == P2P_GONE || mode == P2P_WAITER_STOPPED ||
-              mode == P2P_MESSENGER || mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED;
+              mode == P2P_MESSENGER || mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED ||
+              mode == P2P_RESET;
     if (mode == P2P_WAITER_STOPPED && rank == 0)
         bind_one_core();
     coll_comm *c = join(url, transport, rank, mode == SHARED, p2p ? P2P_OP_TIMEOUT_MS : TIMEOUT_MS);
@@ -227,7 +256,9 @@ static void rank_main(const char *url, const char *transport, int rank, int mode
     float *buf = calloc(COUNT, sizeof(float));
     if (!buf)
         _exit(3);
-    if (mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED) {
+    if (mode == P2P_RESET) {
+        reset_main(c, me, rank);
+    } else if (mode == P2P_SENT_LEFT || mode == P2P_SENT_ENDED) {
         sent_main(c, me, rank, mode);
     } else if (mode == P2P_MESSENGER) {
         messenger_main(c, me, rank);
@@ -484,6 +515,52 @@ START_TEST(a_message_sent_before_the_sender_went_is_still_received)
 }
 END_TEST
 
+/* This test's process in a network namespace of its own, where the TCP connections that
+ * processes of group RESET_GID begin are reset (a firewall's REJECT): 0 where that cannot
+ * be (not root, no nftables). Check runs each test in a child of its own (CK_FORK). */
+static int private_firewall(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "ip link set lo up && nft add table inet stopped && nft add chain inet stopped out "
+             "'{ type filter hook output priority 0; }' && nft add rule inet stopped out meta "
+             "skgid %d tcp flags syn reject with tcp reset",
+             RESET_GID);
+    return unshare(CLONE_NEWNET) == 0 && system(cmd) == 0;
+}
+
+/* A live rank whose TCP connections a firewall resets is not judged gone: rank 1, the
+ * lower rank, dials VICTIM and is reset, and so is its connection to VICTIM's lifeline,
+ * but VICTIM's heartbeat port does not refuse (UDP passes); VICTIM's message, sent
+ * RESET_SEND_MS later over a link of its own, is received. Before, rank 1 failed after
+ * 1 s: 'rank 2 is gone: its process ended'. Skipped where no namespace can be made. */
+START_TEST(a_live_rank_whose_connections_are_reset_is_not_judged_gone)
+{
+    if (!private_firewall()) {
+        puts("stopped reset: no network namespace with nftables here: skipped");
+        return;
+    }
+    peer_timeout_ms = LONG_PEER_TIMEOUT_MS;
+    start_ranks("tcp", P2P_RESET);
+    peer_timeout_ms = TIMEOUT_MS;
+    int64_t deadline = cl_now_ms() + 4 * TIMEOUT_MS;
+    while (atomic_load(&reports[1].iters) < 2 && cl_now_ms() < deadline)
+        cl_sleep_ms(5);
+    for (int r = 0; r < NP; r++)
+        atomic_store(&reports[r].go, 1);
+    int exits[NP];
+    for (int r = 0; r < NP; r++)
+        exits[r] = reap_by(pids[r], cl_now_ms() + 4 * TIMEOUT_MS);
+    const report *p = &reports[1];
+    ck_assert_msg(exits[1] == 0 && p->rc == COLL_OK && p->got == 42,
+                  "rank 1 exit %d, its receive got %s with %g: '%s', want 42", exits[1],
+                  coll_strerror(p->rc), (double)p->got, p->msg);
+    ck_assert_msg(exits[VICTIM] == 0 && reports[VICTIM].rc == COLL_OK,
+                  "rank %d exit %d, its send got %s: '%s'", VICTIM, exits[VICTIM],
+                  coll_strerror(reports[VICTIM].rc), reports[VICTIM].msg);
+}
+END_TEST
+
 /* VICTIM's process ends; rank 0's receive from it fails, rank 0 spreads its farewell and
  * destroys its communicator, its process alive. Rank 1's send to rank 0, over a p2p link
  * never formed, then fails with COLL_EPEER naming VICTIM, read from the farewell rank 0
@@ -564,6 +641,10 @@ int main(void)
     tcase_add_loop_test(g, a_send_to_a_rank_that_failed_names_the_cause_not_the_messenger, 0, 2);
     tcase_add_loop_test(g, a_message_sent_before_the_sender_went_is_still_received, 0, 2);
     suite_add_tcase(s, g);
+    TCase *x = tcase_create("reset"); /* CK_RUN_CASE=reset */
+    tcase_set_timeout(x, 60);
+    tcase_add_test(x, a_live_rank_whose_connections_are_reset_is_not_judged_gone);
+    suite_add_tcase(s, x);
     TCase *w = tcase_create("waiter"); /* CK_RUN_CASE=waiter runs it alone */
     tcase_set_timeout(w, 60);
     tcase_add_loop_test(w, a_receiver_stopped_and_continued_does_not_blame_its_live_peer, 0, 2);
