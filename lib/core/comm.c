@@ -52,6 +52,7 @@ static void free_all(coll_comm *c, int own_transport)
             free(c->conns[ch][d]);
         free(c->share[ch]); /* its requests went with the transport's context */
     }
+    free(c->gone);
     free(c->handles);
     free(c->nonces);
     free(c->to_root);
@@ -183,7 +184,8 @@ int cl_comm_create(const cl_config *cfg, int rank, int size, uint64_t id, coll_c
     c->p2p_seq[1] = calloc((size_t)size, sizeof(uint32_t));
     c->lives = calloc((size_t)size, CL_LIFE_ADDR);
     c->failed = calloc((size_t)size, 1);
-    if (!c->p2p_seq[0] || !c->p2p_seq[1] || !c->lives || !c->failed)
+    c->gone = calloc((size_t)size, sizeof(struct cl_gone));
+    if (!c->p2p_seq[0] || !c->p2p_seq[1] || !c->lives || !c->failed || !c->gone)
         goto fail;
     rc = COLL_ESYS;
     if (cl_auth_nonce(c->nonce, sizeof(c->nonce)) != 0)

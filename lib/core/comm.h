@@ -43,10 +43,18 @@ struct cl_share {
     cl_tr_req *req;
     cl_msg_hdr hdr;
     uint8_t proof[CL_TAG_BYTES];
-    int farewell;       /* hdr is the peer's farewell, read on our dial (link.c) */
-    int64_t refused_ms; /* our dial got no verdict, refused or reset: when (0: not) */
-    int64_t gone_ms;    /* the peer's lifeline refused a connection too: when (0: not) */
-    int probes;         /* of its lifeline that it answered */
+    int farewell; /* hdr is the peer's farewell, read on our dial (link.c) */
+};
+
+/* Whether a peer's process is gone (link.c, cl_link_gone), per peer of the communicator
+ * that owns the links: looked at once our dial to it was refused, or a receive from it
+ * has waited without a link. */
+struct cl_gone {
+    int64_t refused_ms; /* looking since (0: not): our dial refused, or a receive waits */
+    int64_t gone_ms;    /* its lifeline and heartbeat ports refused too: when (0: not) */
+    int64_t next_ms;    /* a receive's waiting starts the look again from then */
+    int probes;         /* of its ports that answered, this look */
+    int looks;          /* looks that found it there: each waits longer for the next */
 };
 
 struct coll_comm {
@@ -84,6 +92,7 @@ struct coll_comm {
     int split_share; /* its splits share its links (COLL_SPLIT_SHARE) */
     cl_tr_conn **conns[CL_CHANNELS][2]; /* [channel][0 send / 1 recv][peer]: NULL until used */
     struct cl_share *share[CL_CHANNELS]; /* [channel][peer], duplex transports only (link.c) */
+    struct cl_gone *gone;                /* [peer]: p2p channel (link.c) */
     pthread_mutex_t link_mu;            /* opens links: the listener, writes to conns */
     cl_tr_listener *listener;           /* takes the links peers open, while c lives */
     char (*handles)[CL_HANDLE_BYTES];   /* every rank's listener */

@@ -144,7 +144,8 @@ static int verdict(coll_comm *c, int ch, int hi)
         cl_log(COLL_LOG_DEBUG, "rank %d: no verdict from rank %d (channel %d): %s", c->rank, hi,
                ch, rc != COLL_OK ? coll_strerror(rc) : "a farewell");
         __atomic_store_n(&s->farewell, rc == COLL_OK, __ATOMIC_RELEASE); /* cl_link_farewell */
-        __atomic_store_n(&s->refused_ms, rc == COLL_OK ? 0 : cl_now_ms(), __ATOMIC_RELAXED);
+        if (rc != COLL_OK) /* refused or reset: is its process gone? (cl_link_gone) */
+            __atomic_store_n(&c->gone[hi].refused_ms, cl_now_ms(), __ATOMIC_RELAXED);
         return COLL_INPROGRESS;
     }
     uint8_t want[CL_TAG_BYTES] = {0};
@@ -351,62 +352,87 @@ int cl_link_keep(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
 
 /* A dead rank's ports refuse connections at once (its kernel closed them), so a wait on
  * it need not wait out the heartbeat's silence bound (the peer timeout: 15 minutes under
- * torch). A link it made before it ended was accepted by the kernel before its ports
- * closed; GONE_SETTLE_MS later the transport's thread has long handed it to our
- * listener's queue (a connection from a dialer is read at once: its hello is there). A
- * LEAVE it sent before closing its ports is asked for by a read of the heartbeat's
- * socket begun after: a peer that left normally is never judged gone. */
+ * torch). We look when our dial to it was refused, or when a receive from it has waited
+ * GONE_SETTLE_MS with no link from it (a receiver that does not dial: the higher rank of
+ * a tcp pair, every shm one). A link it made before it ended was accepted by the kernel
+ * before its ports closed; GONE_SETTLE_MS later the transport's thread has long handed
+ * it to our listener's queue (a connection from a dialer is read at once: its hello is
+ * there). A LEAVE it sent before closing its ports is asked for by a read of the
+ * heartbeat's socket begun after: a peer that left normally is never judged gone. A live
+ * peer found there waits GONE_LOOK_MS, doubling up to GONE_LOOK_MAX_MS, before a
+ * receive's waiting looks again: one probe connection each time, which its lifeline's
+ * queue holds until a shrink. */
 enum { GONE_SETTLE_MS = 1000, GONE_PROBE_MS = 1000, GONE_PROBES = 3 };
+enum { GONE_LOOK_MS = 4000, GONE_LOOK_MAX_MS = 64000 };
 
-/* The share of (p2p channel, rank p) of the communicator that owns c's links, if any. */
-static struct cl_share *p2p_share(coll_comm *c, int p, coll_comm **owner, int *q)
+/* The gone state of (p2p channel, rank p) in the communicator that owns c's links. */
+static struct cl_gone *gone_of(coll_comm *c, int p, coll_comm **owner, int *q)
 {
     *owner = c->to_root ? cl_family_root(c) : c;
     *q = c->to_root ? c->to_root[p] : p;
-    return (*owner)->share[CL_CH_P2P] ? &(*owner)->share[CL_CH_P2P][*q] : NULL;
+    return &(*owner)->gone[*q];
 }
 
-/* Probes rank q's lifeline, after our dial to it was refused: refused too, and its
- * heartbeat's port as well, its ports are closed (gone_ms set). The heartbeat's is asked
- * because a TCP refusal alone may be a firewall's reset, sent for a live rank whose UDP
- * beats pass (its own link to us may still come). Answered (or no answer in time), it is
- * probed again a settle later, GONE_PROBES times in all (an exiting process's kernel
- * closes its sockets one by one), then left to the heartbeat (refused_ms cleared).
- * link_mu held, let go meanwhile. */
-static void probe_lifeline(coll_comm *o, struct cl_share *s, int q)
+/* Probes rank q's lifeline: refused too, and its heartbeat's port as well, its ports are
+ * closed (gone_ms set). The heartbeat's is asked because a TCP refusal alone may be a
+ * firewall's reset, sent for a live rank whose UDP beats pass (its own link to us may
+ * still come). Answered (or no answer in time), it is probed again a settle later,
+ * GONE_PROBES times in all (an exiting process's kernel closes its sockets one by one),
+ * then left to the heartbeat (refused_ms cleared) until next_ms. link_mu held, let go
+ * meanwhile. */
+static void probe_lifeline(coll_comm *o, struct cl_gone *g, int q)
 {
     int wait_ms = CL_MIN(o->timeout_ms, GONE_PROBE_MS);
     pthread_mutex_unlock(&o->link_mu);
     int refused = cl_life_refused(o->lives[q], wait_ms) && cl_beat_refused(o, q, wait_ms);
     pthread_mutex_lock(&o->link_mu);
-    if (refused)
-        s->gone_ms = cl_now_ms();
-    else
-        __atomic_store_n(&s->refused_ms, ++s->probes < GONE_PROBES ? cl_now_ms() : 0,
-                         __ATOMIC_RELAXED);
+    int64_t now = cl_now_ms();
+    if (refused) {
+        g->gone_ms = now;
+    } else if (++g->probes < GONE_PROBES) {
+        __atomic_store_n(&g->refused_ms, now, __ATOMIC_RELAXED);
+    } else {
+        g->next_ms = now + CL_MIN((int64_t)GONE_LOOK_MS << CL_MIN(g->looks, 4), GONE_LOOK_MAX_MS);
+        g->looks++, g->probes = 0;
+        __atomic_store_n(&g->refused_ms, 0, __ATOMIC_RELAXED);
+    }
     cl_log(COLL_LOG_DEBUG, "rank %d: rank %d's lifeline %s", o->rank, q,
            refused ? "and heartbeat port refuse connections too"
                    : "or heartbeat port answers: not gone");
 }
 
-int cl_link_gone(coll_comm *c, int p)
+/* One step of a look at rank q (link_mu held): 1 its link came or it said it left (the
+ * look ends), 0 it is gone, -1 not known yet. */
+static int look(coll_comm *c, int p, coll_comm *o, struct cl_gone *g, int q, int64_t now)
+{
+    int64_t settle = CL_MIN(GONE_SETTLE_MS, o->timeout_ms / 2);
+    if (o->conns[CL_CH_P2P][1][q])
+        return 1;
+    if (!g->gone_ms && (!g->probes || now - g->refused_ms >= settle))
+        probe_lifeline(o, g, q);
+    else if (g->gone_ms && now - g->gone_ms >= settle)
+        return cl_beat_left(c, p, g->gone_ms);
+    return -1;
+}
+
+int cl_link_gone(coll_comm *c, int p, int64_t receiving_since)
 {
     coll_comm *o;
-    int q, left = -1; /* cl_beat_left's answer; 0: it did not say it left */
-    struct cl_share *s = p2p_share(c, p, &o, &q);
-    if (!s || !__atomic_load_n(&s->refused_ms, __ATOMIC_RELAXED))
-        return 0;
-    int64_t settle = CL_MIN(GONE_SETTLE_MS, o->timeout_ms / 2), now = cl_now_ms();
+    int q;
+    struct cl_gone *g = gone_of(c, p, &o, &q);
+    int64_t now = cl_now_ms();
+    int waited = receiving_since && now - receiving_since >= GONE_SETTLE_MS;
+    if (!__atomic_load_n(&g->refused_ms, __ATOMIC_RELAXED) &&
+        (!waited || cl_link_now_of(o, CL_CH_P2P, 1, q)))
+        return 0; /* no look, and none to start: the common case, without a lock */
     pthread_mutex_lock(&o->link_mu);
     take_waiting(o);
-    if (o->conns[CL_CH_P2P][1][q])
-        left = 1; /* its link came: not gone */
-    else if (!s->gone_ms && (!s->probes || now - s->refused_ms >= settle))
-        probe_lifeline(o, s, q);
-    else if (s->gone_ms && now - s->gone_ms >= settle)
-        left = cl_beat_left(c, p, s->gone_ms);
+    if (waited && !g->refused_ms && !g->gone_ms && now >= g->next_ms &&
+        !o->conns[CL_CH_P2P][1][q]) /* a receive waited without its link: look */
+        __atomic_store_n(&g->refused_ms, now, __ATOMIC_RELAXED);
+    int left = g->refused_ms ? look(c, p, o, g, q, now) : -1;
     if (left > 0) /* not failed, and not judged here again */
-        __atomic_store_n(&s->refused_ms, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g->refused_ms, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&o->link_mu);
     return left == 0;
 }
@@ -415,7 +441,8 @@ int cl_link_farewell(coll_comm *c, int p, cl_msg_hdr *out)
 {
     coll_comm *o;
     int q;
-    struct cl_share *s = p2p_share(c, p, &o, &q);
+    gone_of(c, p, &o, &q);
+    struct cl_share *s = o->share[CL_CH_P2P] ? &o->share[CL_CH_P2P][q] : NULL;
     if (!s || !__atomic_load_n(&s->farewell, __ATOMIC_ACQUIRE)) /* every wait asks: no lock */
         return 0;
     pthread_mutex_lock(&o->link_mu);

@@ -34,13 +34,13 @@ const char *cl_link_vet(void *comm, const uint8_t raw[CL_HELLO_BYTES]);
  * status, or COLL_ETIMEDOUT, the request still with the transport. */
 int cl_link_await(coll_comm *c, cl_tr_req **r, int64_t deadline);
 /* Whether rank p's process is gone, judged without waiting for its silence: our dial to
- * it on the p2p channel got no verdict (refused or reset), its lifeline refuses a
- * connection too and its heartbeat's port a datagram (a firewall's reset is no death),
- * it did not say it left (heartbeat LEAVE), and a while after, nothing it sent before it
- * ended waits on our listener. Only a lower rank's dial on a duplex transport finds this;
- * elsewhere 0, as for a live, busy or slow rank. A p2p wait asks; it may probe the
- * lifeline and the heartbeat's port (bounded) once. */
-int cl_link_gone(coll_comm *c, int p);
+ * it on the p2p channel got no verdict (refused or reset), or a receive from it has
+ * waited since receiving_since (0: not a receive) a while with no link from it; its
+ * lifeline and heartbeat ports refuse too, it did not say it left (heartbeat LEAVE), and
+ * a while after, nothing it sent before it ended waits on our listener. 0 for a live,
+ * busy or slow rank. A p2p wait asks; it may probe the rank's ports (a bounded connect
+ * and datagram) a few times, then again after a longer while. */
+int cl_link_gone(coll_comm *c, int p, int64_t receiving_since);
 /* 1 with *out the farewell rank p answered our p2p dial with (it failed), else 0. */
 int cl_link_farewell(coll_comm *c, int p, cl_msg_hdr *out);
 /* The link as it stands (NULL: not opened). */

@@ -54,13 +54,13 @@ static size_t moved(const coll_req *r)
  * heartbeat's bound (link.c): the peer's farewell (it failed: its cause is this rank's
  * too), or its process gone (its ports refuse connections). COLL_OK: neither, or not
  * known; else the status c failed with here. */
-static int judge_link(const coll_req *r)
+static int judge_link(const coll_req *r, int64_t since)
 {
     coll_comm *c = r->comm;
     cl_msg_hdr bye;
     if (cl_link_farewell(c, r->op.root, &bye))
         return cl_peer_failed(&c->algo[CL_CH_P2P], &bye, cl_kind_name(r->op.kind), r->op.seq);
-    if (!cl_link_gone(c, r->op.root))
+    if (!cl_link_gone(c, r->op.root, r->op.kind == CL_RECV ? since : 0))
         return COLL_OK;
     cl_comm_blame(c, r->op.root, COLL_EPEER, 0);
     cl_comm_fail(c, COLL_EPEER,
@@ -78,14 +78,14 @@ static int judge_link(const coll_req *r)
  * waited on is judged (a pair may go on while a third is done), and only in a wait, as
  * the operation timeout: a request only tested (a receive posted ahead, for a message
  * that may never come) fails nothing. COLL_EPEER when it failed c here, else COLL_OK. */
-static int judge_peer(const coll_req *r)
+static int judge_peer(const coll_req *r, int64_t since)
 {
     coll_comm *c = r->comm;
     int ms = cl_beat_silent_ms(c, r->op.root);
     if (cl_comm_state(c) != COLL_OK)
         return COLL_OK;
     if (!ms)
-        return judge_link(r);
+        return judge_link(r, since);
     cl_comm_blame(c, r->op.root, COLL_EPEER, ms);
     cl_comm_fail(c, COLL_EPEER, "rank %d %s #%u: " CL_SILENT_FMT, c->rank,
                  cl_kind_name(r->op.kind), r->op.seq, r->op.root, ms / 1000.0);
@@ -99,7 +99,7 @@ static int wait_p2p(coll_req *r)
 {
     coll_comm *c = r->comm;
     int done = 0, rc = COLL_INPROGRESS, failed = COLL_OK;
-    int64_t deadline = cl_now_ms() + c->op_timeout_ms;
+    int64_t since = cl_now_ms(), deadline = since + c->op_timeout_ms;
     int period = cl_beat_period_ms(c);
     size_t seen_bytes = 0;
     cl_spin spin = cl_spin_start(&c->algo[CL_CH_P2P]);
@@ -116,7 +116,7 @@ static int wait_p2p(coll_req *r)
             seen_bytes = moved(r);
             deadline = cl_now_ms() + c->op_timeout_ms;
         }
-        if (!failed && (failed = judge_peer(r)) != COLL_OK)
+        if (!failed && (failed = judge_peer(r, since)) != COLL_OK)
             deadline = cl_now_ms() + c->timeout_ms;
         if (cl_now_ms() >= deadline) {
             if (failed)
