@@ -22,8 +22,9 @@ library matches messages in order per peer (see _Inbox). COLL_CODEC (or COLL_* v
 in general) reach the library as for C programs; set_codec(codec, group) switches a
 group's wire codec, and ef_hook is a DDP communication hook that averages gradients
 through a codec with error feedback. Ctrl-C on the main thread inside an operation or a
-wait raises KeyboardInterrupt at once and aborts the group's communicator (collective's
-_signals; _PyWork.wait).
+wait raises KeyboardInterrupt within 0.1 s; an operation it leaves running is aborted
+with the group's communicator, one that returned by itself meanwhile fails alone
+(collective's _signals; _PyWork.wait).
 """
 import ctypes
 import datetime
@@ -40,7 +41,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 import collective
-from collective import _torchcompat
+from collective import _signals, _torchcompat
 
 _torchcompat.store_without_libuv()  # torchrun's workers on a torch without libuv
 
@@ -270,6 +271,21 @@ def _settle(req, after, result, fut):
 _INTERRUPTED = "collective: the operation was interrupted on this rank (KeyboardInterrupt)"
 
 
+def _op_over(req):
+    """Whether req's operation is over in the library though a KeyboardInterrupt came out
+    of its wait: Python raised it as the blocking call or coll_wait returned (the signal
+    landed inside a short one, collective._signals), so the group may stay usable, as a
+    Gloo group does. False where it may run on (a wait cut short in Python: on another
+    thread's coll_wait, a receive's match): the group's abort must end it."""
+    if req is None:
+        return True
+    if isinstance(req, _Launch):
+        if req.ran or req.error is not None:
+            return True
+        req = req.req
+    return isinstance(req, collective.Request) and req._status is not None
+
+
 _HEADER = 3  # int64s ahead of each message sent: its tag, elements and dtype
 _HEADER_TAG = 0  # the library's tag for headers (the tensor goes with the caller's)
 _BY_CODE = {collective.DTYPES[name]: dt for dt, name in _DTYPES.items()}
@@ -485,6 +501,7 @@ class _Launch:
     def __init__(self, slot, name, args, keep):
         self.slot, self.name, self.args, self.keep = slot, name, args, keep
         self.req, self.error = None, None
+        self.ran = False  # run on a waiting thread: it returned, or never will (_op_over)
 
     def start(self):
         """The non-blocking form (the slot's lock held: one start at a time, in order)."""
@@ -494,6 +511,7 @@ class _Launch:
             self.error = e
 
     def run(self):
+        self.ran = True
         self.slot.comm._run(self.name, False, self.args, self.keep)
 
     def wait(self):
@@ -629,6 +647,7 @@ class _PyWork(dist._Work):
         self._req, self._after, self._result, self._fut = req, after, result, None
         self._source = source
         self._ended, self._error = False, None  # once ended: its error (None: none)
+        self._ran_here = None  # (req,): the operation a wait ended on its own thread
 
     def _take(self, hand_off):
         """The operation's future. The first call hands the operation to the completer
@@ -646,6 +665,7 @@ class _PyWork(dist._Work):
                 self._fut = fut = self._completer.add(req, after, self._result)
             else:
                 self._fut = fut = torch.futures.Future()
+                self._ran_here = (req,)
         if hand_off:  # outside the lock: a future settled already calls back at once
             fut.add_done_callback(self._end)
         else:
@@ -702,8 +722,10 @@ class _PyWork(dist._Work):
         """Ends the operation and raises its error. With a timeout (a timedelta; zero or
         None: none) that passes first, a RuntimeError as Gloo's ("timed out"), the
         operation going on: it is handed to the completer, and a later wait sees it end.
-        A KeyboardInterrupt in it (Ctrl-C; collective._signals) aborts the group's
-        communicator: the operation fails here and at the peers, later ones raise."""
+        A KeyboardInterrupt in it (Ctrl-C; collective._signals) that leaves the operation
+        running (_over_after_signal) aborts the group's communicator: the operation fails
+        here and at the peers, later ones raise. Where the operation ended by itself
+        (within _signals.GRACE_S), it fails this work only; the group stays usable."""
         limit = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
         try:
             if limit and not _ended_within(self._take(True), limit):
@@ -717,10 +739,20 @@ class _PyWork(dist._Work):
             finally:
                 self._waited()
         except KeyboardInterrupt:  # an abandoned operation (a receive) must not take data
-            if self._comm is not None:
+            if self._comm is not None and not self._over_after_signal():
                 self._comm._interrupt()
             raise
         return True
+
+    def _over_after_signal(self):
+        """After a KeyboardInterrupt in wait(): whether the operation ended by itself, so
+        that the group stays usable. One this thread ran is over where its call returned
+        (_op_over); one the completer runs, or still held, gets _signals.GRACE_S to end,
+        as a library call does; one still running then (a receive not matched, a peer
+        that never came) is ended by the group's abort."""
+        if self._ran_here is not None:
+            return _op_over(self._ran_here[0])
+        return _ended_within(self._take(True), _signals.GRACE_S)
 
     def _dumped(self):
         """A timeout torch's caller saw: with COLL_RECORDER_DIR set, the flight recorder

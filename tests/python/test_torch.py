@@ -993,6 +993,36 @@ def interrupted(r, n, where, how):
     within(dist.destroy_process_group, 10)
 
 
+def interrupted_in_short_calls(r, n, where):
+    """SIGINT while rank 0 runs a tight loop of small blocking all-reduces (it lands inside
+    one, most often, or between two): its KeyboardInterrupt comes, and a last all-reduce
+    with rank 1 succeeds, the group usable as a Gloo group stays (test_collective's case of
+    the name, through torch). Before, work.wait() aborted the group's communicator on any
+    KeyboardInterrupt, though the operation had returned by itself: 5 of 5 runs failed."""
+    import signal
+    import threading
+    init(r, n, where, timeout_s=20)
+    x, stop = torch.zeros(4), 100.0
+    dist.all_reduce(x)
+    if r == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            while time.time() - t0 < 10:
+                dist.all_reduce(torch.zeros(4))
+            raise AssertionError("no SIGINT in 10 s")
+        except KeyboardInterrupt:
+            pass
+        x[:] = stop  # the last one: rank 1 stops with it
+    while True:
+        dist.all_reduce(x)
+        if x[0] >= stop:
+            break
+        x[:] = 0
+    assert (x == stop).all(), x
+    within(dist.destroy_process_group, 10)
+
+
 def held_then_elsewhere(r, n, where):
     """A collective nobody waits for yet still starts: rank 0 issues it with
     async_op=True, then waits in a Gloo barrier that the others reach only once that
@@ -1606,6 +1636,7 @@ def main():
     for how in ("all_reduce", "wait", "future", "recv", "recv_any", "barrier"):
         bad += ranks.check(functools.partial(interrupted, how=how), 2,
                            f"Ctrl-C while blocked in {how}")
+    bad += ranks.check(interrupted_in_short_calls, 2, "Ctrl-C in a loop of short all-reduces")
     bad += ranks.check(dead, 3, "a dead rank", {2: 9})
     for peer_timeout in (3000, None):
         bad += ranks.check(functools.partial(dead_before_link, peer_timeout=peer_timeout), 2,
