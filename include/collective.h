@@ -138,7 +138,7 @@ COLL_API int coll_init(coll_comm **out, const char *url, int rank, int size,
  * (ranks that have not come, rank 0's store, the first messages; coll_grow's broadcast of
  * the id on its communicator is not cut short). Ranks it met (it read rank 0's terms)
  * learn it: their rendezvous fails at once naming this rank, as for any failed init
- * (rank 0 keeps its store up 0.5 s more for them to read it); where they were connecting
+ * (rank 0 keeps its store up 0.5 s more for them to read it, so its own returns then); where they were connecting
  * already, they fail when their links to it close or at their timeout. An init that
  * begins after the call is not affected. Returns COLL_OK. The Python package calls it on
  * Ctrl-C. */

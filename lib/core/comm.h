@@ -55,6 +55,8 @@ struct cl_gone {
     int64_t next_ms;    /* a receive's waiting starts the look again from then */
     int probes;         /* of its ports that answered, this look */
     int looks;          /* looks that found it there: each waits longer for the next */
+    int by_dial;        /* this look began at a refused dial, not a receive's wait */
+    int probing;        /* a thread probes its ports now (link_mu let go meanwhile) */
 };
 
 struct coll_comm {

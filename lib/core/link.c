@@ -144,8 +144,10 @@ static int verdict(coll_comm *c, int ch, int hi)
         cl_log(COLL_LOG_DEBUG, "rank %d: no verdict from rank %d (channel %d): %s", c->rank, hi,
                ch, rc != COLL_OK ? coll_strerror(rc) : "a farewell");
         __atomic_store_n(&s->farewell, rc == COLL_OK, __ATOMIC_RELEASE); /* cl_link_farewell */
-        if (rc != COLL_OK) /* refused or reset: is its process gone? (cl_link_gone) */
+        if (rc != COLL_OK) { /* refused or reset: is its process gone? (cl_link_gone) */
+            c->gone[hi].by_dial = 1;
             __atomic_store_n(&c->gone[hi].refused_ms, cl_now_ms(), __ATOMIC_RELAXED);
+        }
         return COLL_INPROGRESS;
     }
     uint8_t want[CL_TAG_BYTES] = {0};
@@ -362,8 +364,16 @@ int cl_link_keep(coll_comm *c, cl_tr_listener *l, const cl_card *cards)
  * peer found there waits GONE_LOOK_MS, doubling up to GONE_LOOK_MAX_MS, before a
  * receive's waiting looks again: one probe connection each time, which its lifeline's
  * queue holds until a shrink. */
-enum { GONE_SETTLE_MS = 1000, GONE_PROBE_MS = 1000, GONE_PROBES = 3 };
+enum { GONE_SETTLE_MS = 1000, GONE_PROBE_MS = 1000, GONE_UDP_MS = 100, GONE_PROBES = 3 };
 enum { GONE_LOOK_MS = 4000, GONE_LOOK_MAX_MS = 64000 };
+
+/* A look ended (the rank answered, its link came, or it said it left): the next one,
+ * if any, starts afresh. */
+static void end_look(struct cl_gone *g)
+{
+    g->probes = 0, g->gone_ms = 0, g->by_dial = 0;
+    __atomic_store_n(&g->refused_ms, 0, __ATOMIC_RELAXED);
+}
 
 /* The gone state of (p2p channel, rank p) in the communicator that owns c's links. */
 static struct cl_gone *gone_of(coll_comm *c, int p, coll_comm **owner, int *q)
@@ -373,32 +383,40 @@ static struct cl_gone *gone_of(coll_comm *c, int p, coll_comm **owner, int *q)
     return &(*owner)->gone[*q];
 }
 
-/* Probes rank q's lifeline: refused too, and its heartbeat's port as well, its ports are
- * closed (gone_ms set). The heartbeat's is asked because a TCP refusal alone may be a
- * firewall's reset, sent for a live rank whose UDP beats pass (its own link to us may
- * still come). Answered (or no answer in time), it is probed again a settle later,
- * GONE_PROBES times in all (an exiting process's kernel closes its sockets one by one),
- * then left to the heartbeat (refused_ms cleared) until next_ms. link_mu held, let go
- * meanwhile. */
-static void probe_lifeline(coll_comm *o, struct cl_gone *g, int q)
+/* Probes rank q's ports: its heartbeat's refusing a datagram, then its lifeline a
+ * connection, its ports are closed (gone_ms set). Both, because a TCP refusal alone may be
+ * a firewall's reset, sent for a live rank whose UDP beats pass (its own link to us may
+ * still come). The datagram first: a live rank's port never refuses (the kernel sends no
+ * port unreachable), so it gets no probe connection, which its lifeline's queue would
+ * hold until a shrink; a receive's look waits GONE_UDP_MS at most for the refusal (the
+ * receive is not served meanwhile; on a far network a late one only leaves the rank to
+ * the heartbeat), a refused dial's the probe's bound. Answered, it is probed again a
+ * settle later, GONE_PROBES times in all (an exiting process's kernel closes its sockets
+ * one by one), then left to the heartbeat (the look ends) until next_ms. link_mu held,
+ * let go meanwhile; one thread probes at a time. */
+static void probe_ports(coll_comm *o, struct cl_gone *g, int q)
 {
     int wait_ms = CL_MIN(o->timeout_ms, GONE_PROBE_MS);
+    int udp_ms = g->by_dial ? wait_ms : CL_MIN(wait_ms, GONE_UDP_MS);
+    g->probing = 1;
     pthread_mutex_unlock(&o->link_mu);
-    int refused = cl_life_refused(o->lives[q], wait_ms) && cl_beat_refused(o, q, wait_ms);
+    int refused = cl_beat_refused(o, q, udp_ms) && cl_life_refused(o->lives[q], wait_ms);
     pthread_mutex_lock(&o->link_mu);
+    g->probing = 0;
     int64_t now = cl_now_ms();
     if (refused) {
         g->gone_ms = now;
     } else if (++g->probes < GONE_PROBES) {
         __atomic_store_n(&g->refused_ms, now, __ATOMIC_RELAXED);
     } else {
-        g->next_ms = now + CL_MIN((int64_t)GONE_LOOK_MS << CL_MIN(g->looks, 4), GONE_LOOK_MAX_MS);
-        g->looks++, g->probes = 0;
-        __atomic_store_n(&g->refused_ms, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g->next_ms,
+                         now + CL_MIN((int64_t)GONE_LOOK_MS << CL_MIN(g->looks, 4), GONE_LOOK_MAX_MS),
+                         __ATOMIC_RELAXED);
+        g->looks++;
+        end_look(g);
     }
-    cl_log(COLL_LOG_DEBUG, "rank %d: rank %d's lifeline %s", o->rank, q,
-           refused ? "and heartbeat port refuse connections too"
-                   : "or heartbeat port answers: not gone");
+    cl_log(COLL_LOG_DEBUG, "rank %d: rank %d's %s", o->rank, q,
+           refused ? "heartbeat port and lifeline refuse too" : "ports answer: not gone");
 }
 
 /* One step of a look at rank q (link_mu held): 1 its link came or it said it left (the
@@ -408,8 +426,10 @@ static int look(coll_comm *c, int p, coll_comm *o, struct cl_gone *g, int q, int
     int64_t settle = CL_MIN(GONE_SETTLE_MS, o->timeout_ms / 2);
     if (o->conns[CL_CH_P2P][1][q])
         return 1;
+    if (g->probing)
+        return -1;
     if (!g->gone_ms && (!g->probes || now - g->refused_ms >= settle))
-        probe_lifeline(o, g, q);
+        probe_ports(o, g, q);
     else if (g->gone_ms && now - g->gone_ms >= settle)
         return cl_beat_left(c, p, g->gone_ms);
     return -1;
@@ -423,16 +443,17 @@ int cl_link_gone(coll_comm *c, int p, int64_t receiving_since)
     int64_t now = cl_now_ms();
     int waited = receiving_since && now - receiving_since >= GONE_SETTLE_MS;
     if (!__atomic_load_n(&g->refused_ms, __ATOMIC_RELAXED) &&
-        (!waited || cl_link_now_of(o, CL_CH_P2P, 1, q)))
+        (!waited || now < __atomic_load_n(&g->next_ms, __ATOMIC_RELAXED) ||
+         cl_link_now_of(o, CL_CH_P2P, 1, q)))
         return 0; /* no look, and none to start: the common case, without a lock */
     pthread_mutex_lock(&o->link_mu);
     take_waiting(o);
-    if (waited && !g->refused_ms && !g->gone_ms && now >= g->next_ms &&
+    if (waited && !g->refused_ms && now >= g->next_ms &&
         !o->conns[CL_CH_P2P][1][q]) /* a receive waited without its link: look */
         __atomic_store_n(&g->refused_ms, now, __ATOMIC_RELAXED);
     int left = g->refused_ms ? look(c, p, o, g, q, now) : -1;
     if (left > 0) /* not failed, and not judged here again */
-        __atomic_store_n(&g->refused_ms, 0, __ATOMIC_RELAXED);
+        end_look(g);
     pthread_mutex_unlock(&o->link_mu);
     return left == 0;
 }

@@ -501,17 +501,18 @@ END_TEST
 
 /* What a rank sent before it destroyed its communicator, or before its process ended,
  * is received after it is gone: a receive from it is never judged gone while its link
- * waits on the listener (_i: 0 it left, 1 its process ended). */
+ * waits on the listener (_i % 2: 0 it left, 1 its process ended; _i / 2: tcp, shm). */
 START_TEST(a_message_sent_before_the_sender_went_is_still_received)
 {
-    start_ranks("tcp", _i ? P2P_SENT_ENDED : P2P_SENT_LEFT);
+    start_ranks(transports[_i / 2], _i % 2 ? P2P_SENT_ENDED : P2P_SENT_LEFT);
     int victim = reap_by(pids[VICTIM], cl_now_ms() + 4 * TIMEOUT_MS);
     for (int r = 0; r < NP; r++)
         atomic_store(&reports[r].go, 1);
     for (int r = 0; r < NP; r++) {
         int e = r == VICTIM ? victim : reap_by(pids[r], cl_now_ms() + 4 * TIMEOUT_MS);
-        ck_assert_msg(e == 0 && reports[r].rc == COLL_OK, "%s: rank %d exit %d, %s: '%s'",
-                      _i ? "ended" : "left", r, e, coll_strerror(reports[r].rc), reports[r].msg);
+        ck_assert_msg(e == 0 && reports[r].rc == COLL_OK, "%s, %s: rank %d exit %d, %s: '%s'",
+                      transports[_i / 2], _i % 2 ? "ended" : "left", r, e,
+                      coll_strerror(reports[r].rc), reports[r].msg);
     }
     ck_assert_msg(reports[0].got == 42, "rank 0 received %g, want 42", (double)reports[0].got);
 }
@@ -657,7 +658,7 @@ int main(void)
     tcase_add_loop_test(g, a_receive_from_a_rank_whose_process_ended_fails_before_its_silence_bound,
                         0, 2);
     tcase_add_loop_test(g, a_send_to_a_rank_that_failed_names_the_cause_not_the_messenger, 0, 2);
-    tcase_add_loop_test(g, a_message_sent_before_the_sender_went_is_still_received, 0, 2);
+    tcase_add_loop_test(g, a_message_sent_before_the_sender_went_is_still_received, 0, 4);
     tcase_add_loop_test(g, a_live_rank_slow_to_send_is_not_judged_gone, 0, 2);
     suite_add_tcase(s, g);
     TCase *x = tcase_create("reset"); /* CK_RUN_CASE=reset */
