@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -102,3 +103,30 @@ def _raises(fn, words, seconds):
         assert time.time() - t0 < seconds, f"{time.time() - t0:.1f} s to raise {e}"
         return
     raise AssertionError(f"no error, wanted {words!r}")
+
+
+def short_calls(r, x, allreduce):
+    """Ctrl-C in a loop of short calls, on 2 ranks: rank 0 loops allreduce(zeros like x)
+    and gets SIGINT 0.5 s in (it lands inside a call, most often); it must raise
+    KeyboardInterrupt, and a last allreduce(x) with rank 1 (x filled with 100: rank 1
+    all-reduces zeros until that comes) must agree: the communicator stayed usable."""
+    stop = 100.0
+    x[:] = 0
+    allreduce(x)
+    if r == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            while time.time() - t0 < 10:
+                x[:] = 0
+                allreduce(x)
+            raise AssertionError("no SIGINT in 10 s")
+        except KeyboardInterrupt:
+            pass
+        x[:] = stop  # the last one: rank 1 stops with it
+    while True:
+        allreduce(x)
+        if x[0] >= stop:
+            break
+        x[:] = 0
+    assert (x == stop).all(), x

@@ -584,80 +584,52 @@ def interrupted_in_short_calls(r, n, where):
     succeeds, the communicator usable as a Gloo group stays. Before, a signal read while
     any call ran aborted that call's communicator, however short the call."""
     c = collective.Communicator(url(where), r, n, timeout_ms=20000)
-    x, stop = np.zeros(4, np.float32), 100.0
-    c.allreduce(x)
-    if r == 0:
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-        t0 = time.time()
-        try:
-            while time.time() - t0 < 10:
-                c.allreduce(np.zeros(4, np.float32))
-            raise AssertionError("no SIGINT in 10 s")
-        except KeyboardInterrupt:
-            pass
-        x[:] = stop  # the last one: rank 1 stops with it
-    while True:
-        c.allreduce(x)
-        if x[0] >= stop:
-            break
-        x[:] = 0
-    assert (x == stop).all(), x
+    ranks.short_calls(r, np.zeros(4, np.float32), c.allreduce)
     c.close()
 
 
-def interrupted_init(r, n, where, store):
-    """Ctrl-C in init: rank 1 of a world of 3 whose rank 2 never comes gets SIGINT a
-    second in. It must raise KeyboardInterrupt within 3 s, and rank 0's init must fail
-    within 10 s saying rank 1's was interrupted, not at the 30 s timeout. Through a url,
-    and through a store of Python's (its get runs on the main thread, where the
-    KeyboardInterrupt is raised: it must not be lost leaving the store's callback).
-    Before, the signal waited for the init's timeout."""
-    where_to = DictStore(where) if store else url(where)
+def _interrupted_meeting(r, meet, what):
+    """Rank 1 gets SIGINT a second into meet(), a meeting whose third rank never comes: it
+    must raise KeyboardInterrupt within 3 s, and rank 0's meet() must fail within 10 s
+    saying rank 1's was interrupted, not at the 30 s timeout."""
     t0 = time.time()
     if r == 1:
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
         try:
-            collective.Communicator(where_to, r, 3, timeout_ms=30000)
+            meet()
         except KeyboardInterrupt:
             took = time.time() - t0 - 1.0
             assert took < 3, f"KeyboardInterrupt {took:.1f} s after the signal"
             return
-        raise AssertionError("init returned")
+        raise AssertionError(f"{what} returned")
     try:
-        collective.Communicator(where_to, r, 3, timeout_ms=30000)
+        meet()
     except collective.CollectiveError as e:
         assert "rank 1 failed at init" in str(e) and "interrupted" in str(e), e
         assert time.time() - t0 < 10, f"{time.time() - t0:.1f} s to fail"
         return
-    raise AssertionError("rank 0's init returned")
+    raise AssertionError(f"rank 0's {what} returned")
+
+
+def interrupted_init(r, n, where, store):
+    """Ctrl-C in init (_interrupted_meeting), through a url and through a store of
+    Python's (its get runs on the main thread, where the KeyboardInterrupt is raised: it
+    must not be lost leaving the store's callback). Before, the signal waited for the
+    init's timeout."""
+    where_to = DictStore(where) if store else url(where)
+    _interrupted_meeting(r, lambda: collective.Communicator(where_to, r, 3, timeout_ms=30000),
+                         "init")
 
 
 def interrupted_grow(r, n, where):
-    """Ctrl-C in grow(): ranks 0 and 1 grow to 3 and no newcomer comes; rank 1 gets SIGINT
-    a second in. It must raise KeyboardInterrupt within 3 s, and rank 0's grow must fail
-    within 10 s saying rank 1's was interrupted, not at the 30 s timeout. Before, the
-    signal aborted the old communicator, which the grow's meeting does not watch."""
+    """Ctrl-C in grow() (_interrupted_meeting): ranks 0 and 1 grow to 3 and no newcomer
+    comes. Before, the signal aborted the old communicator, which the grow's meeting does
+    not watch."""
     c = collective.Communicator(url(where), r, n, timeout_ms=30000)
     if r == 0:
         c.grow_id(3)
     c.barrier()  # the id is made before anyone grows
-    t0 = time.time()
-    if r == 1:
-        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-        try:
-            c.grow()
-        except KeyboardInterrupt:
-            took = time.time() - t0 - 1.0
-            assert took < 3, f"KeyboardInterrupt {took:.1f} s after the signal"
-            return
-        raise AssertionError("grow returned")
-    try:
-        c.grow()
-    except collective.CollectiveError as e:
-        assert "rank 1 failed at init" in str(e) and "interrupted" in str(e), e
-        assert time.time() - t0 < 10, f"{time.time() - t0:.1f} s to fail"
-        return
-    raise AssertionError("rank 0's grow returned")
+    _interrupted_meeting(r, c.grow, "grow")
 
 
 def fork_during_init(r, n, where):

@@ -999,27 +999,8 @@ def interrupted_in_short_calls(r, n, where):
     with rank 1 succeeds, the group usable as a Gloo group stays (test_collective's case of
     the name, through torch). Before, work.wait() aborted the group's communicator on any
     KeyboardInterrupt, though the operation had returned by itself: 5 of 5 runs failed."""
-    import signal
-    import threading
     init(r, n, where, timeout_s=20)
-    x, stop = torch.zeros(4), 100.0
-    dist.all_reduce(x)
-    if r == 0:
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-        t0 = time.time()
-        try:
-            while time.time() - t0 < 10:
-                dist.all_reduce(torch.zeros(4))
-            raise AssertionError("no SIGINT in 10 s")
-        except KeyboardInterrupt:
-            pass
-        x[:] = stop  # the last one: rank 1 stops with it
-    while True:
-        dist.all_reduce(x)
-        if x[0] >= stop:
-            break
-        x[:] = 0
-    assert (x == stop).all(), x
+    ranks.short_calls(r, torch.zeros(4), dist.all_reduce)
     within(dist.destroy_process_group, 10)
 
 
